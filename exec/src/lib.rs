@@ -1,0 +1,1 @@
+//! # lql-exec: runs a storage::Model — operation plan, CPU backend, tokenizer, sampling.

@@ -1,0 +1,1 @@
+//! # lql: Connection, Statement, Rows, Value — the engine and its embedding API.

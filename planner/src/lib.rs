@@ -1,0 +1,1 @@
+//! # lql-planner: AST → LogicalPlan (bound against a Catalog) → PhysicalPlan.

@@ -1,0 +1,1 @@
+//! Named models and the local model cache (`LQL_HOME`, default `~/.cache/lql/models`).

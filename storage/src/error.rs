@@ -1,0 +1,42 @@
+//! The storage error type: every variant names what went wrong and where.
+
+use std::path::PathBuf;
+
+/// Errors from reading, writing and verifying model files.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A malformed or hostile file: names the file, the byte offset and the field.
+    #[error("{path}: at byte {offset}, {field}: {message}")]
+    Format {
+        path: PathBuf,
+        offset: u64,
+        field: String,
+        message: String,
+    },
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("missing operand: {key}")]
+    MissingOperand { key: String },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("internal error (this is a bug): {0}")]
+    Internal(String),
+}
+
+impl StorageError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StorageError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;

@@ -1,0 +1,5 @@
+//! File formats.
+
+pub mod gguf;
+pub mod safetensors;
+pub mod vindex3;

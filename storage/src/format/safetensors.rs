@@ -1,0 +1,1 @@
+//! Hugging Face safetensors folders: config.json plus one or several *.safetensors files.

@@ -1,0 +1,1 @@
+//! The VINDEX3 container (seed 002).

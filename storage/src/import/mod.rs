@@ -1,0 +1,1 @@
+//! Importers: judge a source's architecture once and produce a [`crate::Model`].

@@ -1,0 +1,31 @@
+//! # lql-storage
+//!
+//! Everything LQL reads from or writes to disk, and the model representation the executor
+//! runs on.
+//!
+//! ```text
+//!  GGUF file ─┐                     ┌─ surface   (judged facts, serialisable)
+//!  HF folder ─┼─ format::* ─ import ┼─ tokenizer (capability snapshot)
+//!  VINDEX3  ──┘   (mmap, no copies) └─ operands  (layer, role) → TensorView into the map
+//! ```
+//!
+//! - [`dtype`]: tensor encodings and block geometry.
+//! - [`codec`]: decode, encode and fused dot products per encoding.
+//! - [`format`]: the file formats (GGUF reader/writer, safetensors, VINDEX3).
+//! - [`import`]: architecture judgement, source → [`model::Model`].
+//! - [`catalogue`]: named models and the local cache.
+
+pub mod catalogue;
+pub mod codec;
+pub mod dtype;
+pub mod error;
+pub mod format;
+pub mod import;
+pub mod model;
+pub mod surface;
+pub mod tokenizer_spec;
+
+pub use dtype::DType;
+pub use error::{Result, StorageError};
+pub use model::{Model, OperandKey, OperandSource, Role, TensorView};
+pub use surface::ExecutionSurface;

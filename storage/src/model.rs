@@ -1,0 +1,229 @@
+//! `Model`: an execution surface plus operands, each a zero-copy view into a backing buffer.
+//!
+//! Operands are looked up by (layer, role). The executor reads them through the
+//! [`OperandSource`] trait — the effective-state seam: a base `Model` today, base plus an
+//! overlay store once edits exist, without the executor changing.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dtype::DType;
+use crate::error::StorageError;
+use crate::surface::ExecutionSurface;
+use crate::tokenizer_spec::TokenizerSpec;
+
+/// What an operand is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    TokenEmbedding,
+    AttnNorm,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnOutput,
+    AttnQBias,
+    AttnKBias,
+    AttnVBias,
+    FfnNorm,
+    FfnGate,
+    FfnUp,
+    FfnDown,
+    OutputNorm,
+    Output,
+}
+
+impl Role {
+    pub const ALL: [Role; 15] = [
+        Role::TokenEmbedding,
+        Role::AttnNorm,
+        Role::AttnQ,
+        Role::AttnK,
+        Role::AttnV,
+        Role::AttnOutput,
+        Role::AttnQBias,
+        Role::AttnKBias,
+        Role::AttnVBias,
+        Role::FfnNorm,
+        Role::FfnGate,
+        Role::FfnUp,
+        Role::FfnDown,
+        Role::OutputNorm,
+        Role::Output,
+    ];
+
+    /// snake_case name, as written in containers and shown to users.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::TokenEmbedding => "token_embedding",
+            Role::AttnNorm => "attn_norm",
+            Role::AttnQ => "attn_q",
+            Role::AttnK => "attn_k",
+            Role::AttnV => "attn_v",
+            Role::AttnOutput => "attn_output",
+            Role::AttnQBias => "attn_q_bias",
+            Role::AttnKBias => "attn_k_bias",
+            Role::AttnVBias => "attn_v_bias",
+            Role::FfnNorm => "ffn_norm",
+            Role::FfnGate => "ffn_gate",
+            Role::FfnUp => "ffn_up",
+            Role::FfnDown => "ffn_down",
+            Role::OutputNorm => "output_norm",
+            Role::Output => "output",
+        }
+    }
+
+    /// The logical object (seed 002 §5.3: `{component}.{kind}`) an operand of this role
+    /// belongs to.
+    pub fn object(self) -> &'static str {
+        match self {
+            Role::TokenEmbedding => "text.embedding",
+            Role::OutputNorm => "text.final_norm",
+            Role::Output => "text.output_head",
+            _ => "text.decoder_stack",
+        }
+    }
+}
+
+/// Identifies one operand: a role, in a layer for per-layer roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OperandKey {
+    pub layer: Option<usize>,
+    pub role: Role,
+}
+
+impl OperandKey {
+    pub fn global(role: Role) -> Self {
+        OperandKey { layer: None, role }
+    }
+    pub fn layer(layer: usize, role: Role) -> Self {
+        OperandKey {
+            layer: Some(layer),
+            role,
+        }
+    }
+}
+
+impl std::fmt::Display for OperandKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.layer {
+            Some(l) => write!(f, "{} of layer {l}", self.role.name()),
+            None => f.write_str(self.role.name()),
+        }
+    }
+}
+
+/// A borrowed tensor: encoding, shape in ggml order (`shape[0]` = elements per row) and the
+/// encoded bytes, borrowed from the backing buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorView<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub bytes: &'a [u8],
+}
+
+impl<'a> TensorView<'a> {
+    /// Elements per row (`shape[0]`).
+    pub fn row_len(&self) -> usize {
+        self.shape.first().copied().unwrap_or(1)
+    }
+    /// Number of rows (product of `shape[1..]`).
+    pub fn rows(&self) -> usize {
+        self.shape.iter().skip(1).product()
+    }
+    /// Encoded bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        // Shapes are validated at open: every row is a whole number of blocks.
+        self.row_len() / self.dtype.block_elems() * self.dtype.block_bytes()
+    }
+    /// The encoded bytes of row `i`.
+    pub fn row(&self, i: usize) -> &'a [u8] {
+        let rb = self.row_bytes();
+        &self.bytes[i * rb..(i + 1) * rb]
+    }
+}
+
+/// Memory an operand's bytes live in.
+#[derive(Debug, Clone)]
+pub enum Backing {
+    Mmap(Arc<memmap2::Mmap>),
+    Owned(Arc<Vec<u8>>),
+}
+
+impl Backing {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mmap(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+/// Where an operand lives: which backing, at which byte range, and its source name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operand {
+    /// The tensor's name in its source (e.g. `blk.0.attn_q.weight`).
+    pub source_name: String,
+    pub dtype: DType,
+    /// ggml order: `shape[0]` is the row length.
+    pub shape: Vec<usize>,
+    pub backing: usize,
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// What kind of artifact a model was opened from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    Gguf,
+    Safetensors,
+    Vindex3,
+}
+
+/// A model ready to execute or browse: surface, tokenizer, operands.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub path: PathBuf,
+    pub kind: SourceKind,
+    pub surface: ExecutionSurface,
+    pub tokenizer: Arc<TokenizerSpec>,
+    pub operands: BTreeMap<OperandKey, Operand>,
+    pub backings: Vec<Backing>,
+}
+
+/// The effective-state seam: anything the executor can read operands from.
+pub trait OperandSource: Send + Sync {
+    fn surface(&self) -> &ExecutionSurface;
+    fn view(&self, key: OperandKey) -> Option<TensorView<'_>>;
+
+    /// The operand, or an error naming what is missing.
+    fn require(&self, key: OperandKey) -> Result<TensorView<'_>, StorageError> {
+        self.view(key).ok_or_else(|| StorageError::MissingOperand {
+            key: key.to_string(),
+        })
+    }
+}
+
+impl Model {
+    /// The view of an operand that exists in this model.
+    pub fn view_of<'a>(&'a self, op: &'a Operand) -> TensorView<'a> {
+        TensorView {
+            dtype: op.dtype,
+            shape: &op.shape,
+            bytes: &self.backings[op.backing].bytes()[op.offset..op.offset + op.len],
+        }
+    }
+}
+
+impl OperandSource for Model {
+    fn surface(&self) -> &ExecutionSurface {
+        &self.surface
+    }
+    fn view(&self, key: OperandKey) -> Option<TensorView<'_>> {
+        self.operands.get(&key).map(|op| self.view_of(op))
+    }
+}

@@ -1,0 +1,69 @@
+//! The execution surface: every fact the executor needs, judged once by an importer.
+//!
+//! Importers (GGUF, Hugging Face folders, VINDEX3 containers) fill this in; after that no
+//! architecture name or source file is consulted (seed 002 §17, the deletion invariant).
+//! It is stored verbatim in a VINDEX3 `system_graph.json`.
+
+use serde::{Deserialize, Serialize};
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopePairing {
+    /// Dimensions (2i, 2i+1) rotate together: llama GGUFs, whose Q/K rows were permuted
+    /// by the converter.
+    Adjacent,
+    /// Dimensions (i, i + head_dim/2) rotate together ("NEOX"): qwen2 GGUFs and
+    /// Hugging Face checkpoints.
+    HalfSplit,
+}
+
+/// The FFN gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// silu(gate) * up (SwiGLU).
+    Silu,
+    /// gelu_tanh(gate) * up (GeGLU).
+    Gelu,
+}
+
+/// Token ids with a special meaning.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecialTokens {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub pad: Option<u32>,
+    pub unk: Option<u32>,
+    /// Extra end-of-turn ids that also stop generation (e.g. `<|im_end|>`).
+    #[serde(default)]
+    pub eot: Vec<u32>,
+    pub add_bos: bool,
+    pub add_eos: bool,
+}
+
+/// Every execution-relevant fact of a dense decoder-only transformer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionSurface {
+    /// Family name as the source called it (informational only; never branched on).
+    pub source_architecture: String,
+    pub n_layers: usize,
+    pub hidden: usize,
+    pub ffn: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
+    pub context_length: usize,
+    pub rope_theta: f32,
+    pub rope_pairing: RopePairing,
+    pub norm_eps: f32,
+    pub activation: Activation,
+    /// The output head is the token embedding (no separate `output` operand).
+    pub tied_head: bool,
+    /// Q/K/V projections carry biases.
+    pub attn_bias: bool,
+    /// Multiplier applied to embedding rows (1.0 for llama and qwen2).
+    pub embedding_scale: f32,
+    pub special: SpecialTokens,
+}
