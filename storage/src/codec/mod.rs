@@ -1,1 +1,89 @@
-//! Tensor codecs: decode a row, encode a row, and fused dot products of an encoded row with an f32 vector.
+//! Tensor codecs: decode a row, encode a row, and fused dot products of an encoded row with an
+//! f32 vector.
+//!
+//! ```text
+//!  encoded row ──decode_row──▶ f32 values        (bit-exact with gguf-py `dequantize`)
+//!  f32 values  ──encode_row──▶ encoded row       (byte-exact with gguf-py `quantize`)
+//!  encoded row · x ──dot_row──▶ f32              (fused: no decoded row is materialised)
+//! ```
+//!
+//! - [`block`]: the scalar reference decoder of every encoding, block by block.
+//! - [`encode`]: the encoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
+//! - [`decode`]: [`decode_row`] / [`decode_rows`], checked, with SIMD for the common formats.
+//! - [`dot`]: [`dot_row`] / [`dot_rows`], the executor's decode hot path.
+//! - `avx2`: AVX2 + FMA + F16C kernels, chosen at run time ([`cpu`]), scalar fallback
+//!   everywhere else.
+//!
+//! Rows are whole blocks: a row of `n` elements is `n / block_elems` blocks of
+//! `block_bytes` each ([`DType::bytes_for`]).
+
+pub mod block;
+pub mod cpu;
+pub mod decode;
+pub mod dot;
+pub mod encode;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+pub use decode::{decode_row, decode_rows};
+pub use dot::{dot_row, dot_rows};
+
+use crate::dtype::DType;
+use crate::error::StorageError;
+
+/// Encodes `src` as `dtype` and appends the bytes to `out`.
+///
+/// `src.len()` must be a whole number of blocks. Supported targets: F32, F16, BF16, Q8_0,
+/// Q4_0, Q4_1 (same rounding as gguf-py's `gguf.quants.quantize`); the other encodings refuse
+/// with [`StorageError::Unsupported`].
+pub fn encode_row(dtype: DType, src: &[f32], out: &mut Vec<u8>) -> Result<(), StorageError> {
+    let be = dtype.block_elems();
+    if src.len() % be != 0 {
+        return Err(StorageError::Invalid(format!(
+            "cannot encode {} values as {dtype}: not a whole number of {be}-element blocks",
+            src.len()
+        )));
+    }
+    match dtype {
+        DType::F32 => encode::encode_f32(src, out),
+        DType::F16 => encode::encode_f16(src, out),
+        DType::BF16 => encode::encode_bf16(src, out),
+        DType::Q8_0 => encode::encode_q8_0(src, out),
+        DType::Q4_0 => encode::encode_q4_0(src, out),
+        DType::Q4_1 => encode::encode_q4_1(src, out),
+        DType::Q5_0 | DType::Q5_1 | DType::Q4_K | DType::Q6_K | DType::MXFP4 => {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: encoding to {dtype}"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// True when [`encode_row`] can encode to `dtype`.
+pub fn can_encode(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_1
+    )
+}
+
+/// Checks that `bytes` encodes exactly `elems` elements of `dtype`.
+fn check_lengths(dtype: DType, bytes: usize, elems: usize, what: &str) -> Result<(), StorageError> {
+    let be = dtype.block_elems();
+    if elems % be != 0 {
+        return Err(StorageError::Invalid(format!(
+            "{what}: {elems} {dtype} elements is not a whole number of {be}-element blocks"
+        )));
+    }
+    let want = (elems / be)
+        .checked_mul(dtype.block_bytes())
+        .ok_or_else(|| StorageError::Invalid(format!("{what}: {elems} elements overflow")))?;
+    if bytes != want {
+        return Err(StorageError::Invalid(format!(
+            "{what}: {elems} {dtype} elements take {want} bytes, got {bytes}"
+        )));
+    }
+    Ok(())
+}

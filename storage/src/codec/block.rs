@@ -1,0 +1,178 @@
+//! Scalar block decoders: the reference semantics of every encoding.
+//!
+//! Each function decodes one block (or, for scalar types, a run of elements) with exactly the
+//! f32 arithmetic of gguf-py's `gguf.quants.dequantize`, operation by operation (Rust never
+//! contracts `a * b + c` into a fused multiply-add), so results are bit-identical to it. The
+//! SIMD decoders must agree with these bit for bit; the fused dot kernels agree with
+//! "decode, then dot" to rounding.
+
+/// Elements in a K-quant super-block.
+pub const QK_K: usize = 256;
+/// Elements in a 32-element block.
+pub const QK: usize = 32;
+
+/// MXFP4 code points (E2M1 values doubled), indexed by nibble.
+pub const MXFP4_KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+#[inline(always)]
+pub fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+}
+
+#[inline(always)]
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
+}
+
+/// ggml's `e8m0_to_fp32_half`: the halved MXFP4 block scale.
+#[inline(always)]
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
+pub fn decode_f32(src: &[u8], out: &mut [f32]) {
+    for (o, c) in out.iter_mut().zip(src.chunks_exact(4)) {
+        *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+}
+
+pub fn decode_f16(src: &[u8], out: &mut [f32]) {
+    for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+        *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+    }
+}
+
+pub fn decode_bf16(src: &[u8], out: &mut [f32]) {
+    for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+        *o = bf16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+    }
+}
+
+/// Q4_0, 18 bytes → 32 values: `d * (q - 8)`.
+pub fn decode_q4_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let qs = &b[2..18];
+    for j in 0..16 {
+        y[j] = d * ((qs[j] & 0x0F) as i32 - 8) as f32;
+        y[j + 16] = d * ((qs[j] >> 4) as i32 - 8) as f32;
+    }
+}
+
+/// Q4_1, 20 bytes → 32 values: `d * q + m`.
+pub fn decode_q4_1(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let m = f16_at(b, 2);
+    let qs = &b[4..20];
+    for j in 0..16 {
+        y[j] = d * (qs[j] & 0x0F) as f32 + m;
+        y[j + 16] = d * (qs[j] >> 4) as f32 + m;
+    }
+}
+
+/// Q5_0, 22 bytes → 32 values: `d * (q5 - 16)`.
+pub fn decode_q5_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    let qs = &b[6..22];
+    for j in 0..16 {
+        let h0 = ((qh >> j) & 1) as i32;
+        let h1 = ((qh >> (j + 16)) & 1) as i32;
+        y[j] = d * (((qs[j] & 0x0F) as i32 | (h0 << 4)) - 16) as f32;
+        y[j + 16] = d * (((qs[j] >> 4) as i32 | (h1 << 4)) - 16) as f32;
+    }
+}
+
+/// Q5_1, 24 bytes → 32 values: `d * q5 + m`.
+pub fn decode_q5_1(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let m = f16_at(b, 2);
+    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    let qs = &b[8..24];
+    for j in 0..16 {
+        let h0 = (qh >> j) & 1;
+        let h1 = (qh >> (j + 16)) & 1;
+        y[j] = d * ((qs[j] & 0x0F) as u32 | (h0 << 4)) as f32 + m;
+        y[j + 16] = d * ((qs[j] >> 4) as u32 | (h1 << 4)) as f32 + m;
+    }
+}
+
+/// Q8_0, 34 bytes → 32 values: `q * d`.
+pub fn decode_q8_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for j in 0..32 {
+        y[j] = (b[2 + j] as i8) as f32 * d;
+    }
+}
+
+/// MXFP4, 17 bytes → 32 values: `s * KV[nibble]`.
+pub fn decode_mxfp4(b: &[u8], y: &mut [f32]) {
+    let d = e8m0_half(b[0]);
+    let qs = &b[1..17];
+    for j in 0..16 {
+        y[j] = d * MXFP4_KVALUES[(qs[j] & 0x0F) as usize] as f32;
+        y[j + 16] = d * MXFP4_KVALUES[(qs[j] >> 4) as usize] as f32;
+    }
+}
+
+/// The (scale, min) pair `j` (0..8) of a Q4_K/Q5_K 12-byte scale array.
+#[inline(always)]
+pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Q4_K, 144 bytes → 256 values: `(d * sc) * q - (dmin * mn)` per 32-value sub-block.
+pub fn decode_q4_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qs = &b[16..144];
+    for c in 0..4 {
+        let q = &qs[32 * c..32 * c + 32];
+        let (sc0, m0) = scale_min_k4(2 * c, scales);
+        let (sc1, m1) = scale_min_k4(2 * c + 1, scales);
+        let (d0, dm0) = (d * sc0 as f32, dmin * m0 as f32);
+        let (d1, dm1) = (d * sc1 as f32, dmin * m1 as f32);
+        for l in 0..32 {
+            y[64 * c + l] = d0 * (q[l] & 0x0F) as f32 - dm0;
+            y[64 * c + 32 + l] = d1 * (q[l] >> 4) as f32 - dm1;
+        }
+    }
+}
+
+/// Q6_K, 210 bytes → 256 values: `(d * scale) * (q6 - 32)` per 16-value sub-block.
+pub fn decode_q6_k(b: &[u8], y: &mut [f32]) {
+    let ql = &b[0..128];
+    let qh = &b[128..192];
+    let sc = &b[192..208];
+    let d = f16_at(b, 208);
+    for h in 0..2 {
+        let ql = &ql[64 * h..64 * h + 64];
+        let qh = &qh[32 * h..32 * h + 32];
+        let base = 128 * h;
+        for l in 0..32 {
+            let q = [
+                ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i32 - 32,
+                ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32,
+                ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32,
+                ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32,
+            ];
+            for (k, qk) in q.into_iter().enumerate() {
+                let p = base + 32 * k + l;
+                let s = sc[p / 16] as i8;
+                y[p] = (d * s as f32) * qk as f32;
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Fused dot products of encoded rows with an f32 vector — the executor's decode hot path.
+//!
+//! No decoded row is materialised: the quantised kernels work block by block in registers
+//! (AVX2 + FMA + F16C when present) or through a one-block stack buffer (scalar fallback and
+//! the less common encodings). Results equal "decode, then dot in f32" up to rounding
+//! (accumulation order and FMA); the activation vector is never quantised.
+
+use super::block::{self, QK_K};
+use crate::dtype::DType;
+
+/// `row · x` where `row` holds `x.len()` encoded elements of `dtype`.
+///
+/// Lengths are the caller's contract (`row.len() == dtype.bytes_for(x.len())`, checked by a
+/// debug assertion); in release builds a mismatch computes over the common whole blocks and
+/// never reads out of bounds. Allocates nothing.
+#[inline]
+pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
+    let (be, bb) = (dtype.block_elems(), dtype.block_bytes());
+    debug_assert!(
+        x.len() % be == 0 && row.len() == x.len() / be * bb,
+        "dot_row: {} bytes of {dtype} against {} values",
+        row.len(),
+        x.len()
+    );
+    let nb = (x.len() / be).min(row.len() / bb);
+    let n = nb * be;
+    #[cfg(target_arch = "x86_64")]
+    if super::cpu::has_avx2() {
+        return dot_avx2(dtype, &row[..nb * bb], &x[..n]);
+    }
+    dot_scalar(dtype, &row[..nb * bb], &x[..n])
+}
+
+/// `out[i] = row_i · x` for consecutive encoded rows of `row_len` elements in `rows_bytes`
+/// (`out.len()` rows). Same contract as [`dot_row`] (`x.len() == row_len`,
+/// `rows_bytes.len() == out.len() * row bytes`); runs on the calling thread.
+pub fn dot_rows(dtype: DType, rows_bytes: &[u8], row_len: usize, x: &[f32], out: &mut [f32]) {
+    let rb = row_len / dtype.block_elems() * dtype.block_bytes();
+    debug_assert_eq!(x.len(), row_len, "dot_rows: x length");
+    debug_assert_eq!(rows_bytes.len(), rb * out.len(), "dot_rows: rows bytes");
+    let x = &x[..row_len.min(x.len())];
+    let n_rows = out.len().min(rows_bytes.len().checked_div(rb).unwrap_or(0));
+    #[cfg(target_arch = "x86_64")]
+    if dtype == DType::Q4_1 && super::cpu::has_avx2() && row_len % 32 == 0 && x.len() == row_len {
+        let nb = row_len / 32;
+        let mut i = 0;
+        while i + 4 <= n_rows {
+            let p = rows_bytes[i * rb..(i + 4) * rb].as_ptr();
+            // SAFETY: AVX2 present; the four rows lie within `rows_bytes[i*rb..(i+4)*rb]`
+            // and x holds nb*32 values.
+            let r = unsafe {
+                super::avx2::dot4_q4_1([p, p.add(rb), p.add(2 * rb), p.add(3 * rb)], x.as_ptr(), nb)
+            };
+            out[i..i + 4].copy_from_slice(&r);
+            i += 4;
+        }
+        for j in i..n_rows {
+            out[j] = dot_row(dtype, &rows_bytes[j * rb..(j + 1) * rb], x);
+        }
+        return;
+    }
+    for (i, o) in out.iter_mut().enumerate().take(n_rows) {
+        *o = dot_row(dtype, &rows_bytes[i * rb..(i + 1) * rb], x);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dot_avx2(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
+    use super::avx2;
+    let n = x.len();
+    let nb = n / dtype.block_elems();
+    // SAFETY: has_avx2() checked by the caller; row holds exactly nb whole blocks and x
+    // exactly nb * block_elems values (sliced in dot_row).
+    unsafe {
+        match dtype {
+            DType::F32 => {
+                // Encoded f32 rows need not be 4-byte aligned: read through a byte pointer.
+                if (row.as_ptr() as usize) % 4 == 0 {
+                    avx2::dot_f32(row.as_ptr() as *const f32, x.as_ptr(), n)
+                } else {
+                    dot_scalar(dtype, row, x)
+                }
+            }
+            DType::F16 => avx2::dot_f16(row.as_ptr(), x.as_ptr(), n),
+            DType::BF16 => avx2::dot_bf16(row.as_ptr(), x.as_ptr(), n),
+            DType::Q4_0 => avx2::dot_q4_0(row.as_ptr(), x.as_ptr(), nb),
+            DType::Q4_1 => avx2::dot_q4_1(row.as_ptr(), x.as_ptr(), nb),
+            DType::Q8_0 => avx2::dot_q8_0(row.as_ptr(), x.as_ptr(), nb),
+            DType::MXFP4 => avx2::dot_mxfp4(row.as_ptr(), x.as_ptr(), nb),
+            DType::Q5_0 | DType::Q5_1 | DType::Q4_K | DType::Q6_K => {
+                dot_blockwise(dtype, row, x, |a, b| {
+                    avx2::dot_f32(a.as_ptr(), b.as_ptr(), a.len())
+                })
+            }
+        }
+    }
+}
+
+/// Portable fused dot: decodes one block at a time into a stack buffer.
+pub fn dot_scalar(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
+    match dtype {
+        DType::F32 => {
+            let mut acc = [0.0f32; 8];
+            let mut chunks = row.chunks_exact(32).zip(x.chunks_exact(8));
+            for (c, xs) in &mut chunks {
+                for k in 0..8 {
+                    let w =
+                        f32::from_le_bytes([c[4 * k], c[4 * k + 1], c[4 * k + 2], c[4 * k + 3]]);
+                    acc[k] += w * xs[k];
+                }
+            }
+            let done = x.len() / 8 * 8;
+            let mut s: f32 = acc.iter().sum();
+            for (c, xv) in row[done * 4..].chunks_exact(4).zip(&x[done..]) {
+                s += f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * xv;
+            }
+            s
+        }
+        DType::F16 | DType::BF16 => {
+            let mut buf = [0.0f32; 64];
+            let mut s = 0.0f32;
+            for (c, xs) in row.chunks(128).zip(x.chunks(64)) {
+                let y = &mut buf[..xs.len()];
+                super::decode::decode_scalar(dtype, c, y);
+                s += plain_dot(y, xs);
+            }
+            s
+        }
+        _ => dot_blockwise(dtype, row, x, plain_dot),
+    }
+}
+
+fn plain_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (pa, pb) in (&mut ca).zip(&mut cb) {
+        for k in 0..8 {
+            acc[k] += pa[k] * pb[k];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (p, q) in ca.remainder().iter().zip(cb.remainder()) {
+        s += p * q;
+    }
+    s
+}
+
+/// Decodes block by block (exact scalar decoder) into a stack buffer and dots each block.
+fn dot_blockwise(dtype: DType, row: &[u8], x: &[f32], dot: impl Fn(&[f32], &[f32]) -> f32) -> f32 {
+    let (be, bb) = (dtype.block_elems(), dtype.block_bytes());
+    let mut buf = [0.0f32; QK_K];
+    let mut s = 0.0f32;
+    let y = &mut buf[..be];
+    for (b, xs) in row.chunks_exact(bb).zip(x.chunks_exact(be)) {
+        match dtype {
+            DType::Q4_0 => block::decode_q4_0(b, y),
+            DType::Q4_1 => block::decode_q4_1(b, y),
+            DType::Q5_0 => block::decode_q5_0(b, y),
+            DType::Q5_1 => block::decode_q5_1(b, y),
+            DType::Q8_0 => block::decode_q8_0(b, y),
+            DType::MXFP4 => block::decode_mxfp4(b, y),
+            DType::Q4_K => block::decode_q4_k(b, y),
+            DType::Q6_K => block::decode_q6_k(b, y),
+            DType::F32 | DType::F16 | DType::BF16 => super::decode::decode_scalar(dtype, b, y),
+        }
+        s += dot(y, xs);
+    }
+    s
+}

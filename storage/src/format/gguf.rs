@@ -1,1 +1,0 @@
-//! GGUF v3 (and v2 read-only): mmap reader with hostile-input limits, and writer.

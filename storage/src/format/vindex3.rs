@@ -1,1 +1,0 @@
-//! The VINDEX3 container (seed 002).
