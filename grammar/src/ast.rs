@@ -1,0 +1,745 @@
+//! The LQL abstract syntax tree: owned types, a byte [`Span`] on every node.
+//!
+//! Span conventions: a statement's span is its source text without the
+//! terminating `;`; an optional clause stored as `Option<Spanned<T>>` carries the
+//! span of the whole clause (`TOP 5`, `LAYERS 0-14`), so semantic errors can point
+//! at it; a statement argument (a prompt, a path) carries the span of its literal.
+//!
+//! Printing (`Display`, in `print.rs`) gives back equivalent LQL; clauses are printed
+//! in a canonical order, so `parse(print(ast))` equals `ast` ignoring spans (see
+//! [`SpanVisit::without_spans`] and [`Statement::eq_ignoring_spans`]).
+
+/// A half-open byte range `start..end` into the source text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    pub const fn new(start: usize, end: usize) -> Span {
+        Span { start, end }
+    }
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span::new(self.start.min(other.start), self.end.max(other.end))
+    }
+    pub fn len(&self) -> usize {
+        self.end.saturating_sub(self.start)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.start..self.end
+    }
+}
+
+/// A value with the span it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spanned<T> {
+    pub value: T,
+    pub span: Span,
+}
+
+impl<T> Spanned<T> {
+    pub fn new(value: T, span: Span) -> Self {
+        Spanned { value, span }
+    }
+}
+
+/// An identifier (a column name), as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ident {
+    pub name: String,
+    pub span: Span,
+}
+
+/// One statement; `span` is its source text (without `;`), for echoing it back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    pub kind: StatementKind,
+    pub span: Span,
+}
+
+impl Statement {
+    /// The statement's own source text.
+    pub fn text<'a>(&self, src: &'a str) -> &'a str {
+        src.get(self.span.range()).unwrap_or("")
+    }
+    /// The statement's keyword(s), e.g. `"WALK"`, `"BEGIN PATCH"`, `"EXPLAIN"`.
+    pub fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatementKind {
+    Use(Use),
+    Infer(Infer),
+    Generate(Generate),
+    Walk(Walk),
+    Describe(Describe),
+    Select(Select),
+    Trace(Trace),
+    Insert(Insert),
+    Delete(Delete),
+    Update(Update),
+    /// `BEGIN PATCH "file"`
+    BeginPatch(Spanned<String>),
+    /// `SAVE PATCH`
+    SavePatch,
+    /// `APPLY PATCH "file"`
+    ApplyPatch(Spanned<String>),
+    /// `REMOVE PATCH "file"`
+    RemovePatch(Spanned<String>),
+    Diff(Diff),
+    Compile(Compile),
+    Extract(Extract),
+    Compact(Compact),
+    /// `VERIFY ["container"]`
+    Verify(Option<Spanned<String>>),
+    Show(Show),
+    /// `STATS`
+    Stats,
+    /// `TOKENIZE "text"`
+    Tokenize(Spanned<String>),
+    /// `EXPLAIN <statement>`; the inner statement is never itself an EXPLAIN.
+    Explain(Box<Statement>),
+}
+
+impl StatementKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            StatementKind::Use(_) => "USE",
+            StatementKind::Infer(_) => "INFER",
+            StatementKind::Generate(_) => "GENERATE",
+            StatementKind::Walk(_) => "WALK",
+            StatementKind::Describe(_) => "DESCRIBE",
+            StatementKind::Select(_) => "SELECT",
+            StatementKind::Trace(_) => "TRACE",
+            StatementKind::Insert(_) => "INSERT",
+            StatementKind::Delete(_) => "DELETE",
+            StatementKind::Update(_) => "UPDATE",
+            StatementKind::BeginPatch(_) => "BEGIN PATCH",
+            StatementKind::SavePatch => "SAVE PATCH",
+            StatementKind::ApplyPatch(_) => "APPLY PATCH",
+            StatementKind::RemovePatch(_) => "REMOVE PATCH",
+            StatementKind::Diff(_) => "DIFF",
+            StatementKind::Compile(_) => "COMPILE",
+            StatementKind::Extract(_) => "EXTRACT",
+            StatementKind::Compact(_) => "COMPACT",
+            StatementKind::Verify(_) => "VERIFY",
+            StatementKind::Show(_) => "SHOW",
+            StatementKind::Stats => "STATS",
+            StatementKind::Tokenize(_) => "TOKENIZE",
+            StatementKind::Explain(_) => "EXPLAIN",
+        }
+    }
+}
+
+/// `LAYERS a-b`, `LAYERS n` (first == last) or `LAYERS ALL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerSpec {
+    All,
+    /// Inclusive on both ends, as written (first may exceed last; the planner refuses it).
+    Range {
+        first: u64,
+        last: u64,
+    },
+}
+
+/// `USE "path" | USE MODEL "name"`, with optional `LAYERS a-b` and `PROFILE "name"`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Use {
+    pub source: UseSource,
+    pub layers: Option<Spanned<LayerSpec>>,
+    pub profile: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum UseSource {
+    /// A GGUF file, VINDEX3 container, layer package or HF folder.
+    Path(Spanned<String>),
+    /// A named model from the built-in catalogue (`USE MODEL "name"`).
+    Model(Spanned<String>),
+}
+
+/// `INFER "prompt" [TOP n] [GENERATE n]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Infer {
+    pub prompt: Spanned<String>,
+    pub top: Option<Spanned<i64>>,
+    pub generate: Option<Spanned<i64>>,
+}
+
+/// `GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "…", …]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generate {
+    pub prompt: Spanned<String>,
+    pub max: Option<Spanned<i64>>,
+    pub temperature: Option<Spanned<f64>>,
+    pub top_k: Option<Spanned<i64>>,
+    pub top_p: Option<Spanned<f64>>,
+    pub seed: Option<Spanned<i64>>,
+    pub stop: Option<Spanned<Vec<String>>>,
+}
+
+/// `WALK "prompt" [TOP k] [LAYERS a-b] [MODE EMBEDDING|RESIDUAL]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Walk {
+    pub prompt: Spanned<String>,
+    pub top: Option<Spanned<i64>>,
+    pub layers: Option<Spanned<LayerSpec>>,
+    pub mode: Option<Spanned<WalkMode>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkMode {
+    /// LARQL's browse: the prompt's last-token embedding against every layer's gates.
+    Embedding,
+    /// Run the model and walk the residual entering each layer's FFN.
+    Residual,
+}
+
+/// `DESCRIBE "entity" [AT LAYER n | LAYERS a-b] [BRIEF|VERBOSE|RAW]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Describe {
+    pub entity: Spanned<String>,
+    pub scope: Option<Spanned<DescribeScope>>,
+    pub detail: Option<Spanned<Detail>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DescribeScope {
+    AtLayer(u64),
+    Layers(LayerSpec),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    Brief,
+    Verbose,
+    Raw,
+}
+
+/// The virtual tables of SELECT / INSERT / DELETE / UPDATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Table {
+    Features,
+    Edges,
+    Layers,
+    Tokens,
+    Tensors,
+    Representations,
+}
+
+impl Table {
+    pub const ALL: &'static [Table] = &[
+        Table::Features,
+        Table::Edges,
+        Table::Layers,
+        Table::Tokens,
+        Table::Tensors,
+        Table::Representations,
+    ];
+    pub fn name(&self) -> &'static str {
+        match self {
+            Table::Features => "features",
+            Table::Edges => "edges",
+            Table::Layers => "layers",
+            Table::Tokens => "tokens",
+            Table::Tensors => "tensors",
+            Table::Representations => "representations",
+        }
+    }
+}
+
+/// `SELECT <cols|*> FROM table [WHERE expr] [ORDER BY …] [LIMIT n]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Select {
+    pub columns: Spanned<SelectList>,
+    pub table: Spanned<Table>,
+    /// The WHERE clause (span: the whole clause; the expression has its own span).
+    pub filter: Option<Spanned<Expr>>,
+    pub order_by: Option<Spanned<Vec<OrderItem>>>,
+    pub limit: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SelectList {
+    All,
+    Columns(Vec<Ident>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrderItem {
+    pub column: Ident,
+    /// As written; `None` means ascending.
+    pub direction: Option<SortDirection>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortDirection {
+    Asc,
+    Desc,
+}
+
+/// `TRACE "prompt" [FOR "tok"] [DECOMPOSE] [LAYERS a-b] [POSITIONS LAST|ALL] [SAVE "file"]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub prompt: Spanned<String>,
+    pub target: Option<Spanned<String>>,
+    /// The span of the DECOMPOSE keyword when present.
+    pub decompose: Option<Span>,
+    pub layers: Option<Spanned<LayerSpec>>,
+    pub positions: Option<Spanned<Positions>>,
+    pub save: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Positions {
+    Last,
+    All,
+}
+
+/// `INSERT INTO table (c, …) VALUES (v, …)[, (…)] [AT LAYER n] [ALPHA a] [CONFIDENCE c]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Insert {
+    pub table: Spanned<Table>,
+    pub columns: Vec<Ident>,
+    /// Each row with the span of its parenthesised tuple.
+    pub rows: Vec<Spanned<Vec<Spanned<Value>>>>,
+    pub at_layer: Option<Spanned<u64>>,
+    pub alpha: Option<Spanned<f64>>,
+    pub confidence: Option<Spanned<f64>>,
+}
+
+/// `DELETE FROM table [WHERE expr]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delete {
+    pub table: Spanned<Table>,
+    pub filter: Option<Spanned<Expr>>,
+}
+
+/// `UPDATE table SET col = value, … [WHERE expr]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub table: Spanned<Table>,
+    pub assignments: Vec<Assignment>,
+    pub filter: Option<Spanned<Expr>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    pub column: Ident,
+    pub value: Spanned<Value>,
+    pub span: Span,
+}
+
+/// The current effective model (base + overlays) or a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelRef {
+    Current,
+    Path(String),
+}
+
+/// `DIFF "a" "b"` · `DIFF CURRENT` · `DIFF "a" CURRENT` · `[INTO PATCH "out"]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Diff {
+    pub left: Spanned<ModelRef>,
+    pub right: Option<Spanned<ModelRef>>,
+    pub into_patch: Option<Spanned<String>>,
+}
+
+/// `COMPILE CURRENT|"src" INTO VINDEX|PACKAGE|GGUF "out"`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compile {
+    pub source: Spanned<ModelRef>,
+    pub target: Spanned<CompileTarget>,
+    pub output: Spanned<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompileTarget {
+    Vindex,
+    Package,
+    Gguf,
+}
+
+/// `EXTRACT MODEL "src" INTO "out" [FORMAT VINDEX3|PACKAGE] [ENCODING …] [LAYERS a-b]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Extract {
+    pub source: Spanned<String>,
+    pub output: Spanned<String>,
+    pub format: Option<Spanned<ExtractFormat>>,
+    pub encoding: Option<Spanned<Encoding>>,
+    pub layers: Option<Spanned<LayerSpec>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtractFormat {
+    Vindex3,
+    Package,
+}
+
+/// Encodings EXTRACT may write; `Source` keeps each tensor as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Source,
+    F32,
+    F16,
+    Bf16,
+    Q8_0,
+}
+
+/// `COMPACT "container" [INTO "out"]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compact {
+    pub container: Spanned<String>,
+    pub into: Option<Spanned<String>>,
+}
+
+/// `SHOW MODELS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES [LIKE "pattern"]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Show {
+    pub what: Spanned<ShowWhat>,
+    pub like: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShowWhat {
+    Models,
+    Layers,
+    Components,
+    Representations,
+    Tensors,
+    Profiles,
+    Patches,
+}
+
+/// A literal value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Int(i64),
+    Float(f64),
+    String(String),
+    Bool(bool),
+    Null,
+}
+
+/// An expression of WHERE clauses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExprKind {
+    Column(Ident),
+    Literal(Value),
+    Compare {
+        op: CmpOp,
+        left: Box<Expr>,
+        right: Box<Expr>,
+    },
+    Like {
+        expr: Box<Expr>,
+        pattern: Box<Expr>,
+        negated: bool,
+    },
+    InList {
+        expr: Box<Expr>,
+        list: Vec<Expr>,
+        negated: bool,
+    },
+    Between {
+        expr: Box<Expr>,
+        low: Box<Expr>,
+        high: Box<Expr>,
+        negated: bool,
+    },
+    IsNull {
+        expr: Box<Expr>,
+        negated: bool,
+    },
+    Not(Box<Expr>),
+    /// Two or more operands (a flat chain `a AND b AND c`).
+    And(Vec<Expr>),
+    /// Two or more operands (a flat chain `a OR b OR c`).
+    Or(Vec<Expr>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+}
+
+impl CmpOp {
+    pub fn symbol(&self) -> &'static str {
+        match self {
+            CmpOp::Eq => "=",
+            CmpOp::NotEq => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::LtEq => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::GtEq => ">=",
+        }
+    }
+}
+
+// ---- span visiting ----------------------------------------------------------------
+
+/// Visits every span in a node; used to strip spans for structural comparison.
+pub trait SpanVisit {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span));
+
+    /// A copy with every span set to `Span::default()`.
+    fn without_spans(&self) -> Self
+    where
+        Self: Clone + Sized,
+    {
+        let mut c = self.clone();
+        c.visit_spans(&mut |s| *s = Span::default());
+        c
+    }
+}
+
+impl Statement {
+    /// Structural equality ignoring spans (the round-trip contract).
+    pub fn eq_ignoring_spans(&self, other: &Statement) -> bool {
+        self.without_spans() == other.without_spans()
+    }
+}
+
+macro_rules! leaf {
+    ($($t:ty),*) => { $(impl SpanVisit for $t { fn visit_spans(&mut self, _: &mut dyn FnMut(&mut Span)) {} })* };
+}
+leaf!(
+    String,
+    i64,
+    u64,
+    f64,
+    bool,
+    LayerSpec,
+    WalkMode,
+    DescribeScope,
+    Detail,
+    Table,
+    SortDirection,
+    Positions,
+    ModelRef,
+    CompileTarget,
+    ExtractFormat,
+    Encoding,
+    ShowWhat,
+    Value,
+    CmpOp
+);
+
+impl SpanVisit for Span {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        f(self)
+    }
+}
+impl<T: SpanVisit> SpanVisit for Spanned<T> {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        f(&mut self.span);
+        self.value.visit_spans(f);
+    }
+}
+impl<T: SpanVisit> SpanVisit for Option<T> {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        if let Some(v) = self {
+            v.visit_spans(f)
+        }
+    }
+}
+impl<T: SpanVisit> SpanVisit for Vec<T> {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        for v in self {
+            v.visit_spans(f)
+        }
+    }
+}
+impl<T: SpanVisit> SpanVisit for Box<T> {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        (**self).visit_spans(f)
+    }
+}
+
+macro_rules! fields {
+    ($t:ty { $($field:ident),* }) => {
+        impl SpanVisit for $t {
+            fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+                $( self.$field.visit_spans(f); )*
+            }
+        }
+    };
+}
+fields!(Ident { span });
+fields!(Statement { kind, span });
+fields!(Use {
+    source,
+    layers,
+    profile
+});
+fields!(Infer {
+    prompt,
+    top,
+    generate
+});
+fields!(Generate {
+    prompt,
+    max,
+    temperature,
+    top_k,
+    top_p,
+    seed,
+    stop
+});
+fields!(Walk {
+    prompt,
+    top,
+    layers,
+    mode
+});
+fields!(Describe {
+    entity,
+    scope,
+    detail
+});
+fields!(Select {
+    columns,
+    table,
+    filter,
+    order_by,
+    limit
+});
+fields!(OrderItem { column, span });
+fields!(Trace {
+    prompt,
+    target,
+    decompose,
+    layers,
+    positions,
+    save
+});
+fields!(Insert {
+    table,
+    columns,
+    rows,
+    at_layer,
+    alpha,
+    confidence
+});
+fields!(Delete { table, filter });
+fields!(Update {
+    table,
+    assignments,
+    filter
+});
+fields!(Assignment {
+    column,
+    value,
+    span
+});
+fields!(Diff {
+    left,
+    right,
+    into_patch
+});
+fields!(Compile {
+    source,
+    target,
+    output
+});
+fields!(Extract {
+    source,
+    output,
+    format,
+    encoding,
+    layers
+});
+fields!(Compact { container, into });
+fields!(Show { what, like });
+fields!(Expr { kind, span });
+
+impl SpanVisit for UseSource {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        match self {
+            UseSource::Path(s) | UseSource::Model(s) => s.visit_spans(f),
+        }
+    }
+}
+impl SpanVisit for SelectList {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        if let SelectList::Columns(c) = self {
+            c.visit_spans(f)
+        }
+    }
+}
+impl SpanVisit for StatementKind {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        match self {
+            StatementKind::Use(s) => s.visit_spans(f),
+            StatementKind::Infer(s) => s.visit_spans(f),
+            StatementKind::Generate(s) => s.visit_spans(f),
+            StatementKind::Walk(s) => s.visit_spans(f),
+            StatementKind::Describe(s) => s.visit_spans(f),
+            StatementKind::Select(s) => s.visit_spans(f),
+            StatementKind::Trace(s) => s.visit_spans(f),
+            StatementKind::Insert(s) => s.visit_spans(f),
+            StatementKind::Delete(s) => s.visit_spans(f),
+            StatementKind::Update(s) => s.visit_spans(f),
+            StatementKind::BeginPatch(s)
+            | StatementKind::ApplyPatch(s)
+            | StatementKind::RemovePatch(s)
+            | StatementKind::Tokenize(s) => s.visit_spans(f),
+            StatementKind::Diff(s) => s.visit_spans(f),
+            StatementKind::Compile(s) => s.visit_spans(f),
+            StatementKind::Extract(s) => s.visit_spans(f),
+            StatementKind::Compact(s) => s.visit_spans(f),
+            StatementKind::Verify(s) => s.visit_spans(f),
+            StatementKind::Show(s) => s.visit_spans(f),
+            StatementKind::Explain(s) => s.visit_spans(f),
+            StatementKind::SavePatch | StatementKind::Stats => {}
+        }
+    }
+}
+impl SpanVisit for ExprKind {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        match self {
+            ExprKind::Column(c) => c.visit_spans(f),
+            ExprKind::Literal(_) => {}
+            ExprKind::Compare { left, right, .. } => {
+                left.visit_spans(f);
+                right.visit_spans(f);
+            }
+            ExprKind::Like { expr, pattern, .. } => {
+                expr.visit_spans(f);
+                pattern.visit_spans(f);
+            }
+            ExprKind::InList { expr, list, .. } => {
+                expr.visit_spans(f);
+                list.visit_spans(f);
+            }
+            ExprKind::Between {
+                expr, low, high, ..
+            } => {
+                expr.visit_spans(f);
+                low.visit_spans(f);
+                high.visit_spans(f);
+            }
+            ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) => expr.visit_spans(f),
+            ExprKind::And(v) | ExprKind::Or(v) => v.visit_spans(f),
+        }
+    }
+}

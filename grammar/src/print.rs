@@ -1,0 +1,497 @@
+//! AST → LQL text. Keywords upper case, strings double-quoted with escapes, clauses in
+//! canonical order; the output parses back to an equal AST (ignoring spans).
+
+use crate::ast::*;
+use std::fmt::{self, Display, Formatter, Write};
+
+/// Prints a script: each statement followed by `;` and a newline.
+pub fn print_script(statements: &[Statement]) -> String {
+    let mut out = String::new();
+    for s in statements {
+        let _ = writeln!(out, "{s};");
+    }
+    out
+}
+
+/// Quotes a string as an LQL double-quoted literal.
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+struct Q<'a>(&'a str);
+impl Display for Q<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(&quote(self.0))
+    }
+}
+
+impl Display for Span {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        write!(f, "{}..{}", self.start, self.end)
+    }
+}
+
+impl Display for LayerSpec {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            LayerSpec::All => f.write_str("ALL"),
+            LayerSpec::Range { first, last } if first == last => write!(f, "{first}"),
+            LayerSpec::Range { first, last } => write!(f, "{first}-{last}"),
+        }
+    }
+}
+
+impl Display for Value {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Int(i) => write!(f, "{i}"),
+            // Debug keeps a '.' or an exponent, so the text reads back as a float.
+            Value::Float(x) => write!(f, "{x:?}"),
+            Value::String(s) => f.write_str(&quote(s)),
+            Value::Bool(true) => f.write_str("TRUE"),
+            Value::Bool(false) => f.write_str("FALSE"),
+            Value::Null => f.write_str("NULL"),
+        }
+    }
+}
+
+fn float(x: f64) -> String {
+    format!("{x:?}")
+}
+
+impl Display for WalkMode {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WalkMode::Embedding => "EMBEDDING",
+            WalkMode::Residual => "RESIDUAL",
+        })
+    }
+}
+impl Display for Detail {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Detail::Brief => "BRIEF",
+            Detail::Verbose => "VERBOSE",
+            Detail::Raw => "RAW",
+        })
+    }
+}
+impl Display for Table {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+impl Display for Positions {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Positions::Last => "LAST",
+            Positions::All => "ALL",
+        })
+    }
+}
+impl Display for ModelRef {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelRef::Current => f.write_str("CURRENT"),
+            ModelRef::Path(p) => f.write_str(&quote(p)),
+        }
+    }
+}
+impl Display for CompileTarget {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CompileTarget::Vindex => "VINDEX",
+            CompileTarget::Package => "PACKAGE",
+            CompileTarget::Gguf => "GGUF",
+        })
+    }
+}
+impl Display for ExtractFormat {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ExtractFormat::Vindex3 => "VINDEX3",
+            ExtractFormat::Package => "PACKAGE",
+        })
+    }
+}
+impl Display for Encoding {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Encoding::Source => "SOURCE",
+            Encoding::F32 => "F32",
+            Encoding::F16 => "F16",
+            Encoding::Bf16 => "BF16",
+            Encoding::Q8_0 => "Q8_0",
+        })
+    }
+}
+impl Display for ShowWhat {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShowWhat::Models => "MODELS",
+            ShowWhat::Layers => "LAYERS",
+            ShowWhat::Components => "COMPONENTS",
+            ShowWhat::Representations => "REPRESENTATIONS",
+            ShowWhat::Tensors => "TENSORS",
+            ShowWhat::Profiles => "PROFILES",
+            ShowWhat::Patches => "PATCHES",
+        })
+    }
+}
+impl Display for Ident {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// Binding strength for parenthesisation: OR < AND < NOT < predicate < atom.
+fn prec(e: &Expr) -> u8 {
+    match e.kind {
+        ExprKind::Or(_) => 1,
+        ExprKind::And(_) => 2,
+        ExprKind::Not(_) => 3,
+        ExprKind::Compare { .. }
+        | ExprKind::Like { .. }
+        | ExprKind::InList { .. }
+        | ExprKind::Between { .. }
+        | ExprKind::IsNull { .. } => 4,
+        ExprKind::Column(_) | ExprKind::Literal(_) => 5,
+    }
+}
+
+/// Writes `e`, parenthesised when it binds weaker than `min`.
+fn write_at(f: &mut Formatter<'_>, e: &Expr, min: u8) -> fmt::Result {
+    if prec(e) < min {
+        write!(f, "({e})")
+    } else {
+        write!(f, "{e}")
+    }
+}
+
+impl Display for Expr {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let not = |n: bool| if n { "NOT " } else { "" };
+        match &self.kind {
+            ExprKind::Column(c) => write!(f, "{c}"),
+            ExprKind::Literal(v) => write!(f, "{v}"),
+            ExprKind::Compare { op, left, right } => {
+                write_at(f, left, 5)?;
+                write!(f, " {} ", op.symbol())?;
+                write_at(f, right, 5)
+            }
+            ExprKind::Like {
+                expr,
+                pattern,
+                negated,
+            } => {
+                write_at(f, expr, 5)?;
+                write!(f, " {}LIKE ", not(*negated))?;
+                write_at(f, pattern, 5)
+            }
+            ExprKind::InList {
+                expr,
+                list,
+                negated,
+            } => {
+                write_at(f, expr, 5)?;
+                write!(f, " {}IN (", not(*negated))?;
+                for (i, e) in list.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write_at(f, e, 5)?;
+                }
+                f.write_str(")")
+            }
+            ExprKind::Between {
+                expr,
+                low,
+                high,
+                negated,
+            } => {
+                write_at(f, expr, 5)?;
+                write!(f, " {}BETWEEN ", not(*negated))?;
+                write_at(f, low, 5)?;
+                f.write_str(" AND ")?;
+                write_at(f, high, 5)
+            }
+            ExprKind::IsNull { expr, negated } => {
+                write_at(f, expr, 5)?;
+                write!(f, " IS {}NULL", not(*negated))
+            }
+            ExprKind::Not(e) => {
+                f.write_str("NOT ")?;
+                write_at(f, e, 3)
+            }
+            ExprKind::And(v) | ExprKind::Or(v) => {
+                let (kw, min) = if matches!(self.kind, ExprKind::And(_)) {
+                    (" AND ", 3)
+                } else {
+                    (" OR ", 2)
+                };
+                for (i, e) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(kw)?;
+                    }
+                    // A nested chain of the same kind keeps its parentheses so the
+                    // tree shape survives the round trip.
+                    write_at(f, e, min)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn layers(f: &mut Formatter<'_>, l: &Option<Spanned<LayerSpec>>) -> fmt::Result {
+    if let Some(l) = l {
+        write!(f, " LAYERS {}", l.value)?;
+    }
+    Ok(())
+}
+
+fn opt_int(f: &mut Formatter<'_>, kw: &str, v: &Option<Spanned<i64>>) -> fmt::Result {
+    if let Some(v) = v {
+        write!(f, " {kw} {}", v.value)?;
+    }
+    Ok(())
+}
+
+fn opt_float(f: &mut Formatter<'_>, kw: &str, v: &Option<Spanned<f64>>) -> fmt::Result {
+    if let Some(v) = v {
+        write!(f, " {kw} {}", float(v.value))?;
+    }
+    Ok(())
+}
+
+fn opt_str(f: &mut Formatter<'_>, kw: &str, v: &Option<Spanned<String>>) -> fmt::Result {
+    if let Some(v) = v {
+        write!(f, " {kw} {}", Q(&v.value))?;
+    }
+    Ok(())
+}
+
+fn filter(f: &mut Formatter<'_>, w: &Option<Spanned<Expr>>) -> fmt::Result {
+    if let Some(w) = w {
+        write!(f, " WHERE {}", w.value)?;
+    }
+    Ok(())
+}
+
+impl Display for Statement {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.kind)
+    }
+}
+
+impl Display for StatementKind {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            StatementKind::Use(u) => {
+                match &u.source {
+                    UseSource::Path(p) => write!(f, "USE {}", Q(&p.value))?,
+                    UseSource::Model(m) => write!(f, "USE MODEL {}", Q(&m.value))?,
+                }
+                layers(f, &u.layers)?;
+                opt_str(f, "PROFILE", &u.profile)
+            }
+            StatementKind::Infer(i) => {
+                write!(f, "INFER {}", Q(&i.prompt.value))?;
+                opt_int(f, "TOP", &i.top)?;
+                opt_int(f, "GENERATE", &i.generate)
+            }
+            StatementKind::Generate(g) => {
+                write!(f, "GENERATE {}", Q(&g.prompt.value))?;
+                opt_int(f, "MAX", &g.max)?;
+                opt_float(f, "TEMPERATURE", &g.temperature)?;
+                opt_int(f, "TOP_K", &g.top_k)?;
+                opt_float(f, "TOP_P", &g.top_p)?;
+                opt_int(f, "SEED", &g.seed)?;
+                if let Some(stop) = &g.stop {
+                    f.write_str(" STOP ")?;
+                    for (i, s) in stop.value.iter().enumerate() {
+                        if i > 0 {
+                            f.write_str(", ")?;
+                        }
+                        write!(f, "{}", Q(s))?;
+                    }
+                }
+                Ok(())
+            }
+            StatementKind::Walk(w) => {
+                write!(f, "WALK {}", Q(&w.prompt.value))?;
+                opt_int(f, "TOP", &w.top)?;
+                layers(f, &w.layers)?;
+                if let Some(m) = &w.mode {
+                    write!(f, " MODE {}", m.value)?;
+                }
+                Ok(())
+            }
+            StatementKind::Describe(d) => {
+                write!(f, "DESCRIBE {}", Q(&d.entity.value))?;
+                match d.scope.as_ref().map(|s| s.value) {
+                    Some(DescribeScope::AtLayer(n)) => write!(f, " AT LAYER {n}")?,
+                    Some(DescribeScope::Layers(l)) => write!(f, " LAYERS {l}")?,
+                    None => {}
+                }
+                if let Some(d) = &d.detail {
+                    write!(f, " {}", d.value)?;
+                }
+                Ok(())
+            }
+            StatementKind::Select(s) => {
+                f.write_str("SELECT ")?;
+                match &s.columns.value {
+                    SelectList::All => f.write_str("*")?,
+                    SelectList::Columns(c) => write_list(f, c)?,
+                }
+                write!(f, " FROM {}", s.table.value)?;
+                filter(f, &s.filter)?;
+                if let Some(o) = &s.order_by {
+                    f.write_str(" ORDER BY ")?;
+                    for (i, item) in o.value.iter().enumerate() {
+                        if i > 0 {
+                            f.write_str(", ")?;
+                        }
+                        write!(f, "{}", item.column)?;
+                        match item.direction {
+                            Some(SortDirection::Asc) => f.write_str(" ASC")?,
+                            Some(SortDirection::Desc) => f.write_str(" DESC")?,
+                            None => {}
+                        }
+                    }
+                }
+                opt_int(f, "LIMIT", &s.limit)
+            }
+            StatementKind::Trace(t) => {
+                write!(f, "TRACE {}", Q(&t.prompt.value))?;
+                opt_str(f, "FOR", &t.target)?;
+                if t.decompose.is_some() {
+                    f.write_str(" DECOMPOSE")?;
+                }
+                layers(f, &t.layers)?;
+                if let Some(p) = &t.positions {
+                    write!(f, " POSITIONS {}", p.value)?;
+                }
+                opt_str(f, "SAVE", &t.save)
+            }
+            StatementKind::Insert(i) => {
+                write!(f, "INSERT INTO {} (", i.table.value)?;
+                write_list(f, &i.columns)?;
+                f.write_str(") VALUES ")?;
+                for (n, row) in i.rows.iter().enumerate() {
+                    if n > 0 {
+                        f.write_str(", ")?;
+                    }
+                    f.write_str("(")?;
+                    for (k, v) in row.value.iter().enumerate() {
+                        if k > 0 {
+                            f.write_str(", ")?;
+                        }
+                        write!(f, "{}", v.value)?;
+                    }
+                    f.write_str(")")?;
+                }
+                if let Some(l) = &i.at_layer {
+                    write!(f, " AT LAYER {}", l.value)?;
+                }
+                opt_float(f, "ALPHA", &i.alpha)?;
+                opt_float(f, "CONFIDENCE", &i.confidence)
+            }
+            StatementKind::Delete(d) => {
+                write!(f, "DELETE FROM {}", d.table.value)?;
+                filter(f, &d.filter)
+            }
+            StatementKind::Update(u) => {
+                write!(f, "UPDATE {} SET ", u.table.value)?;
+                for (i, a) in u.assignments.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{} = {}", a.column, a.value.value)?;
+                }
+                filter(f, &u.filter)
+            }
+            StatementKind::BeginPatch(p) => write!(f, "BEGIN PATCH {}", Q(&p.value)),
+            StatementKind::SavePatch => f.write_str("SAVE PATCH"),
+            StatementKind::ApplyPatch(p) => write!(f, "APPLY PATCH {}", Q(&p.value)),
+            StatementKind::RemovePatch(p) => write!(f, "REMOVE PATCH {}", Q(&p.value)),
+            StatementKind::Diff(d) => {
+                write!(f, "DIFF {}", d.left.value)?;
+                if let Some(r) = &d.right {
+                    write!(f, " {}", r.value)?;
+                }
+                if let Some(p) = &d.into_patch {
+                    write!(f, " INTO PATCH {}", Q(&p.value))?;
+                }
+                Ok(())
+            }
+            StatementKind::Compile(c) => write!(
+                f,
+                "COMPILE {} INTO {} {}",
+                c.source.value,
+                c.target.value,
+                Q(&c.output.value)
+            ),
+            StatementKind::Extract(e) => {
+                write!(
+                    f,
+                    "EXTRACT MODEL {} INTO {}",
+                    Q(&e.source.value),
+                    Q(&e.output.value)
+                )?;
+                if let Some(x) = &e.format {
+                    write!(f, " FORMAT {}", x.value)?;
+                }
+                if let Some(x) = &e.encoding {
+                    write!(f, " ENCODING {}", x.value)?;
+                }
+                layers(f, &e.layers)
+            }
+            StatementKind::Compact(c) => {
+                write!(f, "COMPACT {}", Q(&c.container.value))?;
+                opt_str(f, "INTO", &c.into)
+            }
+            StatementKind::Verify(v) => {
+                f.write_str("VERIFY")?;
+                if let Some(v) = v {
+                    write!(f, " {}", Q(&v.value))?;
+                }
+                Ok(())
+            }
+            StatementKind::Show(s) => {
+                write!(f, "SHOW {}", s.what.value)?;
+                opt_str(f, "LIKE", &s.like)
+            }
+            StatementKind::Stats => f.write_str("STATS"),
+            StatementKind::Tokenize(t) => write!(f, "TOKENIZE {}", Q(&t.value)),
+            StatementKind::Explain(inner) => write!(f, "EXPLAIN {inner}"),
+        }
+    }
+}
+
+fn write_list(f: &mut Formatter<'_>, items: &[Ident]) -> fmt::Result {
+    for (i, c) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{c}")?;
+    }
+    Ok(())
+}
