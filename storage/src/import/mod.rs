@@ -1,1 +1,69 @@
 //! Importers: judge a source's architecture once and produce a [`crate::Model`].
+//!
+//! [`open`] detects the kind of source (a GGUF file by its magic, a Hugging Face folder by
+//! its `config.json`, a VINDEX3 container by its `index.json`) and hands it to the importer
+//! for that kind. Family knowledge (tensor names, RoPE pairing, biases, tied head) lives
+//! here and nowhere else.
+
+pub mod gguf;
+pub mod hf;
+pub mod validate;
+
+use std::io::Read;
+use std::path::Path;
+
+use crate::error::{Result, StorageError};
+use crate::model::Model;
+
+/// What kind of source a path holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceFormat {
+    Gguf,
+    HfFolder,
+    Vindex3,
+}
+
+/// Detect the kind of source at `path`.
+pub fn detect(path: &Path) -> Result<SourceFormat> {
+    let meta = std::fs::metadata(path).map_err(|e| StorageError::io(path, e))?;
+    if meta.is_dir() {
+        if path.join("index.json").is_file() {
+            return Ok(SourceFormat::Vindex3);
+        }
+        if path.join("config.json").is_file() {
+            return Ok(SourceFormat::HfFolder);
+        }
+        return Err(StorageError::Unsupported(format!(
+            "{}: a folder with neither index.json (VINDEX3) nor config.json (Hugging Face)",
+            path.display()
+        )));
+    }
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
+    let n = f.read(&mut magic).map_err(|e| StorageError::io(path, e))?;
+    if n == 4 && magic == crate::format::gguf::MAGIC {
+        return Ok(SourceFormat::Gguf);
+    }
+    Err(StorageError::Format {
+        path: path.to_path_buf(),
+        offset: 0,
+        field: "magic".into(),
+        message: format!(
+            "not a model LQL can open (expected a GGUF file, a Hugging Face folder or a VINDEX3 container; first bytes {:02x?})",
+            &magic[..n]
+        ),
+    })
+}
+
+/// Open any supported model source.
+pub fn open(path: &Path) -> Result<Model> {
+    match detect(path)? {
+        SourceFormat::Gguf => gguf::open(path),
+        SourceFormat::HfFolder => hf::open(path),
+        // The VINDEX3 reader (`format::vindex3::open_model`) plugs in here.
+        SourceFormat::Vindex3 => Err(StorageError::Unsupported(format!(
+            "not supported yet: VINDEX3 containers ({})",
+            path.display()
+        ))),
+    }
+}

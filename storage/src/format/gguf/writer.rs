@@ -1,0 +1,251 @@
+//! The GGUF v3 writer: metadata of every value type and tensors laid out in the order
+//! added, each at an offset aligned to `general.alignment` (default 32), zero padding
+//! between tensors and after the last one (the ggml writer convention, so re-writing what
+//! the reader read gives back the same bytes). Files are written under a temporary name,
+//! synced and renamed into place.
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::path::Path;
+
+use crate::dtype::DType;
+use crate::error::{Result, StorageError};
+
+use super::reader::GgufFile;
+use super::value::MetaValue;
+use super::{align_up, limits, DEFAULT_ALIGNMENT, MAGIC};
+
+struct PendingTensor<'a> {
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    bytes: Cow<'a, [u8]>,
+}
+
+/// Builds a GGUF v3 file. Tensor bytes may be borrowed (e.g. from another file's map).
+#[derive(Default)]
+pub struct GgufWriter<'a> {
+    kvs: Vec<(String, MetaValue)>,
+    tensors: Vec<PendingTensor<'a>>,
+}
+
+impl<'a> GgufWriter<'a> {
+    pub fn new() -> Self {
+        GgufWriter::default()
+    }
+
+    /// A writer holding everything `file` holds (metadata and tensors, in file order), the
+    /// tensor bytes borrowed from its map.
+    pub fn from_file(file: &'a GgufFile) -> Result<Self> {
+        let mut w = GgufWriter::new();
+        for kv in file.metadata() {
+            w.add_kv(kv.key.clone(), kv.value.clone())?;
+        }
+        for t in file.tensors() {
+            w.add_tensor(&t.name, t.dtype, &t.shape, file.view(t).bytes)?;
+        }
+        Ok(w)
+    }
+
+    /// Add a metadata entry (keys must be unique).
+    pub fn add_kv(
+        &mut self,
+        key: impl Into<String>,
+        value: impl Into<MetaValue>,
+    ) -> Result<&mut Self> {
+        let key = key.into();
+        let value = value.into();
+        if key.len() as u64 > limits::MAX_KEY {
+            return Err(StorageError::Invalid(format!(
+                "GGUF key of {} bytes is too long",
+                key.len()
+            )));
+        }
+        if self.kvs.iter().any(|(k, _)| *k == key) {
+            return Err(StorageError::Invalid(format!(
+                "duplicate GGUF metadata key {key}"
+            )));
+        }
+        if key == "general.alignment" {
+            match value.as_u64() {
+                Some(a) if a.is_power_of_two() && a <= 1 << 30 => {}
+                _ => {
+                    return Err(StorageError::Invalid(format!(
+                        "general.alignment must be a non-zero power of two, got {value:?}"
+                    )))
+                }
+            }
+        }
+        self.kvs.push((key, value));
+        Ok(self)
+    }
+
+    /// Set a metadata entry, replacing an existing one in place.
+    pub fn set_kv(
+        &mut self,
+        key: impl Into<String>,
+        value: impl Into<MetaValue>,
+    ) -> Result<&mut Self> {
+        let key = key.into();
+        if let Some(i) = self.kvs.iter().position(|(k, _)| *k == key) {
+            self.kvs.remove(i);
+        }
+        self.add_kv(key, value)
+    }
+
+    /// Add a tensor: `shape` in ggml order (`shape[0]` = row length), `bytes` its encoding.
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        bytes: impl Into<Cow<'a, [u8]>>,
+    ) -> Result<&mut Self> {
+        let bytes = bytes.into();
+        let bad = |m: String| StorageError::Invalid(format!("GGUF tensor {name}: {m}"));
+        if name.len() as u64 > limits::MAX_TENSOR_NAME {
+            return Err(bad(format!(
+                "name longer than {} bytes",
+                limits::MAX_TENSOR_NAME
+            )));
+        }
+        if self.tensors.iter().any(|t| t.name == name) {
+            return Err(bad("duplicate tensor name".into()));
+        }
+        if shape.is_empty() || shape.len() > limits::MAX_DIMS as usize || shape.contains(&0) {
+            return Err(bad(format!(
+                "shape {shape:?} must have 1 to 4 non-zero dimensions"
+            )));
+        }
+        let elems = shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+            .ok_or_else(|| bad("element count overflows".into()))?;
+        if shape[0] % dtype.block_elems() != 0 {
+            return Err(bad(format!(
+                "row length {} is not a whole number of {dtype} blocks",
+                shape[0]
+            )));
+        }
+        let want = dtype
+            .bytes_for(elems)
+            .ok_or_else(|| bad("byte size overflows".into()))?;
+        if want != bytes.len() as u64 {
+            return Err(bad(format!(
+                "{} bytes given, {dtype} {shape:?} needs {want}",
+                bytes.len()
+            )));
+        }
+        self.tensors.push(PendingTensor {
+            name: name.to_string(),
+            dtype,
+            shape: shape.to_vec(),
+            bytes,
+        });
+        Ok(self)
+    }
+
+    /// Add an F32 tensor from values.
+    pub fn add_f32_tensor(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        values: &[f32],
+    ) -> Result<&mut Self> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.add_tensor(name, DType::F32, shape, bytes)
+    }
+
+    fn alignment(&self) -> u64 {
+        self.kvs
+            .iter()
+            .find(|(k, _)| k == "general.alignment")
+            .and_then(|(_, v)| v.as_u64())
+            .unwrap_or(DEFAULT_ALIGNMENT)
+    }
+
+    /// Write the whole file to `out`.
+    pub fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let align = self.alignment();
+        let mut head = Vec::new();
+        head.extend_from_slice(&MAGIC);
+        head.extend_from_slice(&3u32.to_le_bytes());
+        head.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(self.kvs.len() as u64).to_le_bytes());
+        for (k, v) in &self.kvs {
+            head.extend_from_slice(&(k.len() as u64).to_le_bytes());
+            head.extend_from_slice(k.as_bytes());
+            head.extend_from_slice(&v.meta_type().id().to_le_bytes());
+            v.encode_payload(&mut head);
+        }
+        let mut offset = 0u64;
+        let mut padded = Vec::with_capacity(self.tensors.len());
+        for t in &self.tensors {
+            head.extend_from_slice(&(t.name.len() as u64).to_le_bytes());
+            head.extend_from_slice(t.name.as_bytes());
+            head.extend_from_slice(&(t.shape.len() as u32).to_le_bytes());
+            for &d in &t.shape {
+                head.extend_from_slice(&(d as u64).to_le_bytes());
+            }
+            head.extend_from_slice(&t.dtype.ggml_id().to_le_bytes());
+            head.extend_from_slice(&offset.to_le_bytes());
+            let n = t.bytes.len() as u64;
+            let p = align_up(n, align).expect("sizes were checked");
+            padded.push(p - n);
+            offset += p;
+        }
+        let data_start = align_up(head.len() as u64, align).expect("header fits");
+        head.resize(data_start as usize, 0);
+        out.write_all(&head)?;
+        let zeros = vec![0u8; align as usize];
+        for (t, pad) in self.tensors.iter().zip(padded) {
+            out.write_all(&t.bytes)?;
+            out.write_all(&zeros[..pad as usize])?;
+        }
+        Ok(())
+    }
+
+    /// The whole file as bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.write_to(&mut v).expect("writing to a Vec cannot fail");
+        v
+    }
+
+    /// Write the file to `path`: a temporary name in the same folder, fsync, rename.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        write_atomically(path, |f| self.write_to(f))
+    }
+}
+
+/// Write `path` through a temporary sibling, synced and renamed into place; the temporary
+/// file is removed on failure.
+pub(crate) fn write_atomically(
+    path: &Path,
+    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let base = path
+        .file_name()
+        .ok_or_else(|| StorageError::Invalid(format!("{} is not a file path", path.display())))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        base.to_string_lossy(),
+        std::process::id()
+    ));
+    let run = || -> std::io::Result<()> {
+        let f = std::fs::File::create(&tmp)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        body(&mut w)?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    run().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        StorageError::io(path, e)
+    })
+}

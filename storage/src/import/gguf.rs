@@ -1,0 +1,394 @@
+//! GGUF importer: llama-family and qwen2-family GGUF files → [`Model`].
+//!
+//! - `llama`: the converter stored Q/K rows permuted, so RoPE pairs adjacent dimensions
+//!   ([`RopePairing::Adjacent`]); Q/K/V biases are taken when present (all three).
+//! - `qwen2`: rows are not permuted ([`RopePairing::HalfSplit`]); Q/K/V biases required.
+//!
+//! Both store `output.weight` unless the head is tied to `token_embd.weight`. The tokenizer
+//! (`tokenizer.ggml.*`) is validated at open but decoded only when first asked for.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::{Result, StorageError};
+use crate::format::gguf::{GgufFile, MetaArray};
+use crate::model::{Model, Operand, OperandKey, Role, SourceKind};
+use crate::surface::{Activation, ExecutionSurface, RopePairing, SpecialTokens};
+use crate::tokenizer_spec::{GgufVocab, TokenizerSlot, TokenizerSpec};
+
+use super::validate;
+
+/// What the importer knows about each GGUF architecture it accepts.
+struct Family {
+    name: &'static str,
+    pairing: RopePairing,
+    bias_required: bool,
+}
+
+const FAMILIES: [Family; 2] = [
+    Family {
+        name: "llama",
+        pairing: RopePairing::Adjacent,
+        bias_required: false,
+    },
+    Family {
+        name: "qwen2",
+        pairing: RopePairing::HalfSplit,
+        bias_required: true,
+    },
+];
+
+/// Open a GGUF file as a model.
+pub fn open(path: &Path) -> Result<Model> {
+    let file = GgufFile::open(path)?;
+    from_gguf(file)
+}
+
+/// The source name of an operand in llama/qwen2 GGUF naming.
+pub fn tensor_name(key: OperandKey) -> String {
+    let base = match key.role {
+        Role::TokenEmbedding => return "token_embd.weight".into(),
+        Role::OutputNorm => return "output_norm.weight".into(),
+        Role::Output => return "output.weight".into(),
+        Role::AttnNorm => "attn_norm.weight",
+        Role::AttnQ => "attn_q.weight",
+        Role::AttnK => "attn_k.weight",
+        Role::AttnV => "attn_v.weight",
+        Role::AttnOutput => "attn_output.weight",
+        Role::AttnQBias => "attn_q.bias",
+        Role::AttnKBias => "attn_k.bias",
+        Role::AttnVBias => "attn_v.bias",
+        Role::FfnNorm => "ffn_norm.weight",
+        Role::FfnGate => "ffn_gate.weight",
+        Role::FfnUp => "ffn_up.weight",
+        Role::FfnDown => "ffn_down.weight",
+    };
+    format!("blk.{}.{base}", key.layer.unwrap_or(0))
+}
+
+/// The operand key of a GGUF tensor name, if it is one the importer knows.
+pub fn operand_key(name: &str) -> Option<OperandKey> {
+    match name {
+        "token_embd.weight" => return Some(OperandKey::global(Role::TokenEmbedding)),
+        "output_norm.weight" => return Some(OperandKey::global(Role::OutputNorm)),
+        "output.weight" => return Some(OperandKey::global(Role::Output)),
+        _ => {}
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, suffix) = rest.split_once('.')?;
+    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) || layer.len() > 6 {
+        return None;
+    }
+    let layer: usize = layer.parse().ok()?;
+    let role = match suffix {
+        "attn_norm.weight" => Role::AttnNorm,
+        "attn_q.weight" => Role::AttnQ,
+        "attn_k.weight" => Role::AttnK,
+        "attn_v.weight" => Role::AttnV,
+        "attn_output.weight" => Role::AttnOutput,
+        "attn_q.bias" => Role::AttnQBias,
+        "attn_k.bias" => Role::AttnKBias,
+        "attn_v.bias" => Role::AttnVBias,
+        "ffn_norm.weight" => Role::FfnNorm,
+        "ffn_gate.weight" => Role::FfnGate,
+        "ffn_up.weight" => Role::FfnUp,
+        "ffn_down.weight" => Role::FfnDown,
+        _ => return None,
+    };
+    Some(OperandKey::layer(layer, role))
+}
+
+fn missing(file: &GgufFile, key: &str) -> StorageError {
+    StorageError::Format {
+        path: file.path().to_path_buf(),
+        offset: 0,
+        field: key.to_string(),
+        message: "required metadata key is missing".into(),
+    }
+}
+
+fn req_usize(file: &GgufFile, key: &str) -> Result<usize> {
+    let v = file.get_u64(key)?.ok_or_else(|| missing(file, key))?;
+    usize::try_from(v).map_err(|_| missing(file, key))
+}
+
+fn opt_usize(file: &GgufFile, key: &str) -> Result<Option<usize>> {
+    Ok(file.get_u64(key)?.and_then(|v| usize::try_from(v).ok()))
+}
+
+/// Judge a parsed GGUF file and build the model.
+pub fn from_gguf(file: GgufFile) -> Result<Model> {
+    let path = file.path().to_path_buf();
+    let arch = file
+        .get_str("general.architecture")?
+        .ok_or_else(|| missing(&file, "general.architecture"))?
+        .to_string();
+    let family = FAMILIES.iter().find(|f| f.name == arch).ok_or_else(|| {
+        StorageError::Unsupported(format!(
+            "not supported yet: architecture `{arch}` ({}); supported GGUF architectures: {}",
+            path.display(),
+            FAMILIES.map(|f| f.name).join(", ")
+        ))
+    })?;
+    let k = |s: &str| format!("{arch}.{s}");
+
+    if let Some(t) = file.get_str(&k("rope.scaling.type"))? {
+        if t != "none" {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: RoPE scaling `{t}` ({})",
+                path.display()
+            )));
+        }
+    }
+    if file.tensor_info("rope_freqs.weight").is_some() {
+        return Err(StorageError::Unsupported(format!(
+            "not supported yet: per-dimension RoPE frequencies (tensor rope_freqs.weight in {})",
+            path.display()
+        )));
+    }
+
+    let n_layers = req_usize(&file, &k("block_count"))?;
+    let hidden = req_usize(&file, &k("embedding_length"))?;
+    let ffn = req_usize(&file, &k("feed_forward_length"))?;
+    let n_heads = req_usize(&file, &k("attention.head_count"))?;
+    let n_kv_heads = opt_usize(&file, &k("attention.head_count_kv"))?.unwrap_or(n_heads);
+    if n_heads == 0 {
+        return Err(StorageError::Format {
+            path,
+            offset: file
+                .kv(&k("attention.head_count"))
+                .map_or(0, |kv| kv.offset),
+            field: k("attention.head_count"),
+            message: "head count is 0".into(),
+        });
+    }
+    let head_dim = opt_usize(&file, &k("attention.key_length"))?.unwrap_or(hidden / n_heads);
+    if let Some(vl) = opt_usize(&file, &k("attention.value_length"))? {
+        if vl != head_dim {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: value head size {vl} differs from key head size {head_dim} ({})",
+                path.display()
+            )));
+        }
+    }
+    if let Some(rd) = opt_usize(&file, &k("rope.dimension_count"))? {
+        if rd != head_dim {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: partial rotary embeddings ({rd} of {head_dim} dimensions, {})",
+                path.display()
+            )));
+        }
+    }
+    let context_length = req_usize(&file, &k("context_length"))?;
+    let norm_eps = file
+        .get_f32(&k("attention.layer_norm_rms_epsilon"))?
+        .ok_or_else(|| missing(&file, &k("attention.layer_norm_rms_epsilon")))?;
+    let rope_theta = file.get_f32(&k("rope.freq_base"))?.unwrap_or(10_000.0);
+
+    // Operands.
+    let mut operands = BTreeMap::new();
+    for t in file.tensors() {
+        let key = operand_key(&t.name).ok_or_else(|| StorageError::Tensor {
+            path: path.clone(),
+            tensor: t.name.clone(),
+            message: format!("not supported yet: a tensor the {arch} importer does not know"),
+        })?;
+        if key.layer.is_some_and(|l| l >= n_layers) {
+            return Err(StorageError::Tensor {
+                path: path.clone(),
+                tensor: t.name.clone(),
+                message: format!("layer index beyond the {n_layers} layers of the model"),
+            });
+        }
+        let range = file.byte_range(t);
+        operands.insert(
+            key,
+            Operand {
+                source_name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                backing: 0,
+                offset: range.start,
+                len: range.len(),
+            },
+        );
+    }
+    let vocab = match operands.get(&OperandKey::global(Role::TokenEmbedding)) {
+        Some(op) if op.shape.len() == 2 => op.shape[1],
+        _ => opt_usize(&file, &k("vocab_size"))?.unwrap_or(0),
+    };
+    let tied_head = !operands.contains_key(&OperandKey::global(Role::Output));
+    let attn_bias = family.bias_required
+        || operands
+            .keys()
+            .any(|k| matches!(k.role, Role::AttnQBias | Role::AttnKBias | Role::AttnVBias));
+
+    let (special, slot) = tokenizer(&file, vocab)?;
+    let surface = ExecutionSurface {
+        source_architecture: arch.clone(),
+        n_layers,
+        hidden,
+        ffn,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        vocab,
+        context_length,
+        rope_theta,
+        rope_pairing: family.pairing,
+        norm_eps,
+        activation: Activation::Silu,
+        tied_head,
+        attn_bias,
+        embedding_scale: 1.0,
+        special,
+    };
+    validate::check_surface(&path, &surface)?;
+    validate::check_operands(&path, &surface, &operands, tensor_name)?;
+
+    Ok(Model {
+        path,
+        kind: SourceKind::Gguf,
+        surface,
+        tokenizer: slot,
+        operands,
+        backings: vec![file.backing().clone()],
+    })
+}
+
+/// Special tokens (read now) and the tokenizer spec (decoded on first use).
+fn tokenizer(file: &GgufFile, vocab: usize) -> Result<(SpecialTokens, TokenizerSlot)> {
+    let model = file.get_str("tokenizer.ggml.model")?.map(str::to_string);
+    let tokens = file.get_array("tokenizer.ggml.tokens")?.cloned();
+    if let Some(t) = &tokens {
+        if t.iter_str().is_none() {
+            return Err(wrong(file, "tokenizer.ggml.tokens", "an array of strings"));
+        }
+    }
+    let id = |key: &str| -> Result<Option<u32>> {
+        let v = file.get_u32(key)?;
+        if let Some(v) = v {
+            if vocab > 0 && v as usize >= vocab {
+                return Err(StorageError::Format {
+                    path: file.path().to_path_buf(),
+                    offset: file.kv(key).map_or(0, |kv| kv.offset),
+                    field: key.to_string(),
+                    message: format!("token id {v} is outside the vocabulary of {vocab}"),
+                });
+            }
+        }
+        Ok(v)
+    };
+    let bos = id("tokenizer.ggml.bos_token_id")?;
+    let eos = id("tokenizer.ggml.eos_token_id")?;
+    let mut eot: Vec<u32> = Vec::new();
+    for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+        if let Some(v) = id(key)? {
+            if Some(v) != eos && !eot.contains(&v) {
+                eot.push(v);
+            }
+        }
+    }
+    if let Some(t) = &tokens {
+        for (i, s) in t.iter_str().into_iter().flatten().enumerate() {
+            if validate::END_OF_TURN_TEXTS.contains(&s) {
+                let i = i as u32;
+                if Some(i) != eos && !eot.contains(&i) {
+                    eot.push(i);
+                }
+            }
+        }
+    }
+    let spm = model.as_deref() == Some("llama");
+    let special = SpecialTokens {
+        bos,
+        eos,
+        pad: id("tokenizer.ggml.padding_token_id")?,
+        unk: id("tokenizer.ggml.unknown_token_id")?,
+        eot,
+        add_bos: file
+            .get_bool("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(spm),
+        add_eos: file
+            .get_bool("tokenizer.ggml.add_eos_token")?
+            .unwrap_or(false),
+    };
+
+    let Some(model) = model else {
+        return Ok((special, TokenizerSlot::ready(TokenizerSpec::None)));
+    };
+    let Some(tokens) = tokens else {
+        return Err(missing(file, "tokenizer.ggml.tokens"));
+    };
+    let pre = file.get_str("tokenizer.ggml.pre")?.map(str::to_string);
+    let scores = file.get_array("tokenizer.ggml.scores")?.cloned();
+    let types = file.get_array("tokenizer.ggml.token_type")?.cloned();
+    let merges = file.get_array("tokenizer.ggml.merges")?.cloned();
+    let chat_template = file.get_str("tokenizer.chat_template")?.map(str::to_string);
+    // Type-check now so that building later cannot fail on a well-formed open.
+    let n = tokens.len();
+    let check = |a: &Option<MetaArray>, key: &str, ok: bool, want: &str| -> Result<()> {
+        match a {
+            Some(arr) if !ok || arr.len() != n => Err(wrong(
+                file,
+                key,
+                &format!(
+                    "{want} with one entry per token ({n}), found {} entries",
+                    arr.len()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    };
+    check(
+        &scores,
+        "tokenizer.ggml.scores",
+        scores.as_ref().is_none_or(|a| a.to_f32().is_some()),
+        "an array of floats",
+    )?;
+    check(
+        &types,
+        "tokenizer.ggml.token_type",
+        types.as_ref().is_none_or(|a| a.to_i64().is_some()),
+        "an array of integers",
+    )?;
+    if let Some(m) = &merges {
+        if m.iter_str().is_none() {
+            return Err(wrong(file, "tokenizer.ggml.merges", "an array of strings"));
+        }
+    }
+    let slot = TokenizerSlot::lazy(move || {
+        let vocab = GgufVocab {
+            model: model.clone(),
+            pre: pre.clone(),
+            tokens: tokens.to_strings().unwrap_or_default(),
+            scores: scores
+                .as_ref()
+                .and_then(MetaArray::to_f32)
+                .unwrap_or_default(),
+            token_types: types
+                .as_ref()
+                .and_then(MetaArray::to_i64)
+                .map(|v| v.into_iter().map(|x| x as i32).collect())
+                .unwrap_or_default(),
+            merges: merges
+                .as_ref()
+                .and_then(MetaArray::to_strings)
+                .unwrap_or_default(),
+        };
+        Ok(TokenizerSpec::Gguf {
+            vocab,
+            chat_template: chat_template.clone(),
+        })
+    });
+    Ok((special, slot))
+}
+
+fn wrong(file: &GgufFile, key: &str, want: &str) -> StorageError {
+    StorageError::Format {
+        path: file.path().to_path_buf(),
+        offset: file.kv(key).map_or(0, |kv| kv.offset),
+        field: key.to_string(),
+        message: format!("expected {want}"),
+    }
+}

@@ -1,0 +1,174 @@
+//! Checks shared by all importers: the surface is coherent, every required operand is
+//! present, and every operand's shape matches the surface. Errors name the tensor as the
+//! source calls it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::{Result, StorageError};
+use crate::model::{Operand, OperandKey, Role};
+use crate::surface::ExecutionSurface;
+
+/// Refuse a surface whose numbers cannot describe a model.
+pub fn check_surface(path: &Path, s: &ExecutionSurface) -> Result<()> {
+    let bad = |m: String| {
+        Err(StorageError::Invalid(format!(
+            "{}: {} model: {m}",
+            path.display(),
+            s.source_architecture
+        )))
+    };
+    for (name, v) in [
+        ("layer count", s.n_layers),
+        ("hidden size", s.hidden),
+        ("FFN size", s.ffn),
+        ("head count", s.n_heads),
+        ("KV head count", s.n_kv_heads),
+        ("head dimension", s.head_dim),
+        ("vocabulary size", s.vocab),
+        ("context length", s.context_length),
+    ] {
+        if v == 0 {
+            return bad(format!("{name} is 0"));
+        }
+    }
+    if s.n_heads % s.n_kv_heads != 0 {
+        return bad(format!(
+            "{} heads are not a multiple of {} KV heads",
+            s.n_heads, s.n_kv_heads
+        ));
+    }
+    if s.head_dim % 2 != 0 {
+        return bad(format!("head dimension {} is odd", s.head_dim));
+    }
+    if !(s.norm_eps.is_finite() && s.norm_eps > 0.0) {
+        return bad(format!(
+            "norm epsilon {} is not a positive number",
+            s.norm_eps
+        ));
+    }
+    if !(s.rope_theta.is_finite() && s.rope_theta > 0.0) {
+        return bad(format!(
+            "RoPE base {} is not a positive number",
+            s.rope_theta
+        ));
+    }
+    if s.n_heads.checked_mul(s.head_dim).is_none() || s.hidden.checked_mul(s.vocab).is_none() {
+        return bad("sizes overflow".into());
+    }
+    Ok(())
+}
+
+/// The shape (ggml order) an operand must have.
+pub fn expected_shape(s: &ExecutionSurface, role: Role) -> Vec<usize> {
+    let q = s.n_heads * s.head_dim;
+    let kv = s.n_kv_heads * s.head_dim;
+    match role {
+        Role::TokenEmbedding | Role::Output => vec![s.hidden, s.vocab],
+        Role::AttnNorm | Role::FfnNorm | Role::OutputNorm => vec![s.hidden],
+        Role::AttnQ => vec![s.hidden, q],
+        Role::AttnK | Role::AttnV => vec![s.hidden, kv],
+        Role::AttnOutput => vec![q, s.hidden],
+        Role::AttnQBias => vec![q],
+        Role::AttnKBias | Role::AttnVBias => vec![kv],
+        Role::FfnGate | Role::FfnUp => vec![s.hidden, s.ffn],
+        Role::FfnDown => vec![s.ffn, s.hidden],
+    }
+}
+
+/// The operands a model with this surface must have.
+pub fn required_keys(s: &ExecutionSurface) -> Vec<OperandKey> {
+    let mut keys = vec![
+        OperandKey::global(Role::TokenEmbedding),
+        OperandKey::global(Role::OutputNorm),
+    ];
+    if !s.tied_head {
+        keys.push(OperandKey::global(Role::Output));
+    }
+    for l in 0..s.n_layers {
+        for r in [
+            Role::AttnNorm,
+            Role::AttnQ,
+            Role::AttnK,
+            Role::AttnV,
+            Role::AttnOutput,
+            Role::FfnNorm,
+            Role::FfnGate,
+            Role::FfnUp,
+            Role::FfnDown,
+        ] {
+            keys.push(OperandKey::layer(l, r));
+        }
+        if s.attn_bias {
+            for r in [Role::AttnQBias, Role::AttnKBias, Role::AttnVBias] {
+                keys.push(OperandKey::layer(l, r));
+            }
+        }
+    }
+    keys
+}
+
+/// Every required operand present (`name_of` gives the source name of a missing one),
+/// every operand shaped as the surface says, nothing extra.
+pub fn check_operands(
+    path: &Path,
+    s: &ExecutionSurface,
+    operands: &BTreeMap<OperandKey, Operand>,
+    name_of: impl Fn(OperandKey) -> String,
+) -> Result<()> {
+    let required = required_keys(s);
+    for key in &required {
+        if !operands.contains_key(key) {
+            return Err(StorageError::Tensor {
+                path: path.to_path_buf(),
+                tensor: name_of(*key),
+                message: format!(
+                    "required by the {} architecture but missing",
+                    s.source_architecture
+                ),
+            });
+        }
+    }
+    for (key, op) in operands {
+        if !required.contains(key) {
+            return Err(StorageError::Tensor {
+                path: path.to_path_buf(),
+                tensor: op.source_name.clone(),
+                message: format!("unexpected {key} for this {} model", s.source_architecture),
+            });
+        }
+        let want = expected_shape(s, key.role);
+        if op.shape != want {
+            return Err(StorageError::Tensor {
+                path: path.to_path_buf(),
+                tensor: op.source_name.clone(),
+                message: format!(
+                    "shape {:?} (ggml order) but {key} must be {want:?} for hidden {}, {} heads × {} dims, {} KV heads, FFN {}, vocab {}",
+                    op.shape, s.hidden, s.n_heads, s.head_dim, s.n_kv_heads, s.ffn, s.vocab
+                ),
+            });
+        }
+        if op.shape[0] % op.dtype.block_elems() != 0 {
+            return Err(StorageError::Tensor {
+                path: path.to_path_buf(),
+                tensor: op.source_name.clone(),
+                message: format!(
+                    "row length {} is not a whole number of {} blocks",
+                    op.shape[0], op.dtype
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Token texts that end a turn in common chat formats; found in a vocabulary they join
+/// the stop set.
+pub const END_OF_TURN_TEXTS: [&str; 6] = [
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+];
