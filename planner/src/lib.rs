@@ -1,1 +1,38 @@
-//! # lql-planner: AST → LogicalPlan (bound against a Catalog) → PhysicalPlan.
+//! # lql-planner: AST → LogicalPlan (bound against a Catalog) → PhysicalPlan; EXPLAIN text.
+//!
+//! ```text
+//!  Statement (lql-grammar) ──bind(stmt, &dyn Catalog)──▶ LogicalPlan ──lower──▶ PhysicalPlan
+//!                                   │ PlanError { kind, message, span, labels, help }
+//! ```
+//!
+//! **Architecture invariant:** semantic checks live here and nowhere earlier: the bound
+//! model (through [`Catalog`]), layer ranges, counts, capabilities (browse vs execute),
+//! table columns. Every refusal carries the span of the clause that caused it. The
+//! planner does not decide what the engine has built: every statement binds to a
+//! [`LogicalPlan`], and the engine refuses unbuilt ones by [`LogicalPlan::name`].
+//!
+//! ```
+//! use lql_planner::{bind, lower, ModelFacts};
+//! let facts = ModelFacts {
+//!     name: "m".into(), n_layers: 30, vocab: 49152, hidden: 576, ffn: 1536,
+//!     can_execute: true, can_browse: true, can_tokenize: true, ..Default::default()
+//! };
+//! let stmt = lql_grammar::parse_statement("WALK 'France' TOP 5 LAYERS 20-29").unwrap();
+//! let plan = bind(&stmt, &facts).unwrap();
+//! assert_eq!(plan.name(), "WALK");
+//! assert!(lower(&plan).to_string().contains("GateScan layers=20-29 top=5"));
+//! ```
+
+mod bind;
+pub mod catalog;
+pub mod error;
+pub mod logical;
+pub mod physical;
+pub mod schema;
+
+pub use bind::{bind, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP};
+pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
+pub use error::{PlanError, PlanErrorKind};
+pub use logical::*;
+pub use physical::{explain_text, lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode};
+pub use schema::{default_columns, ColumnDef, ColumnType};

@@ -1,0 +1,848 @@
+//! AST → LogicalPlan: fills defaults, checks every value against the bound model's facts
+//! and refuses with the span of the clause at fault.
+
+use crate::catalog::{Catalog, ModelFacts};
+use crate::error::PlanError;
+use crate::logical::*;
+use crate::schema::ColumnDef;
+use lql_grammar::{
+    self as g, suggest, Ident, LayerSpec, SelectList, Span, Spanned, Statement, StatementKind,
+};
+
+type Result<T> = std::result::Result<T, PlanError>;
+
+/// Default number of INFER candidates.
+pub const DEFAULT_INFER_TOP: usize = 5;
+/// Default number of features per layer for WALK.
+pub const DEFAULT_WALK_TOP: usize = 10;
+/// Default MAX for GENERATE.
+pub const DEFAULT_MAX_TOKENS: usize = 64;
+
+/// Binds a parsed statement against the catalog.
+pub fn bind(stmt: &Statement, catalog: &dyn Catalog) -> Result<LogicalPlan> {
+    Binder {
+        catalog,
+        facts: catalog.bound(),
+        stmt_span: stmt.span,
+    }
+    .statement(stmt)
+}
+
+struct Binder<'a> {
+    catalog: &'a dyn Catalog,
+    facts: Option<ModelFacts>,
+    stmt_span: Span,
+}
+
+impl Binder<'_> {
+    fn statement(&self, stmt: &Statement) -> Result<LogicalPlan> {
+        use StatementKind as K;
+        Ok(match &stmt.kind {
+            K::Use(u) => self.use_stmt(u)?,
+            K::Infer(i) => self.infer(i)?,
+            K::Generate(gen) => self.generate(gen)?,
+            K::Walk(w) => self.walk(w)?,
+            K::Describe(d) => self.describe(d)?,
+            K::Select(s) => self.select(s)?,
+            K::Trace(t) => self.trace(t)?,
+            K::Insert(i) => self.insert(i)?,
+            K::Delete(d) => self.delete(d)?,
+            K::Update(u) => self.update(u)?,
+            K::BeginPatch(p) => {
+                self.model()?;
+                LogicalPlan::BeginPatch {
+                    path: path(p, "patch file")?,
+                }
+            }
+            K::SavePatch => {
+                self.model()?;
+                LogicalPlan::SavePatch
+            }
+            K::ApplyPatch(p) => {
+                self.model()?;
+                LogicalPlan::ApplyPatch {
+                    path: path(p, "patch file")?,
+                }
+            }
+            K::RemovePatch(p) => {
+                self.model()?;
+                LogicalPlan::RemovePatch {
+                    path: path(p, "patch file")?,
+                }
+            }
+            K::Diff(d) => self.diff(d)?,
+            K::Compile(c) => {
+                self.model_ref(&c.source)?;
+                LogicalPlan::Compile(CompilePlan {
+                    source: c.source.value.clone(),
+                    target: c.target.value,
+                    output: path(&c.output, "output path")?,
+                })
+            }
+            K::Extract(e) => LogicalPlan::Extract(ExtractPlan {
+                source: path(&e.source, "source")?,
+                output: path(&e.output, "output path")?,
+                format: e
+                    .format
+                    .as_ref()
+                    .map_or(ExtractFormat::Vindex3, |f| f.value),
+                encoding: e.encoding.as_ref().map_or(Encoding::Source, |x| x.value),
+                layers: e.layers.as_ref().map(unchecked_layers).transpose()?,
+            }),
+            K::Compact(c) => LogicalPlan::Compact {
+                container: path(&c.container, "container path")?,
+                into: c
+                    .into
+                    .as_ref()
+                    .map(|p| path(p, "output path"))
+                    .transpose()?,
+            },
+            K::Verify(v) => match v {
+                Some(p) => LogicalPlan::Verify {
+                    container: Some(path(p, "container path")?),
+                },
+                None => {
+                    self.model()?;
+                    LogicalPlan::Verify { container: None }
+                }
+            },
+            K::Show(s) => {
+                if !matches!(s.what.value, ShowWhat::Models | ShowWhat::Patches) {
+                    self.model()?;
+                }
+                LogicalPlan::Show(ShowPlan {
+                    what: s.what.value,
+                    like: s.like.as_ref().map(|l| l.value.clone()),
+                })
+            }
+            K::Stats => {
+                self.model()?;
+                LogicalPlan::Stats
+            }
+            K::Tokenize(t) => {
+                self.tokenizer()?;
+                LogicalPlan::Tokenize {
+                    text: t.value.clone(),
+                }
+            }
+            K::Explain(inner) => {
+                let b = Binder {
+                    catalog: self.catalog,
+                    facts: self.facts.clone(),
+                    stmt_span: inner.span,
+                };
+                LogicalPlan::Explain(Box::new(b.statement(inner)?))
+            }
+        })
+    }
+
+    // ---- capability checks -----------------------------------------------------------
+
+    fn model(&self) -> Result<&ModelFacts> {
+        self.facts.as_ref().ok_or_else(|| {
+            PlanError::semantic("no model bound; USE a model first", self.stmt_span)
+                .with_label(self.stmt_span, "this statement needs a model")
+                .with_help("USE \"path/to/model.gguf\" or USE MODEL \"name\" binds one")
+        })
+    }
+
+    fn tokenizer(&self) -> Result<&ModelFacts> {
+        let m = self.model()?;
+        if !m.can_tokenize {
+            return Err(PlanError::semantic(
+                format!("{} has no tokenizer", m.name),
+                self.stmt_span,
+            )
+            .with_help("bind a model whose file carries tokenizer metadata or a tokenizer.json"));
+        }
+        Ok(m)
+    }
+
+    fn executable(&self, span: Span, what: &str) -> Result<&ModelFacts> {
+        let m = self.tokenizer()?;
+        if !m.can_execute {
+            let missing = if m.missing_for_execute.is_empty() {
+                "operands for a forward pass".to_string()
+            } else {
+                m.missing_for_execute.join(", ")
+            };
+            return Err(PlanError::semantic(
+                format!("{what} needs a forward pass, but {} lacks {missing}", m.name),
+                span,
+            )
+            .with_label(span, "needs the full model")
+            .with_help("bind a model that carries all weights (e.g. a GGUF file or an inference-level container)"));
+        }
+        Ok(m)
+    }
+
+    fn browsable(&self, span: Span, what: &str) -> Result<&ModelFacts> {
+        let m = self.tokenizer()?;
+        if !m.can_browse {
+            let missing = if m.missing_for_browse.is_empty() {
+                "FFN gate rows and the token embedding".to_string()
+            } else {
+                m.missing_for_browse.join(", ")
+            };
+            return Err(PlanError::semantic(
+                format!("{what} reads FFN gates, but {} lacks {missing}", m.name),
+                span,
+            )
+            .with_label(span, "needs gate rows and the embedding"));
+        }
+        Ok(m)
+    }
+
+    fn model_ref(&self, r: &Spanned<ModelRef>) -> Result<()> {
+        match &r.value {
+            ModelRef::Current => {
+                if self.facts.is_none() {
+                    return Err(PlanError::semantic(
+                        "CURRENT needs a bound model; USE a model first",
+                        r.span,
+                    )
+                    .with_label(r.span, "no model is bound"));
+                }
+                Ok(())
+            }
+            ModelRef::Path(p) if p.is_empty() => {
+                Err(PlanError::semantic("empty path", r.span).with_label(r.span, "empty"))
+            }
+            ModelRef::Path(_) => Ok(()),
+        }
+    }
+
+    // ---- layer ranges -----------------------------------------------------------------
+
+    /// Resolves an optional LAYERS clause against the bound model.
+    fn layers(&self, m: &ModelFacts, clause: Option<&Spanned<LayerSpec>>) -> Result<LayerRange> {
+        let (lo, hi) = m.layer_bounds();
+        let Some(clause) = clause else {
+            return Ok(LayerRange::new(lo, hi));
+        };
+        match clause.value {
+            LayerSpec::All => Ok(LayerRange::new(lo, hi)),
+            LayerSpec::Range { first, last } => {
+                let r = checked_range(first, last, clause.span)?;
+                self.check_layer_range(m, r, clause.span)?;
+                Ok(r)
+            }
+        }
+    }
+
+    fn check_layer_range(&self, m: &ModelFacts, r: LayerRange, span: Span) -> Result<()> {
+        let (lo, hi) = m.layer_bounds();
+        if r.last >= m.n_layers {
+            let bad = if r.first >= m.n_layers {
+                r.first
+            } else {
+                r.last
+            };
+            return Err(PlanError::semantic(
+                format!(
+                    "layer {bad} out of range: {} has {} layers (0-{})",
+                    m.name,
+                    m.n_layers,
+                    m.n_layers.saturating_sub(1)
+                ),
+                span,
+            )
+            .with_label(
+                span,
+                format!("layers run 0-{}", m.n_layers.saturating_sub(1)),
+            ));
+        }
+        if r.first < lo || r.last > hi {
+            return Err(PlanError::semantic(
+                format!("layers {r} are not in the bound stage ({lo}-{hi})"),
+                span,
+            )
+            .with_label(span, format!("only layers {lo}-{hi} are bound")));
+        }
+        Ok(())
+    }
+
+    // ---- statements -----------------------------------------------------------------------
+
+    fn use_stmt(&self, u: &g::Use) -> Result<LogicalPlan> {
+        let target = match &u.source {
+            g::UseSource::Path(p) => BindTarget::Path(path(p, "model path")?),
+            g::UseSource::Model(n) => BindTarget::Catalogue(path(n, "model name")?),
+        };
+        let layers = match &u.layers {
+            None => None,
+            Some(l) => match l.value {
+                LayerSpec::All => None,
+                LayerSpec::Range { .. } => Some(unchecked_layers(l)?),
+            },
+        };
+        let profile = u.profile.as_ref().map(|p| p.value.clone());
+        if let (Some(p), Some(c)) = (&profile, &u.profile) {
+            if p.is_empty() {
+                return Err(PlanError::semantic("empty profile name", c.span));
+            }
+        }
+        Ok(LogicalPlan::Use(UsePlan {
+            target,
+            layers,
+            profile,
+        }))
+    }
+
+    fn infer(&self, i: &g::Infer) -> Result<LogicalPlan> {
+        let m = self.executable(self.stmt_span, "INFER")?;
+        if let Some(gen) = &i.generate {
+            if let Some(top) = &i.top {
+                return Err(PlanError::semantic(
+                    "TOP has no effect with GENERATE: INFER … GENERATE n decodes greedily",
+                    top.span,
+                )
+                .with_label(top.span, "remove this clause")
+                .with_label(gen.span, "decoding chosen here"));
+            }
+            let max_tokens = self.max_tokens(m, gen)?;
+            return Ok(LogicalPlan::Generate(GeneratePlan {
+                prompt: i.prompt.value.clone(),
+                layers: self.layers(m, None)?,
+                max_tokens,
+                sampling: Sampling::greedy(),
+                stop: Vec::new(),
+            }));
+        }
+        let top = match &i.top {
+            Some(t) => positive(t, "TOP", Some((m.vocab, "the vocabulary size")))?,
+            None => DEFAULT_INFER_TOP.min(m.vocab.max(1)),
+        };
+        Ok(LogicalPlan::Infer(InferPlan {
+            prompt: i.prompt.value.clone(),
+            layers: self.layers(m, None)?,
+            top,
+        }))
+    }
+
+    fn max_tokens(&self, m: &ModelFacts, clause: &Spanned<i64>) -> Result<usize> {
+        let limit = m.context_length.map(|c| (c, "the context length"));
+        positive(clause, "the number of tokens", limit)
+    }
+
+    fn generate(&self, gen: &g::Generate) -> Result<LogicalPlan> {
+        let m = self.executable(self.stmt_span, "GENERATE")?;
+        let max_tokens = match &gen.max {
+            Some(c) => self.max_tokens(m, c)?,
+            None => m
+                .context_length
+                .map_or(DEFAULT_MAX_TOKENS, |c| DEFAULT_MAX_TOKENS.min(c)),
+        };
+        let temperature = match &gen.temperature {
+            Some(t) if t.value < 0.0 => {
+                return Err(PlanError::semantic(
+                    format!("TEMPERATURE must be at least 0, got {}", t.value),
+                    t.span,
+                )
+                .with_label(t.span, "negative temperature")
+                .with_help("TEMPERATURE 0 decodes greedily"));
+            }
+            Some(t) => t.value,
+            None => 0.0,
+        };
+        let top_k = gen
+            .top_k
+            .as_ref()
+            .map(|k| positive(k, "TOP_K", Some((m.vocab, "the vocabulary size"))))
+            .transpose()?;
+        let top_p = match &gen.top_p {
+            Some(p) if !(p.value > 0.0 && p.value <= 1.0) => {
+                return Err(PlanError::semantic(
+                    format!("TOP_P must be in (0, 1], got {}", p.value),
+                    p.span,
+                )
+                .with_label(p.span, "out of range"));
+            }
+            Some(p) => Some(p.value),
+            None => None,
+        };
+        let seed = match &gen.seed {
+            Some(s) if s.value < 0 => {
+                return Err(PlanError::semantic(
+                    format!("SEED must be non-negative, got {}", s.value),
+                    s.span,
+                ))
+            }
+            Some(s) => Some(s.value as u64),
+            None => None,
+        };
+        if temperature == 0.0 {
+            // Every clause must change the computation: sampling knobs need sampling.
+            let knobs = [
+                gen.top_k.as_ref().map(|c| (c.span, "TOP_K")),
+                gen.top_p.as_ref().map(|c| (c.span, "TOP_P")),
+                gen.seed.as_ref().map(|c| (c.span, "SEED")),
+            ];
+            if let Some((span, name)) = knobs.into_iter().flatten().next() {
+                return Err(PlanError::semantic(
+                    format!("{name} has no effect with greedy decoding (TEMPERATURE 0)"),
+                    span,
+                )
+                .with_label(span, "only used when sampling")
+                .with_help("add TEMPERATURE t with t > 0 to sample"));
+            }
+        }
+        let stop = match &gen.stop {
+            Some(s) if s.value.iter().any(String::is_empty) => {
+                return Err(PlanError::semantic(
+                    "STOP strings must not be empty",
+                    s.span,
+                ))
+            }
+            Some(s) => s.value.clone(),
+            None => Vec::new(),
+        };
+        Ok(LogicalPlan::Generate(GeneratePlan {
+            prompt: gen.prompt.value.clone(),
+            layers: self.layers(m, None)?,
+            max_tokens,
+            sampling: Sampling {
+                temperature,
+                top_k,
+                top_p,
+                seed,
+            },
+            stop,
+        }))
+    }
+
+    fn walk(&self, w: &g::Walk) -> Result<LogicalPlan> {
+        let mode = w.mode.as_ref().map_or(WalkMode::Embedding, |m| m.value);
+        let mode_span = w.mode.as_ref().map_or(self.stmt_span, |m| m.span);
+        let m = self.browsable(self.stmt_span, "WALK")?;
+        if mode == WalkMode::Residual {
+            self.executable(mode_span, "WALK MODE RESIDUAL")?;
+        }
+        let top = match &w.top {
+            Some(t) => positive(t, "TOP", Some((m.ffn, "the features per layer")))?,
+            None => DEFAULT_WALK_TOP.min(m.ffn.max(1)),
+        };
+        let layers = self.layers(m, w.layers.as_ref())?;
+        Ok(LogicalPlan::Walk(WalkPlan {
+            prompt: w.prompt.value.clone(),
+            top,
+            layers,
+            mode,
+            gate_encoding: m.gate_encoding.clone(),
+            gate_bytes_per_layer: m.gate_bytes_per_layer,
+        }))
+    }
+
+    fn describe(&self, d: &g::Describe) -> Result<LogicalPlan> {
+        let m = self.browsable(self.stmt_span, "DESCRIBE")?;
+        let layers = match &d.scope {
+            None => self.layers(m, None)?,
+            Some(s) => match s.value {
+                g::DescribeScope::AtLayer(n) => {
+                    let n = to_usize(n, s.span)?;
+                    let r = LayerRange::new(n, n);
+                    self.check_layer_range(m, r, s.span)?;
+                    r
+                }
+                g::DescribeScope::Layers(spec) => {
+                    self.layers(m, Some(&Spanned::new(spec, s.span)))?
+                }
+            },
+        };
+        Ok(LogicalPlan::Describe(DescribePlan {
+            entity: d.entity.value.clone(),
+            layers,
+            detail: d.detail.as_ref().map_or(Detail::Brief, |x| x.value),
+        }))
+    }
+
+    fn select(&self, s: &g::Select) -> Result<LogicalPlan> {
+        self.model()?;
+        let table = s.table.value;
+        let schema = self.catalog.table_columns(table);
+        let columns = match &s.columns.value {
+            SelectList::All => schema.clone(),
+            SelectList::Columns(cols) => cols
+                .iter()
+                .map(|c| resolve(&schema, table, c).cloned())
+                .collect::<Result<_>>()?,
+        };
+        let filter = s
+            .filter
+            .as_ref()
+            .map(|f| resolve_expr(&schema, table, &f.value))
+            .transpose()?;
+        let mut order_by = Vec::new();
+        if let Some(o) = &s.order_by {
+            for item in &o.value {
+                let col = resolve(&schema, table, &item.column)?;
+                order_by.push(SortKey {
+                    column: col.name.clone(),
+                    descending: item.direction == Some(g::SortDirection::Desc),
+                });
+            }
+        }
+        let limit = match &s.limit {
+            Some(l) if l.value < 0 => {
+                return Err(PlanError::semantic(
+                    format!("LIMIT must be non-negative, got {}", l.value),
+                    l.span,
+                ))
+            }
+            Some(l) => Some(to_usize(l.value as u64, l.span)?),
+            None => None,
+        };
+        Ok(LogicalPlan::Select(SelectPlan {
+            table,
+            columns,
+            filter,
+            order_by,
+            limit,
+        }))
+    }
+
+    fn trace(&self, t: &g::Trace) -> Result<LogicalPlan> {
+        let m = self.executable(self.stmt_span, "TRACE")?;
+        let layers = self.layers(m, t.layers.as_ref())?;
+        if let Some(f) = &t.target {
+            if f.value.is_empty() {
+                return Err(PlanError::semantic("FOR needs a non-empty token", f.span));
+            }
+        }
+        let save = t.save.as_ref().map(|s| path(s, "trace file")).transpose()?;
+        Ok(LogicalPlan::Trace(TracePlan {
+            prompt: t.prompt.value.clone(),
+            target: t.target.as_ref().map(|f| f.value.clone()),
+            decompose: t.decompose.is_some(),
+            layers,
+            positions: t.positions.as_ref().map_or(Positions::Last, |p| p.value),
+            save,
+        }))
+    }
+
+    fn edit_table(&self, t: &Spanned<Table>, allowed: &[Table], verb: &str) -> Result<Table> {
+        if allowed.contains(&t.value) {
+            return Ok(t.value);
+        }
+        let names: Vec<&str> = allowed.iter().map(|t| t.name()).collect();
+        Err(PlanError::semantic(
+            format!("{verb} cannot change table {}", t.value.name()),
+            t.span,
+        )
+        .with_label(t.span, format!("{verb} works on {}", names.join(" or "))))
+    }
+
+    fn insert(&self, i: &g::Insert) -> Result<LogicalPlan> {
+        let m = self.browsable(self.stmt_span, "INSERT")?;
+        let table = self.edit_table(&i.table, &[Table::Edges], "INSERT")?;
+        // Columns: exactly entity, relation, target (any order).
+        let wanted = ["entity", "relation", "target"];
+        let mut index = [usize::MAX; 3];
+        for (pos, c) in i.columns.iter().enumerate() {
+            let lc = c.name.to_ascii_lowercase();
+            let Some(k) = wanted.iter().position(|w| *w == lc) else {
+                let mut e = PlanError::semantic(
+                    format!(
+                        "INSERT INTO edges takes columns entity, relation, target; not `{}`",
+                        c.name
+                    ),
+                    c.span,
+                );
+                if let Some(s) = suggest(&c.name, wanted.iter().copied()) {
+                    e = e.with_help(format!("did you mean {s}?"));
+                }
+                return Err(e);
+            };
+            if index[k] != usize::MAX {
+                return Err(PlanError::semantic(
+                    format!("column {} given twice", c.name),
+                    c.span,
+                ));
+            }
+            index[k] = pos;
+        }
+        if let Some(k) = index.iter().position(|i| *i == usize::MAX) {
+            let span = i.columns.first().map_or(self.stmt_span, |f| {
+                f.span.to(i.columns[i.columns.len() - 1].span)
+            });
+            return Err(PlanError::semantic(
+                format!("INSERT INTO edges needs column {}", wanted[k]),
+                span,
+            ));
+        }
+        let mut rows = Vec::new();
+        for row in &i.rows {
+            if row.value.len() != i.columns.len() {
+                return Err(PlanError::semantic(
+                    format!("{} values for {} columns", row.value.len(), i.columns.len()),
+                    row.span,
+                ));
+            }
+            let get = |k: usize| -> Result<String> {
+                let v = &row.value[index[k]];
+                match &v.value {
+                    Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                    _ => Err(PlanError::semantic(
+                        format!("{} must be a non-empty string", wanted[k]),
+                        v.span,
+                    )),
+                }
+            };
+            rows.push(EdgeRow {
+                entity: get(0)?,
+                relation: get(1)?,
+                target: get(2)?,
+            });
+        }
+        let layer = match &i.at_layer {
+            Some(l) => {
+                let n = to_usize(l.value, l.span)?;
+                self.check_layer_range(m, LayerRange::new(n, n), l.span)?;
+                Some(n)
+            }
+            None => None,
+        };
+        let unit = |c: &Option<Spanned<f64>>, name: &str, zero_ok: bool| -> Result<Option<f64>> {
+            match c {
+                Some(v) if v.value > 1.0 || v.value < 0.0 || (!zero_ok && v.value == 0.0) => {
+                    Err(PlanError::semantic(
+                        format!(
+                            "{name} must be in {}, got {}",
+                            if zero_ok { "[0, 1]" } else { "(0, 1]" },
+                            v.value
+                        ),
+                        v.span,
+                    ))
+                }
+                Some(v) => Ok(Some(v.value)),
+                None => Ok(None),
+            }
+        };
+        Ok(LogicalPlan::Insert(InsertPlan {
+            table,
+            rows,
+            layer,
+            alpha: unit(&i.alpha, "ALPHA", false)?,
+            confidence: unit(&i.confidence, "CONFIDENCE", true)?,
+        }))
+    }
+
+    fn delete(&self, d: &g::Delete) -> Result<LogicalPlan> {
+        self.model()?;
+        let table = self.edit_table(&d.table, &[Table::Features, Table::Edges], "DELETE")?;
+        let schema = self.catalog.table_columns(table);
+        let Some(f) = &d.filter else {
+            return Err(PlanError::semantic(
+                format!("DELETE FROM {} needs a WHERE clause", table.name()),
+                self.stmt_span,
+            )
+            .with_help("to delete every row, write WHERE TRUE"));
+        };
+        Ok(LogicalPlan::Delete(DeletePlan {
+            table,
+            filter: resolve_expr(&schema, table, &f.value)?,
+        }))
+    }
+
+    fn update(&self, u: &g::Update) -> Result<LogicalPlan> {
+        self.model()?;
+        let table = self.edit_table(&u.table, &[Table::Features, Table::Edges], "UPDATE")?;
+        let schema = self.catalog.table_columns(table);
+        let mut assignments: Vec<(String, Value)> = Vec::new();
+        for a in &u.assignments {
+            let col = resolve(&schema, table, &a.column)?;
+            if assignments.iter().any(|(n, _)| *n == col.name) {
+                return Err(PlanError::semantic(
+                    format!("column {} assigned twice", col.name),
+                    a.span,
+                ));
+            }
+            assignments.push((col.name.clone(), a.value.value.clone()));
+        }
+        let Some(f) = &u.filter else {
+            return Err(PlanError::semantic(
+                format!("UPDATE {} needs a WHERE clause", table.name()),
+                self.stmt_span,
+            )
+            .with_help("to update every row, write WHERE TRUE"));
+        };
+        Ok(LogicalPlan::Update(UpdatePlan {
+            table,
+            assignments,
+            filter: resolve_expr(&schema, table, &f.value)?,
+        }))
+    }
+
+    fn diff(&self, d: &g::Diff) -> Result<LogicalPlan> {
+        self.model_ref(&d.left)?;
+        if let Some(r) = &d.right {
+            self.model_ref(r)?;
+            if r.value == d.left.value {
+                return Err(
+                    PlanError::semantic("DIFF compares a model with itself", r.span)
+                        .with_label(d.left.span, "first operand")
+                        .with_label(r.span, "same as the first"),
+                );
+            }
+        } else if d.left.value != ModelRef::Current {
+            return Err(PlanError::semantic(
+                "DIFF with one operand compares CURRENT with its base; give two paths",
+                d.left.span,
+            )
+            .with_help("DIFF \"a\" \"b\", DIFF \"a\" CURRENT or DIFF CURRENT"));
+        }
+        Ok(LogicalPlan::Diff(DiffPlan {
+            left: d.left.value.clone(),
+            right: d.right.as_ref().map(|r| r.value.clone()),
+            into_patch: d
+                .into_patch
+                .as_ref()
+                .map(|p| path(p, "patch file"))
+                .transpose()?,
+        }))
+    }
+}
+
+// ---- free helpers -----------------------------------------------------------------------
+
+fn path(p: &Spanned<String>, what: &str) -> Result<String> {
+    if p.value.trim().is_empty() {
+        return Err(PlanError::semantic(format!("empty {what}"), p.span)
+            .with_label(p.span, format!("a {what} is needed here")));
+    }
+    Ok(p.value.clone())
+}
+
+fn to_usize(v: u64, span: Span) -> Result<usize> {
+    usize::try_from(v).map_err(|_| PlanError::semantic(format!("{v} is too large"), span))
+}
+
+fn checked_range(first: u64, last: u64, span: Span) -> Result<LayerRange> {
+    if first > last {
+        return Err(
+            PlanError::semantic(format!("layer range {first}-{last} is reversed"), span)
+                .with_help(format!("write LAYERS {last}-{first}")),
+        );
+    }
+    Ok(LayerRange::new(
+        to_usize(first, span)?,
+        to_usize(last, span)?,
+    ))
+}
+
+/// A LAYERS clause checked for order only (no model to check against yet).
+fn unchecked_layers(l: &Spanned<LayerSpec>) -> Result<LayerRange> {
+    match l.value {
+        LayerSpec::All => Err(PlanError::semantic(
+            "LAYERS ALL is not meaningful here; give a range",
+            l.span,
+        )),
+        LayerSpec::Range { first, last } => checked_range(first, last, l.span),
+    }
+}
+
+/// A count clause: at least 1, at most `limit` when given.
+fn positive(c: &Spanned<i64>, name: &str, limit: Option<(usize, &str)>) -> Result<usize> {
+    if c.value < 1 {
+        return Err(PlanError::semantic(
+            format!("{name} must be at least 1, got {}", c.value),
+            c.span,
+        )
+        .with_label(c.span, "must be positive"));
+    }
+    let v = usize::try_from(c.value)
+        .map_err(|_| PlanError::semantic(format!("{} is too large", c.value), c.span))?;
+    if let Some((max, what)) = limit {
+        if v > max {
+            return Err(
+                PlanError::semantic(format!("{name} {v} exceeds {what} ({max})"), c.span)
+                    .with_label(c.span, format!("at most {max}")),
+            );
+        }
+    }
+    Ok(v)
+}
+
+fn resolve<'s>(schema: &'s [ColumnDef], table: Table, c: &Ident) -> Result<&'s ColumnDef> {
+    if let Some(col) = schema.iter().find(|d| d.name.eq_ignore_ascii_case(&c.name)) {
+        return Ok(col);
+    }
+    let names: Vec<&str> = schema.iter().map(|d| d.name.as_str()).collect();
+    let mut e = PlanError::semantic(
+        format!("unknown column `{}` in table {}", c.name, table.name()),
+        c.span,
+    )
+    .with_label(c.span, format!("columns: {}", names.join(", ")));
+    if let Some(s) = suggest(&c.name, names.iter().copied()) {
+        e = e.with_help(format!("did you mean {s}?"));
+    }
+    Err(e)
+}
+
+/// Resolves every column of an expression; names are normalised to the schema's.
+fn resolve_expr(schema: &[ColumnDef], table: Table, e: &Expr) -> Result<Expr> {
+    let r = |x: &Expr| resolve_expr(schema, table, x).map(Box::new);
+    let kind = match &e.kind {
+        ExprKind::Column(c) => {
+            let col = resolve(schema, table, c)?;
+            ExprKind::Column(Ident {
+                name: col.name.clone(),
+                span: c.span,
+            })
+        }
+        ExprKind::Literal(v) => ExprKind::Literal(v.clone()),
+        ExprKind::Compare { op, left, right } => ExprKind::Compare {
+            op: *op,
+            left: r(left)?,
+            right: r(right)?,
+        },
+        ExprKind::Like {
+            expr,
+            pattern,
+            negated,
+        } => ExprKind::Like {
+            expr: r(expr)?,
+            pattern: r(pattern)?,
+            negated: *negated,
+        },
+        ExprKind::InList {
+            expr,
+            list,
+            negated,
+        } => ExprKind::InList {
+            expr: r(expr)?,
+            list: list
+                .iter()
+                .map(|x| resolve_expr(schema, table, x))
+                .collect::<Result<_>>()?,
+            negated: *negated,
+        },
+        ExprKind::Between {
+            expr,
+            low,
+            high,
+            negated,
+        } => ExprKind::Between {
+            expr: r(expr)?,
+            low: r(low)?,
+            high: r(high)?,
+            negated: *negated,
+        },
+        ExprKind::IsNull { expr, negated } => ExprKind::IsNull {
+            expr: r(expr)?,
+            negated: *negated,
+        },
+        ExprKind::Not(x) => ExprKind::Not(r(x)?),
+        ExprKind::And(v) => ExprKind::And(
+            v.iter()
+                .map(|x| resolve_expr(schema, table, x))
+                .collect::<Result<_>>()?,
+        ),
+        ExprKind::Or(v) => ExprKind::Or(
+            v.iter()
+                .map(|x| resolve_expr(schema, table, x))
+                .collect::<Result<_>>()?,
+        ),
+    };
+    Ok(Expr { kind, span: e.span })
+}

@@ -1,0 +1,95 @@
+//! What the planner may know about the bound model, through a trait the engine
+//! (`lql` crate) implements — so the planner is testable without a model.
+
+use crate::schema::{default_columns, ColumnDef};
+use lql_grammar::Table;
+
+/// The planner's window onto the session: the bound model's facts, if any.
+pub trait Catalog {
+    /// Facts about the bound model; `None` when no model is bound.
+    fn bound(&self) -> Option<ModelFacts>;
+
+    /// The columns of a virtual table. The default is the planner's built-in schema
+    /// ([`crate::schema::default_columns`]); an engine may override it.
+    fn table_columns(&self, table: Table) -> Vec<ColumnDef> {
+        default_columns(table)
+    }
+}
+
+/// What kind of artefact the bound model came from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SourceKind {
+    #[default]
+    Gguf,
+    Vindex3,
+    Package,
+    Safetensors,
+    Other(String),
+}
+
+impl std::fmt::Display for SourceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceKind::Gguf => f.write_str("GGUF"),
+            SourceKind::Vindex3 => f.write_str("VINDEX3"),
+            SourceKind::Package => f.write_str("layer package"),
+            SourceKind::Safetensors => f.write_str("safetensors"),
+            SourceKind::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// Facts about the bound model that planning needs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ModelFacts {
+    /// Display name (path or catalogue name), used in messages.
+    pub name: String,
+    pub source: SourceKind,
+    /// Layers of the whole model.
+    pub n_layers: usize,
+    /// When a stage was bound (`USE "pkg" LAYERS a-b`): the inclusive layer range present.
+    pub stage: Option<(usize, usize)>,
+    pub vocab: usize,
+    pub hidden: usize,
+    pub ffn: usize,
+    /// Longest sequence the model supports, when known.
+    pub context_length: Option<usize>,
+    /// All operands for a forward pass are present.
+    pub can_execute: bool,
+    /// Operands a forward pass needs that are absent (named in refusals).
+    pub missing_for_execute: Vec<String>,
+    /// Gate rows and the embedding are present (WALK EMBEDDING, DESCRIBE).
+    pub can_browse: bool,
+    /// Operands browsing needs that are absent.
+    pub missing_for_browse: Vec<String>,
+    /// A tokenizer is available.
+    pub can_tokenize: bool,
+    /// Encoding of the FFN gate rows (e.g. "Q4_1"), for EXPLAIN.
+    pub gate_encoding: Option<String>,
+    /// Bytes of gate rows read per layer by a full gate scan, for EXPLAIN.
+    pub gate_bytes_per_layer: Option<u64>,
+}
+
+impl ModelFacts {
+    /// The inclusive range of layers present (the stage, or all layers).
+    pub fn layer_bounds(&self) -> (usize, usize) {
+        self.stage.unwrap_or((0, self.n_layers.saturating_sub(1)))
+    }
+}
+
+/// A catalog with no model bound (and the default table schemas).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EmptyCatalog;
+
+impl Catalog for EmptyCatalog {
+    fn bound(&self) -> Option<ModelFacts> {
+        None
+    }
+}
+
+/// A catalog over fixed facts (tests, tools).
+impl Catalog for ModelFacts {
+    fn bound(&self) -> Option<ModelFacts> {
+        Some(self.clone())
+    }
+}

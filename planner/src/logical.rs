@@ -1,0 +1,306 @@
+//! The logical plan: one variant per statement family, with resolved and validated
+//! values (defaults filled in, layer ranges checked, columns resolved). Built by
+//! [`crate::bind`]; lowered to operators by [`crate::lower`].
+
+use crate::schema::ColumnDef;
+pub use lql_grammar::{
+    CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef, Positions,
+    ShowWhat, Table, Value, WalkMode,
+};
+use std::fmt;
+
+/// An inclusive, validated layer range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerRange {
+    pub first: usize,
+    pub last: usize,
+}
+
+impl LayerRange {
+    pub fn new(first: usize, last: usize) -> Self {
+        LayerRange { first, last }
+    }
+    pub fn len(&self) -> usize {
+        self.last + 1 - self.first
+    }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    pub fn contains(&self, layer: usize) -> bool {
+        (self.first..=self.last).contains(&layer)
+    }
+    pub fn iter(&self) -> std::ops::RangeInclusive<usize> {
+        self.first..=self.last
+    }
+}
+
+impl fmt::Display for LayerRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first == self.last {
+            write!(f, "{}", self.first)
+        } else {
+            write!(f, "{}-{}", self.first, self.last)
+        }
+    }
+}
+
+/// What USE binds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BindTarget {
+    /// A GGUF file, VINDEX3 container, layer package or HF folder.
+    Path(String),
+    /// A named model of the built-in catalogue.
+    Catalogue(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsePlan {
+    pub target: BindTarget,
+    /// Bind one stage (checked against the model by the engine once opened).
+    pub layers: Option<LayerRange>,
+    pub profile: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferPlan {
+    pub prompt: String,
+    /// The layers the forward pass runs (all, or the bound stage).
+    pub layers: LayerRange,
+    /// Number of next-token candidates (default 5).
+    pub top: usize,
+}
+
+/// Sampling settings; `temperature == 0` means greedy (argmax) decoding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    pub temperature: f64,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f64>,
+    pub seed: Option<u64>,
+}
+
+impl Sampling {
+    pub fn greedy() -> Self {
+        Sampling {
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            seed: None,
+        }
+    }
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GeneratePlan {
+    pub prompt: String,
+    /// The layers the forward pass runs (all, or the bound stage).
+    pub layers: LayerRange,
+    /// Most new tokens (default 64; `INFER … GENERATE n` gives n).
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    pub stop: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalkPlan {
+    pub prompt: String,
+    /// Features kept per layer (default 10).
+    pub top: usize,
+    pub layers: LayerRange,
+    pub mode: WalkMode,
+    /// From the catalog, for EXPLAIN.
+    pub gate_encoding: Option<String>,
+    pub gate_bytes_per_layer: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DescribePlan {
+    pub entity: String,
+    pub layers: LayerRange,
+    /// Default BRIEF.
+    pub detail: Detail,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortKey {
+    pub column: String,
+    pub descending: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelectPlan {
+    pub table: Table,
+    /// Projected columns (all of the table's for `*`), names normalised to the schema's.
+    pub columns: Vec<ColumnDef>,
+    /// Column names inside are normalised to the schema's.
+    pub filter: Option<Expr>,
+    pub order_by: Vec<SortKey>,
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracePlan {
+    pub prompt: String,
+    /// FOR "token": the answer whose trajectory is followed.
+    pub target: Option<String>,
+    pub decompose: bool,
+    pub layers: LayerRange,
+    /// Default LAST.
+    pub positions: Positions,
+    pub save: Option<String>,
+}
+
+/// One edge to insert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EdgeRow {
+    pub entity: String,
+    pub relation: String,
+    pub target: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InsertPlan {
+    pub table: Table,
+    pub rows: Vec<EdgeRow>,
+    /// AT LAYER; None lets the engine choose.
+    pub layer: Option<usize>,
+    pub alpha: Option<f64>,
+    pub confidence: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeletePlan {
+    pub table: Table,
+    pub filter: Expr,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdatePlan {
+    pub table: Table,
+    pub assignments: Vec<(String, Value)>,
+    pub filter: Expr,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiffPlan {
+    pub left: ModelRef,
+    /// None: compare `left` (CURRENT) against its base.
+    pub right: Option<ModelRef>,
+    pub into_patch: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompilePlan {
+    pub source: ModelRef,
+    pub target: CompileTarget,
+    pub output: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtractPlan {
+    pub source: String,
+    pub output: String,
+    /// Default VINDEX3.
+    pub format: ExtractFormat,
+    /// Default SOURCE (keep each tensor's stored encoding).
+    pub encoding: Encoding,
+    pub layers: Option<LayerRange>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShowPlan {
+    pub what: ShowWhat,
+    pub like: Option<String>,
+}
+
+/// A bound, validated statement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LogicalPlan {
+    Use(UsePlan),
+    Infer(InferPlan),
+    Generate(GeneratePlan),
+    Walk(WalkPlan),
+    Describe(DescribePlan),
+    Select(SelectPlan),
+    Trace(TracePlan),
+    Insert(InsertPlan),
+    Delete(DeletePlan),
+    Update(UpdatePlan),
+    BeginPatch {
+        path: String,
+    },
+    SavePatch,
+    ApplyPatch {
+        path: String,
+    },
+    RemovePatch {
+        path: String,
+    },
+    Diff(DiffPlan),
+    Compile(CompilePlan),
+    Extract(ExtractPlan),
+    Compact {
+        container: String,
+        into: Option<String>,
+    },
+    /// None: verify the bound model's container.
+    Verify {
+        container: Option<String>,
+    },
+    Show(ShowPlan),
+    Stats,
+    Tokenize {
+        text: String,
+    },
+    Explain(Box<LogicalPlan>),
+}
+
+impl LogicalPlan {
+    /// The statement's name, for messages such as "not supported yet: INSERT".
+    /// `INFER … GENERATE n` binds to `Generate` and is named "GENERATE".
+    pub fn name(&self) -> &'static str {
+        match self {
+            LogicalPlan::Use(_) => "USE",
+            LogicalPlan::Infer(_) => "INFER",
+            LogicalPlan::Generate(_) => "GENERATE",
+            LogicalPlan::Walk(_) => "WALK",
+            LogicalPlan::Describe(_) => "DESCRIBE",
+            LogicalPlan::Select(_) => "SELECT",
+            LogicalPlan::Trace(_) => "TRACE",
+            LogicalPlan::Insert(_) => "INSERT",
+            LogicalPlan::Delete(_) => "DELETE",
+            LogicalPlan::Update(_) => "UPDATE",
+            LogicalPlan::BeginPatch { .. } => "BEGIN PATCH",
+            LogicalPlan::SavePatch => "SAVE PATCH",
+            LogicalPlan::ApplyPatch { .. } => "APPLY PATCH",
+            LogicalPlan::RemovePatch { .. } => "REMOVE PATCH",
+            LogicalPlan::Diff(_) => "DIFF",
+            LogicalPlan::Compile(_) => "COMPILE",
+            LogicalPlan::Extract(_) => "EXTRACT",
+            LogicalPlan::Compact { .. } => "COMPACT",
+            LogicalPlan::Verify { .. } => "VERIFY",
+            LogicalPlan::Show(_) => "SHOW",
+            LogicalPlan::Stats => "STATS",
+            LogicalPlan::Tokenize { .. } => "TOKENIZE",
+            LogicalPlan::Explain(_) => "EXPLAIN",
+        }
+    }
+
+    /// True for statements that change session or overlay state (USE, edits, patches).
+    pub fn mutates_session(&self) -> bool {
+        matches!(
+            self,
+            LogicalPlan::Use(_)
+                | LogicalPlan::Insert(_)
+                | LogicalPlan::Delete(_)
+                | LogicalPlan::Update(_)
+                | LogicalPlan::BeginPatch { .. }
+                | LogicalPlan::SavePatch
+                | LogicalPlan::ApplyPatch { .. }
+                | LogicalPlan::RemovePatch { .. }
+        )
+    }
+}
