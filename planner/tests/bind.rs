@@ -1,0 +1,520 @@
+//! Binding against a mock catalog: bound/unbound, defaults, range and capability
+//! refusals with spans. Spans are marked in the input with `«` `»` (stripped).
+
+use lql_planner::*;
+
+fn smollm() -> ModelFacts {
+    ModelFacts {
+        name: "smollm2".into(),
+        source: SourceKind::Gguf,
+        n_layers: 30,
+        vocab: 49152,
+        hidden: 576,
+        ffn: 1536,
+        context_length: Some(8192),
+        can_execute: true,
+        can_browse: true,
+        can_tokenize: true,
+        gate_encoding: Some("Q4_1".into()),
+        gate_bytes_per_layer: Some(1536 * 576 / 32 * 24),
+        ..Default::default()
+    }
+}
+
+/// A browse-only container: gates and embedding, no attention.
+fn browse_only() -> ModelFacts {
+    ModelFacts {
+        name: "browse.vindex".into(),
+        source: SourceKind::Vindex3,
+        can_execute: false,
+        missing_for_execute: vec!["attn_q (layer 0)".into(), "attn_k (layer 0)".into()],
+        ..smollm()
+    }
+}
+
+fn plan(src: &str, cat: &dyn Catalog) -> LogicalPlan {
+    let stmt = lql_grammar::parse_statement(src).unwrap();
+    bind(&stmt, cat).unwrap_or_else(|e| panic!("{src}: {e:?}"))
+}
+
+/// Binds `marked` (with «» around the expected span) and expects an error there.
+fn refuse(marked: &str, cat: &dyn Catalog, message: &str) -> PlanError {
+    let start = marked.find('«').expect("start marker");
+    let end = marked.find('»').expect("end marker") - '«'.len_utf8();
+    let src = marked.replace(['«', '»'], "");
+    let stmt = lql_grammar::parse_statement(&src).unwrap();
+    let err = bind(&stmt, cat).expect_err(&format!("{src} should be refused"));
+    assert_eq!(
+        (err.span.start, err.span.end),
+        (start, end),
+        "span for {src}: {:?} = {:?}; {}",
+        err.span,
+        src.get(err.span.range()),
+        err.message
+    );
+    assert!(
+        err.message.contains(message),
+        "{src}: {:?} lacks {message:?}",
+        err.message
+    );
+    err
+}
+
+#[test]
+fn unbound_statements_are_refused_with_statement_span() {
+    let none = EmptyCatalog;
+    for s in [
+        "WALK 'France'",
+        "INFER 'x'",
+        "GENERATE 'x'",
+        "DESCRIBE 'France'",
+        "SELECT * FROM features",
+        "TRACE 'x'",
+        "STATS",
+        "TOKENIZE 'x'",
+        "SHOW LAYERS",
+        "VERIFY",
+        "SAVE PATCH",
+        "DELETE FROM edges WHERE layer = 1",
+    ] {
+        let e = refuse(
+            &format!("«{s}»"),
+            &none,
+            "no model bound; USE a model first",
+        );
+        assert_eq!(e.kind, PlanErrorKind::Semantic);
+        assert!(e.help.is_some());
+    }
+    // In a script the span is the statement's own.
+    let src = "STATS; WALK 'x' TOP 3";
+    let stmts = lql_grammar::parse(src).unwrap();
+    let e = bind(&stmts[1], &none).unwrap_err();
+    assert_eq!(&src[e.span.range()], "WALK 'x' TOP 3");
+    // EXPLAIN: the inner statement's span.
+    refuse("EXPLAIN «WALK 'x'»", &none, "no model bound");
+}
+
+#[test]
+fn statements_without_a_model() {
+    let none = EmptyCatalog;
+    assert!(matches!(plan("USE 'm.gguf'", &none), LogicalPlan::Use(_)));
+    assert!(matches!(plan("SHOW MODELS", &none), LogicalPlan::Show(_)));
+    assert!(matches!(
+        plan("EXTRACT MODEL 'a' INTO 'b'", &none),
+        LogicalPlan::Extract(_)
+    ));
+    assert!(matches!(
+        plan("COMPACT 'c'", &none),
+        LogicalPlan::Compact { .. }
+    ));
+    assert!(matches!(
+        plan("VERIFY 'c'", &none),
+        LogicalPlan::Verify { .. }
+    ));
+    assert!(matches!(plan("DIFF 'a' 'b'", &none), LogicalPlan::Diff(_)));
+    refuse("DIFF 'a' «CURRENT»", &none, "CURRENT needs a bound model");
+    refuse(
+        "COMPILE «CURRENT» INTO GGUF 'x'",
+        &none,
+        "CURRENT needs a bound model",
+    );
+}
+
+#[test]
+fn use_plans() {
+    let none = EmptyCatalog;
+    let LogicalPlan::Use(u) = plan("USE 'pkg' LAYERS 0-14 PROFILE 'fast'", &none) else {
+        panic!()
+    };
+    assert_eq!(u.target, BindTarget::Path("pkg".into()));
+    assert_eq!(u.layers, Some(LayerRange::new(0, 14)));
+    assert_eq!(u.profile.as_deref(), Some("fast"));
+    let LogicalPlan::Use(u) = plan("USE MODEL 'smollm2-135m-instruct'", &none) else {
+        panic!()
+    };
+    assert_eq!(
+        u.target,
+        BindTarget::Catalogue("smollm2-135m-instruct".into())
+    );
+    refuse("USE 'pkg' «LAYERS 9-3»", &none, "reversed");
+    refuse("USE «''»", &none, "empty model path");
+}
+
+#[test]
+fn defaults_are_filled() {
+    let m = smollm();
+    let LogicalPlan::Walk(w) = plan("WALK 'France'", &m) else {
+        panic!()
+    };
+    assert_eq!(
+        (w.top, w.layers, w.mode),
+        (10, LayerRange::new(0, 29), WalkMode::Embedding)
+    );
+    let LogicalPlan::Infer(i) = plan("INFER 'x'", &m) else {
+        panic!()
+    };
+    assert_eq!(i.top, 5);
+    let LogicalPlan::Generate(g) = plan("GENERATE 'x'", &m) else {
+        panic!()
+    };
+    assert_eq!(g.max_tokens, 64);
+    assert!(g.sampling.is_greedy());
+    let LogicalPlan::Describe(d) = plan("DESCRIBE 'France'", &m) else {
+        panic!()
+    };
+    assert_eq!(
+        (d.layers, d.detail),
+        (LayerRange::new(0, 29), Detail::Brief)
+    );
+    let LogicalPlan::Trace(t) = plan("TRACE 'x'", &m) else {
+        panic!()
+    };
+    assert_eq!(t.positions, Positions::Last);
+    let LogicalPlan::Extract(e) = plan("EXTRACT MODEL 'a' INTO 'b'", &m) else {
+        panic!()
+    };
+    assert_eq!(
+        (e.format, e.encoding),
+        (ExtractFormat::Vindex3, Encoding::Source)
+    );
+}
+
+#[test]
+fn infer_generate_alias() {
+    let m = smollm();
+    let LogicalPlan::Generate(g) = plan("INFER 'x' GENERATE 12", &m) else {
+        panic!()
+    };
+    assert_eq!(g.max_tokens, 12);
+    assert!(g.sampling.is_greedy());
+    assert_eq!(plan("INFER 'x' GENERATE 12", &m).name(), "GENERATE");
+    refuse(
+        "INFER 'x' «TOP 3» GENERATE 12",
+        &m,
+        "TOP has no effect with GENERATE",
+    );
+    refuse("INFER 'x' «GENERATE 0»", &m, "at least 1");
+    refuse(
+        "INFER 'x' «GENERATE 100000»",
+        &m,
+        "exceeds the context length",
+    );
+}
+
+#[test]
+fn layer_ranges_are_checked() {
+    let m = smollm();
+    let e = refuse(
+        "WALK 'x' «LAYERS 25-30»",
+        &m,
+        "layer 30 out of range: smollm2 has 30 layers (0-29)",
+    );
+    assert_eq!(e.labels[0].1, "layers run 0-29");
+    refuse("WALK 'x' TOP 3 «LAYERS 40»", &m, "layer 40 out of range");
+    refuse("WALK 'x' «LAYERS 9-3»", &m, "layer range 9-3 is reversed");
+    refuse("TRACE 'x' DECOMPOSE «LAYERS 0-99»", &m, "out of range");
+    refuse("DESCRIBE 'x' «AT LAYER 30»", &m, "layer 30 out of range");
+    refuse("DESCRIBE 'x' «LAYERS 3-31» VERBOSE", &m, "out of range");
+    refuse(
+        "INSERT INTO edges (entity, relation, target) VALUES ('a', 'b', 'c') «AT LAYER 31»",
+        &m,
+        "out of range",
+    );
+    let LogicalPlan::Walk(w) = plan("WALK 'x' LAYERS ALL", &m) else {
+        panic!()
+    };
+    assert_eq!(w.layers, LayerRange::new(0, 29));
+    let LogicalPlan::Walk(w) = plan("WALK 'x' LAYERS 29", &m) else {
+        panic!()
+    };
+    assert_eq!(w.layers, LayerRange::new(29, 29));
+}
+
+#[test]
+fn bound_stage_limits_layers() {
+    let staged = ModelFacts {
+        stage: Some((0, 14)),
+        ..smollm()
+    };
+    refuse(
+        "WALK 'x' «LAYERS 10-20»",
+        &staged,
+        "not in the bound stage (0-14)",
+    );
+    let LogicalPlan::Walk(w) = plan("WALK 'x'", &staged) else {
+        panic!()
+    };
+    assert_eq!(w.layers, LayerRange::new(0, 14));
+}
+
+#[test]
+fn counts_are_checked() {
+    let m = smollm();
+    refuse("INFER 'x' «TOP 0»", &m, "TOP must be at least 1");
+    refuse("INFER 'x' «TOP -3»", &m, "TOP must be at least 1");
+    refuse(
+        "INFER 'x' «TOP 50000»",
+        &m,
+        "TOP 50000 exceeds the vocabulary size (49152)",
+    );
+    refuse(
+        "WALK 'x' «TOP 2000»",
+        &m,
+        "exceeds the features per layer (1536)",
+    );
+    refuse("GENERATE 'x' «MAX 0»", &m, "at least 1");
+    refuse(
+        "GENERATE 'x' «TEMPERATURE -0.5»",
+        &m,
+        "TEMPERATURE must be at least 0",
+    );
+    refuse(
+        "GENERATE 'x' TEMPERATURE 1 «TOP_P 1.5»",
+        &m,
+        "TOP_P must be in (0, 1]",
+    );
+    refuse(
+        "GENERATE 'x' TEMPERATURE 1 «TOP_K 0»",
+        &m,
+        "TOP_K must be at least 1",
+    );
+    refuse(
+        "GENERATE 'x' TEMPERATURE 1 «SEED -1»",
+        &m,
+        "SEED must be non-negative",
+    );
+    refuse(
+        "GENERATE 'x' «SEED 7»",
+        &m,
+        "SEED has no effect with greedy decoding",
+    );
+    refuse(
+        "SELECT * FROM edges «LIMIT -1»",
+        &m,
+        "LIMIT must be non-negative",
+    );
+    let LogicalPlan::Generate(g) = plan(
+        "GENERATE 'x' TEMPERATURE 0.7 TOP_K 40 TOP_P 0.9 SEED 1 MAX 8 STOP '\\n'",
+        &m,
+    ) else {
+        panic!()
+    };
+    assert_eq!(g.sampling.temperature, 0.7);
+    assert_eq!(
+        (g.sampling.top_k, g.sampling.top_p, g.sampling.seed),
+        (Some(40), Some(0.9), Some(1))
+    );
+    assert_eq!(g.stop, vec!["\n".to_string()]);
+}
+
+#[test]
+fn capability_refusals_name_missing_operands() {
+    let b = browse_only();
+    let e = refuse(
+        "WALK 'x' «MODE RESIDUAL»",
+        &b,
+        "WALK MODE RESIDUAL needs a forward pass, but browse.vindex lacks attn_q (layer 0), attn_k (layer 0)",
+    );
+    assert!(e.help.is_some());
+    refuse("«INFER 'x'»", &b, "INFER needs a forward pass");
+    refuse("«GENERATE 'x'»", &b, "GENERATE needs a forward pass");
+    refuse("«TRACE 'x'»", &b, "TRACE needs a forward pass");
+    // Browsing still works.
+    assert!(matches!(
+        plan("WALK 'x' MODE EMBEDDING", &b),
+        LogicalPlan::Walk(_)
+    ));
+    assert!(matches!(plan("DESCRIBE 'x'", &b), LogicalPlan::Describe(_)));
+
+    let no_gates = ModelFacts {
+        can_browse: false,
+        missing_for_browse: vec!["ffn_gate (layers 0-29)".into()],
+        ..smollm()
+    };
+    refuse(
+        "«WALK 'x'»",
+        &no_gates,
+        "WALK reads FFN gates, but smollm2 lacks ffn_gate (layers 0-29)",
+    );
+    let no_tok = ModelFacts {
+        can_tokenize: false,
+        ..smollm()
+    };
+    refuse("«TOKENIZE 'x'»", &no_tok, "has no tokenizer");
+}
+
+#[test]
+fn select_resolves_columns() {
+    let m = smollm();
+    let LogicalPlan::Select(s) = plan(
+        "SELECT Layer, token FROM features WHERE score > 0.5 AND layer BETWEEN 20 AND 29 ORDER BY score DESC LIMIT 10",
+        &m,
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        s.columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        ["layer", "token"]
+    );
+    assert_eq!(
+        s.order_by,
+        vec![SortKey {
+            column: "score".into(),
+            descending: true
+        }]
+    );
+    assert_eq!(s.limit, Some(10));
+    let LogicalPlan::Select(s) = plan("SELECT * FROM tokens", &m) else {
+        panic!()
+    };
+    assert_eq!(s.columns.len(), 2);
+    let e = refuse(
+        "SELECT «tokn» FROM features",
+        &m,
+        "unknown column `tokn` in table features",
+    );
+    assert_eq!(e.help.as_deref(), Some("did you mean token?"));
+    refuse(
+        "SELECT * FROM edges WHERE «relaton» = 'capital'",
+        &m,
+        "unknown column `relaton`",
+    );
+    refuse("SELECT * FROM edges ORDER BY «gatee»", &m, "unknown column");
+    refuse(
+        "SELECT * FROM edges WHERE entity = 'a' OR (NOT «zz» IN (1))",
+        &m,
+        "unknown column `zz`",
+    );
+}
+
+#[test]
+fn custom_catalog_schema() {
+    struct Custom;
+    impl Catalog for Custom {
+        fn bound(&self) -> Option<ModelFacts> {
+            Some(smollm())
+        }
+        fn table_columns(&self, _t: Table) -> Vec<ColumnDef> {
+            vec![ColumnDef::new("only", ColumnType::Int)]
+        }
+    }
+    assert!(matches!(
+        plan("SELECT only FROM layers", &Custom),
+        LogicalPlan::Select(_)
+    ));
+    refuse("SELECT «layer» FROM layers", &Custom, "unknown column");
+}
+
+#[test]
+fn edits() {
+    let m = smollm();
+    let LogicalPlan::Insert(i) = plan(
+        "INSERT INTO edges (target, entity, relation) VALUES ('Paris', 'France', 'capital') AT LAYER 24 ALPHA 0.25",
+        &m,
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        i.rows,
+        vec![EdgeRow {
+            entity: "France".into(),
+            relation: "capital".into(),
+            target: "Paris".into()
+        }]
+    );
+    assert_eq!((i.layer, i.alpha), (Some(24), Some(0.25)));
+    refuse(
+        "INSERT INTO «features» (entity) VALUES ('a')",
+        &m,
+        "INSERT cannot change table features",
+    );
+    refuse(
+        "INSERT INTO edges (entity, «relaton», target) VALUES ('a','b','c')",
+        &m,
+        "not `relaton`",
+    );
+    refuse(
+        "INSERT INTO edges («entity, relation») VALUES ('a','b')",
+        &m,
+        "needs column target",
+    );
+    refuse(
+        "INSERT INTO edges (entity, relation, target) VALUES «('a','b')»",
+        &m,
+        "2 values for 3 columns",
+    );
+    refuse(
+        "INSERT INTO edges (entity, relation, target) VALUES ('a', «5», 'c')",
+        &m,
+        "relation must be a non-empty string",
+    );
+    refuse(
+        "INSERT INTO edges (entity, relation, target) VALUES ('a','b','c') «ALPHA 2»",
+        &m,
+        "ALPHA must be in (0, 1]",
+    );
+    refuse("«DELETE FROM features»", &m, "needs a WHERE clause");
+    refuse(
+        "DELETE FROM «tokens» WHERE token_id = 1",
+        &m,
+        "DELETE cannot change table tokens",
+    );
+    let LogicalPlan::Update(u) = plan(
+        "UPDATE features SET token = 'x' WHERE layer = 3 AND feature = 9",
+        &m,
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        u.assignments,
+        vec![("token".to_string(), Value::String("x".into()))]
+    );
+    refuse(
+        "UPDATE features SET «tokn» = 'x' WHERE layer = 1",
+        &m,
+        "unknown column",
+    );
+    refuse(
+        "UPDATE features SET token = 'x', «token = 'y'» WHERE layer = 1",
+        &m,
+        "assigned twice",
+    );
+    assert!(plan("SAVE PATCH", &m).mutates_session());
+}
+
+#[test]
+fn diff_forms() {
+    let m = smollm();
+    let LogicalPlan::Diff(d) = plan("DIFF CURRENT", &m) else {
+        panic!()
+    };
+    assert_eq!((d.left, d.right), (ModelRef::Current, None));
+    refuse("DIFF «'a'»", &m, "give two paths");
+    refuse("DIFF 'a' «'a'»", &m, "compares a model with itself");
+}
+
+#[test]
+fn names_for_unsupported_messages() {
+    let m = smollm();
+    let cases = [
+        (
+            "INSERT INTO edges (entity, relation, target) VALUES ('a','b','c')",
+            "INSERT",
+        ),
+        ("DIFF 'a' 'b'", "DIFF"),
+        ("BEGIN PATCH 'p.vlp'", "BEGIN PATCH"),
+        ("COMPILE CURRENT INTO GGUF 'o.gguf'", "COMPILE"),
+        ("SHOW PATCHES", "SHOW"),
+        ("EXPLAIN WALK 'x'", "EXPLAIN"),
+        ("VERIFY", "VERIFY"),
+        ("STATS", "STATS"),
+    ];
+    for (src, name) in cases {
+        assert_eq!(plan(src, &m).name(), name, "{src}");
+    }
+    let e = PlanError::unsupported("not supported yet: INSERT", lql_grammar::Span::new(0, 6));
+    assert_eq!(e.kind, PlanErrorKind::Unsupported);
+}

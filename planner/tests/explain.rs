@@ -1,0 +1,194 @@
+//! EXPLAIN text snapshots (inline expected text) for a few statements.
+
+use lql_planner::*;
+
+fn smollm() -> ModelFacts {
+    ModelFacts {
+        name: "smollm2".into(),
+        n_layers: 30,
+        vocab: 49152,
+        hidden: 576,
+        ffn: 1536,
+        context_length: Some(8192),
+        can_execute: true,
+        can_browse: true,
+        can_tokenize: true,
+        gate_encoding: Some("Q4_1".into()),
+        // Q4_1: 24 bytes per 32 values; 1536 rows of 576.
+        gate_bytes_per_layer: Some(1536 * 576 / 32 * 24),
+        ..Default::default()
+    }
+}
+
+fn explain(src: &str) -> String {
+    let stmt = lql_grammar::parse_statement(src).unwrap();
+    let plan = bind(&stmt, &smollm()).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+    explain_text(&plan)
+}
+
+#[track_caller]
+fn snap(src: &str, expected: &str) {
+    let got = explain(src);
+    assert_eq!(got.trim_end(), expected.trim_end(), "\n--- got ---\n{got}");
+}
+
+#[test]
+fn walk_embedding() {
+    snap(
+        "EXPLAIN WALK 'France' TOP 5 LAYERS 20-29",
+        r#"
+Rows [layer, feature, gate, token, down]
+  FeatureLabels
+    GateScan layers=20-29 top=5 query=embedding encoding=Q4_1 bytes/layer=648.0 KiB total=6.3 MiB
+      EmbedLookup position=last
+        Tokenize "France"
+"#
+        .trim_start(),
+    );
+}
+
+#[test]
+fn walk_residual() {
+    snap(
+        "EXPLAIN WALK 'France' MODE RESIDUAL LAYERS 10-12",
+        r#"
+Rows [layer, feature, gate, token, down]
+  FeatureLabels
+    GateScan layers=10-12 top=10 query=residual encoding=Q4_1 bytes/layer=648.0 KiB total=1.9 MiB
+      Forward prefill layers=0-12 capture=ffn_input positions=last
+        Tokenize "France"
+"#
+        .trim_start(),
+    );
+}
+
+#[test]
+fn infer() {
+    snap(
+        "EXPLAIN INFER 'The capital of France is' TOP 3",
+        r#"
+Rows [rank, token_id, token, probability, logit]
+  Detokenize
+    TopK k=3
+      Softmax
+        Head final_norm+output position=last
+          Forward prefill layers=0-29
+            Tokenize "The capital of France is"
+"#
+        .trim_start(),
+    );
+}
+
+#[test]
+fn generate() {
+    snap(
+        "EXPLAIN GENERATE 'Once' MAX 8 TEMPERATURE 0.7 TOP_K 40 SEED 1 STOP '\\n'",
+        r#"
+Rows [text, tokens, stop_reason]
+  Detokenize
+    DecodeLoop max=8 temperature=0.7 top_k=40 seed=1 stop=["\n"]
+      Forward prefill layers=0-29
+        Tokenize "Once"
+"#
+        .trim_start(),
+    );
+}
+
+#[test]
+fn select() {
+    snap(
+        "EXPLAIN SELECT layer, token FROM features WHERE layer >= 20 AND token LIKE 'Par%' ORDER BY score DESC LIMIT 10",
+        r#"
+Rows [layer, token]
+  Project layer, token
+    Limit 10
+      Sort score DESC
+        Filter layer >= 20 AND token LIKE "Par%"
+          TableScan features
+"#
+        .trim_start(),
+    );
+}
+
+#[test]
+fn trace_and_diff() {
+    snap(
+        "EXPLAIN TRACE 'x' FOR 'Paris' LAYERS 0-3 POSITIONS ALL SAVE 't.trace'",
+        r#"
+Rows [layer, rank, probability, attn, ffn, who]
+  SaveTrace "t.trace"
+    LogitLens for="Paris"
+      Forward prefill layers=0-3 capture=residual positions=all
+        Tokenize "x"
+"#
+        .trim_start(),
+    );
+    snap(
+        "EXPLAIN DIFF 'a.vindex' CURRENT INTO PATCH 'd.vlp'",
+        r#"
+Rows [object, layer, role, change, detail]
+  DiffOperands into_patch="d.vlp"
+    Open "a.vindex"
+    Current base+overlays
+"#
+        .trim_start(),
+    );
+}
+
+#[test]
+fn explain_plan_itself() {
+    let stmt = lql_grammar::parse_statement("EXPLAIN STATS").unwrap();
+    let plan = bind(&stmt, &smollm()).unwrap();
+    let phys = lower(&plan);
+    assert_eq!(phys.statement, "EXPLAIN");
+    assert_eq!(phys.to_string().trim_end(), "Rows [plan]\n  Explain STATS");
+    assert_eq!(
+        explain_text(&plan).trim_end(),
+        "Rows [key, value]\n  Inspect STATS"
+    );
+    let ops = lower(
+        &bind(
+            &lql_grammar::parse_statement("TOKENIZE 'a'").unwrap(),
+            &smollm(),
+        )
+        .unwrap(),
+    );
+    assert!(matches!(ops.operators()[0], Operator::Tokenize { .. }));
+}
+
+#[test]
+fn every_statement_lowers() {
+    let m = smollm();
+    for src in [
+        "USE 'm.gguf' LAYERS 0-14 PROFILE 'p'",
+        "USE MODEL 'smollm2-135m-instruct'",
+        "INFER 'x' GENERATE 4",
+        "DESCRIBE 'France' VERBOSE",
+        "TRACE 'x' DECOMPOSE",
+        "INSERT INTO edges (entity, relation, target) VALUES ('a','b','c') CONFIDENCE 0.5",
+        "DELETE FROM edges WHERE layer = 1",
+        "UPDATE edges SET target = 'x' WHERE layer = 1",
+        "BEGIN PATCH 'p.vlp'",
+        "SAVE PATCH",
+        "APPLY PATCH 'p.vlp'",
+        "REMOVE PATCH 'p.vlp'",
+        "SHOW PATCHES",
+        "SHOW TENSORS LIKE 'blk.0.%'",
+        "DIFF 'a' 'b'",
+        "COMPILE CURRENT INTO VINDEX 'o'",
+        "EXTRACT MODEL 'a' INTO 'b' FORMAT PACKAGE ENCODING Q8_0 LAYERS 0-3",
+        "COMPACT 'c' INTO 'd'",
+        "VERIFY",
+        "STATS",
+        "TOKENIZE 'x'",
+    ] {
+        let stmt = lql_grammar::parse_statement(src).unwrap();
+        let plan = bind(&stmt, &m).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+        let text = lower(&plan).to_string();
+        assert!(!text.is_empty());
+        assert_eq!(lower(&plan).statement, plan.name());
+        // EXPLAIN of each statement binds and gives the same text.
+        let ex = lql_grammar::parse_statement(&format!("EXPLAIN {src}")).unwrap();
+        assert_eq!(explain_text(&bind(&ex, &m).unwrap()), text);
+    }
+}
