@@ -6,7 +6,10 @@
 //! lql-grammar --release --test fuzz -- --nocapture` runs for that many seconds and
 //! prints the number of cases run.
 
-use lql_grammar::{is_complete, parse, parse_statement, split_statements, KEYWORDS};
+use lql_grammar::{
+    is_complete, parse, parse_statement, split_statements, CmpOp, Expr, ExprKind, Ident, Span,
+    StatementKind, Value, KEYWORDS,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::time::{Duration, Instant};
@@ -72,6 +75,119 @@ fn random_text() -> impl Strategy<Value = String> {
     ]
 }
 
+// ---- random expression trees: print → parse gives the same tree ----------------------
+
+const RESERVED: &[&str] = &[
+    "and", "or", "not", "like", "in", "between", "is", "true", "false", "null", "from", "where",
+    "order", "limit", "set", "values",
+];
+
+fn e(kind: ExprKind) -> Expr {
+    Expr {
+        kind,
+        span: Span::default(),
+    }
+}
+
+fn leaf() -> impl Strategy<Value = Expr> {
+    let column = "[a-z_][a-z0-9_]{0,6}"
+        .prop_filter("reserved", |s| !RESERVED.contains(&s.as_str()))
+        .prop_map(|name| {
+            e(ExprKind::Column(Ident {
+                name,
+                span: Span::default(),
+            }))
+        });
+    let value = prop_oneof![
+        any::<i64>().prop_map(Value::Int),
+        any::<f64>()
+            .prop_filter("finite", |x| x.is_finite())
+            .prop_map(Value::Float),
+        any::<String>().prop_map(Value::String),
+        any::<bool>().prop_map(Value::Bool),
+        Just(Value::Null),
+    ]
+    .prop_map(|v| e(ExprKind::Literal(v)));
+    prop_oneof![column, value]
+}
+
+fn cmp_op() -> impl Strategy<Value = CmpOp> {
+    prop::sample::select(
+        &[
+            CmpOp::Eq,
+            CmpOp::NotEq,
+            CmpOp::Lt,
+            CmpOp::LtEq,
+            CmpOp::Gt,
+            CmpOp::GtEq,
+        ][..],
+    )
+}
+
+fn expr_tree() -> impl Strategy<Value = Expr> {
+    leaf().prop_recursive(5, 48, 4, |inner| {
+        let b = |x: Expr| Box::new(x);
+        prop_oneof![
+            (cmp_op(), inner.clone(), inner.clone()).prop_map(move |(op, l, r)| e(
+                ExprKind::Compare {
+                    op,
+                    left: b(l),
+                    right: b(r)
+                }
+            )),
+            (inner.clone(), inner.clone(), any::<bool>()).prop_map(move |(x, p, negated)| e(
+                ExprKind::Like {
+                    expr: b(x),
+                    pattern: b(p),
+                    negated
+                }
+            )),
+            (
+                inner.clone(),
+                prop::collection::vec(inner.clone(), 1..4),
+                any::<bool>()
+            )
+                .prop_map(move |(x, list, negated)| e(ExprKind::InList {
+                    expr: b(x),
+                    list,
+                    negated
+                })),
+            (inner.clone(), inner.clone(), inner.clone(), any::<bool>()).prop_map(
+                move |(x, low, high, negated)| e(ExprKind::Between {
+                    expr: b(x),
+                    low: b(low),
+                    high: b(high),
+                    negated
+                })
+            ),
+            (inner.clone(), any::<bool>()).prop_map(move |(x, negated)| e(ExprKind::IsNull {
+                expr: b(x),
+                negated
+            })),
+            inner.clone().prop_map(move |x| e(ExprKind::Not(b(x)))),
+            prop::collection::vec(inner.clone(), 2..4).prop_map(|v| e(ExprKind::And(v))),
+            prop::collection::vec(inner, 2..4).prop_map(|v| e(ExprKind::Or(v))),
+        ]
+    })
+}
+
+/// Printing a random tree and parsing it back gives the same tree.
+fn check_expr(tree: &Expr) -> Result<(), TestCaseError> {
+    let src = format!("SELECT * FROM edges WHERE {tree}");
+    let stmt =
+        parse_statement(&src).map_err(|err| TestCaseError::fail(format!("{src}: {err:?}")))?;
+    let StatementKind::Select(sel) = stmt.kind else {
+        return Err(TestCaseError::fail("not a SELECT"));
+    };
+    let back = sel
+        .filter
+        .map(|f| f.value)
+        .ok_or_else(|| TestCaseError::fail("no WHERE"))?;
+    use lql_grammar::SpanVisit;
+    prop_assert_eq!(back.without_spans(), tree.without_spans(), "{}", src);
+    Ok(())
+}
+
 /// The properties every input must satisfy.
 fn check(src: &str) -> Result<(), TestCaseError> {
     let _ = is_complete(src);
@@ -105,6 +221,18 @@ fn check(src: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+fn run_exprs(cases: u32) -> u64 {
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&expr_tree(), |t| check_expr(&t))
+        .unwrap_or_else(|e| panic!("{e}"));
+    u64::from(cases)
+}
+
 fn run(cases: u32, strategy: impl Strategy<Value = String>) -> u64 {
     let mut runner = TestRunner::new(Config {
         cases,
@@ -126,6 +254,7 @@ fn fuzz_parse_never_panics() {
     if secs == 0 {
         run(512, random_text());
         run(512, token_sequence());
+        run_exprs(256);
         return;
     }
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -133,6 +262,7 @@ fn fuzz_parse_never_panics() {
     while Instant::now() < deadline {
         total += run(2000, random_text());
         total += run(2000, token_sequence());
+        total += run_exprs(500);
     }
     println!("fuzz: {total} cases in {secs} s");
 }
