@@ -5,6 +5,7 @@
 //! - [`writer`]: [`GgufWriter`] — metadata and tensors with alignment, temp name + rename.
 
 pub mod reader;
+pub mod synth;
 pub mod value;
 pub mod writer;
 

@@ -93,6 +93,25 @@ impl<'a> GgufWriter<'a> {
         self.add_kv(key, value)
     }
 
+    /// Remove the metadata entry `key`; true if it was there.
+    pub fn remove_kv(&mut self, key: &str) -> bool {
+        let before = self.kvs.len();
+        self.kvs.retain(|(k, _)| k != key);
+        self.kvs.len() != before
+    }
+
+    /// Remove the tensor `name`; true if it was there.
+    pub fn remove_tensor(&mut self, name: &str) -> bool {
+        let before = self.tensors.len();
+        self.tensors.retain(|t| t.name != name);
+        self.tensors.len() != before
+    }
+
+    /// Names of the tensors added so far, in order.
+    pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.iter().map(|t| t.name.as_str())
+    }
+
     /// Add a tensor: `shape` in ggml order (`shape[0]` = row length), `bytes` its encoding.
     pub fn add_tensor(
         &mut self,
