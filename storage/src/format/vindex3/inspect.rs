@@ -1,0 +1,222 @@
+//! Artifact-only introspection (seed 002 §18.3): SHOW COMPONENTS, SHOW REPRESENTATIONS,
+//! SHOW TENSORS and STATS answered from `index.json`, the graph and the segment headers —
+//! no payload byte is read and no engine is needed. Rows are plain structs; the engine
+//! turns them into `Rows`.
+
+use std::path::Path;
+
+use super::index::resolve;
+use super::reader::Container;
+use super::segment::read_header;
+use crate::error::Result;
+
+/// One component of the system graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComponentRow {
+    pub id: String,
+    pub role: String,
+    pub num_layers: u32,
+    pub hidden_size: u32,
+    /// Logical objects of this component, comma-separated.
+    pub objects: String,
+    pub operands: usize,
+    pub source_artifact: String,
+}
+
+/// One representation (a physically present encoding of an object).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RepresentationRow {
+    pub object: String,
+    pub representation: String,
+    pub encoding: String,
+    pub fidelity: String,
+    pub segment: String,
+    pub tensors: u64,
+    pub payload_bytes: u64,
+    pub payload_sha256: String,
+    /// True for the representation the first profile selects.
+    pub selected: bool,
+}
+
+/// One tensor of a segment's table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorRow {
+    pub object: String,
+    pub representation: String,
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    /// Byte offset in the segment file.
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// Headline facts of a container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerStats {
+    pub path: String,
+    pub generation: String,
+    pub schema: u32,
+    pub shape: String,
+    pub model: String,
+    pub family: String,
+    pub authority: String,
+    pub num_layers: u32,
+    pub hidden_size: u32,
+    pub components: usize,
+    pub objects: usize,
+    pub representations: usize,
+    pub tensors: u64,
+    pub payload_bytes: u64,
+    /// Bytes of every file the index references (segments, graph, capabilities, index).
+    pub container_bytes: u64,
+    /// Weakest fidelity across the selected representations.
+    pub fidelity: String,
+}
+
+/// SHOW COMPONENTS.
+pub fn show_components(dir: &Path) -> Result<Vec<ComponentRow>> {
+    let c = Container::load(dir)?;
+    let g = c.require_graph()?;
+    Ok(g.components
+        .iter()
+        .map(|comp| ComponentRow {
+            id: comp.id.clone(),
+            role: comp.role.clone(),
+            num_layers: comp.num_layers,
+            hidden_size: comp.hidden_size,
+            objects: g
+                .objects
+                .iter()
+                .filter(|o| o.component == comp.id)
+                .map(|o| match &o.tied_to {
+                    Some(t) => format!("{} (tied to {t})", o.id),
+                    None => o.id.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            operands: comp.operands.len(),
+            source_artifact: comp.source_artifact.clone().unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// SHOW REPRESENTATIONS.
+pub fn show_representations(dir: &Path) -> Result<Vec<RepresentationRow>> {
+    let c = Container::load(dir)?;
+    c.require_graph()?;
+    Ok(c.index
+        .representations
+        .iter()
+        .map(|(id, e)| RepresentationRow {
+            object: e.object.clone(),
+            representation: id.clone(),
+            encoding: e.encoding.clone(),
+            fidelity: e.fidelity.clone(),
+            segment: e.segment.clone(),
+            tensors: e.tensor_count,
+            payload_bytes: e.payload_bytes,
+            payload_sha256: e.payload_sha256.clone(),
+            selected: c.selected_representation(&e.object).as_deref() == Some(id),
+        })
+        .collect())
+}
+
+/// SHOW TENSORS: every tensor of every representation, from the segment headers.
+pub fn show_tensors(dir: &Path) -> Result<Vec<TensorRow>> {
+    let c = Container::load(dir)?;
+    c.require_graph()?;
+    let mut rows = Vec::new();
+    for (id, e) in &c.index.representations {
+        let path = resolve(dir, &e.segment, "representations.segment")?;
+        let parsed = read_header(&path)?;
+        for t in parsed.header.tensors {
+            rows.push(TensorRow {
+                object: e.object.clone(),
+                representation: id.clone(),
+                name: t.name,
+                dtype: t.dtype,
+                shape: t.shape,
+                offset: parsed.payload_start + t.offset,
+                bytes: t.len,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// STATS.
+pub fn stats(dir: &Path) -> Result<ContainerStats> {
+    let c = Container::load(dir)?;
+    let g = c.require_graph()?;
+    let file_len = |rel: &str| {
+        resolve(dir, rel, "file")
+            .ok()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    let mut container_bytes = file_len("index.json");
+    if let Some(rel) = &c.index.system_graph {
+        container_bytes += file_len(rel);
+    }
+    container_bytes += c
+        .index
+        .representations
+        .values()
+        .map(|e| file_len(&e.segment))
+        .sum::<u64>();
+    container_bytes += c
+        .index
+        .capabilities
+        .values()
+        .map(|e| file_len(&e.file))
+        .sum::<u64>();
+    let levels = [
+        "source-exact",
+        "source-equivalent",
+        "numerically-approximate",
+        "structurally-approximate",
+        "analysis-only",
+    ];
+    let fidelity = g
+        .objects
+        .iter()
+        .filter_map(|o| c.selected_representation(&o.id))
+        .filter_map(|r| c.index.representations.get(&r))
+        .map(|e| e.fidelity.as_str())
+        .max_by_key(|f| levels.iter().position(|l| l == f).unwrap_or(levels.len()))
+        .unwrap_or("")
+        .to_string();
+    Ok(ContainerStats {
+        path: dir.display().to_string(),
+        generation: "VINDEX3".into(),
+        schema: c.index.version,
+        shape: c.shape.name().into(),
+        model: c.index.model.clone(),
+        family: c.index.family.clone(),
+        authority: match c.index.authority {
+            super::index::Authority::Canonical => "canonical".into(),
+            super::index::Authority::Derived => "derived".into(),
+        },
+        num_layers: c.index.num_layers,
+        hidden_size: c.index.hidden_size,
+        components: g.components.len(),
+        objects: g.objects.len(),
+        representations: c.index.representations.len(),
+        tensors: c
+            .index
+            .representations
+            .values()
+            .map(|e| e.tensor_count)
+            .sum(),
+        payload_bytes: c
+            .index
+            .representations
+            .values()
+            .map(|e| e.payload_bytes)
+            .sum(),
+        container_bytes,
+        fidelity,
+    })
+}

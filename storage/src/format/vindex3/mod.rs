@@ -1,0 +1,70 @@
+//! The VINDEX3 container (seed 002): the graph shape we write and read, the bank shape we
+//! recognise, version detection, verification and artifact-only introspection.
+//!
+//! ```text
+//! <container>/
+//! ├── index.json                 Vindex3Index, schema 4, the sole root authority (written last)
+//! ├── system_graph.json          SystemGraph schema 6: component `text` with its execution
+//! │                              surface and operand table, logical objects, edges
+//! ├── segments/
+//! │   ├── text.embedding.bin     [u64 LE header len][header JSON, space-padded][payload]
+//! │   ├── text.decoder_stack.bin
+//! │   ├── text.final_norm.bin
+//! │   └── text.output_head.bin   only when the head is not tied to the embedding
+//! └── tokenizer_spec.json, chat_template.jinja, special_tokens_map.json, tokenizer.json
+//!                                capability snapshot (serving, not execution)
+//! ```
+//!
+//! Layout decisions (documented once, here):
+//! - **Alignment.** The payload starts on a [`ALIGN`]-byte (32) boundary of the file (the
+//!   header is padded with spaces; 32 satisfies the spec's 16) and every tensor starts on a
+//!   32-byte boundary of the payload, so f32/f16 operands can be reinterpreted zero-copy
+//!   and loaded with aligned AVX loads. When a tensor's length is not a multiple of 32 the
+//!   gap before the next tensor is zero-filled. Readers accept any tensor offset.
+//! - **Hashes.** `payload_sha256` is the SHA-256 of the tensors' bytes concatenated in table
+//!   order, excluding alignment gaps: for a SOURCE extract it equals the SHA-256 of the
+//!   source tensors' bytes. `segment_sha256` is the SHA-256 of the whole segment file.
+//!   `tensor_sha256` (one per tensor) lets VERIFY name the tensor and byte range that drifted.
+//! - **Crash safety.** EXTRACT refuses a target that exists and is not an empty directory.
+//!   It builds the container in a sibling `<out>.tmp-<pid>-<nanos>` directory (segments,
+//!   then the graph, then `index.json`, each written to a temporary name, fsynced and
+//!   renamed), fsyncs it and renames the directory to `<out>` last. A crash leaves either no
+//!   `<out>` or a complete one; the leftover temporary directory has no `index.json` unless
+//!   it is itself complete.
+//! - **Open is O(1).** [`open_model`] parses `index.json`, the graph and the segment
+//!   headers and maps the segments; it never hashes payloads ([`verify()`] does) and builds
+//!   the tokenizer lazily.
+
+mod atomic;
+mod encode;
+pub mod graph;
+pub mod index;
+mod inspect;
+mod reader;
+pub mod segment;
+mod verify;
+mod writer;
+
+pub use encode::ExtractEncoding;
+pub use graph::SystemGraph;
+pub use index::{detect, ContainerShape, Vindex3Index};
+pub use inspect::{
+    show_components, show_representations, show_tensors, stats, ComponentRow, ContainerStats,
+    RepresentationRow, TensorRow,
+};
+pub use reader::{open_model, Container};
+pub use verify::{all_ok, verify, VerifyRow, VerifyStatus};
+pub use writer::{extract, ExtractProgress, ExtractReport};
+
+/// `index.json` schema this build writes (seed 002 §12: VINDEX3 spans 3–4).
+pub const INDEX_SCHEMA: u32 = 4;
+/// `index.json` schemas this build reads as VINDEX3.
+pub const INDEX_SCHEMAS_READ: std::ops::RangeInclusive<u64> = 3..=4;
+/// SystemGraph schema this build writes.
+pub const GRAPH_SCHEMA: u32 = 6;
+/// Segment header schema this build writes and reads.
+pub const SEGMENT_HEADER_SCHEMA: u32 = 1;
+/// Alignment of the payload start and of every tensor inside it, in bytes.
+pub const ALIGN: u64 = 32;
+/// The only component this build writes: the text decoder.
+pub const TEXT_COMPONENT: &str = "text";

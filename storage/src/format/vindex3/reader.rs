@@ -1,0 +1,416 @@
+//! Opening a graph-shape container as a [`Model`]: version first (`index.json` alone), then
+//! the graph, then each selected representation's segment header, mapped; operands are
+//! zero-copy views into the mappings. Nothing is hashed here (VERIFY does that) and the
+//! tokenizer is built on first use.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::graph::SystemGraph;
+use super::index::{read_index, read_json, resolve, ContainerShape, Vindex3Index};
+use super::segment::{parse_header, ParsedSegment};
+use super::{atomic, TEXT_COMPONENT};
+use crate::dtype::DType;
+use crate::error::{Result, StorageError};
+use crate::model::{Backing, Model, Operand, OperandKey, Role, SourceKind};
+use crate::surface::ExecutionSurface;
+use crate::tokenizer_spec::{TokenizerSlot, TokenizerSpec};
+
+/// Largest `system_graph.json` accepted.
+const MAX_GRAPH_BYTES: u64 = 256 << 20;
+/// Largest capability file read into memory (the tokenizer spec).
+const MAX_CAPABILITY_BYTES: u64 = 512 << 20;
+
+/// A container's parsed envelope and graph (no segment bytes): what rewrites, SHOW and
+/// VERIFY start from. Unknown fields ride along in the structs' `extra` maps.
+#[derive(Debug, Clone)]
+pub struct Container {
+    pub dir: PathBuf,
+    pub index: Vindex3Index,
+    pub shape: ContainerShape,
+    /// `None` for the bank shape.
+    pub graph: Option<SystemGraph>,
+}
+
+impl Container {
+    /// Read `index.json` (refusing unsupported generations by name) and, for the graph
+    /// shape, `system_graph.json`.
+    pub fn load(dir: &Path) -> Result<Container> {
+        let (index, shape) = read_index(dir)?;
+        let graph = match (&index.system_graph, shape) {
+            (Some(rel), ContainerShape::Graph) => {
+                let path = resolve(dir, rel, "system_graph")?;
+                let v = read_json(&path, MAX_GRAPH_BYTES)?;
+                Some(serde_json::from_value(v).map_err(|e| StorageError::Format {
+                    path,
+                    offset: 0,
+                    field: "SystemGraph".into(),
+                    message: e.to_string(),
+                })?)
+            }
+            _ => None,
+        };
+        Ok(Container {
+            dir: dir.to_path_buf(),
+            index,
+            shape,
+            graph,
+        })
+    }
+
+    /// Write `system_graph.json` (when present) and then `index.json` back, each through a
+    /// temporary name and rename, keeping every field this build does not know. The graph
+    /// hash recorded in the index is updated to match.
+    pub fn rewrite(&mut self) -> Result<()> {
+        if let (Some(g), Some(rel)) = (&self.graph, &self.index.system_graph) {
+            let bytes =
+                serde_json::to_vec_pretty(g).map_err(|e| StorageError::Internal(e.to_string()))?;
+            atomic::write_file(&resolve(&self.dir, rel, "system_graph")?, &bytes)?;
+            use sha2::Digest;
+            self.index.system_graph_sha256 = Some(
+                sha2::Sha256::digest(&bytes)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect(),
+            );
+        }
+        let bytes = serde_json::to_vec_pretty(&self.index)
+            .map_err(|e| StorageError::Internal(e.to_string()))?;
+        atomic::write_file(&self.dir.join("index.json"), &bytes)?;
+        atomic::sync_dir(&self.dir)
+    }
+
+    /// The graph, or the refusal for a bank-shape container.
+    pub fn require_graph(&self) -> Result<&SystemGraph> {
+        self.graph.as_ref().ok_or_else(|| bank_refusal(&self.dir))
+    }
+
+    /// The representation id selected for `object`: the one the first profile selects,
+    /// else the object's first representation.
+    pub fn selected_representation(&self, object: &str) -> Option<String> {
+        if let Some(id) = self
+            .index
+            .profiles
+            .first()
+            .and_then(|p| p.get("select"))
+            .and_then(|s| s.get(object))
+            .and_then(|v| v.as_str())
+        {
+            return Some(id.to_string());
+        }
+        let g = self.graph.as_ref()?;
+        let o = g.objects.iter().find(|o| o.id == object)?;
+        o.representations.first().map(|r| r.id.clone())
+    }
+}
+
+fn bank_refusal(dir: &Path) -> StorageError {
+    StorageError::Unsupported(format!(
+        "not supported yet: VINDEX3 bank shape (moe_manifest.json + LYRW v2 bank files) at {}; \
+         it is recognised but cannot be executed by this build — re-encode it to the graph shape",
+        dir.display()
+    ))
+}
+
+fn role_by_name(name: &str) -> Option<Role> {
+    Role::ALL.into_iter().find(|r| r.name() == name)
+}
+
+/// One mapped segment with its parsed header.
+struct Mapped {
+    backing: usize,
+    parsed: ParsedSegment,
+    rel: String,
+}
+
+/// Open the container at `dir` as an executable [`Model`].
+///
+/// Refuses: VINDEX2 and unknown `index.json` versions (by number, before any other read);
+/// the bank shape (by name); a segment that is missing, truncated or whose header fails
+/// the hostile-input checks (naming the segment); an operand table that does not close
+/// (naming operand, object, layer and segment).
+pub fn open_model(dir: &Path) -> Result<Model> {
+    let c = Container::load(dir)?;
+    let graph = c.require_graph()?;
+    if graph.components.len() != 1 || graph.components[0].id != TEXT_COMPONENT {
+        let ids: Vec<&str> = graph.components.iter().map(|c| c.id.as_str()).collect();
+        return Err(StorageError::Unsupported(format!(
+            "not supported yet: {}: a system of components {ids:?} (this build executes one \
+             component, {TEXT_COMPONENT:?})",
+            dir.display()
+        )));
+    }
+    let comp = &graph.components[0];
+    let surface: ExecutionSurface = serde_json::from_value(comp.execution_surface.clone())
+        .map_err(|e| StorageError::Format {
+            path: dir.join("system_graph.json"),
+            offset: 0,
+            field: format!("components[{TEXT_COMPONENT}].execution_surface"),
+            message: e.to_string(),
+        })?;
+    if comp.num_layers as usize != surface.n_layers {
+        return Err(StorageError::Format {
+            path: dir.join("system_graph.json"),
+            offset: 0,
+            field: "num_layers".into(),
+            message: format!(
+                "component says {} layers, its execution surface {}",
+                comp.num_layers, surface.n_layers
+            ),
+        });
+    }
+    for a in &comp.attention {
+        if a.operator != "softmax" || a.span != "full" {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: layer {} attention operator {:?} span {:?} (this build \
+                 executes full softmax attention)",
+                a.layer, a.operator, a.span
+            )));
+        }
+    }
+
+    // Map the segment of every object the operand table references.
+    let mut backings = Vec::new();
+    let mut mapped: BTreeMap<String, Mapped> = BTreeMap::new();
+    for b in &comp.operands {
+        if mapped.contains_key(&b.object) {
+            continue;
+        }
+        let rep_id = c.selected_representation(&b.object).ok_or_else(|| {
+            StorageError::Invalid(format!(
+                "{}: object {} has no representation",
+                dir.display(),
+                b.object
+            ))
+        })?;
+        let entry = c.index.representations.get(&rep_id).ok_or_else(|| {
+            StorageError::Invalid(format!(
+                "{}: representation {rep_id} of {} is not in index.json",
+                dir.display(),
+                b.object
+            ))
+        })?;
+        let path = resolve(dir, &entry.segment, "representations.segment")?;
+        let file = std::fs::File::open(&path).map_err(|e| StorageError::io(&path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| StorageError::io(&path, e))?
+            .len();
+        if let Some(want) = entry.segment_bytes {
+            if len != want {
+                return Err(StorageError::Format {
+                    path,
+                    offset: len,
+                    field: format!("segment of {rep_id}"),
+                    message: format!(
+                        "segment is {} : {len} bytes, index.json records {want}",
+                        if len < want {
+                            "truncated"
+                        } else {
+                            "longer than recorded"
+                        }
+                    ),
+                });
+            }
+        }
+        // SAFETY: the file is opened read-only; containers are immutable once written
+        // (writers replace files by rename, never in place).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| StorageError::io(&path, e))?;
+        let parsed = parse_header(&path, &map, len)?;
+        if parsed.header.representation != rep_id {
+            return Err(StorageError::Format {
+                path,
+                offset: 8,
+                field: "representation".into(),
+                message: format!(
+                    "segment holds {}, index.json says {rep_id}",
+                    parsed.header.representation
+                ),
+            });
+        }
+        backings.push(Backing::Mmap(Arc::new(map)));
+        mapped.insert(
+            b.object.clone(),
+            Mapped {
+                backing: backings.len() - 1,
+                parsed,
+                rel: entry.segment.clone(),
+            },
+        );
+    }
+
+    let mut operands = BTreeMap::new();
+    for b in &comp.operands {
+        let m = &mapped[&b.object];
+        let role = role_by_name(&b.role).ok_or_else(|| {
+            StorageError::Unsupported(format!(
+                "not supported yet: operand role {:?} (object {}, segment {})",
+                b.role, b.object, m.rel
+            ))
+        })?;
+        let layer = b.layer.map(|l| l as usize);
+        if let Some(l) = layer {
+            if l >= surface.n_layers {
+                return Err(StorageError::Invalid(format!(
+                    "{}: operand {} names layer {l} of a {}-layer component",
+                    dir.display(),
+                    b.role,
+                    surface.n_layers
+                )));
+            }
+        }
+        let key = OperandKey { layer, role };
+        let t = m
+            .parsed
+            .tensor(&b.tensor)
+            .ok_or_else(|| StorageError::MissingOperand {
+                key: format!(
+                    "{key}: tensor {:?} is not in segment {} (object {})",
+                    b.tensor, m.rel, b.object
+                ),
+            })?;
+        let dtype = DType::from_name(&t.dtype).ok_or_else(|| {
+            StorageError::Unsupported(format!(
+                "not supported yet: encoding {:?} of {key} (tensor {:?}, segment {})",
+                t.dtype, t.name, m.rel
+            ))
+        })?;
+        let shape: Vec<usize> = t
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<_, _>>()
+            .map_err(|_| StorageError::Invalid(format!("{key}: shape too large")))?;
+        let offset = (m.parsed.payload_start + t.offset) as usize;
+        let op = Operand {
+            source_name: b.source_name.clone().unwrap_or_else(|| t.name.clone()),
+            dtype,
+            shape,
+            backing: m.backing,
+            offset,
+            len: t.len as usize,
+        };
+        if operands.insert(key, op).is_some() {
+            return Err(StorageError::Invalid(format!(
+                "{}: operand {key} is bound twice",
+                dir.display()
+            )));
+        }
+    }
+    check_closure(&surface, &operands, &c, comp)?;
+
+    let tokenizer = tokenizer_slot(dir, &c.index);
+    Ok(Model {
+        path: dir.to_path_buf(),
+        kind: SourceKind::Vindex3,
+        surface,
+        tokenizer,
+        operands,
+        backings,
+    })
+}
+
+/// Every operand the surface implies must be present with the shape it states.
+fn check_closure(
+    s: &ExecutionSurface,
+    ops: &BTreeMap<OperandKey, Operand>,
+    c: &Container,
+    comp: &super::graph::Component,
+) -> Result<()> {
+    let segment_of = |object: &str| -> String {
+        c.selected_representation(object)
+            .and_then(|r| c.index.representations.get(&r))
+            .map(|e| e.segment.clone())
+            .unwrap_or_else(|| "(none)".into())
+    };
+    let missing = |key: OperandKey| -> StorageError {
+        let object = key.role.object();
+        StorageError::MissingOperand {
+            key: format!(
+                "{key} (object {object}, layer {}, segment {}) in {}",
+                key.layer
+                    .map(|l| l.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                segment_of(object),
+                c.dir.display()
+            ),
+        }
+    };
+    let q = s.n_heads * s.head_dim;
+    let kv = s.n_kv_heads * s.head_dim;
+    let mut want: Vec<(OperandKey, Vec<usize>)> = vec![
+        (
+            OperandKey::global(Role::TokenEmbedding),
+            vec![s.hidden, s.vocab],
+        ),
+        (OperandKey::global(Role::OutputNorm), vec![s.hidden]),
+    ];
+    if !s.tied_head {
+        want.push((OperandKey::global(Role::Output), vec![s.hidden, s.vocab]));
+    }
+    for l in 0..s.n_layers {
+        let mut per = vec![
+            (Role::AttnNorm, vec![s.hidden]),
+            (Role::AttnQ, vec![s.hidden, q]),
+            (Role::AttnK, vec![s.hidden, kv]),
+            (Role::AttnV, vec![s.hidden, kv]),
+            (Role::AttnOutput, vec![q, s.hidden]),
+            (Role::FfnNorm, vec![s.hidden]),
+            (Role::FfnGate, vec![s.hidden, s.ffn]),
+            (Role::FfnUp, vec![s.hidden, s.ffn]),
+            (Role::FfnDown, vec![s.ffn, s.hidden]),
+        ];
+        if s.attn_bias {
+            per.push((Role::AttnQBias, vec![q]));
+            per.push((Role::AttnKBias, vec![kv]));
+            per.push((Role::AttnVBias, vec![kv]));
+        }
+        want.extend(per.into_iter().map(|(r, sh)| (OperandKey::layer(l, r), sh)));
+    }
+    for (key, shape) in want {
+        let op = ops.get(&key).ok_or_else(|| missing(key))?;
+        // 1-D tensors may be stored as [n] or [n, 1].
+        let got: Vec<usize> = {
+            let mut g = op.shape.clone();
+            while g.len() > shape.len() && g.last() == Some(&1) {
+                g.pop();
+            }
+            g
+        };
+        if got != shape {
+            return Err(StorageError::Invalid(format!(
+                "{}: operand {key} (tensor {:?}, component {}) has shape {:?}; the execution \
+                 surface implies {shape:?}",
+                c.dir.display(),
+                op.source_name,
+                comp.id,
+                op.shape
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The tokenizer, read from the capability snapshot on first use.
+fn tokenizer_slot(dir: &Path, index: &Vindex3Index) -> TokenizerSlot {
+    let Some(entry) = index.capabilities.get("tokenizer_spec") else {
+        return TokenizerSlot::ready(TokenizerSpec::None);
+    };
+    let path = match resolve(dir, &entry.file, "capabilities.tokenizer_spec") {
+        Ok(p) => p,
+        Err(e) => {
+            let msg = e.to_string();
+            return TokenizerSlot::lazy(move || Err(StorageError::Invalid(msg.clone())));
+        }
+    };
+    TokenizerSlot::lazy(move || {
+        let v = read_json(&path, MAX_CAPABILITY_BYTES)?;
+        serde_json::from_value(v).map_err(|e| StorageError::Format {
+            path: path.clone(),
+            offset: 0,
+            field: "TokenizerSpec".into(),
+            message: e.to_string(),
+        })
+    })
+}

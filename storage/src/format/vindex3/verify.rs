@@ -1,0 +1,235 @@
+//! VERIFY: re-hash a container against its own recorded hashes (seed 002 §20). Every
+//! representation's segment (whole file) and payload (tensors in table order) is
+//! re-hashed; a drifted payload is localised to the tensor and its byte range in the file
+//! through the per-tensor hashes; the graph and the capability files are checked too.
+
+use std::io::Read;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::index::resolve;
+use super::reader::Container;
+use super::segment::read_header;
+use crate::error::Result;
+
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyStatus {
+    Ok,
+    Failed,
+}
+
+impl VerifyStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            VerifyStatus::Ok => "ok",
+            VerifyStatus::Failed => "FAILED",
+        }
+    }
+}
+
+/// One row of VERIFY: a representation, the graph or a capability file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyRow {
+    /// Logical object id, `graph` or `capability`.
+    pub object: String,
+    /// Representation id (`text.embedding@source`) or file name.
+    pub representation: String,
+    pub encoding: String,
+    pub status: VerifyStatus,
+    /// Recorded hash.
+    pub expected: String,
+    /// Hash of the bytes on disk (empty when the file could not be read).
+    pub actual: String,
+    /// What failed and where, or what was checked.
+    pub detail: String,
+}
+
+fn hex(d: impl AsRef<[u8]>) -> String {
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = f.read(&mut buf)?;
+        if k == 0 {
+            break;
+        }
+        h.update(&buf[..k]);
+        n += k as u64;
+    }
+    Ok((hex(h.finalize()), n))
+}
+
+/// Re-hash every segment, payload, tensor, the graph and the capability files of the
+/// container at `dir`. Errors only when the container cannot be read at all (unsupported
+/// generation, unreadable index); everything else becomes a row.
+pub fn verify(dir: &Path) -> Result<Vec<VerifyRow>> {
+    let c = Container::load(dir)?;
+    c.require_graph()?;
+    let mut rows = Vec::new();
+    if let (Some(rel), Some(want)) = (&c.index.system_graph, &c.index.system_graph_sha256) {
+        let path = resolve(dir, rel, "system_graph")?;
+        rows.push(file_row("graph", rel, &path, want));
+    }
+    for (id, e) in &c.index.representations {
+        rows.push(verify_representation(dir, id, e));
+    }
+    for cap in c.index.capabilities.values() {
+        let path = resolve(dir, &cap.file, "capabilities")?;
+        rows.push(file_row("capability", &cap.file, &path, &cap.sha256));
+    }
+    Ok(rows)
+}
+
+fn file_row(object: &str, name: &str, path: &Path, want: &str) -> VerifyRow {
+    let (actual, status, detail) = match hash_file(path) {
+        Ok((h, n)) if h == want => (h, VerifyStatus::Ok, format!("{n} bytes")),
+        Ok((h, n)) => (
+            h,
+            VerifyStatus::Failed,
+            format!("{name}: {n} bytes on disk do not match the recorded sha256"),
+        ),
+        Err(e) => (String::new(), VerifyStatus::Failed, format!("{name}: {e}")),
+    };
+    VerifyRow {
+        object: object.into(),
+        representation: name.into(),
+        encoding: String::new(),
+        status,
+        expected: want.into(),
+        actual,
+        detail,
+    }
+}
+
+fn verify_representation(dir: &Path, id: &str, e: &super::index::RepresentationEntry) -> VerifyRow {
+    let mut row = VerifyRow {
+        object: e.object.clone(),
+        representation: id.to_string(),
+        encoding: e.encoding.clone(),
+        status: VerifyStatus::Failed,
+        expected: e.segment_sha256.clone(),
+        actual: String::new(),
+        detail: String::new(),
+    };
+    let path = match resolve(dir, &e.segment, "representations.segment") {
+        Ok(p) => p,
+        Err(err) => {
+            row.detail = err.to_string();
+            return row;
+        }
+    };
+    let map = match std::fs::File::open(&path).and_then(|f| unsafe { memmap2::Mmap::map(&f) }) {
+        // SAFETY: read-only map of a container file, only read while this function runs.
+        Ok(m) => m,
+        Err(err) => {
+            row.detail = format!("segment {}: {err}", e.segment);
+            return row;
+        }
+    };
+    row.actual = hex(Sha256::digest(&map[..]));
+    let mut problems = Vec::new();
+    if let Some(want) = e.segment_bytes {
+        if map.len() as u64 != want {
+            problems.push(format!(
+                "segment {} is {} bytes, index.json records {want}",
+                e.segment,
+                map.len()
+            ));
+        }
+    }
+    match read_header(&path) {
+        Err(err) => problems.push(format!("segment {} header: {err}", e.segment)),
+        Ok(parsed) => {
+            let mut payload = Sha256::new();
+            let mut total = 0u64;
+            for t in &parsed.header.tensors {
+                let start = (parsed.payload_start + t.offset) as usize;
+                let bytes = &map[start..start + t.len as usize];
+                payload.update(bytes);
+                total += t.len;
+                if let Some(want) = e.tensor_sha256.get(&t.name) {
+                    let got = if parsed.header.tensors.len() == 1 {
+                        None // equals the payload hash, checked below
+                    } else {
+                        Some(hex(Sha256::digest(bytes)))
+                    };
+                    if let Some(got) = got.filter(|g| g != want) {
+                        problems.push(format!(
+                            "tensor {:?} differs: file bytes [{start}, {}) (payload [{}, {})), \
+                             sha256 {got}, recorded {want}",
+                            t.name,
+                            start + t.len as usize,
+                            t.offset,
+                            t.offset + t.len
+                        ));
+                    }
+                }
+            }
+            let payload = hex(payload.finalize());
+            if payload != e.payload_sha256 {
+                if problems.is_empty() {
+                    let range = parsed
+                        .header
+                        .tensors
+                        .first()
+                        .zip(parsed.header.tensors.last())
+                        .map(|(a, b)| {
+                            format!(
+                                "file bytes [{}, {})",
+                                parsed.payload_start + a.offset,
+                                parsed.payload_start + b.offset + b.len
+                            )
+                        })
+                        .unwrap_or_default();
+                    problems.push(format!(
+                        "payload differs ({range}): sha256 {payload}, recorded {}",
+                        e.payload_sha256
+                    ));
+                } else {
+                    problems.push(format!(
+                        "payload sha256 {payload}, recorded {}",
+                        e.payload_sha256
+                    ));
+                }
+            }
+            if total != e.payload_bytes {
+                problems.push(format!(
+                    "payload holds {total} bytes, index.json records {}",
+                    e.payload_bytes
+                ));
+            }
+            if row.actual != e.segment_sha256 && problems.is_empty() {
+                problems.push(format!(
+                    "bytes outside every tensor differ (length word, header [0, {}) or \
+                     alignment padding); every tensor is intact",
+                    parsed.payload_start
+                ));
+            }
+        }
+    }
+    if row.actual != e.segment_sha256 && problems.is_empty() {
+        problems.push("segment sha256 differs".into());
+    }
+    if problems.is_empty() {
+        row.status = VerifyStatus::Ok;
+        row.detail = format!(
+            "{} tensors, {} payload bytes, segment and payload sha256 match",
+            e.tensor_count, e.payload_bytes
+        );
+    } else {
+        row.detail = format!("segment {}: {}", e.segment, problems.join("; "));
+    }
+    row
+}
+
+/// True when every row is ok.
+pub fn all_ok(rows: &[VerifyRow]) -> bool {
+    rows.iter().all(|r| r.status == VerifyStatus::Ok)
+}
