@@ -151,6 +151,15 @@ fn structural_mistakes() {
 }
 
 #[test]
+fn missing_semicolon_between_statements() {
+    let e = check("WALK 'x' TOP 3 «STATS»", "found `STATS`");
+    assert_eq!(
+        e.help.as_deref(),
+        Some("end the previous statement with `;` before starting another")
+    );
+}
+
+#[test]
 fn nesting_is_bounded() {
     let deep = format!(
         "SELECT * FROM edges WHERE {}a = 1{}",

@@ -244,6 +244,12 @@ pub(super) fn convert_error(e: pest::error::Error<Rule>, src: &str) -> SyntaxErr
     if err.help.is_none() && found == "end of input" && words.iter().any(|w| w != "`;`") {
         err.help = Some("the statement is incomplete".into());
     }
+    let starts_statement = found_word
+        .as_ref()
+        .is_some_and(|w| STATEMENT_KEYWORDS.contains(&w.to_ascii_uppercase().as_str()));
+    if err.help.is_none() && starts_statement && words.iter().any(|w| w == "`;`") {
+        err.help = Some("end the previous statement with `;` before starting another".into());
+    }
     err
 }
 
