@@ -10,7 +10,7 @@
 //! [`SpanVisit::without_spans`] and [`Statement::eq_ignoring_spans`]).
 
 /// A half-open byte range `start..end` into the source text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord, serde::Serialize)]
 pub struct Span {
     pub start: usize,
     pub end: usize,
@@ -36,7 +36,7 @@ impl Span {
 }
 
 /// A value with the span it came from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Spanned<T> {
     pub value: T,
     pub span: Span,
@@ -49,14 +49,14 @@ impl<T> Spanned<T> {
 }
 
 /// An identifier (a column name), as written.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Ident {
     pub name: String,
     pub span: Span,
 }
 
 /// One statement; `span` is its source text (without `;`), for echoing it back.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Statement {
     pub kind: StatementKind,
     pub span: Span,
@@ -73,7 +73,7 @@ impl Statement {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum StatementKind {
     Use(Use),
     Infer(Infer),
@@ -139,7 +139,7 @@ impl StatementKind {
 }
 
 /// `LAYERS a-b`, `LAYERS n` (first == last) or `LAYERS ALL`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum LayerSpec {
     All,
     /// Inclusive on both ends, as written (first may exceed last; the planner refuses it).
@@ -150,14 +150,14 @@ pub enum LayerSpec {
 }
 
 /// `USE "path" | USE MODEL "name"`, with optional `LAYERS a-b` and `PROFILE "name"`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Use {
     pub source: UseSource,
     pub layers: Option<Spanned<LayerSpec>>,
     pub profile: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum UseSource {
     /// A GGUF file, VINDEX3 container, layer package or HF folder.
     Path(Spanned<String>),
@@ -166,7 +166,7 @@ pub enum UseSource {
 }
 
 /// `INFER "prompt" [TOP n] [GENERATE n]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Infer {
     pub prompt: Spanned<String>,
     pub top: Option<Spanned<i64>>,
@@ -174,7 +174,7 @@ pub struct Infer {
 }
 
 /// `GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "…", …]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Generate {
     pub prompt: Spanned<String>,
     pub max: Option<Spanned<i64>>,
@@ -186,7 +186,7 @@ pub struct Generate {
 }
 
 /// `WALK "prompt" [TOP k] [LAYERS a-b] [MODE EMBEDDING|RESIDUAL]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Walk {
     pub prompt: Spanned<String>,
     pub top: Option<Spanned<i64>>,
@@ -194,7 +194,7 @@ pub struct Walk {
     pub mode: Option<Spanned<WalkMode>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum WalkMode {
     /// LARQL's browse: the prompt's last-token embedding against every layer's gates.
     Embedding,
@@ -203,20 +203,20 @@ pub enum WalkMode {
 }
 
 /// `DESCRIBE "entity" [AT LAYER n | LAYERS a-b] [BRIEF|VERBOSE|RAW]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Describe {
     pub entity: Spanned<String>,
     pub scope: Option<Spanned<DescribeScope>>,
     pub detail: Option<Spanned<Detail>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum DescribeScope {
     AtLayer(u64),
     Layers(LayerSpec),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Detail {
     Brief,
     Verbose,
@@ -224,7 +224,7 @@ pub enum Detail {
 }
 
 /// The virtual tables of SELECT / INSERT / DELETE / UPDATE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Table {
     Features,
     Edges,
@@ -256,7 +256,7 @@ impl Table {
 }
 
 /// `SELECT <cols|*> FROM table [WHERE expr] [ORDER BY …] [LIMIT n]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Select {
     pub columns: Spanned<SelectList>,
     pub table: Spanned<Table>,
@@ -266,13 +266,13 @@ pub struct Select {
     pub limit: Option<Spanned<i64>>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum SelectList {
     All,
     Columns(Vec<Ident>),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OrderItem {
     pub column: Ident,
     /// As written; `None` means ascending.
@@ -280,14 +280,14 @@ pub struct OrderItem {
     pub span: Span,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum SortDirection {
     Asc,
     Desc,
 }
 
 /// `TRACE "prompt" [FOR "tok"] [DECOMPOSE] [LAYERS a-b] [POSITIONS LAST|ALL] [SAVE "file"]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Trace {
     pub prompt: Spanned<String>,
     pub target: Option<Spanned<String>>,
@@ -298,14 +298,14 @@ pub struct Trace {
     pub save: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Positions {
     Last,
     All,
 }
 
 /// `INSERT INTO table (c, …) VALUES (v, …)[, (…)] [AT LAYER n] [ALPHA a] [CONFIDENCE c]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Insert {
     pub table: Spanned<Table>,
     pub columns: Vec<Ident>,
@@ -317,21 +317,21 @@ pub struct Insert {
 }
 
 /// `DELETE FROM table [WHERE expr]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Delete {
     pub table: Spanned<Table>,
     pub filter: Option<Spanned<Expr>>,
 }
 
 /// `UPDATE table SET col = value, … [WHERE expr]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Update {
     pub table: Spanned<Table>,
     pub assignments: Vec<Assignment>,
     pub filter: Option<Spanned<Expr>>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Assignment {
     pub column: Ident,
     pub value: Spanned<Value>,
@@ -339,14 +339,14 @@ pub struct Assignment {
 }
 
 /// The current effective model (base + overlays) or a path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub enum ModelRef {
     Current,
     Path(String),
 }
 
 /// `DIFF "a" "b"` · `DIFF CURRENT` · `DIFF "a" CURRENT` · `[INTO PATCH "out"]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Diff {
     pub left: Spanned<ModelRef>,
     pub right: Option<Spanned<ModelRef>>,
@@ -354,14 +354,14 @@ pub struct Diff {
 }
 
 /// `COMPILE CURRENT|"src" INTO VINDEX|PACKAGE|GGUF "out"`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Compile {
     pub source: Spanned<ModelRef>,
     pub target: Spanned<CompileTarget>,
     pub output: Spanned<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum CompileTarget {
     Vindex,
     Package,
@@ -369,7 +369,7 @@ pub enum CompileTarget {
 }
 
 /// `EXTRACT MODEL "src" INTO "out" [FORMAT VINDEX3|PACKAGE] [ENCODING …] [LAYERS a-b]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Extract {
     pub source: Spanned<String>,
     pub output: Spanned<String>,
@@ -378,14 +378,14 @@ pub struct Extract {
     pub layers: Option<Spanned<LayerSpec>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ExtractFormat {
     Vindex3,
     Package,
 }
 
 /// Encodings EXTRACT may write; `Source` keeps each tensor as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Encoding {
     Source,
     F32,
@@ -395,20 +395,20 @@ pub enum Encoding {
 }
 
 /// `COMPACT "container" [INTO "out"]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Compact {
     pub container: Spanned<String>,
     pub into: Option<Spanned<String>>,
 }
 
 /// `SHOW MODELS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES [LIKE "pattern"]`
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Show {
     pub what: Spanned<ShowWhat>,
     pub like: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ShowWhat {
     Models,
     Layers,
@@ -420,7 +420,7 @@ pub enum ShowWhat {
 }
 
 /// A literal value.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum Value {
     Int(i64),
     Float(f64),
@@ -430,13 +430,13 @@ pub enum Value {
 }
 
 /// An expression of WHERE clauses.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Expr {
     pub kind: ExprKind,
     pub span: Span,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum ExprKind {
     Column(Ident),
     Literal(Value),
@@ -472,7 +472,7 @@ pub enum ExprKind {
     Or(Vec<Expr>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum CmpOp {
     Eq,
     NotEq,

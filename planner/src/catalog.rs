@@ -17,7 +17,7 @@ pub trait Catalog {
 }
 
 /// What kind of artefact the bound model came from.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub enum SourceKind {
     #[default]
     Gguf,
@@ -40,7 +40,7 @@ impl std::fmt::Display for SourceKind {
 }
 
 /// Facts about the bound model that planning needs.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 pub struct ModelFacts {
     /// Display name (path or catalogue name), used in messages.
     pub name: String,
@@ -78,7 +78,7 @@ impl ModelFacts {
 }
 
 /// A catalog with no model bound (and the default table schemas).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct EmptyCatalog;
 
 impl Catalog for EmptyCatalog {

@@ -10,7 +10,7 @@ pub use lql_grammar::{
 use std::fmt;
 
 /// An inclusive, validated layer range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct LayerRange {
     pub first: usize,
     pub last: usize,
@@ -45,7 +45,7 @@ impl fmt::Display for LayerRange {
 }
 
 /// What USE binds.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum BindTarget {
     /// A GGUF file, VINDEX3 container, layer package or HF folder.
     Path(String),
@@ -53,7 +53,7 @@ pub enum BindTarget {
     Catalogue(String),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct UsePlan {
     pub target: BindTarget,
     /// Bind one stage (checked against the model by the engine once opened).
@@ -61,7 +61,7 @@ pub struct UsePlan {
     pub profile: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct InferPlan {
     pub prompt: String,
     /// The layers the forward pass runs (all, or the bound stage).
@@ -71,7 +71,7 @@ pub struct InferPlan {
 }
 
 /// Sampling settings; `temperature == 0` means greedy (argmax) decoding.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Sampling {
     pub temperature: f64,
     pub top_k: Option<usize>,
@@ -93,7 +93,7 @@ impl Sampling {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct GeneratePlan {
     pub prompt: String,
     /// The layers the forward pass runs (all, or the bound stage).
@@ -104,7 +104,7 @@ pub struct GeneratePlan {
     pub stop: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct WalkPlan {
     pub prompt: String,
     /// Features kept per layer (default 10).
@@ -116,7 +116,7 @@ pub struct WalkPlan {
     pub gate_bytes_per_layer: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct DescribePlan {
     pub entity: String,
     pub layers: LayerRange,
@@ -124,13 +124,13 @@ pub struct DescribePlan {
     pub detail: Detail,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SortKey {
     pub column: String,
     pub descending: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SelectPlan {
     pub table: Table,
     /// Projected columns (all of the table's for `*`), names normalised to the schema's.
@@ -141,7 +141,7 @@ pub struct SelectPlan {
     pub limit: Option<usize>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TracePlan {
     pub prompt: String,
     /// FOR "token": the answer whose trajectory is followed.
@@ -154,14 +154,14 @@ pub struct TracePlan {
 }
 
 /// One edge to insert.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EdgeRow {
     pub entity: String,
     pub relation: String,
     pub target: String,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct InsertPlan {
     pub table: Table,
     pub rows: Vec<EdgeRow>,
@@ -171,20 +171,20 @@ pub struct InsertPlan {
     pub confidence: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct DeletePlan {
     pub table: Table,
     pub filter: Expr,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct UpdatePlan {
     pub table: Table,
     pub assignments: Vec<(String, Value)>,
     pub filter: Expr,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct DiffPlan {
     pub left: ModelRef,
     /// None: compare `left` (CURRENT) against its base.
@@ -192,14 +192,14 @@ pub struct DiffPlan {
     pub into_patch: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CompilePlan {
     pub source: ModelRef,
     pub target: CompileTarget,
     pub output: String,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ExtractPlan {
     pub source: String,
     pub output: String,
@@ -210,14 +210,14 @@ pub struct ExtractPlan {
     pub layers: Option<LayerRange>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ShowPlan {
     pub what: ShowWhat,
     pub like: Option<String>,
 }
 
 /// A bound, validated statement.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum LogicalPlan {
     Use(UsePlan),
     Infer(InferPlan),

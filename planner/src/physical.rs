@@ -14,7 +14,7 @@ use lql_grammar::quote;
 use std::fmt;
 
 /// Which hidden state a gate scan is queried with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum GateQuery {
     /// The prompt's last-token embedding (LARQL's browse).
     Embedding,
@@ -23,7 +23,7 @@ pub enum GateQuery {
 }
 
 /// What a forward pass records for observers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Capture {
     /// The normalised residual entering each FFN (WALK MODE RESIDUAL).
     FfnInput,
@@ -34,7 +34,7 @@ pub enum Capture {
 }
 
 /// One physical operator.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum Operator {
     /// Text → token ids (with the model's BOS handling).
     Tokenize {
@@ -172,14 +172,14 @@ pub enum Operator {
 }
 
 /// A node: an operator and its inputs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PlanNode {
     pub op: Operator,
     pub inputs: Vec<PlanNode>,
 }
 
 /// The physical plan of one statement.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PhysicalPlan {
     /// The statement's name (as [`LogicalPlan::name`]).
     pub statement: &'static str,

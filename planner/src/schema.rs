@@ -4,7 +4,7 @@
 use lql_grammar::Table;
 
 /// The type of a column's values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ColumnType {
     Int,
     Float,
@@ -24,7 +24,7 @@ impl std::fmt::Display for ColumnType {
 }
 
 /// One column of a virtual table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ColumnDef {
     pub name: String,
     pub ty: ColumnType,
