@@ -8,7 +8,7 @@
 //! ```
 //!
 //! **Architecture invariant:** the parser checks syntax only. Semantic checks (layer in
-//! range, model bound, capabilities) belong to `lql-planner`. Only `parser.rs` sees pest's
+//! range, model bound, capabilities) belong to `lql-planner`. Only the `parser` module sees pest's
 //! pairs; everything public is owned data. Printing an AST (`Display`) gives back
 //! equivalent LQL: `parse(&stmt.to_string())` equals `stmt` ignoring spans. AST types derive
 //! `serde::Serialize` for JSON dumps.
