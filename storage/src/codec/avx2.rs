@@ -84,6 +84,7 @@ unsafe fn cvt4(q: [__m256i; 4]) -> [__m256; 4] {
 
 // ---------------------------------------------------------------- scalar element types
 
+/// `a` may be unaligned (it points into encoded bytes); only unaligned loads are used.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_f32(a: *const f32, x: *const f32, n: usize) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 4];
@@ -107,7 +108,8 @@ pub unsafe fn dot_f32(a: *const f32, x: *const f32, n: usize) -> f32 {
         _mm256_add_ps(acc[2], acc[3]),
     ));
     while i < n {
-        s += *a.add(i) * *x.add(i);
+        // Encoded f32 rows need not be 4-byte aligned.
+        s += a.add(i).read_unaligned() * *x.add(i);
         i += 1;
     }
     s
@@ -371,4 +373,181 @@ pub unsafe fn decode_q4_0(src: *const u8, out: *mut f32, nb: usize) {
             _mm256_storeu_ps(o.add(8 * k), _mm256_mul_ps(d, qk));
         }
     }
+}
+
+// ---------------------------------------------------------------- 5-bit and K-quant blocks
+
+/// Codes 0..32 of a Q5 block as i32 lanes: nibble | (bit j of qh) << 4.
+#[inline(always)]
+unsafe fn q5_codes(qs: *const u8, qh: u32) -> [__m256i; 4] {
+    let nib = nibbles_u(_mm_loadu_si128(qs as *const __m128i));
+    let h = _mm256_set1_epi32(qh as i32);
+    let one = _mm256_set1_epi32(1);
+    let mut out = nib;
+    for (k, o) in out.iter_mut().enumerate() {
+        let base = 8 * k as i32;
+        let sh = _mm256_setr_epi32(
+            base,
+            base + 1,
+            base + 2,
+            base + 3,
+            base + 4,
+            base + 5,
+            base + 6,
+            base + 7,
+        );
+        let bit = _mm256_and_si256(_mm256_srlv_epi32(h, sh), one);
+        *o = _mm256_or_si256(nib[k], _mm256_slli_epi32(bit, 4));
+    }
+    out
+}
+
+/// Q5_0: Σ_blocks d·Σ((q5−16)·x).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q5_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let sixteen = _mm256_set1_epi32(16);
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let blk = row.add(b * 22);
+        let d = bcast_f16(blk);
+        let qh = (blk.add(2) as *const u32).read_unaligned();
+        let c = q5_codes(blk.add(6), qh);
+        let q = cvt4([
+            _mm256_sub_epi32(c[0], sixteen),
+            _mm256_sub_epi32(c[1], sixteen),
+            _mm256_sub_epi32(c[2], sixteen),
+            _mm256_sub_epi32(c[3], sixteen),
+        ]);
+        acc = _mm256_fmadd_ps(d, dot4(q, x.add(b * 32)), acc);
+    }
+    hsum(acc)
+}
+
+/// Q5_1: Σ_blocks d·Σ(q5·x) + m·Σx.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q5_1(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut accm = _mm256_setzero_ps();
+    for b in 0..nb {
+        let blk = row.add(b * 24);
+        let xp = x.add(b * 32);
+        let (d, m) = bcast_f16_pair(blk);
+        let qh = (blk.add(4) as *const u32).read_unaligned();
+        let q = cvt4(q5_codes(blk.add(8), qh));
+        acc = _mm256_fmadd_ps(d, dot4(q, xp), acc);
+        accm = _mm256_fmadd_ps(m, sum4(xp), accm);
+    }
+    hsum(_mm256_add_ps(acc, accm))
+}
+
+#[inline(always)]
+unsafe fn sum4(xp: *const f32) -> __m256 {
+    _mm256_add_ps(
+        _mm256_add_ps(_mm256_loadu_ps(xp), _mm256_loadu_ps(xp.add(8))),
+        _mm256_add_ps(_mm256_loadu_ps(xp.add(16)), _mm256_loadu_ps(xp.add(24))),
+    )
+}
+
+/// Q4_K: Σ_sub-blocks (d·sc)·Σ(q·x) − (dmin·mn)·Σx.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q4_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mask = _mm_set1_epi8(0x0F);
+    let mut acc = _mm256_setzero_ps();
+    let mut accm = _mm256_setzero_ps();
+    for b in 0..nb {
+        let blk = row.add(b * 144);
+        let d = super::block::f16_at(std::slice::from_raw_parts(blk, 4), 0);
+        let dmin = super::block::f16_at(std::slice::from_raw_parts(blk, 4), 2);
+        let scales = std::slice::from_raw_parts(blk.add(4), 12);
+        let qs = blk.add(16);
+        let xb = x.add(b * 256);
+        for c in 0..4 {
+            let (sc0, m0) = super::block::scale_min_k4(2 * c, scales);
+            let (sc1, m1) = super::block::scale_min_k4(2 * c + 1, scales);
+            let a = _mm_loadu_si128(qs.add(32 * c) as *const __m128i);
+            let bb = _mm_loadu_si128(qs.add(32 * c + 16) as *const __m128i);
+            let (alo, blo) = (_mm_and_si128(a, mask), _mm_and_si128(bb, mask));
+            let ahi = _mm_and_si128(_mm_srli_epi16(a, 4), mask);
+            let bhi = _mm_and_si128(_mm_srli_epi16(bb, 4), mask);
+            let lo = cvt4([
+                _mm256_cvtepu8_epi32(alo),
+                _mm256_cvtepu8_epi32(_mm_srli_si128(alo, 8)),
+                _mm256_cvtepu8_epi32(blo),
+                _mm256_cvtepu8_epi32(_mm_srli_si128(blo, 8)),
+            ]);
+            let hi = cvt4([
+                _mm256_cvtepu8_epi32(ahi),
+                _mm256_cvtepu8_epi32(_mm_srli_si128(ahi, 8)),
+                _mm256_cvtepu8_epi32(bhi),
+                _mm256_cvtepu8_epi32(_mm_srli_si128(bhi, 8)),
+            ]);
+            let x0 = xb.add(64 * c);
+            let x1 = x0.add(32);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc0 as f32), dot4(lo, x0), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 as f32), dot4(hi, x1), acc);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m0 as f32), sum4(x0), accm);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m1 as f32), sum4(x1), accm);
+        }
+    }
+    hsum(_mm256_sub_ps(acc, accm))
+}
+
+/// Q6_K: Σ_16-value groups (d·scale)·Σ((q6−32)·x).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q6_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(3);
+    let off = _mm256_set1_epi8(32);
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let blk = row.add(b * 210);
+        let d = super::block::f16_at(std::slice::from_raw_parts(blk.add(208), 2), 0);
+        let sc = blk.add(192) as *const i8;
+        for h in 0..2 {
+            let ql0 = _mm256_loadu_si256(blk.add(64 * h) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
+            let hb = |s: i32| -> __m256i {
+                let v = match s {
+                    0 => qh,
+                    2 => _mm256_srli_epi16(qh, 2),
+                    4 => _mm256_srli_epi16(qh, 4),
+                    _ => _mm256_srli_epi16(qh, 6),
+                };
+                _mm256_slli_epi16(_mm256_and_si256(v, m3), 4)
+            };
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), hb(0)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), hb(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), hb(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), hb(6)),
+            ];
+            for (k, qk) in q.into_iter().enumerate() {
+                // 32 signed codes → elements 128h + 32k .. +32, two scale groups of 16.
+                let v = _mm256_sub_epi8(qk, off);
+                let lo = _mm256_castsi256_si128(v);
+                let hi = _mm256_extracti128_si256(v, 1);
+                let [c0, c1] = widen_i8(lo);
+                let [c2, c3] = widen_i8(hi);
+                let qf = cvt4([c0, c1, c2, c3]);
+                let p = 128 * h + 32 * k;
+                let xp = x.add(b * 256 + p);
+                let s0 = _mm256_fmadd_ps(
+                    qf[1],
+                    _mm256_loadu_ps(xp.add(8)),
+                    _mm256_mul_ps(qf[0], _mm256_loadu_ps(xp)),
+                );
+                let s1 = _mm256_fmadd_ps(
+                    qf[3],
+                    _mm256_loadu_ps(xp.add(24)),
+                    _mm256_mul_ps(qf[2], _mm256_loadu_ps(xp.add(16))),
+                );
+                let d0 = d * *sc.add(p / 16) as f32;
+                let d1 = d * *sc.add(p / 16 + 1) as f32;
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), s0, acc);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d1), s1, acc);
+            }
+        }
+    }
+    hsum(acc)
 }

@@ -73,25 +73,17 @@ fn dot_avx2(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     // exactly nb * block_elems values (sliced in dot_row).
     unsafe {
         match dtype {
-            DType::F32 => {
-                // Encoded f32 rows need not be 4-byte aligned: read through a byte pointer.
-                if (row.as_ptr() as usize) % 4 == 0 {
-                    avx2::dot_f32(row.as_ptr() as *const f32, x.as_ptr(), n)
-                } else {
-                    dot_scalar(dtype, row, x)
-                }
-            }
+            DType::F32 => avx2::dot_f32(row.as_ptr() as *const f32, x.as_ptr(), n),
             DType::F16 => avx2::dot_f16(row.as_ptr(), x.as_ptr(), n),
             DType::BF16 => avx2::dot_bf16(row.as_ptr(), x.as_ptr(), n),
             DType::Q4_0 => avx2::dot_q4_0(row.as_ptr(), x.as_ptr(), nb),
             DType::Q4_1 => avx2::dot_q4_1(row.as_ptr(), x.as_ptr(), nb),
             DType::Q8_0 => avx2::dot_q8_0(row.as_ptr(), x.as_ptr(), nb),
             DType::MXFP4 => avx2::dot_mxfp4(row.as_ptr(), x.as_ptr(), nb),
-            DType::Q5_0 | DType::Q5_1 | DType::Q4_K | DType::Q6_K => {
-                dot_blockwise(dtype, row, x, |a, b| {
-                    avx2::dot_f32(a.as_ptr(), b.as_ptr(), a.len())
-                })
-            }
+            DType::Q5_0 => avx2::dot_q5_0(row.as_ptr(), x.as_ptr(), nb),
+            DType::Q5_1 => avx2::dot_q5_1(row.as_ptr(), x.as_ptr(), nb),
+            DType::Q4_K => avx2::dot_q4_k(row.as_ptr(), x.as_ptr(), nb),
+            DType::Q6_K => avx2::dot_q6_k(row.as_ptr(), x.as_ptr(), nb),
         }
     }
 }
