@@ -112,7 +112,7 @@ impl DType {
     /// blocks or the size overflows.
     pub fn bytes_for(self, elems: u64) -> Option<u64> {
         let be = self.block_elems() as u64;
-        if elems % be != 0 {
+        if !elems.is_multiple_of(be) {
             return None;
         }
         (elems / be).checked_mul(self.block_bytes() as u64)

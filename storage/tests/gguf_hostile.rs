@@ -47,7 +47,7 @@ impl B {
         self.u32(ty).u64(offset)
     }
     fn pad(&mut self, align: usize) -> &mut Self {
-        while self.0.len() % align != 0 {
+        while !self.0.len().is_multiple_of(align) {
             self.0.push(0);
         }
         self
@@ -543,4 +543,59 @@ fn truncations_and_byte_flips_never_panic() {
             }
         }
     }
+}
+
+#[test]
+fn invalid_utf8_inside_a_string_array() {
+    // Short strings (the one-call fast path): the bad one is the second.
+    let b = B::header(3, 0, 1)
+        .str("toks")
+        .u32(9)
+        .u32(8)
+        .u64(3)
+        .str("ab")
+        .u64(2)
+        .raw(&[0xc3, 0x28])
+        .str("cd")
+        .done();
+    let m = format_err(b, "toks");
+    assert!(m.contains("UTF-8"), "{m}");
+    // A string cut in the middle of a multi-byte sequence, followed by another string.
+    let b = B::header(3, 0, 1)
+        .str("toks")
+        .u32(9)
+        .u32(8)
+        .u64(2)
+        .u64(1)
+        .raw(&[0xe2])
+        .str("\u{82}")
+        .done();
+    format_err(b, "toks");
+    // A long string (length prefix with a byte >= 0x80: checked on its own).
+    let mut long = vec![b'a'; 200];
+    long[150] = 0xff;
+    let b = B::header(3, 0, 1)
+        .str("toks")
+        .u32(9)
+        .u32(8)
+        .u64(2)
+        .str("ok")
+        .u64(200)
+        .raw(&long)
+        .done();
+    format_err(b, "toks");
+    // Valid mixed lengths and multi-byte text parse.
+    let long_ok = "é".repeat(100);
+    let b = B::header(3, 0, 1)
+        .str("toks")
+        .u32(9)
+        .u32(8)
+        .u64(3)
+        .str("Ġthe")
+        .str(&long_ok)
+        .str("日本")
+        .done();
+    let f = parse(b).unwrap();
+    let v = f.get_str_array("toks").unwrap().unwrap();
+    assert_eq!(v, vec!["Ġthe".to_string(), long_ok, "日本".into()]);
 }

@@ -340,16 +340,24 @@ fn tokenizer(file: &GgufFile, vocab: usize) -> Result<(SpecialTokens, TokenizerS
             _ => Ok(()),
         }
     };
+    use crate::format::gguf::MetaType as T;
+    let float = |a: &MetaArray| matches!(a.elem_type(), T::F32 | T::F64);
+    let int = |a: &MetaArray| {
+        matches!(
+            a.elem_type(),
+            T::U8 | T::I8 | T::U16 | T::I16 | T::U32 | T::I32 | T::U64 | T::I64
+        )
+    };
     check(
         &scores,
         "tokenizer.ggml.scores",
-        scores.as_ref().is_none_or(|a| a.to_f32().is_some()),
+        scores.as_ref().is_none_or(float),
         "an array of floats",
     )?;
     check(
         &types,
         "tokenizer.ggml.token_type",
-        types.as_ref().is_none_or(|a| a.to_i64().is_some()),
+        types.as_ref().is_none_or(int),
         "an array of integers",
     )?;
     if let Some(m) = &merges {

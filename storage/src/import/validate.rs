@@ -32,13 +32,13 @@ pub fn check_surface(path: &Path, s: &ExecutionSurface) -> Result<()> {
             return bad(format!("{name} is 0"));
         }
     }
-    if s.n_heads % s.n_kv_heads != 0 {
+    if !s.n_heads.is_multiple_of(s.n_kv_heads) {
         return bad(format!(
             "{} heads are not a multiple of {} KV heads",
             s.n_heads, s.n_kv_heads
         ));
     }
-    if s.head_dim % 2 != 0 {
+    if !s.head_dim.is_multiple_of(2) {
         return bad(format!("head dimension {} is odd", s.head_dim));
     }
     if !(s.norm_eps.is_finite() && s.norm_eps > 0.0) {
@@ -148,7 +148,7 @@ pub fn check_operands(
                 ),
             });
         }
-        if op.shape[0] % op.dtype.block_elems() != 0 {
+        if !op.shape[0].is_multiple_of(op.dtype.block_elems()) {
             return Err(StorageError::Tensor {
                 path: path.to_path_buf(),
                 tensor: op.source_name.clone(),

@@ -439,18 +439,80 @@ impl<'a> Parser<'a> {
             }
             self.pos += n;
         } else {
-            for _ in 0..len {
-                match elem {
-                    MetaType::Str => {
-                        self.str(field, limits::MAX_STRING)?;
-                    }
-                    _ => {
+            match elem {
+                MetaType::Str => self.string_elements(field, len)?,
+                _ => {
+                    for _ in 0..len {
                         self.array(field, depth + 1)?;
                     }
                 }
             }
         }
         Ok((elem, len, start, self.pos))
+    }
+
+    /// Walk `len` string elements: lengths checked against the limit and the bytes left,
+    /// contents checked as UTF-8.
+    ///
+    /// Fast path for large vocabularies: when every byte of a length prefix is ASCII
+    /// (lengths whose bytes are all < 0x80), the prefix cannot complete or start a
+    /// multi-byte sequence, so a run of such elements is valid UTF-8 as a whole exactly
+    /// when each string is. Runs are validated in one call; other strings one by one.
+    fn string_elements(&mut self, field: &str, len: u64) -> Result<()> {
+        let bytes = self.bytes;
+        let mut run_start = self.pos;
+        for _ in 0..len {
+            let at = self.pos;
+            let n = self.u64(field)?;
+            if n > limits::MAX_STRING {
+                return Err(self.err(
+                    at,
+                    field,
+                    format!(
+                        "string length {n} exceeds the limit of {}",
+                        limits::MAX_STRING
+                    ),
+                ));
+            }
+            if n > self.left() as u64 {
+                return Err(self.err(
+                    at,
+                    field,
+                    format!(
+                        "string length {n} runs past the end of the file ({} bytes left)",
+                        self.left()
+                    ),
+                ));
+            }
+            let n = n as usize;
+            if n as u64 & 0x8080_8080_8080_8080 != 0 {
+                self.check_utf8_run(field, run_start, at)?;
+                let s = &bytes[at + 8..at + 8 + n];
+                if let Err(e) = std::str::from_utf8(s) {
+                    return Err(self.err(at + 8, field, format!("invalid UTF-8: {e}")));
+                }
+                run_start = at + 8 + n;
+            }
+            self.pos = at + 8 + n;
+        }
+        self.check_utf8_run(field, run_start, self.pos)
+    }
+
+    /// Validate a run of ASCII-prefixed string elements `[start, end)`; on failure, find
+    /// the offending element for the error.
+    fn check_utf8_run(&self, field: &str, start: usize, end: usize) -> Result<()> {
+        if std::str::from_utf8(&self.bytes[start..end]).is_ok() {
+            return Ok(());
+        }
+        let mut p = start;
+        while p < end {
+            let n = u64::from_le_bytes(self.bytes[p..p + 8].try_into().unwrap()) as usize;
+            if let Err(e) = std::str::from_utf8(&self.bytes[p + 8..p + 8 + n]) {
+                return Err(self.err(p + 8, field, format!("invalid UTF-8: {e}")));
+            }
+            p += 8 + n;
+        }
+        Err(self.err(start, field, "invalid UTF-8"))
     }
 
     fn parse(&mut self) -> Result<Parsed> {
@@ -584,7 +646,7 @@ impl<'a> Parser<'a> {
                     })
                 }
             };
-            if shape[0] % dtype.block_elems() != 0 {
+            if !shape[0].is_multiple_of(dtype.block_elems()) {
                 return Err(self.err(
                     dims_at,
                     format!("tensor {name} shape"),
@@ -605,7 +667,7 @@ impl<'a> Parser<'a> {
             })?;
             let off_at = self.pos;
             let offset = self.u64(&field)?;
-            if offset % alignment != 0 {
+            if !offset.is_multiple_of(alignment) {
                 return Err(self.err(
                     off_at,
                     format!("tensor {name} offset"),

@@ -140,7 +140,7 @@ impl<'a> GgufWriter<'a> {
             .iter()
             .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
             .ok_or_else(|| bad("element count overflows".into()))?;
-        if shape[0] % dtype.block_elems() != 0 {
+        if !shape[0].is_multiple_of(dtype.block_elems()) {
             return Err(bad(format!(
                 "row length {} is not a whole number of {dtype} blocks",
                 shape[0]
