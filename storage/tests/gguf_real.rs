@@ -86,6 +86,8 @@ fn imports_smollm2_as_a_llama_model() {
     assert_eq!(s.special.unk, Some(0));
     assert_eq!(s.special.pad, Some(2));
     assert!(!s.special.add_bos);
+    // <|endoftext|> (0) also ends a turn; <|im_end|> is the eos itself.
+    assert_eq!(s.special.eot, vec![0]);
     // 272 tensors: embedding, final norm, 30 × 9 per layer.
     assert_eq!(m.operands.len(), 272);
     let q = m.require(OperandKey::layer(29, Role::AttnQ)).unwrap();

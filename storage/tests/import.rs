@@ -188,6 +188,16 @@ fn detection_refuses_what_it_cannot_open() {
     std::fs::create_dir(&v).unwrap();
     std::fs::write(v.join("index.json"), "{}").unwrap();
     assert_eq!(import::detect(&v).unwrap(), SourceFormat::Vindex3);
+    // Handed to the VINDEX3 reader, which refuses an index without a schema.
+    assert!(import::open(&v).is_err());
+    // An empty file is not a model either.
+    let e = dir.path().join("empty.gguf");
+    std::fs::write(&e, b"").unwrap();
+    assert!(matches!(import::open(&e), Err(StorageError::Format { .. })));
+    assert!(matches!(
+        GgufFile::open(&e),
+        Err(StorageError::Format { ref field, .. }) if field == "magic"
+    ));
 }
 
 // ---- Hugging Face folders ------------------------------------------------------------

@@ -60,10 +60,6 @@ pub fn open(path: &Path) -> Result<Model> {
     match detect(path)? {
         SourceFormat::Gguf => gguf::open(path),
         SourceFormat::HfFolder => hf::open(path),
-        // The VINDEX3 reader (`format::vindex3::open_model`) plugs in here.
-        SourceFormat::Vindex3 => Err(StorageError::Unsupported(format!(
-            "not supported yet: VINDEX3 containers ({})",
-            path.display()
-        ))),
+        SourceFormat::Vindex3 => crate::format::vindex3::open_model(path),
     }
 }

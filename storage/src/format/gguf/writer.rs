@@ -268,3 +268,94 @@ pub(crate) fn write_atomically(
         StorageError::io(path, e)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::gguf::{MetaType, MetaValue};
+    use crate::model::Backing;
+    use std::sync::Arc;
+
+    #[test]
+    fn every_value_type_round_trips() {
+        let nested = MetaValue::array(
+            MetaType::Array,
+            &[
+                MetaValue::str_array(["x", "yz"]),
+                MetaValue::str_array(Vec::<&str>::new()),
+            ],
+        )
+        .unwrap();
+        let values = vec![
+            MetaValue::U8(7),
+            MetaValue::I8(-7),
+            MetaValue::U16(65535),
+            MetaValue::I16(-300),
+            MetaValue::U32(1 << 31),
+            MetaValue::I32(-5),
+            MetaValue::F32(1.25),
+            MetaValue::Bool(true),
+            MetaValue::Str("héllo".into()),
+            MetaValue::U64(u64::MAX),
+            MetaValue::I64(i64::MIN),
+            MetaValue::F64(-2.5e300),
+            MetaValue::f32_array(&[0.5, -1.0]),
+            MetaValue::i32_array(&[1, -2, 3]),
+            MetaValue::array(
+                MetaType::Bool,
+                &[MetaValue::Bool(false), MetaValue::Bool(true)],
+            )
+            .unwrap(),
+            nested.clone(),
+        ];
+        let mut w = GgufWriter::new();
+        for (i, v) in values.iter().enumerate() {
+            w.add_kv(format!("t.k{i}"), v.clone()).unwrap();
+        }
+        w.add_kv("general.alignment", 64u32).unwrap();
+        w.add_f32_tensor("a", &[3], &[1.0, 2.0, 3.0]).unwrap();
+        w.add_f32_tensor("b", &[2, 2], &[4.0; 4]).unwrap();
+        let bytes = w.to_bytes();
+        assert_eq!(bytes.len() % 64, 0);
+        let f = GgufFile::from_bytes("mem", Backing::Owned(Arc::new(bytes.clone()))).unwrap();
+        assert_eq!(f.alignment(), 64);
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(f.get(&format!("t.k{i}")), Some(v), "value {i}");
+        }
+        let inner: Vec<Vec<String>> = f
+            .get_array("t.k15")
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_array().unwrap().to_strings().unwrap())
+            .collect();
+        assert_eq!(inner, vec![vec!["x".to_string(), "yz".into()], vec![]]);
+        let b = f.tensor("b").unwrap();
+        assert_eq!(f.tensor_info("b").unwrap().offset, 64);
+        assert_eq!(b.bytes, &4.0f32.to_le_bytes().repeat(4)[..]);
+        // Re-writing what was read gives the same bytes.
+        assert_eq!(GgufWriter::from_file(&f).unwrap().to_bytes(), bytes);
+    }
+
+    #[test]
+    fn writer_refuses_bad_input() {
+        let mut w = GgufWriter::new();
+        assert!(w.add_kv("general.alignment", 3u32).is_err());
+        assert!(w
+            .add_tensor("q", DType::Q4_0, &[33], vec![0u8; 18])
+            .is_err());
+        assert!(w
+            .add_tensor("q", DType::Q4_0, &[32], vec![0u8; 17])
+            .is_err());
+        assert!(w
+            .add_tensor("q", DType::F32, &[1, 1, 1, 1, 1], vec![0u8; 4])
+            .is_err());
+        w.add_f32_tensor("x", &[1], &[0.0]).unwrap();
+        assert!(w.add_f32_tensor("x", &[1], &[0.0]).is_err());
+        w.add_kv("k", 1u32).unwrap();
+        assert!(w.add_kv("k", 2u32).is_err());
+        let dir = std::env::temp_dir().join(format!("lql-writer-{}", std::process::id()));
+        // Writing into a missing folder fails and leaves nothing behind.
+        assert!(w.write(&dir.join("missing").join("x.gguf")).is_err());
+    }
+}
