@@ -1,1 +1,39 @@
-//! # lql-exec: runs a storage::Model — operation plan, CPU backend, tokenizer, sampling.
+//! # lql-exec: runs a model — operation plan, CPU backend, sampling, observers.
+//!
+//! ```text
+//!  OperandSource ──Plan::build (validate)──▶ Plan ──Executor──▶ Session (KV cache)
+//!                                                 │                 │ prefill / decode
+//!                                              Backend (CPU)     Logits ──▶ Sampler
+//! ```
+//!
+//! - [`plan`]: the validated operation plan, from the execution surface only.
+//! - [`backend`]: the `Backend` trait and the CPU backend (codec dot kernels, faer GEMM).
+//! - [`forward`]: one forward pass over new positions.
+//! - [`session`]: `Executor`, `Session`, `Logits`, INFER.
+//! - [`generate`]: GENERATE with stop conditions and streaming.
+//! - [`sample`]: greedy / temperature / top-k / top-p sampling with a seeded PRNG.
+//! - [`observer`]: hooks for TRACE, EXPLAIN INFER, WALK RESIDUAL.
+//! - [`kv`]: the key/value cache.
+//! - [`bench`]: the throughput benchmark behind `lql bench`.
+
+pub mod backend;
+pub mod bench;
+pub mod error;
+pub mod forward;
+pub mod generate;
+pub mod kernels;
+pub mod kv;
+pub mod observer;
+pub mod plan;
+pub mod sample;
+pub mod session;
+
+pub use backend::cpu::CpuBackend;
+pub use backend::Backend;
+pub use error::{ExecError, Result};
+pub use forward::LogitsWanted;
+pub use generate::{Control, FinishReason, GenerateOptions, Generation, TokenDecoder};
+pub use observer::{LayerRecord, Observer};
+pub use plan::Plan;
+pub use sample::{Sampler, Sampling};
+pub use session::{Executor, Logits, Session, TopToken};

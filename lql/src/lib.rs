@@ -1,1 +1,45 @@
-//! # lql: Connection, Statement, Rows, Value — the engine and its embedding API.
+//! # lql: an embedded query engine in which the model is the database
+//!
+//! A language model is opened the way SQLite opens a file, and LQL statements run against
+//! it:
+//!
+//! ```no_run
+//! let conn = lql::Connection::open("smollm2-135m-instruct")?;
+//! let rows = conn.execute("INFER 'The capital of France is' TOP 5;")?;
+//! for row in rows.iter() {
+//!     let token: String = row.get("token")?;
+//!     let prob: f64 = row.get("prob")?;
+//!     println!("{token:?} {prob:.3}");
+//! }
+//! # Ok::<(), lql::Error>(())
+//! ```
+//!
+//! ```text
+//!  text ──split──▶ statement ──lql_grammar::parse──▶ AST (spans)
+//!        ──lql_planner::bind(Catalog = bound model)──▶ LogicalPlan ──lower──▶ PhysicalPlan
+//!        ──engine dispatch (engine/*.rs, one file per statement family)──▶ Rows
+//! ```
+//!
+//! - [`Connection`]: `open`, `open_in_memory`, `execute`, `execute_batch`, `execute_each`,
+//!   `prepare`, `interrupt_handle`, `set_progress_handler`.
+//! - [`Rows`], [`Row`], [`Column`], [`Value`]: typed results; rendering is the caller's.
+//! - [`Error`]: kind, message, span, labels, help; [`Error::render`] (ariadne) and
+//!   [`Error::to_json`].
+
+mod connection;
+mod engine;
+pub mod error;
+pub mod progress;
+mod rows;
+mod statement;
+mod value;
+
+pub use connection::{Connection, InterruptHandle, StatementResult};
+pub use error::{Error, ErrorKind, Label, Result};
+pub use progress::{Progress, ProgressHandler, ProgressUnit};
+pub use rows::{Column, Row, RowIndex, Rows};
+pub use statement::Statement;
+pub use value::{FromValue, Value, ValueType};
+
+/// Statement splitting and completeness, as the grammar defines them (for shells).
+pub use lql_grammar::{is_complete, split_statements, KEYWORDS};

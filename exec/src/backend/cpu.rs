@@ -1,0 +1,237 @@
+//! The CPU backend: fused dot products on encoded rows for single tokens, decoded tiles
+//! times the activation block (faer GEMM) for batches, rayon across rows and heads.
+
+use std::cell::RefCell;
+
+use faer::linalg::matmul::matmul as gemm;
+use faer::{Accum, MatMut, MatRef, Par};
+use lql_storage::model::TensorView;
+use rayon::prelude::*;
+
+use super::{encoded, AttnStep, Backend};
+use crate::error::{ExecError, Result};
+use crate::kernels;
+
+/// Below this many inputs a batch is run as repeated matrix-vector products.
+const MIN_GEMM_BATCH: usize = 3;
+/// Rows decoded per tile in the batched path.
+const TILE_ROWS: usize = 64;
+
+thread_local! {
+    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The CPU backend, with its own thread pool.
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+    threads: usize,
+}
+
+impl std::fmt::Debug for CpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuBackend").field("threads", &self.threads).finish()
+    }
+}
+
+fn codec_err(w: &TensorView<'_>, m: String) -> ExecError {
+    ExecError::Internal(format!("{} tensor of shape {:?}: {m}", w.dtype, w.shape))
+}
+
+impl CpuBackend {
+    /// A backend on `threads` worker threads (0: one per available core).
+    pub fn new(threads: usize) -> Result<CpuBackend> {
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("lql-cpu-{i}"))
+            .build()
+            .map_err(|e| ExecError::Internal(format!("cannot start the thread pool: {e}")))?;
+        Ok(CpuBackend { pool, threads })
+    }
+
+    /// Rows per parallel task: a few tasks per thread, each a decent amount of work.
+    fn rows_per_task(&self, rows: usize) -> usize {
+        let tasks = self.threads * 4;
+        rows.div_ceil(tasks).next_multiple_of(8).max(16)
+    }
+
+    fn check(w: &TensorView<'_>, x_len: usize, n: usize, out_len: usize) -> Result<()> {
+        if x_len != n * w.row_len() || out_len != n * w.rows() {
+            return Err(ExecError::Internal(format!(
+                "matmul of {:?} with {n} inputs: input {x_len} / output {out_len} floats",
+                w.shape
+            )));
+        }
+        Ok(())
+    }
+
+    /// Batched product on decoded tiles: `out_t[r, t] = W.row(r) · x[t]`, then transposed.
+    fn matmul_tiles(&self, w: &TensorView<'_>, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let (rows, rl, rb) = (w.rows(), w.row_len(), w.row_bytes());
+        let mut out_t = vec![0.0f32; rows * n];
+        let xt = MatRef::from_column_major_slice(x, rl, n);
+        self.pool.install(|| {
+            out_t
+                .par_chunks_mut(TILE_ROWS * n)
+                .enumerate()
+                .try_for_each(|(bi, ot)| {
+                    let r0 = bi * TILE_ROWS;
+                    let nr = ot.len() / n;
+                    TILE.with(|tile| {
+                        let mut tile = tile.borrow_mut();
+                        tile.resize(nr * rl, 0.0);
+                        encoded::decode_rows(w.dtype, &w.bytes[r0 * rb..(r0 + nr) * rb], rl, &mut tile)
+                            .map_err(|m| codec_err(w, m))?;
+                        let a = MatRef::from_row_major_slice(&tile[..], nr, rl);
+                        let c = MatMut::from_row_major_slice_mut(ot, nr, n);
+                        gemm(c, Accum::Replace, a, xt, 1.0f32, Par::Seq);
+                        Ok::<(), ExecError>(())
+                    })
+                })
+        })?;
+        for (t, orow) in out.chunks_exact_mut(rows).enumerate() {
+            for (r, o) in orow.iter_mut().enumerate() {
+                *o = out_t[r * n + t];
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn scope(&self, f: &mut (dyn FnMut() + Send)) {
+        self.pool.install(|| f())
+    }
+
+    fn matvec(&self, w: &TensorView<'_>, x: &[f32], out: &mut [f32]) -> Result<()> {
+        Self::check(w, x.len(), 1, out.len())?;
+        let (rl, rb) = (w.row_len(), w.row_bytes());
+        let chunk = self.rows_per_task(w.rows());
+        self.pool.install(|| {
+            out.par_chunks_mut(chunk).enumerate().try_for_each(|(ci, o)| {
+                let r0 = ci * chunk;
+                encoded::dot_rows(w.dtype, &w.bytes[r0 * rb..(r0 + o.len()) * rb], rl, x, o)
+                    .map_err(|m| codec_err(w, m))
+            })
+        })
+    }
+
+    fn matmul(&self, w: &TensorView<'_>, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        Self::check(w, x.len(), n, out.len())?;
+        if n >= MIN_GEMM_BATCH {
+            return self.matmul_tiles(w, x, n, out);
+        }
+        let (rl, rows) = (w.row_len(), w.rows());
+        for t in 0..n {
+            self.matvec(w, &x[t * rl..(t + 1) * rl], &mut out[t * rows..(t + 1) * rows])?;
+        }
+        Ok(())
+    }
+
+    fn matmul_group(
+        &self,
+        ws: &[TensorView<'_>],
+        x: &[f32],
+        n: usize,
+        outs: &mut [&mut [f32]],
+    ) -> Result<()> {
+        if n != 1 || ws.len() != outs.len() {
+            for (w, out) in ws.iter().zip(outs.iter_mut()) {
+                self.matmul(w, x, n, out)?;
+            }
+            return Ok(());
+        }
+        // One parallel dispatch for all matrices: tasks are (matrix, row range, output).
+        let mut tasks: Vec<(&TensorView<'_>, usize, &mut [f32])> = Vec::new();
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            Self::check(w, x.len(), 1, out.len())?;
+            let chunk = self.rows_per_task(w.rows());
+            for (ci, o) in out.chunks_mut(chunk).enumerate() {
+                tasks.push((w, ci * chunk, o));
+            }
+        }
+        self.pool.install(|| {
+            tasks.into_par_iter().try_for_each(|(w, r0, o)| {
+                let (rl, rb) = (w.row_len(), w.row_bytes());
+                encoded::dot_rows(w.dtype, &w.bytes[r0 * rb..(r0 + o.len()) * rb], rl, x, o)
+                    .map_err(|m| codec_err(w, m))
+            })
+        })
+    }
+
+    fn attention(&self, step: &AttnStep<'_>, out: &mut [f32], weights: Option<&mut [f32]>) {
+        let g = step.geom;
+        let hd = g.head_dim;
+        let total = step.p0 + step.n;
+        let group = g.n_heads / g.n_kv_heads;
+        let kv_dim = g.n_kv_heads * hd;
+        let scale = 1.0 / (hd as f32).sqrt();
+        // Task (i, h): query position i, head h; out chunk index i * n_heads + h.
+        let one = |idx: usize, o: &mut [f32], w: Option<&mut [f32]>, scores: &mut Vec<f32>| {
+            let (i, h) = (idx / g.n_heads, idx % g.n_heads);
+            let kvh = h / group;
+            let q = &step.q[idx * hd..(idx + 1) * hd];
+            let len = step.p0 + i + 1;
+            scores.clear();
+            for t in 0..len {
+                let k = &step.k_cache[t * kv_dim + kvh * hd..t * kv_dim + (kvh + 1) * hd];
+                scores.push(kernels::dot(q, k) * scale);
+            }
+            kernels::softmax(scores);
+            o.fill(0.0);
+            for (t, &p) in scores.iter().enumerate() {
+                let v = &step.v_cache[t * kv_dim + kvh * hd..t * kv_dim + (kvh + 1) * hd];
+                kernels::axpy(p, v, o);
+            }
+            if let Some(w) = w {
+                w[..len].copy_from_slice(scores);
+                w[len..].fill(0.0);
+            }
+        };
+        let work = step.n * g.n_heads * total * hd;
+        let parallel = work >= 1 << 16;
+        match weights {
+            Some(wts) => {
+                if parallel {
+                    self.pool.install(|| {
+                        out.par_chunks_mut(hd)
+                            .zip(wts.par_chunks_mut(total))
+                            .enumerate()
+                            .for_each_init(Vec::new, |s, (idx, (o, w))| one(idx, o, Some(w), s))
+                    });
+                } else {
+                    let mut s = Vec::with_capacity(total);
+                    for (idx, (o, w)) in out.chunks_mut(hd).zip(wts.chunks_mut(total)).enumerate() {
+                        one(idx, o, Some(w), &mut s);
+                    }
+                }
+            }
+            None => {
+                if parallel {
+                    self.pool.install(|| {
+                        out.par_chunks_mut(hd)
+                            .enumerate()
+                            .for_each_init(Vec::new, |s, (idx, o)| one(idx, o, None, s))
+                    });
+                } else {
+                    let mut s = Vec::with_capacity(total);
+                    for (idx, o) in out.chunks_mut(hd).enumerate() {
+                        one(idx, o, None, &mut s);
+                    }
+                }
+            }
+        }
+    }
+}

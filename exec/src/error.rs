@@ -1,0 +1,55 @@
+//! The executor's error type: every variant names what went wrong and where.
+
+use lql_storage::StorageError;
+
+/// Errors from planning and running a model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A required operand is absent from the model.
+    #[error("missing operand: {operand}{}", layer_suffix(*.layer))]
+    MissingOperand {
+        operand: &'static str,
+        layer: Option<usize>,
+    },
+    /// An operand's shape or encoding disagrees with the execution surface.
+    #[error("operand {operand}{}: {message}", layer_suffix(*.layer))]
+    Shape {
+        operand: &'static str,
+        layer: Option<usize>,
+        message: String,
+    },
+    /// The execution surface itself is inconsistent.
+    #[error("invalid execution surface: {0}")]
+    Surface(String),
+    #[error("empty prompt: at least one token is needed")]
+    EmptyPrompt,
+    /// More positions than the model's context allows.
+    #[error("context limit exceeded: {needed} positions needed, the model's context is {limit}")]
+    ContextOverflow { needed: usize, limit: usize },
+    #[error("token id {id} at position {position} is out of range (vocabulary size {vocab})")]
+    TokenOutOfRange {
+        id: u32,
+        position: usize,
+        vocab: usize,
+    },
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("not supported yet: {0}")]
+    Unsupported(String),
+    #[error("internal error (this is a bug): {0}")]
+    Internal(String),
+}
+
+fn layer_suffix(layer: Option<usize>) -> String {
+    match layer {
+        Some(l) => format!(" of layer {l}"),
+        None => String::new(),
+    }
+}
+
+pub type Result<T, E = ExecError> = std::result::Result<T, E>;

@@ -1,0 +1,218 @@
+//! The forward pass: runs the operation plan over new positions, appending to the
+//! key/value cache, calling an observer if one is attached, and computing the logits asked
+//! for. Generic: every fact comes from the [`Plan`]; nothing branches on an architecture.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lql_storage::model::{OperandKey, OperandSource, TensorView};
+
+use crate::backend::{encoded, AttnGeometry, AttnStep, Backend};
+use crate::error::{ExecError, Result};
+use crate::kernels::{add_in_place, RopeTable};
+use crate::kv::KvCache;
+use crate::observer::{LayerRecord, Observer};
+use crate::plan::Plan;
+
+/// Which positions' logits a pass computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsWanted {
+    /// None (e.g. a residual walk): the head is skipped.
+    None,
+    /// The last new position only.
+    Last,
+    /// Every new position.
+    All,
+}
+
+/// Everything a pass reads.
+pub(crate) struct Pass<'a> {
+    pub source: &'a dyn OperandSource,
+    pub plan: &'a Plan,
+    pub backend: &'a dyn Backend,
+    pub cancel: &'a AtomicBool,
+}
+
+fn view<'s>(source: &'s dyn OperandSource, key: OperandKey) -> Result<TensorView<'s>> {
+    source.view(key).ok_or(ExecError::MissingOperand {
+        operand: key.role.name(),
+        layer: key.layer,
+    })
+}
+
+fn add_bias_rows(x: &mut [f32], bias: Option<&Vec<f32>>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            add_in_place(row, b);
+        }
+    }
+}
+
+impl Pass<'_> {
+    /// Run `ids` at positions `kv.len() ..`; on success the cache holds them too.
+    /// Returns the logits asked for, row-major `[m × vocab]`.
+    pub fn run(
+        &self,
+        kv: &mut KvCache,
+        ids: &[u32],
+        want: LogitsWanted,
+        observer: Option<&mut dyn Observer>,
+    ) -> Result<Vec<f32>> {
+        let start = kv.len();
+        let mut result = Err(ExecError::Internal("forward pass did not run".into()));
+        let mut observer = observer;
+        self.backend.scope(&mut || {
+            result = self.run_inner(kv, ids, want, observer.take());
+        });
+        if result.is_err() {
+            kv.truncate(start);
+        }
+        result
+    }
+
+    fn run_inner(
+        &self,
+        kv: &mut KvCache,
+        ids: &[u32],
+        want: LogitsWanted,
+        mut obs: Option<&mut dyn Observer>,
+    ) -> Result<Vec<f32>> {
+        let plan = self.plan;
+        let s = &plan.surface;
+        let be = self.backend;
+        let n = ids.len();
+        if n == 0 {
+            return Err(ExecError::EmptyPrompt);
+        }
+        let p0 = kv.len();
+        for (i, &id) in ids.iter().enumerate() {
+            if id as usize >= s.vocab {
+                return Err(ExecError::TokenOutOfRange {
+                    id,
+                    position: p0 + i,
+                    vocab: s.vocab,
+                });
+            }
+        }
+        kv.reserve(n)?;
+        let (d, qd, kvd, ff) = (s.hidden, plan.q_dim, plan.kv_dim, s.ffn);
+        let positions = p0..p0 + n;
+
+        // Embedding.
+        let emb = view(self.source, plan.embedding)?;
+        let mut x = vec![0.0f32; n * d];
+        for (row, &id) in x.chunks_exact_mut(d).zip(ids) {
+            encoded::decode_row(emb.dtype, emb.row(id as usize), row)
+                .map_err(ExecError::Unsupported)?;
+            if s.embedding_scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= s.embedding_scale);
+            }
+        }
+        if let Some(o) = obs.as_deref_mut() {
+            o.on_embedding(positions.clone(), &x);
+        }
+
+        let table = RopeTable::new(p0, n, s.head_dim, s.rope_theta);
+        let geom = AttnGeometry {
+            n_heads: s.n_heads,
+            n_kv_heads: s.n_kv_heads,
+            head_dim: s.head_dim,
+        };
+        let want_attn = obs.as_deref().is_some_and(|o| o.wants_attention());
+        let total = p0 + n;
+        let mut h = vec![0.0f32; n * d];
+        let mut q = vec![0.0f32; n * qd];
+        let mut k = vec![0.0f32; n * kvd];
+        let mut v = vec![0.0f32; n * kvd];
+        let mut att = vec![0.0f32; n * qd];
+        let mut attn_delta = vec![0.0f32; n * d];
+        let mut ffn_delta = vec![0.0f32; n * d];
+        let mut gate = vec![0.0f32; n * ff];
+        let mut up = vec![0.0f32; n * ff];
+        let mut gate_pre = Vec::new();
+        let mut weights = if want_attn {
+            vec![0.0f32; n * s.n_heads * total]
+        } else {
+            Vec::new()
+        };
+
+        for lp in &plan.layers {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(ExecError::Cancelled);
+            }
+            let l = lp.index;
+            // Attention block.
+            be.rmsnorm(&x, &lp.attn_norm, s.norm_eps, &mut h);
+            let (wq, wk, wv) = (
+                view(self.source, lp.q)?,
+                view(self.source, lp.k)?,
+                view(self.source, lp.v)?,
+            );
+            be.matmul_group(&[wq, wk, wv], &h, n, &mut [&mut q, &mut k, &mut v])?;
+            add_bias_rows(&mut q, lp.q_bias.as_ref());
+            add_bias_rows(&mut k, lp.k_bias.as_ref());
+            add_bias_rows(&mut v, lp.v_bias.as_ref());
+            be.rope(&mut q, s.n_heads, s.head_dim, &table, s.rope_pairing);
+            be.rope(&mut k, s.n_kv_heads, s.head_dim, &table, s.rope_pairing);
+            kv.append(l, &k, &v);
+            let (kc, vc) = kv.layer(l);
+            let step = AttnStep {
+                q: &q,
+                k_cache: kc,
+                v_cache: vc,
+                p0,
+                n,
+                geom,
+            };
+            be.attention(&step, &mut att, want_attn.then_some(&mut weights[..]));
+            be.matmul(&view(self.source, lp.o)?, &att, n, &mut attn_delta)?;
+            add_in_place(&mut x, &attn_delta);
+
+            // FFN block.
+            be.rmsnorm(&x, &lp.ffn_norm, s.norm_eps, &mut h);
+            let (wg, wu) = (view(self.source, lp.gate)?, view(self.source, lp.up)?);
+            be.matmul_group(&[wg, wu], &h, n, &mut [&mut gate, &mut up])?;
+            if obs.is_some() {
+                gate_pre.clear();
+                gate_pre.extend_from_slice(&gate);
+            }
+            be.glu(s.activation, &mut gate, &up);
+            be.matmul(&view(self.source, lp.down)?, &gate, n, &mut ffn_delta)?;
+            add_in_place(&mut x, &ffn_delta);
+
+            if let Some(o) = obs.as_deref_mut() {
+                o.on_layer(&LayerRecord {
+                    layer: l,
+                    positions: positions.clone(),
+                    hidden: d,
+                    ffn: ff,
+                    n_heads: s.n_heads,
+                    residual: &x,
+                    attn_delta: &attn_delta,
+                    ffn_delta: &ffn_delta,
+                    ffn_input: &h,
+                    gate: &gate_pre,
+                    activation: &gate,
+                    attention: want_attn.then_some(&weights[..]),
+                });
+            }
+        }
+        kv.commit(n);
+
+        // Final norm and head.
+        let first = match want {
+            LogitsWanted::None => return Ok(Vec::new()),
+            LogitsWanted::Last => n - 1,
+            LogitsWanted::All => 0,
+        };
+        let m = n - first;
+        let mut normed = vec![0.0f32; m * d];
+        be.rmsnorm(&x[first * d..], &plan.output_norm, s.norm_eps, &mut normed);
+        if let Some(o) = obs.as_deref_mut() {
+            o.on_final_norm(p0 + first..p0 + n, &normed);
+        }
+        let head = view(self.source, plan.head)?;
+        let mut logits = vec![0.0f32; m * s.vocab];
+        be.matmul(&head, &normed, m, &mut logits)?;
+        Ok(logits)
+    }
+}

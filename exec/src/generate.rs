@@ -1,0 +1,189 @@
+//! GENERATE: prefill, then sample and decode one token at a time until a stop condition
+//! (max tokens, end of sequence, a stop string, the context limit, the callback or the
+//! cancellation flag).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::error::{ExecError, Result};
+use crate::sample::{Sampler, Sampling};
+use crate::session::Executor;
+
+/// Turns generated token ids into text, for stop strings.
+pub trait TokenDecoder: Send + Sync {
+    fn decode_ids(&self, ids: &[u32]) -> String;
+}
+
+/// What the per-token callback wants next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    Stop,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// `max_tokens` generated.
+    Length,
+    /// An end-of-sequence / end-of-turn token was produced (not included in the output).
+    EndOfSequence,
+    /// A stop string appeared in the generated text.
+    StopString,
+    /// The model's context is full.
+    ContextLimit,
+    /// The callback returned [`Control::Stop`].
+    Callback,
+    /// The cancellation flag was set.
+    Cancelled,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Length => "length",
+            FinishReason::EndOfSequence => "eos",
+            FinishReason::StopString => "stop",
+            FinishReason::ContextLimit => "context",
+            FinishReason::Callback => "callback",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Options of one generation.
+#[derive(Clone)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    /// Stop when the generated text contains one of these (needs `decoder`).
+    pub stop: Vec<String>,
+    /// Stop at the surface's end-of-sequence and end-of-turn ids.
+    pub stop_at_eos: bool,
+    /// Further token ids that end generation.
+    pub stop_ids: Vec<u32>,
+    /// Detokenizer used to match stop strings and fill [`Generation::text`].
+    pub decoder: Option<Arc<dyn TokenDecoder>>,
+}
+
+impl std::fmt::Debug for GenerateOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GenerateOptions")
+            .field("max_tokens", &self.max_tokens)
+            .field("sampling", &self.sampling)
+            .field("stop", &self.stop)
+            .field("stop_at_eos", &self.stop_at_eos)
+            .field("stop_ids", &self.stop_ids)
+            .field("decoder", &self.decoder.is_some())
+            .finish()
+    }
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_tokens: 32,
+            sampling: Sampling::default(),
+            stop: Vec::new(),
+            stop_at_eos: true,
+            stop_ids: Vec::new(),
+            decoder: None,
+        }
+    }
+}
+
+/// The result of a generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// Generated ids (an end-of-sequence token is not included).
+    pub token_ids: Vec<u32>,
+    pub finish_reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    /// The generated text, cut before a matched stop string (when a decoder was given).
+    pub text: Option<String>,
+}
+
+impl Executor {
+    /// Generate after `ids`; `on_token` sees every generated id as it is produced (for
+    /// streaming) and may stop generation.
+    pub fn generate(
+        &self,
+        ids: &[u32],
+        opts: &GenerateOptions,
+        on_token: &mut dyn FnMut(u32) -> Control,
+    ) -> Result<Generation> {
+        if ids.is_empty() {
+            return Err(ExecError::EmptyPrompt);
+        }
+        if !opts.stop.is_empty() && opts.decoder.is_none() {
+            return Err(ExecError::InvalidOption(
+                "stop strings need a tokenizer to decode the generated text".into(),
+            ));
+        }
+        if opts.stop.iter().any(|s| s.is_empty()) {
+            return Err(ExecError::InvalidOption("empty stop string".into()));
+        }
+        let mut sampler = Sampler::new(opts.sampling)?;
+        let special = &self.surface().special;
+        let mut end_ids: Vec<u32> = opts.stop_ids.clone();
+        if opts.stop_at_eos {
+            end_ids.extend(special.eos);
+            end_ids.extend(special.eot.iter().copied());
+        }
+        let cancel = self.cancel_flag();
+        let mut session = self.session();
+        let mut out = Vec::new();
+        let mut text: Option<String> = opts.decoder.as_ref().map(|_| String::new());
+        let finish = |out: Vec<u32>, reason, text| Generation {
+            generated_tokens: out.len(),
+            token_ids: out,
+            finish_reason: reason,
+            prompt_tokens: ids.len(),
+            text,
+        };
+        if opts.max_tokens == 0 {
+            return Ok(finish(out, FinishReason::Length, text));
+        }
+        let mut logits = match session.prefill(ids) {
+            Ok(l) => l,
+            Err(ExecError::Cancelled) => return Ok(finish(out, FinishReason::Cancelled, text)),
+            Err(e) => return Err(e),
+        };
+        loop {
+            let tok = sampler.sample(&logits.values);
+            if end_ids.contains(&tok) {
+                return Ok(finish(out, FinishReason::EndOfSequence, text));
+            }
+            out.push(tok);
+            let control = on_token(tok);
+            if let Some(dec) = &opts.decoder {
+                let t = dec.decode_ids(&out);
+                let cut = opts.stop.iter().filter_map(|s| t.find(s.as_str())).min();
+                if let Some(c) = cut {
+                    return Ok(finish(out, FinishReason::StopString, Some(t[..c].to_string())));
+                }
+                text = Some(t);
+            }
+            if control == Control::Stop {
+                return Ok(finish(out, FinishReason::Callback, text));
+            }
+            if out.len() >= opts.max_tokens {
+                return Ok(finish(out, FinishReason::Length, text));
+            }
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(finish(out, FinishReason::Cancelled, text));
+            }
+            if session.position() >= session.context_limit() {
+                return Ok(finish(out, FinishReason::ContextLimit, text));
+            }
+            logits = match session.decode(tok) {
+                Ok(l) => l,
+                Err(ExecError::Cancelled) => {
+                    return Ok(finish(out, FinishReason::Cancelled, text))
+                }
+                Err(e) => return Err(e),
+            };
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Continuation state: the key/value cache, per layer `[positions × kv_heads × head_dim]`.
+//!
+//! Grown on demand (never the whole context up front) and bounded by the model's context
+//! length.
+
+use crate::error::{ExecError, Result};
+
+/// Positions allocated at least, once anything is cached.
+const MIN_POSITIONS: usize = 64;
+
+/// Key/value rows of every layer for the positions seen so far.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    kv_dim: usize,
+    limit: usize,
+    len: usize,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl KvCache {
+    /// An empty cache for `n_layers` layers of `kv_dim` floats per position, holding at
+    /// most `limit` positions.
+    pub fn new(n_layers: usize, kv_dim: usize, limit: usize) -> KvCache {
+        KvCache {
+            kv_dim,
+            limit,
+            len: 0,
+            k: vec![Vec::new(); n_layers],
+            v: vec![Vec::new(); n_layers],
+        }
+    }
+
+    /// Committed positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The most positions this cache may hold (the model's context length).
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes currently allocated.
+    pub fn allocated_bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(|b| b.capacity() * 4).sum()
+    }
+
+    /// Make room for `add` more positions, or refuse past the context limit.
+    pub fn reserve(&mut self, add: usize) -> Result<()> {
+        let needed = self.len.checked_add(add).unwrap_or(usize::MAX);
+        if needed > self.limit {
+            return Err(ExecError::ContextOverflow {
+                needed,
+                limit: self.limit,
+            });
+        }
+        let have = self.k.first().map_or(0, |b| b.capacity() / self.kv_dim.max(1));
+        if needed <= have {
+            return Ok(());
+        }
+        let target = needed.max(have * 2).max(MIN_POSITIONS).min(self.limit);
+        for b in self.k.iter_mut().chain(self.v.iter_mut()) {
+            b.reserve_exact(target * self.kv_dim - b.len());
+        }
+        Ok(())
+    }
+
+    /// Append the key and value rows of new positions to `layer` (not yet committed).
+    pub fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+        self.k[layer].extend_from_slice(k);
+        self.v[layer].extend_from_slice(v);
+    }
+
+    /// Keys and values of `layer`, including appended, uncommitted positions.
+    pub fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
+        (&self.k[layer], &self.v[layer])
+    }
+
+    /// Count `n` appended positions as committed (after every layer appended them).
+    pub fn commit(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// Forget everything after `len` committed positions (and any uncommitted rows).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+        let keep = self.len * self.kv_dim;
+        for b in self.k.iter_mut().chain(self.v.iter_mut()) {
+            b.truncate(keep);
+        }
+    }
+
+    /// Forget everything.
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_lazily_and_enforces_the_limit() {
+        let mut kv = KvCache::new(2, 4, 100);
+        assert_eq!(kv.allocated_bytes(), 0);
+        kv.reserve(3).unwrap();
+        assert!(kv.allocated_bytes() <= 2 * 2 * 64 * 4 * 4);
+        for l in 0..2 {
+            kv.append(l, &[1.0; 12], &[2.0; 12]);
+        }
+        kv.commit(3);
+        assert_eq!(kv.len(), 3);
+        assert!(matches!(
+            kv.reserve(98),
+            Err(ExecError::ContextOverflow { needed: 101, limit: 100 })
+        ));
+        kv.reserve(97).unwrap();
+        kv.truncate(1);
+        assert_eq!(kv.layer(1).0.len(), 4);
+    }
+}

@@ -1,0 +1,50 @@
+//! Observers: hooks into the forward pass for TRACE, EXPLAIN INFER and WALK RESIDUAL.
+//!
+//! With no observer attached the forward pass does no extra work and makes no copies;
+//! attention weights are only materialised when [`Observer::wants_attention`] says so.
+
+use std::ops::Range;
+
+/// What one decoder layer did, for the positions processed in this pass.
+///
+/// Every matrix is row-major with one row per position in `positions`.
+#[derive(Debug, Clone)]
+pub struct LayerRecord<'a> {
+    pub layer: usize,
+    /// Absolute positions processed (`start .. start + n`).
+    pub positions: Range<usize>,
+    pub hidden: usize,
+    pub ffn: usize,
+    pub n_heads: usize,
+    /// The residual stream after this layer, `[n × hidden]`.
+    pub residual: &'a [f32],
+    /// The attention block's output added to the residual, `[n × hidden]`.
+    pub attn_delta: &'a [f32],
+    /// The FFN block's output added to the residual, `[n × hidden]`.
+    pub ffn_delta: &'a [f32],
+    /// The normed FFN input, `[n × hidden]`.
+    pub ffn_input: &'a [f32],
+    /// Gate pre-activations, `[n × ffn]`.
+    pub gate: &'a [f32],
+    /// FFN activations `act(gate) * up` (the input of the down projection), `[n × ffn]`.
+    pub activation: &'a [f32],
+    /// Attention weights `[n × n_heads × positions.end]` (zero past each query's
+    /// position), when the observer asked for them.
+    pub attention: Option<&'a [f32]>,
+}
+
+/// Hooks called during a forward pass (on the backend's worker thread, hence `Send`).
+/// All methods have empty defaults.
+pub trait Observer: Send {
+    /// Whether to materialise attention weights for [`LayerRecord::attention`].
+    fn wants_attention(&self) -> bool {
+        false
+    }
+    /// The embedding rows (already scaled) entering layer 0, `[n × hidden]`.
+    fn on_embedding(&mut self, _positions: Range<usize>, _rows: &[f32]) {}
+    /// Called after each layer.
+    fn on_layer(&mut self, _record: &LayerRecord<'_>) {}
+    /// The final-normed hidden states of the positions whose logits are computed
+    /// (`[m × hidden]`, `positions` says which).
+    fn on_final_norm(&mut self, _positions: Range<usize>, _normed: &[f32]) {}
+}

@@ -1,0 +1,259 @@
+//! The operation plan: the execution surface turned into a validated list of steps.
+//!
+//! Built once per executor from an [`OperandSource`] (the effective-state seam) and the
+//! [`ExecutionSurface`] only: embedding (× scale) → per layer (RMSNorm, attention with
+//! GQA, RoPE, optional Q/K/V biases, RMSNorm, gated FFN) → final norm → head. Every
+//! operand's presence, shape and byte size is checked here, up front, so the forward pass
+//! never meets a malformed tensor. Small vectors (norm weights, biases) are decoded to f32
+//! once; matrices stay encoded and are looked up by key at run time.
+
+use std::fmt;
+
+use lql_storage::model::{OperandKey, OperandSource, Role, TensorView};
+use lql_storage::surface::{Activation, ExecutionSurface, RopePairing};
+
+use crate::backend::encoded;
+use crate::error::{ExecError, Result};
+
+/// The operands and decoded vectors of one decoder layer.
+#[derive(Debug, Clone)]
+pub struct LayerPlan {
+    pub index: usize,
+    pub attn_norm: Vec<f32>,
+    pub q: OperandKey,
+    pub k: OperandKey,
+    pub v: OperandKey,
+    pub o: OperandKey,
+    pub q_bias: Option<Vec<f32>>,
+    pub k_bias: Option<Vec<f32>>,
+    pub v_bias: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub gate: OperandKey,
+    pub up: OperandKey,
+    pub down: OperandKey,
+}
+
+/// A validated operation plan for a dense decoder-only transformer.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub surface: ExecutionSurface,
+    /// `n_heads × head_dim`.
+    pub q_dim: usize,
+    /// `n_kv_heads × head_dim`.
+    pub kv_dim: usize,
+    pub embedding: OperandKey,
+    pub layers: Vec<LayerPlan>,
+    pub output_norm: Vec<f32>,
+    /// The head matrix: the token embedding when the head is tied, else `output`.
+    pub head: OperandKey,
+}
+
+impl Plan {
+    /// Validate `source` against its surface and build the plan.
+    pub fn build(source: &dyn OperandSource) -> Result<Plan> {
+        let s = source.surface().clone();
+        check_surface(&s)?;
+        let q_dim = s.n_heads * s.head_dim;
+        let kv_dim = s.n_kv_heads * s.head_dim;
+        let embedding = OperandKey::global(Role::TokenEmbedding);
+        matrix(source, embedding, s.hidden, s.vocab)?;
+        let mut layers = Vec::with_capacity(s.n_layers);
+        for l in 0..s.n_layers {
+            let key = |role| OperandKey::layer(l, role);
+            let bias = |role, len| -> Result<Option<Vec<f32>>> {
+                if s.attn_bias {
+                    vector(source, key(role), len).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            let lp = LayerPlan {
+                index: l,
+                attn_norm: vector(source, key(Role::AttnNorm), s.hidden)?,
+                q: matrix(source, key(Role::AttnQ), s.hidden, q_dim)?,
+                k: matrix(source, key(Role::AttnK), s.hidden, kv_dim)?,
+                v: matrix(source, key(Role::AttnV), s.hidden, kv_dim)?,
+                o: matrix(source, key(Role::AttnOutput), q_dim, s.hidden)?,
+                q_bias: bias(Role::AttnQBias, q_dim)?,
+                k_bias: bias(Role::AttnKBias, kv_dim)?,
+                v_bias: bias(Role::AttnVBias, kv_dim)?,
+                ffn_norm: vector(source, key(Role::FfnNorm), s.hidden)?,
+                gate: matrix(source, key(Role::FfnGate), s.hidden, s.ffn)?,
+                up: matrix(source, key(Role::FfnUp), s.hidden, s.ffn)?,
+                down: matrix(source, key(Role::FfnDown), s.ffn, s.hidden)?,
+            };
+            layers.push(lp);
+        }
+        let output_norm = vector(source, OperandKey::global(Role::OutputNorm), s.hidden)?;
+        let head = if s.tied_head {
+            embedding
+        } else {
+            matrix(source, OperandKey::global(Role::Output), s.hidden, s.vocab)?
+        };
+        Ok(Plan {
+            surface: s,
+            q_dim,
+            kv_dim,
+            embedding,
+            layers,
+            output_norm,
+            head,
+        })
+    }
+
+    /// Floats of key (or value) cache per position, over all layers.
+    pub fn kv_floats_per_position(&self) -> usize {
+        self.surface.n_layers * self.kv_dim
+    }
+}
+
+fn check_surface(s: &ExecutionSurface) -> Result<()> {
+    let bad = |m: String| Err(ExecError::Surface(m));
+    if s.n_layers == 0 || s.hidden == 0 || s.ffn == 0 || s.vocab == 0 || s.head_dim == 0 {
+        return bad(format!(
+            "zero dimension (layers {}, hidden {}, ffn {}, vocab {}, head_dim {})",
+            s.n_layers, s.hidden, s.ffn, s.vocab, s.head_dim
+        ));
+    }
+    if s.n_heads == 0 || s.n_kv_heads == 0 || s.n_heads % s.n_kv_heads != 0 {
+        return bad(format!(
+            "{} attention heads cannot be grouped over {} key/value heads",
+            s.n_heads, s.n_kv_heads
+        ));
+    }
+    if s.head_dim % 2 != 0 {
+        return bad(format!("head_dim {} is odd; RoPE needs pairs", s.head_dim));
+    }
+    if s.context_length == 0 {
+        return bad("context length is zero".into());
+    }
+    if !(s.rope_theta.is_finite() && s.rope_theta > 0.0) {
+        return bad(format!("RoPE theta {} is not a positive number", s.rope_theta));
+    }
+    if !(s.norm_eps.is_finite() && s.norm_eps >= 0.0) {
+        return bad(format!("norm epsilon {} is invalid", s.norm_eps));
+    }
+    if !s.embedding_scale.is_finite() {
+        return bad("embedding scale is not finite".into());
+    }
+    Ok(())
+}
+
+fn fetch(source: &dyn OperandSource, key: OperandKey) -> Result<TensorView<'_>> {
+    source.view(key).ok_or(ExecError::MissingOperand {
+        operand: key.role.name(),
+        layer: key.layer,
+    })
+}
+
+fn shape_err(key: OperandKey, message: String) -> ExecError {
+    ExecError::Shape {
+        operand: key.role.name(),
+        layer: key.layer,
+        message,
+    }
+}
+
+/// Check that the operand's encoded bytes hold exactly `rows × row_len` elements.
+fn check_bytes(key: OperandKey, v: &TensorView<'_>) -> Result<()> {
+    let elems = v.row_len().checked_mul(v.rows());
+    let want = elems.and_then(|e| v.dtype.bytes_for(e as u64));
+    if v.row_len() % v.dtype.block_elems() != 0 {
+        return Err(shape_err(
+            key,
+            format!(
+                "row length {} is not a whole number of {} blocks ({} elements)",
+                v.row_len(),
+                v.dtype,
+                v.dtype.block_elems()
+            ),
+        ));
+    }
+    match want {
+        Some(b) if b == v.bytes.len() as u64 => Ok(()),
+        _ => Err(shape_err(
+            key,
+            format!(
+                "{} bytes of {} do not hold shape {:?}",
+                v.bytes.len(),
+                v.dtype,
+                v.shape
+            ),
+        )),
+    }
+}
+
+/// A matrix of `rows` rows of `row_len` elements (ggml shape `[row_len, rows]`).
+fn matrix(
+    source: &dyn OperandSource,
+    key: OperandKey,
+    row_len: usize,
+    rows: usize,
+) -> Result<OperandKey> {
+    let v = fetch(source, key)?;
+    if v.shape.len() != 2 || v.shape[0] != row_len || v.shape[1] != rows {
+        return Err(shape_err(
+            key,
+            format!("expected shape [{row_len}, {rows}], found {:?}", v.shape),
+        ));
+    }
+    check_bytes(key, &v)?;
+    encoded::check_supported(v.dtype).map_err(|m| shape_err(key, m))?;
+    Ok(key)
+}
+
+/// A vector of `len` elements, decoded to f32.
+fn vector(source: &dyn OperandSource, key: OperandKey, len: usize) -> Result<Vec<f32>> {
+    let v = fetch(source, key)?;
+    if v.row_len() != len || v.rows() != 1 {
+        return Err(shape_err(
+            key,
+            format!("expected a vector of {len} elements, found shape {:?}", v.shape),
+        ));
+    }
+    check_bytes(key, &v)?;
+    let mut out = vec![0.0f32; len];
+    encoded::decode_row(v.dtype, v.bytes, &mut out).map_err(|m| shape_err(key, m))?;
+    Ok(out)
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.surface;
+        writeln!(
+            f,
+            "Embed[vocab {}, hidden {}]{}",
+            s.vocab,
+            s.hidden,
+            if s.embedding_scale != 1.0 {
+                format!(" × {}", s.embedding_scale)
+            } else {
+                String::new()
+            }
+        )?;
+        let pairing = match s.rope_pairing {
+            RopePairing::Adjacent => "adjacent",
+            RopePairing::HalfSplit => "half-split",
+        };
+        let act = match s.activation {
+            Activation::Silu => "silu",
+            Activation::Gelu => "gelu",
+        };
+        writeln!(
+            f,
+            "Layers 0-{} × [RMSNorm → Attention(heads {}, kv heads {}, head_dim {}, RoPE {pairing} θ={}{}) → RMSNorm → FFN({act}, {})]",
+            s.n_layers - 1,
+            s.n_heads,
+            s.n_kv_heads,
+            s.head_dim,
+            s.rope_theta,
+            if s.attn_bias { ", biases" } else { "" },
+            s.ffn
+        )?;
+        write!(
+            f,
+            "RMSNorm → Head[{}]",
+            if s.tied_head { "tied to embedding" } else { "output" }
+        )
+    }
+}

@@ -1,0 +1,255 @@
+//! `Executor` (a validated plan over an operand source, plus a backend) and `Session`
+//! (one continuation: the key/value cache and the tokens it holds).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use lql_storage::model::OperandSource;
+use lql_storage::surface::ExecutionSurface;
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::Backend;
+use crate::error::{ExecError, Result};
+use crate::forward::{LogitsWanted, Pass};
+use crate::kv::KvCache;
+use crate::observer::Observer;
+use crate::plan::Plan;
+
+/// One ranked next-token candidate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TopToken {
+    /// 1-based rank.
+    pub rank: usize,
+    pub token_id: u32,
+    /// Softmax probability over the whole vocabulary.
+    pub prob: f32,
+    pub logit: f32,
+}
+
+/// The logits of one position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logits {
+    pub values: Vec<f32>,
+}
+
+impl Logits {
+    /// The highest-scoring token (the lowest id among ties).
+    pub fn argmax(&self) -> u32 {
+        let mut best = 0usize;
+        for (i, &v) in self.values.iter().enumerate() {
+            if v > self.values[best] {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    /// The `k` best tokens with their probabilities, best first.
+    pub fn top(&self, k: usize) -> Vec<TopToken> {
+        let v = &self.values;
+        let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = v.iter().map(|&x| ((x - max) as f64).exp()).sum();
+        let mut idx: Vec<u32> = (0..v.len() as u32).collect();
+        let k = k.min(v.len());
+        let cmp = |a: &u32, b: &u32| {
+            v[*b as usize]
+                .total_cmp(&v[*a as usize])
+                .then(a.cmp(b))
+        };
+        if k < idx.len() && k > 0 {
+            idx.select_nth_unstable_by(k - 1, cmp);
+        }
+        idx.truncate(k);
+        idx.sort_by(cmp);
+        idx.into_iter()
+            .enumerate()
+            .map(|(r, id)| {
+                let logit = v[id as usize];
+                TopToken {
+                    rank: r + 1,
+                    token_id: id,
+                    prob: (((logit - max) as f64).exp() / sum) as f32,
+                    logit,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A model ready to run: operand source, validated plan, backend, cancellation flag.
+/// Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Executor {
+    source: Arc<dyn OperandSource>,
+    plan: Arc<Plan>,
+    backend: Arc<dyn Backend>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("backend", &self.backend.name())
+            .field("threads", &self.backend.threads())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Executor {
+    /// Validate `source` and prepare to run it on the CPU with `threads` threads
+    /// (0: one per core).
+    pub fn new(source: Arc<dyn OperandSource>, threads: usize) -> Result<Executor> {
+        let backend = Arc::new(CpuBackend::new(threads)?);
+        Executor::with_backend(source, backend)
+    }
+
+    /// Validate `source` and run it on `backend`.
+    pub fn with_backend(
+        source: Arc<dyn OperandSource>,
+        backend: Arc<dyn Backend>,
+    ) -> Result<Executor> {
+        let plan = Arc::new(Plan::build(source.as_ref())?);
+        Ok(Executor {
+            source,
+            plan,
+            backend,
+            cancel: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Use `flag` as the cancellation flag (checked between layers and tokens; setting it
+    /// makes a running pass stop with [`ExecError::Cancelled`]). The caller clears it.
+    pub fn with_cancel_flag(mut self, flag: Arc<AtomicBool>) -> Executor {
+        self.cancel = flag;
+        self
+    }
+
+    /// The cancellation flag.
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn surface(&self) -> &ExecutionSurface {
+        &self.plan.surface
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    pub fn source(&self) -> &Arc<dyn OperandSource> {
+        &self.source
+    }
+
+    /// A new, empty continuation.
+    pub fn session(&self) -> Session {
+        let s = &self.plan.surface;
+        Session {
+            exec: self.clone(),
+            kv: KvCache::new(s.n_layers, self.plan.kv_dim, s.context_length),
+            tokens: Vec::new(),
+        }
+    }
+
+    /// The `top` most likely next tokens after `ids`.
+    pub fn infer(&self, ids: &[u32], top: usize) -> Result<Vec<TopToken>> {
+        Ok(self.session().prefill(ids)?.top(top))
+    }
+
+    /// Logits at every position of `ids` (one batched pass).
+    pub fn logits_all(&self, ids: &[u32]) -> Result<Vec<Logits>> {
+        self.session().extend(ids, LogitsWanted::All, None)
+    }
+
+    /// Run `ids` with `observer` attached; returns the logits asked for.
+    pub fn observe(
+        &self,
+        ids: &[u32],
+        want: LogitsWanted,
+        observer: &mut dyn Observer,
+    ) -> Result<Vec<Logits>> {
+        self.session().extend(ids, want, Some(observer))
+    }
+}
+
+/// One continuation: the tokens seen and their key/value rows.
+#[derive(Debug, Clone)]
+pub struct Session {
+    exec: Executor,
+    kv: KvCache,
+    tokens: Vec<u32>,
+}
+
+impl Session {
+    /// Run `ids` after the tokens already held; the logits of the last one.
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<Logits> {
+        let mut v = self.extend(ids, LogitsWanted::Last, None)?;
+        v.pop().ok_or_else(|| ExecError::Internal("no logits".into()))
+    }
+
+    /// Run one more token; its logits.
+    pub fn decode(&mut self, id: u32) -> Result<Logits> {
+        self.prefill(&[id])
+    }
+
+    /// Run `ids` (one batched pass), optionally observed; the logits asked for.
+    pub fn extend(
+        &mut self,
+        ids: &[u32],
+        want: LogitsWanted,
+        observer: Option<&mut dyn Observer>,
+    ) -> Result<Vec<Logits>> {
+        let pass = Pass {
+            source: self.exec.source.as_ref(),
+            plan: &self.exec.plan,
+            backend: self.exec.backend.as_ref(),
+            cancel: &self.exec.cancel,
+        };
+        let flat = pass.run(&mut self.kv, ids, want, observer)?;
+        self.tokens.extend_from_slice(ids);
+        let vocab = self.exec.plan.surface.vocab;
+        Ok(flat
+            .chunks_exact(vocab)
+            .map(|c| Logits { values: c.to_vec() })
+            .collect())
+    }
+
+    /// Positions held (the next token's position).
+    pub fn position(&self) -> usize {
+        self.kv.len()
+    }
+
+    /// The tokens held.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The model's context length (the most positions a session can hold).
+    pub fn context_limit(&self) -> usize {
+        self.kv.limit()
+    }
+
+    /// Bytes allocated by the key/value cache.
+    pub fn cache_bytes(&self) -> usize {
+        self.kv.allocated_bytes()
+    }
+
+    /// Keep only the first `len` positions.
+    pub fn truncate(&mut self, len: usize) {
+        self.kv.truncate(len);
+        self.tokens.truncate(self.kv.len());
+    }
+
+    /// Forget everything.
+    pub fn reset(&mut self) {
+        self.truncate(0);
+    }
+
+    pub fn executor(&self) -> &Executor {
+        &self.exec
+    }
+}

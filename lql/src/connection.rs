@@ -1,0 +1,208 @@
+//! `Connection`: a session with (at most) one bound model, running LQL text.
+//!
+//! A connection is `Send + Sync`: its engine sits behind a mutex, so statements from several
+//! threads run one at a time. An [`InterruptHandle`] cancels the statement running now
+//! from any thread (the REPL's Ctrl-C), as `rusqlite::InterruptHandle` does.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::progress::{Progress, ProgressHandler};
+use crate::rows::Rows;
+use crate::statement::Statement;
+
+/// The result of one statement of a script.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatementResult {
+    /// The statement's text (without its `;`).
+    pub text: String,
+    /// Its byte range in the script.
+    pub span: Range<usize>,
+    pub rows: Rows,
+}
+
+/// A session: a bound model (or none, until `USE`) and the statements run against it.
+pub struct Connection {
+    engine: Mutex<Engine>,
+    interrupt: Arc<AtomicBool>,
+}
+
+/// Cancels the statement a connection is running now; harmless when none is.
+#[derive(Debug, Clone)]
+pub struct InterruptHandle {
+    flag: Arc<AtomicBool>,
+}
+
+impl InterruptHandle {
+    /// Asks the running statement to stop; it returns an `Interrupted` error soon after.
+    /// Safe to call from a signal handler (it stores one atomic flag).
+    pub fn interrupt(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Connection {
+    /// A connection with no model bound; `USE …` binds one.
+    pub fn open_in_memory() -> Result<Connection> {
+        Ok(Connection {
+            engine: Mutex::new(Engine::new()),
+            interrupt: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Opens a model: a path that exists is opened as a file or folder (GGUF, Hugging Face
+    /// folder, …); anything else is taken as a catalogue name, fetched into the local cache
+    /// if needed.
+    pub fn open(path_or_name: impl AsRef<str>) -> Result<Connection> {
+        let conn = Connection::open_in_memory()?;
+        conn.bind(path_or_name.as_ref())?;
+        Ok(conn)
+    }
+
+    /// Like [`Connection::open`], with a progress handler installed first (so a download
+    /// draws progress).
+    pub fn open_with_progress(
+        path_or_name: impl AsRef<str>,
+        handler: impl Fn(&Progress) + Send + Sync + 'static,
+    ) -> Result<Connection> {
+        let conn = Connection::open_in_memory()?;
+        conn.set_progress_handler(Some(handler));
+        conn.bind(path_or_name.as_ref())?;
+        Ok(conn)
+    }
+
+    /// Binds a model as [`Connection::open`] does, replacing the bound one.
+    pub fn bind(&self, path_or_name: &str) -> Result<Rows> {
+        let mut engine = self.engine()?;
+        self.interrupt.store(false, Ordering::SeqCst);
+        if Path::new(path_or_name).exists() {
+            engine.bind_path(path_or_name, &self.interrupt)
+        } else {
+            engine.bind_catalogue(path_or_name, &self.interrupt)
+        }
+    }
+
+    /// Installs (or removes, with `None`) the progress handler.
+    pub fn set_progress_handler<F>(&self, handler: Option<F>)
+    where
+        F: Fn(&Progress) + Send + Sync + 'static,
+    {
+        if let Ok(mut e) = self.engine() {
+            e.progress = handler.map(|h| Arc::new(h) as ProgressHandler);
+        }
+    }
+
+    /// A handle that cancels the running statement from another thread.
+    pub fn interrupt_handle(&self) -> InterruptHandle {
+        InterruptHandle {
+            flag: self.interrupt.clone(),
+        }
+    }
+
+    /// Runs every statement of `text` and returns the rows of the last one (empty rows
+    /// when the text holds no statement). The first error stops the run.
+    pub fn execute(&self, text: &str) -> Result<Rows> {
+        let mut last = Rows::empty();
+        self.execute_each(text, |r| {
+            last = r.rows;
+            Ok(())
+        })?;
+        Ok(last)
+    }
+
+    /// Runs every statement of `text` and returns each one's result.
+    pub fn execute_batch(&self, text: &str) -> Result<Vec<StatementResult>> {
+        let mut all = Vec::new();
+        self.execute_each(text, |r| {
+            all.push(r);
+            Ok(())
+        })?;
+        Ok(all)
+    }
+
+    /// Runs the statements of `text` one at a time, handing each result to `on_result` as
+    /// soon as it completes (the REPL prints it then). Stops at the first error, from a
+    /// statement or from `on_result`. Spans in errors are byte ranges in `text`.
+    pub fn execute_each<F>(&self, text: &str, mut on_result: F) -> Result<()>
+    where
+        F: FnMut(StatementResult) -> Result<()>,
+    {
+        let mut engine = self.engine()?;
+        self.interrupt.store(false, Ordering::SeqCst);
+        for span in lql_grammar::split_statements(text) {
+            let span = span.range();
+            if self.interrupt.load(Ordering::SeqCst) {
+                return Err(Error::interrupted().with_span(span));
+            }
+            let stmt_text = &text[span.clone()];
+            let rows = engine
+                .run_text(stmt_text, &self.interrupt)
+                .map_err(|e| e.offset_spans(span.start))?;
+            on_result(StatementResult {
+                text: stmt_text.to_string(),
+                span,
+                rows,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Checks the syntax of one statement and returns it ready to run. Text with more than
+    /// one statement is refused.
+    pub fn prepare(&self, text: &str) -> Result<Statement<'_>> {
+        let pieces = lql_grammar::split_statements(text);
+        match pieces.as_slice() {
+            [] => Err(Error::semantic(
+                "nothing to prepare: the text holds no statement",
+            )),
+            [one] => {
+                let stmt_text = &text[one.range()];
+                crate::engine::check_syntax(stmt_text)
+                    .map_err(|e| e.offset_spans(one.start))?;
+                Ok(Statement::new(self, stmt_text.to_string(), one.start))
+            }
+            [_, second, ..] => Err(Error::semantic(format!(
+                "prepare takes one statement; this text holds {}",
+                pieces.len()
+            ))
+            .with_span(second.range())
+            .with_span_label("second statement")
+            .with_help("use execute or execute_batch to run several statements")),
+        }
+    }
+
+    /// Runs one statement's text (used by [`Statement`]).
+    pub(crate) fn run_one(&self, stmt_text: &str) -> Result<Rows> {
+        let mut engine = self.engine()?;
+        self.interrupt.store(false, Ordering::SeqCst);
+        engine.run_text(stmt_text, &self.interrupt)
+    }
+
+    /// A short description of the bound model (`None` when nothing is bound).
+    pub fn bound_model(&self) -> Option<String> {
+        self.engine().ok().and_then(|e| e.bound_name())
+    }
+
+    fn engine(&self) -> Result<MutexGuard<'_, Engine>> {
+        self.engine.lock().map_err(|_| {
+            Error::internal("a statement panicked earlier; the connection is unusable")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn connection_is_send_and_sync() {
+        assert_send_sync::<Connection>();
+        assert_send_sync::<InterruptHandle>();
+    }
+}

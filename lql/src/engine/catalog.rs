@@ -1,0 +1,94 @@
+//! The planner's `Catalog`, implemented from the bound model: its facts, derived once at
+//! USE from the execution surface and the operands present.
+
+use lql_planner::{Catalog, ModelFacts, SourceKind};
+use lql_storage::model::SourceKind as StorageKind;
+use lql_storage::{Model, OperandKey, Role};
+
+use super::Bound;
+
+/// The session as the planner sees it.
+pub(crate) struct EngineCatalog<'a> {
+    bound: Option<&'a Bound>,
+}
+
+impl<'a> EngineCatalog<'a> {
+    pub fn new(bound: Option<&'a Bound>) -> Self {
+        EngineCatalog { bound }
+    }
+}
+
+impl Catalog for EngineCatalog<'_> {
+    fn bound(&self) -> Option<ModelFacts> {
+        self.bound.map(|b| b.facts.clone())
+    }
+}
+
+/// Roles a forward pass needs in every layer.
+const LAYER_ROLES_EXECUTE: &[Role] = &[
+    Role::AttnNorm,
+    Role::AttnQ,
+    Role::AttnK,
+    Role::AttnV,
+    Role::AttnOutput,
+    Role::FfnNorm,
+    Role::FfnGate,
+    Role::FfnUp,
+    Role::FfnDown,
+];
+
+/// The facts of a model, as the planner needs them.
+pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
+    let s = &model.surface;
+    let has = |k: OperandKey| model.operands.contains_key(&k);
+    let mut missing_exec = Vec::new();
+    let mut missing_browse = Vec::new();
+    let mut need = |k: OperandKey, browse: bool| {
+        if !has(k) {
+            missing_exec.push(k.to_string());
+            if browse {
+                missing_browse.push(k.to_string());
+            }
+        }
+    };
+    need(OperandKey::global(Role::TokenEmbedding), true);
+    for l in 0..s.n_layers {
+        for &r in LAYER_ROLES_EXECUTE {
+            need(OperandKey::layer(l, r), r == Role::FfnGate);
+        }
+        if s.attn_bias {
+            for r in [Role::AttnQBias, Role::AttnKBias, Role::AttnVBias] {
+                need(OperandKey::layer(l, r), false);
+            }
+        }
+    }
+    need(OperandKey::global(Role::OutputNorm), false);
+    if !s.tied_head {
+        need(OperandKey::global(Role::Output), false);
+    }
+    let gate = model.operand(OperandKey::layer(0, Role::FfnGate));
+    let can_tokenize = model
+        .tokenizer_spec()
+        .is_ok_and(|t| !matches!(*t, lql_storage::tokenizer_spec::TokenizerSpec::None));
+    ModelFacts {
+        name: name.to_string(),
+        source: match model.kind {
+            StorageKind::Gguf => SourceKind::Gguf,
+            StorageKind::Safetensors => SourceKind::Safetensors,
+            StorageKind::Vindex3 => SourceKind::Vindex3,
+        },
+        n_layers: s.n_layers,
+        stage: None,
+        vocab: s.vocab,
+        hidden: s.hidden,
+        ffn: s.ffn,
+        context_length: (s.context_length > 0).then_some(s.context_length),
+        can_execute: missing_exec.is_empty(),
+        missing_for_execute: missing_exec,
+        can_browse: missing_browse.is_empty(),
+        missing_for_browse: missing_browse,
+        can_tokenize,
+        gate_encoding: gate.map(|g| g.dtype.name().to_string()),
+        gate_bytes_per_layer: gate.map(|g| g.len as u64),
+    }
+}

@@ -1,0 +1,278 @@
+//! Introspection: SHOW MODELS | LAYERS | TENSORS, STATS, TOKENIZE and EXPLAIN. These read
+//! the catalogue, the bound model's surface and operand table, or the plan; none runs the
+//! model.
+
+use std::collections::BTreeMap;
+
+use lql_planner::{LogicalPlan, ShowPlan, ShowWhat};
+use lql_storage::{catalogue, Role};
+
+use super::Cx;
+use crate::error::{Error, Result};
+use crate::rows::{Column, Rows};
+use crate::value::{Value, ValueType};
+
+/// `SHOW … [LIKE "pattern"]`: LIKE filters on the first column (`%` any run, `_` one
+/// character, case-insensitive).
+pub(crate) fn show(
+    cx: &mut Cx<'_>,
+    plan: &ShowPlan,
+    stmt: &lql_grammar::Statement,
+) -> Result<Rows> {
+    let mut rows = match plan.what {
+        ShowWhat::Models => show_models()?,
+        ShowWhat::Layers => show_layers(cx)?,
+        ShowWhat::Tensors => show_tensors(cx)?,
+        other => {
+            let word = match other {
+                ShowWhat::Components => "COMPONENTS",
+                ShowWhat::Representations => "REPRESENTATIONS",
+                ShowWhat::Profiles => "PROFILES",
+                ShowWhat::Patches => "PATCHES",
+                _ => "",
+            };
+            let mut e = Error::not_supported_yet(&format!("SHOW {word}"));
+            if let lql_grammar::StatementKind::Show(s) = &stmt.kind {
+                e = e.with_span(s.what.span.range());
+            }
+            return Err(e);
+        }
+    };
+    if let Some(pattern) = &plan.like {
+        rows.rows
+            .retain(|r| r.first().is_some_and(|v| like(&v.to_string(), pattern)));
+    }
+    Ok(rows)
+}
+
+fn show_models() -> Result<Rows> {
+    let mut rows = Rows::new(vec![
+        Column::new("name", ValueType::Text),
+        Column::new("cached", ValueType::Bool),
+        Column::new("bytes", ValueType::Int),
+        Column::new("licence", ValueType::Text),
+        Column::new("package", ValueType::Text),
+        Column::new("path", ValueType::Text),
+    ]);
+    for m in catalogue::list()? {
+        rows.push(vec![
+            Value::from(m.name),
+            Value::Bool(m.cached),
+            Value::from(m.size),
+            Value::from(m.licence),
+            Value::from(format!("{}=={}", m.package, m.version)),
+            Value::from(m.path.display().to_string()),
+        ]);
+    }
+    Ok(rows)
+}
+
+/// Distinct encodings of some roles of a layer, in role order, joined by `/`.
+fn encodings(model: &lql_storage::Model, layer: usize, roles: &[Role]) -> Value {
+    let mut seen: Vec<&'static str> = Vec::new();
+    for &r in roles {
+        if let Some(op) = model.operand(lql_storage::OperandKey::layer(layer, r)) {
+            let n = op.dtype.name();
+            if !seen.contains(&n) {
+                seen.push(n);
+            }
+        }
+    }
+    if seen.is_empty() {
+        Value::Null
+    } else {
+        Value::from(seen.join("/"))
+    }
+}
+
+fn show_layers(cx: &Cx<'_>) -> Result<Rows> {
+    let b = cx.bound()?;
+    let m = &b.model;
+    let mut rows = Rows::new(vec![
+        Column::new("layer", ValueType::Int),
+        Column::new("attn_encoding", ValueType::Text),
+        Column::new("ffn_encoding", ValueType::Text),
+        Column::new("norm_encoding", ValueType::Text),
+        Column::new("tensors", ValueType::Int),
+        Column::new("bytes", ValueType::Int),
+    ]);
+    let mut per_layer: BTreeMap<usize, (usize, u64)> = BTreeMap::new();
+    for (k, op) in &m.operands {
+        if let Some(l) = k.layer {
+            let e = per_layer.entry(l).or_default();
+            e.0 += 1;
+            e.1 += op.len as u64;
+        }
+    }
+    for l in 0..m.surface.n_layers {
+        let (n, bytes) = per_layer.get(&l).copied().unwrap_or_default();
+        rows.push(vec![
+            Value::from(l),
+            encodings(
+                m,
+                l,
+                &[Role::AttnQ, Role::AttnK, Role::AttnV, Role::AttnOutput],
+            ),
+            encodings(m, l, &[Role::FfnGate, Role::FfnUp, Role::FfnDown]),
+            encodings(m, l, &[Role::AttnNorm, Role::FfnNorm]),
+            Value::from(n),
+            Value::from(bytes),
+        ]);
+    }
+    Ok(rows)
+}
+
+fn show_tensors(cx: &Cx<'_>) -> Result<Rows> {
+    let b = cx.bound()?;
+    let mut rows = Rows::new(vec![
+        Column::new("name", ValueType::Text),
+        Column::new("object", ValueType::Text),
+        Column::new("layer", ValueType::Int),
+        Column::new("role", ValueType::Text),
+        Column::new("dtype", ValueType::Text),
+        Column::new("shape", ValueType::List),
+        Column::new("bytes", ValueType::Int),
+    ]);
+    // Global operands first (embedding, final norm, head), then layer by layer.
+    let mut ops: Vec<_> = b.model.operands.iter().collect();
+    ops.sort_by_key(|(k, _)| (k.layer.map_or(0, |l| l + 1), k.role));
+    for (k, op) in ops {
+        rows.push(vec![
+            Value::from(op.source_name.as_str()),
+            Value::from(k.role.object()),
+            Value::from(k.layer),
+            Value::from(k.role.name()),
+            Value::from(op.dtype.name()),
+            Value::List(op.shape.iter().map(|&d| Value::from(d)).collect()),
+            Value::from(op.len),
+        ]);
+    }
+    Ok(rows)
+}
+
+/// `STATS`: the bound model's facts as (key, value) rows.
+pub(crate) fn stats(cx: &mut Cx<'_>) -> Result<Rows> {
+    let b = cx.bound()?;
+    let m = &b.model;
+    let s = &m.surface;
+    let mut rows = Rows::new(vec![
+        Column::new("key", ValueType::Text),
+        Column::new("value", ValueType::Any),
+    ]);
+    let mut kv = |k: &str, v: Value| rows.push(vec![Value::from(k), v]);
+    kv("model", Value::from(b.name.as_str()));
+    kv("path", Value::from(m.path.display().to_string()));
+    kv("format", Value::from(b.facts.source.to_string()));
+    kv("architecture", Value::from(s.source_architecture.as_str()));
+    kv("layers", Value::from(s.n_layers));
+    kv("hidden", Value::from(s.hidden));
+    kv("ffn", Value::from(s.ffn));
+    kv("heads", Value::from(s.n_heads));
+    kv("kv_heads", Value::from(s.n_kv_heads));
+    kv("head_dim", Value::from(s.head_dim));
+    kv("vocab", Value::from(s.vocab));
+    kv("context_length", Value::from(s.context_length));
+    kv("rope_theta", Value::from(s.rope_theta));
+    kv(
+        "rope_pairing",
+        Value::from(match s.rope_pairing {
+            lql_storage::surface::RopePairing::Adjacent => "adjacent",
+            lql_storage::surface::RopePairing::HalfSplit => "half_split",
+        }),
+    );
+    kv("norm_eps", Value::from(s.norm_eps));
+    kv(
+        "activation",
+        Value::from(match s.activation {
+            lql_storage::surface::Activation::Silu => "silu",
+            lql_storage::surface::Activation::Gelu => "gelu",
+        }),
+    );
+    kv("tied_head", Value::Bool(s.tied_head));
+    kv("attn_bias", Value::Bool(s.attn_bias));
+    kv("embedding_scale", Value::from(s.embedding_scale));
+    kv("bos_token_id", Value::from(s.special.bos));
+    kv("eos_token_id", Value::from(s.special.eos));
+    kv("add_bos", Value::Bool(s.special.add_bos));
+    let mut params: u64 = 0;
+    let mut bytes: u64 = 0;
+    let mut by_dtype: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for op in m.operands.values() {
+        params += op.shape.iter().map(|&d| d as u64).product::<u64>();
+        bytes += op.len as u64;
+        *by_dtype.entry(op.dtype.name()).or_default() += 1;
+    }
+    kv("tensors", Value::from(m.operands.len()));
+    kv("parameters", Value::from(params));
+    kv("tensor_bytes", Value::from(bytes));
+    let file_bytes = std::fs::metadata(&m.path)
+        .ok()
+        .filter(|md| md.is_file())
+        .map(|md| md.len());
+    kv("file_bytes", Value::from(file_bytes));
+    let enc: Vec<String> = by_dtype.iter().map(|(d, n)| format!("{d}: {n}")).collect();
+    kv("encodings", Value::from(enc.join(", ")));
+    kv("can_execute", Value::Bool(b.facts.can_execute));
+    kv("can_browse", Value::Bool(b.facts.can_browse));
+    kv("can_tokenize", Value::Bool(b.facts.can_tokenize));
+    Ok(rows)
+}
+
+/// `TOKENIZE "text"`: (position, token_id, token), with the model's BOS handling.
+pub(crate) fn tokenize(cx: &mut Cx<'_>, text: &str) -> Result<Rows> {
+    let _ = (cx.bound()?, text);
+    Err(Error::not_supported_yet("TOKENIZE"))
+}
+
+/// `EXPLAIN <statement>`: the physical plan, one line per row.
+pub(crate) fn explain(_cx: &mut Cx<'_>, plan: &LogicalPlan) -> Result<Rows> {
+    let text = lql_planner::explain_text(plan);
+    let mut rows = Rows::new(vec![Column::new("plan", ValueType::Text)]);
+    for line in text.lines() {
+        rows.push(vec![Value::from(line)]);
+    }
+    Ok(rows)
+}
+
+/// SQL LIKE: `%` matches any run, `_` one character; ASCII case-insensitive.
+pub(crate) fn like(text: &str, pattern: &str) -> bool {
+    let t: Vec<char> = text.chars().map(|c| c.to_ascii_lowercase()).collect();
+    let p: Vec<char> = pattern.chars().map(|c| c.to_ascii_lowercase()).collect();
+    // Iterative matcher with backtracking to the last `%` (linear space, no recursion).
+    let (mut ti, mut pi) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '_' || p[pi] == t[ti]) {
+            ti += 1;
+            pi += 1;
+        } else if pi < p.len() && p[pi] == '%' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '%' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::like;
+
+    #[test]
+    fn like_patterns() {
+        assert!(like("blk.0.attn_q.weight", "blk.0.%"));
+        assert!(like("blk.0.attn_q.weight", "%ATTN_Q%"));
+        assert!(like("abc", "a_c"));
+        assert!(!like("abc", "a_"));
+        assert!(like("", "%"));
+        assert!(!like("blk.1.x", "blk.0.%"));
+    }
+}

@@ -1,0 +1,151 @@
+//! The engine: runs one statement's text against the session's state.
+//!
+//! ```text
+//!  text ──lql_grammar::parse_statement──▶ Statement
+//!       ──lql_planner::bind(&EngineCatalog)──▶ LogicalPlan ──dispatch──▶ Rows
+//! ```
+//!
+//! [`dispatch`] is the single place where statements meet their executors: one function
+//! per statement family, each in its own file of this folder (`bind.rs` for USE, `run.rs`
+//! for INFER/GENERATE, `introspect.rs` for SHOW/STATS/TOKENIZE/EXPLAIN, …). A family that
+//! is not built yet answers [`Error::not_supported_yet`] with the statement's name. To add
+//! one: write `engine/<family>.rs` with `pub(crate) fn run(cx: &mut Cx<'_>, plan: &XPlan)
+//! -> Result<Rows>`, declare the module below, and route its `LogicalPlan` variant to it.
+
+mod bind;
+mod catalog;
+mod introspect;
+mod run;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use lql_planner::LogicalPlan;
+use lql_storage::Model;
+
+use crate::error::{Error, Result};
+use crate::progress::{Progress, ProgressHandler};
+use crate::rows::Rows;
+
+pub(crate) use catalog::EngineCatalog;
+
+/// A bound model and what the engine derived from it once, at USE.
+pub(crate) struct Bound {
+    /// The name it was bound by: a catalogue name or the path as given.
+    pub name: String,
+    pub model: Arc<Model>,
+    /// The planner's view of it.
+    pub facts: lql_planner::ModelFacts,
+}
+
+/// Session state behind a connection's mutex.
+pub(crate) struct Engine {
+    pub(crate) progress: Option<ProgressHandler>,
+    pub(crate) bound: Option<Bound>,
+}
+
+/// What a statement executor gets: the session, the cancel flag, the statement's text.
+pub(crate) struct Cx<'a> {
+    pub engine: &'a mut Engine,
+    pub cancel: &'a AtomicBool,
+    /// The statement's text; spans in errors are byte ranges into it.
+    pub text: &'a str,
+}
+
+impl Cx<'_> {
+    /// The bound model, or the "no model bound" error pointing at the statement.
+    pub fn bound(&self) -> Result<&Bound> {
+        self.engine.bound.as_ref().ok_or_else(|| {
+            Error::semantic("no model is bound")
+                .with_span(0..self.text.len())
+                .with_help("bind one first: USE MODEL \"smollm2-135m-instruct\" or USE \"path/to/model.gguf\"")
+        })
+    }
+
+    /// `Err(Interrupted)` once the interrupt handle has been used.
+    pub fn check_cancel(&self) -> Result<()> {
+        if self.cancel.load(Ordering::Relaxed) {
+            Err(Error::interrupted())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sends a progress report to the embedder's handler, if any (for long statements:
+    /// EXTRACT, COMPILE).
+    #[allow(dead_code)]
+    pub fn progress(&self, p: &Progress) {
+        if let Some(h) = &self.engine.progress {
+            h(p);
+        }
+    }
+}
+
+impl Engine {
+    pub(crate) fn new() -> Self {
+        Engine {
+            progress: None,
+            bound: None,
+        }
+    }
+
+    pub(crate) fn bound_name(&self) -> Option<String> {
+        self.bound.as_ref().map(|b| b.name.clone())
+    }
+
+    /// Binds a model file or folder (as `USE "path"`).
+    pub(crate) fn bind_path(&mut self, path: &str, cancel: &AtomicBool) -> Result<Rows> {
+        let mut cx = Cx {
+            engine: self,
+            cancel,
+            text: path,
+        };
+        bind::bind_path(&mut cx, path, None)
+    }
+
+    /// Binds a catalogue model (as `USE MODEL "name"`).
+    pub(crate) fn bind_catalogue(&mut self, name: &str, cancel: &AtomicBool) -> Result<Rows> {
+        let mut cx = Cx {
+            engine: self,
+            cancel,
+            text: name,
+        };
+        bind::bind_catalogue(&mut cx, name, None)
+    }
+
+    /// Parses, plans and runs one statement's text.
+    pub(crate) fn run_text(&mut self, text: &str, cancel: &AtomicBool) -> Result<Rows> {
+        let stmt = lql_grammar::parse_statement(text)?;
+        let plan = {
+            let catalog = EngineCatalog::new(self.bound.as_ref());
+            lql_planner::bind(&stmt, &catalog)?
+        };
+        let span = stmt.span.range();
+        let mut cx = Cx {
+            engine: self,
+            cancel,
+            text,
+        };
+        dispatch(&mut cx, &plan, &stmt).map_err(|e| e.or_span(span))
+    }
+}
+
+/// Routes a bound statement to the function that runs its family.
+fn dispatch(cx: &mut Cx<'_>, plan: &LogicalPlan, stmt: &lql_grammar::Statement) -> Result<Rows> {
+    match plan {
+        LogicalPlan::Use(p) => bind::run(cx, p, stmt),
+        LogicalPlan::Infer(p) => run::infer(cx, p),
+        LogicalPlan::Generate(p) => run::generate(cx, p),
+        LogicalPlan::Show(p) => introspect::show(cx, p, stmt),
+        LogicalPlan::Stats => introspect::stats(cx),
+        LogicalPlan::Tokenize { text } => introspect::tokenize(cx, text),
+        LogicalPlan::Explain(_) => introspect::explain(cx, plan),
+        other => Err(Error::not_supported_yet(other.name())),
+    }
+}
+
+/// Checks the syntax of one statement (for `Connection::prepare`).
+pub(crate) fn check_syntax(text: &str) -> Result<()> {
+    lql_grammar::parse_statement(text)?;
+    Ok(())
+}

@@ -1,0 +1,27 @@
+//! Progress reports for long operations (model downloads, EXTRACT, COMPILE), delivered to
+//! a handler the embedder installs with `Connection::set_progress_handler`.
+
+use std::sync::Arc;
+
+/// What a progress count measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressUnit {
+    Bytes,
+    Items,
+}
+
+/// One progress report. A task sends a first report with `done = 0`, updates as it goes,
+/// and a last one with `finished = true`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// What is being done, e.g. `download smollm2-135m-instruct`.
+    pub task: String,
+    pub done: u64,
+    /// The total, when known.
+    pub total: Option<u64>,
+    pub unit: ProgressUnit,
+    pub finished: bool,
+}
+
+/// A progress handler: called from the thread running the statement.
+pub type ProgressHandler = Arc<dyn Fn(&Progress) + Send + Sync>;

@@ -1,0 +1,184 @@
+//! `Rows`: the typed result of a statement (columns + rows of [`Value`]s).
+
+use crate::error::Error;
+use crate::value::{FromValue, Value, ValueType};
+
+/// A result column: its name and declared type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    pub ty: ValueType,
+}
+
+impl Column {
+    pub fn new(name: impl Into<String>, ty: ValueType) -> Self {
+        Column {
+            name: name.into(),
+            ty,
+        }
+    }
+}
+
+/// The result of one statement. A statement that only changes state (none today) returns
+/// `Rows` with no columns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rows {
+    pub columns: Vec<Column>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl Rows {
+    /// An empty result with these columns.
+    pub fn new(columns: Vec<Column>) -> Self {
+        Rows {
+            columns,
+            rows: Vec::new(),
+        }
+    }
+
+    /// A result with no columns (a status).
+    pub fn empty() -> Self {
+        Rows::default()
+    }
+
+    /// Appends a row. Debug builds check its width against the columns.
+    pub fn push(&mut self, row: Vec<Value>) {
+        debug_assert_eq!(row.len(), self.columns.len(), "row width != column count");
+        self.rows.push(row);
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The index of a column by name (ASCII case-insensitive).
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn column_names(&self) -> Vec<&str> {
+        self.columns.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    /// Row `i` as a [`Row`] view.
+    pub fn row(&self, i: usize) -> Option<Row<'_>> {
+        self.rows.get(i).map(|values| Row {
+            columns: &self.columns,
+            values,
+        })
+    }
+
+    /// Iterates the rows as [`Row`] views.
+    pub fn iter(&self) -> impl Iterator<Item = Row<'_>> {
+        self.rows.iter().map(|values| Row {
+            columns: &self.columns,
+            values,
+        })
+    }
+
+    /// `{"columns": [...], "rows": [[...], ...]}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "columns": self.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+            "rows": self.rows.iter()
+                .map(|r| r.iter().map(Value::to_json).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// One row of a result, with typed access by index or column name.
+#[derive(Debug, Clone, Copy)]
+pub struct Row<'a> {
+    columns: &'a [Column],
+    values: &'a [Value],
+}
+
+impl<'a> Row<'a> {
+    /// Builds a view over a row's values and its columns.
+    pub fn new(columns: &'a [Column], values: &'a [Value]) -> Self {
+        Row { columns, values }
+    }
+
+    pub fn values(&self) -> &'a [Value] {
+        self.values
+    }
+
+    pub fn columns(&self) -> &'a [Column] {
+        self.columns
+    }
+
+    /// The cell at `idx` (a column index or a column name) converted to `T`.
+    pub fn get<T: FromValue>(&self, idx: impl RowIndex) -> Result<T, Error> {
+        let i = idx.index(self.columns)?;
+        let v = &self.values[i];
+        T::from_value(v).ok_or_else(|| {
+            Error::semantic(format!(
+                "column {} ({}) holds {}, which does not convert to {}",
+                i,
+                self.columns[i].name,
+                v.value_type().map_or("NULL", |t| t.name()),
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+
+    /// The raw cell at `idx`.
+    pub fn value(&self, idx: impl RowIndex) -> Result<&'a Value, Error> {
+        let i = idx.index(self.columns)?;
+        Ok(&self.values[i])
+    }
+}
+
+/// A way to name a column: its index or its name.
+pub trait RowIndex {
+    fn index(&self, columns: &[Column]) -> Result<usize, Error>;
+}
+
+impl RowIndex for usize {
+    fn index(&self, columns: &[Column]) -> Result<usize, Error> {
+        if *self < columns.len() {
+            Ok(*self)
+        } else {
+            Err(Error::semantic(format!(
+                "column index {self} out of range (the result has {} columns)",
+                columns.len()
+            )))
+        }
+    }
+}
+
+impl RowIndex for &str {
+    fn index(&self, columns: &[Column]) -> Result<usize, Error> {
+        columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(self))
+            .ok_or_else(|| Error::semantic(format!("no column named {self:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_row_access() {
+        let mut rows = Rows::new(vec![
+            Column::new("rank", ValueType::Int),
+            Column::new("token", ValueType::Text),
+        ]);
+        rows.push(vec![Value::Int(1), Value::Text(" Paris".into())]);
+        let r = rows.row(0).unwrap();
+        assert_eq!(r.get::<i64>(0).unwrap(), 1);
+        assert_eq!(r.get::<String>("TOKEN").unwrap(), " Paris");
+        assert!(r.get::<i64>(1).is_err());
+        assert!(r.get::<i64>(5).is_err());
+        assert!(r.get::<i64>("nope").is_err());
+    }
+}

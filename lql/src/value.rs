@@ -1,0 +1,294 @@
+//! `Value` and `ValueType`: the typed cells of a result row.
+//!
+//! Statements never return pre-formatted text; callers (the REPL, embedders) choose how to
+//! render. [`FromValue`] gives rusqlite-style typed access (`row.get::<i64>(0)`).
+
+use std::fmt;
+
+/// One cell of a result row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+    List(Vec<Value>),
+}
+
+/// The declared type of a result column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValueType {
+    Bool,
+    Int,
+    Float,
+    Text,
+    /// A list of values (e.g. token ids).
+    List,
+    /// A column whose cells may be of any type (e.g. the `value` column of `STATS`).
+    Any,
+}
+
+impl ValueType {
+    /// Lower-case name, as shown in type rows and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueType::Bool => "bool",
+            ValueType::Int => "int",
+            ValueType::Float => "float",
+            ValueType::Text => "text",
+            ValueType::List => "list",
+            ValueType::Any => "any",
+        }
+    }
+
+    /// Whether renderers should right-align cells of this type.
+    pub fn is_numeric(self) -> bool {
+        matches!(self, ValueType::Int | ValueType::Float)
+    }
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Value {
+    /// The runtime type of this value (`None` for `Null`).
+    pub fn value_type(&self) -> Option<ValueType> {
+        match self {
+            Value::Null => None,
+            Value::Bool(_) => Some(ValueType::Bool),
+            Value::Int(_) => Some(ValueType::Int),
+            Value::Float(_) => Some(ValueType::Float),
+            Value::Text(_) => Some(ValueType::Text),
+            Value::List(_) => Some(ValueType::List),
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// The value as a float; integers widen.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Float(f) => Some(*f),
+            Value::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_list(&self) -> Option<&[Value]> {
+        match self {
+            Value::List(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The value as JSON: floats that are not finite become `null`.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Value::Null => serde_json::Value::Null,
+            Value::Bool(b) => serde_json::Value::Bool(*b),
+            Value::Int(i) => serde_json::Value::from(*i),
+            Value::Float(f) => serde_json::Number::from_f64(*f)
+                .map(serde_json::Value::Number)
+                .unwrap_or(serde_json::Value::Null),
+            Value::Text(s) => serde_json::Value::String(s.clone()),
+            Value::List(l) => serde_json::Value::Array(l.iter().map(Value::to_json).collect()),
+        }
+    }
+}
+
+/// Plain text: `NULL`, `true`, integers, floats with Rust's shortest round-trip form, text
+/// verbatim, lists as `[a, b, c]`. Renderers with their own float precision format floats
+/// themselves.
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => f.write_str("NULL"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => write!(f, "{x:?}"),
+            Value::Text(s) => f.write_str(s),
+            Value::List(items) => {
+                f.write_str("[")?;
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Bool(v)
+    }
+}
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Value::Int(v)
+    }
+}
+impl From<u32> for Value {
+    fn from(v: u32) -> Self {
+        Value::Int(v as i64)
+    }
+}
+impl From<usize> for Value {
+    fn from(v: usize) -> Self {
+        Value::Int(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+impl From<u64> for Value {
+    fn from(v: u64) -> Self {
+        Value::Int(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Self {
+        Value::Float(v)
+    }
+}
+impl From<f32> for Value {
+    fn from(v: f32) -> Self {
+        Value::Float(v as f64)
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::Text(v)
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::Text(v.to_string())
+    }
+}
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Self {
+        v.map(Into::into).unwrap_or(Value::Null)
+    }
+}
+impl<T: Into<Value>> From<Vec<T>> for Value {
+    fn from(v: Vec<T>) -> Self {
+        Value::List(v.into_iter().map(Into::into).collect())
+    }
+}
+
+/// Conversion from a cell to a Rust type, for typed access to rows.
+pub trait FromValue: Sized {
+    /// `None` when the cell does not hold this type.
+    fn from_value(v: &Value) -> Option<Self>;
+}
+
+impl FromValue for Value {
+    fn from_value(v: &Value) -> Option<Self> {
+        Some(v.clone())
+    }
+}
+impl FromValue for bool {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+}
+impl FromValue for i64 {
+    fn from_value(v: &Value) -> Option<Self> {
+        v.as_i64()
+    }
+}
+impl FromValue for u32 {
+    fn from_value(v: &Value) -> Option<Self> {
+        v.as_i64().and_then(|i| u32::try_from(i).ok())
+    }
+}
+impl FromValue for usize {
+    fn from_value(v: &Value) -> Option<Self> {
+        v.as_i64().and_then(|i| usize::try_from(i).ok())
+    }
+}
+impl FromValue for f64 {
+    fn from_value(v: &Value) -> Option<Self> {
+        v.as_f64()
+    }
+}
+impl FromValue for f32 {
+    fn from_value(v: &Value) -> Option<Self> {
+        v.as_f64().map(|f| f as f32)
+    }
+}
+impl FromValue for String {
+    fn from_value(v: &Value) -> Option<Self> {
+        v.as_str().map(str::to_string)
+    }
+}
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Null => Some(None),
+            other => T::from_value(other).map(Some),
+        }
+    }
+}
+impl<T: FromValue> FromValue for Vec<T> {
+    fn from_value(v: &Value) -> Option<Self> {
+        v.as_list()?.iter().map(T::from_value).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_lists_and_nulls() {
+        let v = Value::List(vec![Value::Int(1), Value::Text("a".into()), Value::Null]);
+        assert_eq!(v.to_string(), "[1, a, NULL]");
+        assert_eq!(Value::Float(0.5).to_string(), "0.5");
+    }
+
+    #[test]
+    fn json_maps_non_finite_to_null() {
+        assert_eq!(Value::Float(f64::NAN).to_json(), serde_json::Value::Null);
+        assert_eq!(
+            Value::from(vec![1i64, 2]).to_json(),
+            serde_json::json!([1, 2])
+        );
+    }
+
+    #[test]
+    fn typed_access() {
+        assert_eq!(i64::from_value(&Value::Int(3)), Some(3));
+        assert_eq!(f64::from_value(&Value::Int(3)), Some(3.0));
+        assert_eq!(Option::<i64>::from_value(&Value::Null), Some(None));
+        assert_eq!(String::from_value(&Value::Int(3)), None);
+        assert_eq!(
+            Vec::<u32>::from_value(&Value::from(vec![1i64, 2])),
+            Some(vec![1, 2])
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! Dot-commands: ONE table (name, arguments, help, handler); `.help` is generated from it.
+//! A command may be typed by any unique prefix of its name (`.ti on` for `.timer on`).
+//! Commands that inspect the model expand to ordinary statements (`.models` → `SHOW
+//! MODELS`), so `Connection::execute` never sees a dot-command.
+
+use crate::render::{render, OutputMode};
+use crate::session::{Outcome, Session};
+
+/// What the shell does after a dot-command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Quit,
+}
+
+type Handler = fn(&mut Session, &[String]) -> Result<Flow, String>;
+
+/// One dot-command.
+#[derive(Debug)]
+pub struct DotCommand {
+    pub name: &'static str,
+    /// Argument synopsis for `.help`.
+    pub args: &'static str,
+    pub help: &'static str,
+    pub handler: Handler,
+}
+
+/// Every dot-command, in `.help` order.
+pub const COMMANDS: &[DotCommand] = &[
+    DotCommand {
+        name: "help",
+        args: "",
+        help: "Show this list of commands",
+        handler: help,
+    },
+    DotCommand {
+        name: "mode",
+        args: "table|json|jsonl|csv|line",
+        help: "Set the output mode (no argument: show it)",
+        handler: mode,
+    },
+    DotCommand {
+        name: "timer",
+        args: "on|off",
+        help: "Print the run time of each statement",
+        handler: timer,
+    },
+    DotCommand {
+        name: "read",
+        args: "FILE",
+        help: "Run the statements and dot-commands in FILE",
+        handler: read,
+    },
+    DotCommand {
+        name: "open",
+        args: "PATH|NAME",
+        help: "Bind a model: a file or folder path, or a catalogue name",
+        handler: open,
+    },
+    DotCommand {
+        name: "models",
+        args: "",
+        help: "List the catalogue's models (SHOW MODELS)",
+        handler: models,
+    },
+    DotCommand {
+        name: "layers",
+        args: "",
+        help: "List the bound model's layers (SHOW LAYERS)",
+        handler: layers,
+    },
+    DotCommand {
+        name: "tensors",
+        args: "",
+        help: "List the bound model's tensors (SHOW TENSORS)",
+        handler: tensors,
+    },
+    DotCommand {
+        name: "stats",
+        args: "",
+        help: "Facts of the bound model (STATS)",
+        handler: stats,
+    },
+    DotCommand {
+        name: "quit",
+        args: "",
+        help: "Leave lql",
+        handler: quit,
+    },
+    DotCommand {
+        name: "exit",
+        args: "",
+        help: "Leave lql",
+        handler: quit,
+    },
+];
+
+/// Finds a command by its exact name or a unique prefix.
+pub fn lookup(name: &str) -> Result<&'static DotCommand, String> {
+    if let Some(c) = COMMANDS.iter().find(|c| c.name == name) {
+        return Ok(c);
+    }
+    let matches: Vec<&DotCommand> = COMMANDS
+        .iter()
+        .filter(|c| c.name.starts_with(name))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(one),
+        [] => Err(format!("unknown command .{name}; .help lists the commands")),
+        many => Err(format!(
+            "ambiguous command .{name}: could be {}",
+            many.iter()
+                .map(|c| format!(".{}", c.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// The `.help` text, generated from [`COMMANDS`].
+pub fn help_text() -> String {
+    let synopsis: Vec<String> = COMMANDS
+        .iter()
+        .map(|c| {
+            if c.args.is_empty() {
+                format!(".{}", c.name)
+            } else {
+                format!(".{} {}", c.name, c.args)
+            }
+        })
+        .collect();
+    let w = synopsis.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut s = String::new();
+    for (syn, c) in synopsis.iter().zip(COMMANDS) {
+        s.push_str(&format!("{syn:<w$}  {}\n", c.help));
+    }
+    s.push_str("Statements end with ';' and may span lines. Ctrl-C cancels a running statement; Ctrl-D leaves.\n");
+    s
+}
+
+/// Runs a dot-command line (with its leading `.`).
+pub fn run(session: &mut Session, line: &str) -> Result<Flow, String> {
+    let words = split_args(line.trim().trim_start_matches('.'))?;
+    let Some((name, args)) = words.split_first() else {
+        return Err("empty command; .help lists the commands".into());
+    };
+    let cmd = lookup(name)?;
+    (cmd.handler)(session, args)
+}
+
+/// Splits arguments on whitespace; single or double quotes group words.
+fn split_args(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    for c in s.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => cur.push(c),
+            None if c == '"' || c == '\'' => {
+                quote = Some(c);
+                in_word = true;
+            }
+            None if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            None => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        return Err("unterminated quote in command".into());
+    }
+    if in_word {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+fn no_args(args: &[String], name: &str) -> Result<(), String> {
+    if args.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(".{name} takes no arguments"))
+    }
+}
+
+fn one_arg<'a>(args: &'a [String], name: &str, what: &str) -> Result<&'a str, String> {
+    match args {
+        [one] => Ok(one),
+        _ => Err(format!("usage: .{name} {what}")),
+    }
+}
+
+fn on_off(args: &[String], name: &str) -> Result<bool, String> {
+    match one_arg(args, name, "on|off")?.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        other => Err(format!(".{name}: expected on or off, found {other:?}")),
+    }
+}
+
+fn help(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    no_args(args, "help")?;
+    s.print(&help_text());
+    Ok(Flow::Continue)
+}
+
+fn mode(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    if args.is_empty() {
+        let m = s.mode;
+        s.print(&format!("{m}\n"));
+        return Ok(Flow::Continue);
+    }
+    s.mode = one_arg(args, "mode", "table|json|jsonl|csv|line")?.parse::<OutputMode>()?;
+    Ok(Flow::Continue)
+}
+
+fn timer(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    s.timer = on_off(args, "timer")?;
+    Ok(Flow::Continue)
+}
+
+fn read(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    let path = one_arg(args, "read", "FILE")?;
+    if s.read_depth >= 16 {
+        return Err(format!(
+            ".read {path}: scripts nested too deeply (16 levels)"
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    s.read_depth += 1;
+    let outcome = s.run_script(&text, path);
+    s.read_depth -= 1;
+    match outcome {
+        Outcome::Ok => Ok(Flow::Continue),
+        Outcome::Quit => Ok(Flow::Quit),
+        // The error has been reported already; stop the enclosing script too.
+        Outcome::Failed => Err(format!(".read {path} stopped at an error")),
+    }
+}
+
+fn open(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    let target = one_arg(args, "open", "PATH|NAME")?;
+    match s.conn.bind(target) {
+        Ok(rows) => {
+            let out = render(s.mode, &format!(".open {target}"), &rows, s.width);
+            s.print(&out);
+            Ok(Flow::Continue)
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Runs a statement the command expands to; its error is reported like a statement's.
+fn expand(s: &mut Session, statement: &str) -> Result<Flow, String> {
+    match s.run_script(&format!("{statement};"), statement) {
+        Outcome::Failed => Err(format!("{statement} failed")),
+        _ => Ok(Flow::Continue),
+    }
+}
+
+fn models(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    no_args(args, "models")?;
+    expand(s, "SHOW MODELS")
+}
+
+fn layers(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    no_args(args, "layers")?;
+    expand(s, "SHOW LAYERS")
+}
+
+fn tensors(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    no_args(args, "tensors")?;
+    expand(s, "SHOW TENSORS")
+}
+
+fn stats(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    no_args(args, "stats")?;
+    expand(s, "STATS")
+}
+
+fn quit(_: &mut Session, _: &[String]) -> Result<Flow, String> {
+    Ok(Flow::Quit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A writer the test can read back.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn session() -> (Session, Buf, Buf) {
+        let conn = lql::Connection::open_in_memory().unwrap();
+        let mut s = Session::new(conn, OutputMode::Table);
+        let (out, err) = (Buf::default(), Buf::default());
+        s.out = Box::new(out.clone());
+        s.err = Box::new(err.clone());
+        (s, out, err)
+    }
+
+    #[test]
+    fn names_are_unique_and_documented() {
+        let mut names: Vec<&str> = COMMANDS.iter().map(|c| c.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), COMMANDS.len());
+        assert!(COMMANDS.iter().all(|c| !c.help.is_empty()));
+    }
+
+    #[test]
+    fn help_is_generated_from_the_table() {
+        let h = help_text();
+        for c in COMMANDS {
+            assert!(h.contains(&format!(".{}", c.name)), "{h}");
+            assert!(h.contains(c.help), "{h}");
+        }
+        assert!(h.contains(".mode table|json|jsonl|csv|line"));
+    }
+
+    #[test]
+    fn prefixes_resolve_when_unique() {
+        assert_eq!(lookup("ti").unwrap().name, "timer");
+        assert_eq!(lookup("quit").unwrap().name, "quit");
+        assert!(lookup("mo").unwrap_err().contains("ambiguous"));
+        assert!(lookup("frob").unwrap_err().contains("unknown command"));
+    }
+
+    #[test]
+    fn mode_and_timer_change_settings() {
+        let (mut s, out, _) = session();
+        assert_eq!(run(&mut s, ".mode json"), Ok(Flow::Continue));
+        assert_eq!(s.mode, OutputMode::Json);
+        assert_eq!(run(&mut s, ".mode"), Ok(Flow::Continue));
+        assert_eq!(out.text(), "json\n");
+        assert!(run(&mut s, ".mode xml")
+            .unwrap_err()
+            .contains("unknown mode"));
+        assert_eq!(run(&mut s, ".timer on"), Ok(Flow::Continue));
+        assert!(s.timer);
+        assert!(run(&mut s, ".timer maybe").is_err());
+        assert_eq!(run(&mut s, ".exit"), Ok(Flow::Quit));
+        assert_eq!(run(&mut s, ".q"), Ok(Flow::Quit));
+    }
+
+    #[test]
+    fn read_runs_a_file_and_reports_missing_ones() {
+        let (mut s, _, _) = session();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.lql");
+        std::fs::write(&p, ".mode csv\n.timer on\n").unwrap();
+        assert_eq!(
+            run(&mut s, &format!(".read '{}'", p.display())),
+            Ok(Flow::Continue)
+        );
+        assert_eq!(s.mode, OutputMode::Csv);
+        assert!(s.timer);
+        assert!(run(&mut s, ".read /nonexistent/x.lql").is_err());
+    }
+
+    #[test]
+    fn args_split_with_quotes() {
+        assert_eq!(
+            split_args("open \"a b\" c").unwrap(),
+            vec!["open", "a b", "c"]
+        );
+        assert!(split_args("open 'x").is_err());
+    }
+}

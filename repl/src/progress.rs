@@ -1,0 +1,47 @@
+//! Progress bars (indicatif, on stderr) for the connection's progress reports: model
+//! downloads, EXTRACT, COMPILE. Hidden when stderr is not a terminal.
+
+use std::sync::Mutex;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use lql::{Progress, ProgressUnit};
+
+/// Returns a handler drawing one bar per task.
+pub fn handler() -> impl Fn(&Progress) + Send + Sync + 'static {
+    let bar: Mutex<Option<(String, ProgressBar)>> = Mutex::new(None);
+    move |p: &Progress| {
+        let Ok(mut slot) = bar.lock() else { return };
+        let same = matches!(&*slot, Some((task, _)) if *task == p.task);
+        if !same {
+            if let Some((_, old)) = slot.take() {
+                old.finish_and_clear();
+            }
+            let pb = ProgressBar::with_draw_target(p.total, ProgressDrawTarget::stderr());
+            let template = match (p.unit, p.total.is_some()) {
+                (ProgressUnit::Bytes, true) => {
+                    "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}"
+                }
+                (ProgressUnit::Bytes, false) => "{spinner} {msg} {bytes} {bytes_per_sec}",
+                (ProgressUnit::Items, true) => "{msg} [{bar:30}] {pos}/{len} eta {eta}",
+                (ProgressUnit::Items, false) => "{spinner} {msg} {pos}",
+            };
+            if let Ok(style) = ProgressStyle::with_template(template) {
+                pb.set_style(style.progress_chars("=> "));
+            }
+            pb.set_message(p.task.clone());
+            *slot = Some((p.task.clone(), pb));
+        }
+        if let Some((_, pb)) = &*slot {
+            if let Some(t) = p.total {
+                pb.set_length(t);
+            }
+            pb.set_position(p.done);
+            if p.finished {
+                pb.finish_and_clear();
+            }
+        }
+        if p.finished {
+            *slot = None;
+        }
+    }
+}
