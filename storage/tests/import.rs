@@ -156,6 +156,46 @@ fn unknown_tensor_and_out_of_range_layer_are_refused() {
 }
 
 #[test]
+fn vocabulary_and_embedding_must_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = write_tiny(dir.path(), &TinyModel::llama());
+    let dst = dir.path().join("v.gguf");
+    edited(&src, &dst, |w| {
+        let toks = lql_storage::format::gguf::synth::byte_level_vocab(300);
+        w.set_kv(
+            "tokenizer.ggml.tokens",
+            lql_storage::format::gguf::MetaValue::str_array(&toks),
+        )
+        .unwrap();
+    });
+    match import::open(&dst) {
+        Err(StorageError::Format { field, message, .. }) => {
+            assert_eq!(field, "tokenizer.ggml.tokens");
+            assert!(
+                message.contains("320") && message.contains("300"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn split_gguf_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = write_tiny(dir.path(), &TinyModel::llama());
+    let dst = dir.path().join("s.gguf");
+    edited(&src, &dst, |w| {
+        w.add_kv("split.count", lql_storage::format::gguf::MetaValue::U16(3))
+            .unwrap();
+    });
+    match import::open(&dst) {
+        Err(StorageError::Unsupported(m)) => assert!(m.contains("split"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn missing_hyperparameter_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let src = write_tiny(dir.path(), &TinyModel::llama());
@@ -412,6 +452,17 @@ fn hf_folder_refusals() {
         import::open(dir.path()),
         "model.layers.0.mlp.gate_proj.weight",
     );
+    let dir = tempfile::tempdir().unwrap();
+    hf_llama(
+        dir.path(),
+        &CONFIG_NEW.replace(
+            "\"tie_word_embeddings\": true",
+            "\"tie_word_embeddings\": false",
+        ),
+        false,
+        false,
+    );
+    tensor_err(import::open(dir.path()), "lm_head.weight");
     let dir = tempfile::tempdir().unwrap();
     hf_llama(dir.path(), CONFIG_NEW, false, false);
     std::fs::write(

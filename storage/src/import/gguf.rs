@@ -140,6 +140,14 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
             )));
         }
     }
+    if let Some(n) = file.get_u64("split.count")? {
+        if n > 1 {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: split GGUF files ({} is one of {n} shards)",
+                path.display()
+            )));
+        }
+    }
     if file.tensor_info("rope_freqs.weight").is_some() {
         return Err(StorageError::Unsupported(format!(
             "not supported yet: per-dimension RoPE frequencies (tensor rope_freqs.weight in {})",
@@ -263,6 +271,16 @@ fn tokenizer(file: &GgufFile, vocab: usize) -> Result<(SpecialTokens, TokenizerS
     if let Some(t) = &tokens {
         if t.iter_str().is_none() {
             return Err(wrong(file, "tokenizer.ggml.tokens", "an array of strings"));
+        }
+        if vocab > 0 && t.len() != vocab {
+            return Err(wrong(
+                file,
+                "tokenizer.ggml.tokens",
+                &format!(
+                    "one token per embedding row ({vocab}), found {} tokens",
+                    t.len()
+                ),
+            ));
         }
     }
     let id = |key: &str| -> Result<Option<u32>> {

@@ -169,6 +169,14 @@ pub fn open(dir: &Path) -> Result<Model> {
     };
     let has_head = operands.contains_key(&OperandKey::global(Role::Output));
     let tied_head = !has_head;
+    if tied_head && cfg.tie_word_embeddings == Some(false) {
+        return Err(StorageError::Tensor {
+            path: dir.to_path_buf(),
+            tensor: "lm_head.weight".into(),
+            message: "config.json says tie_word_embeddings: false, but the output head is missing"
+                .into(),
+        });
+    }
     let attn_bias = cfg.attention_bias.unwrap_or(bias_default)
         || operands
             .keys()
