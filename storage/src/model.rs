@@ -210,6 +210,12 @@ pub trait OperandSource: Send + Sync {
 }
 
 impl Model {
+    /// Open any supported source (GGUF file, Hugging Face folder, VINDEX3 container):
+    /// shorthand for [`crate::import::open`].
+    pub fn open(path: &std::path::Path) -> Result<Model, StorageError> {
+        crate::import::open(path)
+    }
+
     /// The tokenizer spec (decoded from the source on first call, then shared).
     pub fn tokenizer_spec(&self) -> Result<Arc<TokenizerSpec>, StorageError> {
         self.tokenizer.get()

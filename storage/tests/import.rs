@@ -475,3 +475,28 @@ fn hf_folder_refusals() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn hf_folder_with_corrupt_files() {
+    let dir = tempfile::tempdir().unwrap();
+    hf_llama(dir.path(), CONFIG_NEW, false, false);
+    std::fs::write(dir.path().join("config.json"), "{\"hidden_size\": 32,").unwrap();
+    match import::open(dir.path()) {
+        Err(StorageError::Format { field, .. }) => assert_eq!(field, "config.json"),
+        other => panic!("{other:?}"),
+    }
+    let dir = tempfile::tempdir().unwrap();
+    hf_llama(dir.path(), CONFIG_NEW, false, false);
+    std::fs::remove_file(dir.path().join("model.safetensors.index.json")).unwrap();
+    // A header length far past the end of the file.
+    let mut junk = (1u64 << 40).to_le_bytes().to_vec();
+    junk.extend_from_slice(b"{}");
+    std::fs::write(dir.path().join("model-00001-of-00002.safetensors"), junk).unwrap();
+    match import::open(dir.path()) {
+        Err(StorageError::Format { path, field, .. }) => {
+            assert_eq!(field, "safetensors header");
+            assert!(path.ends_with("model-00001-of-00002.safetensors"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
