@@ -347,3 +347,57 @@ fn real_model_rows_decode_exactly_like_gguf_py() {
     }
     assert_eq!(tensors.len() as u64, doc["tensor_count"].as_u64().unwrap());
 }
+
+/// The same sampled rows reached through the GGUF reader's zero-copy views: every tensor of
+/// the file decodes (whole tensor, `decode_rows`) to exactly gguf-py's values at the sampled
+/// rows, and the fixture's absolute offsets agree with the reader's.
+#[test]
+fn real_model_through_gguf_reader_matches_gguf_py() {
+    use lql_storage::format::gguf::GgufFile;
+    let Some(path) = model_path().filter(|p| p.exists()) else {
+        eprintln!("note: real model not found (set LQL_TEST_MODEL); skipping");
+        return;
+    };
+    let doc: serde_json::Value = serde_json::from_slice(&fixture("smollm2_rows.json")).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    assert_eq!(
+        file.tensors().len() as u64,
+        doc["tensor_count"].as_u64().unwrap()
+    );
+    let rows = doc["rows"].as_array().unwrap();
+    for info in file.tensors() {
+        let view = file.view(info);
+        let n = view.row_len();
+        let mut all = vec![0.0f32; view.rows() * n];
+        decode_rows(view.dtype, view.bytes, n, &mut all).unwrap();
+        let mine: Vec<_> = rows
+            .iter()
+            .filter(|e| e["tensor"] == info.name.as_str())
+            .collect();
+        assert!(!mine.is_empty(), "{}: no fixture rows", info.name);
+        for e in mine {
+            let row = e["row"].as_u64().unwrap() as usize;
+            assert_eq!(
+                e["dtype"].as_str().unwrap(),
+                view.dtype.name(),
+                "{}",
+                info.name
+            );
+            let start = file.byte_range(info).start + row * view.row_bytes();
+            assert_eq!(
+                start as u64,
+                e["offset"].as_u64().unwrap(),
+                "{} row {row}",
+                info.name
+            );
+            let values = &all[row * n..(row + 1) * n];
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert_eq!(
+                hex(&Sha256::digest(&bytes)),
+                e["decoded_sha256"].as_str().unwrap(),
+                "{} row {row}: decoded values differ from gguf-py",
+                info.name
+            );
+        }
+    }
+}
