@@ -308,8 +308,13 @@ fn tokenizer(file: &GgufFile, vocab: usize) -> Result<(SpecialTokens, TokenizerS
         }
     }
     if let Some(t) = &tokens {
-        for (i, s) in t.iter_str().into_iter().flatten().enumerate() {
-            if validate::END_OF_TURN_TEXTS.contains(&s) {
+        for (i, s) in t.iter_bytes().into_iter().flatten().enumerate() {
+            if s.len() >= 5
+                && s[0] == b'<'
+                && validate::END_OF_TURN_TEXTS
+                    .iter()
+                    .any(|e| e.as_bytes() == s)
+            {
                 let i = i as u32;
                 if Some(i) != eos && !eot.contains(&i) {
                     eot.push(i);

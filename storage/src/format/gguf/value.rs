@@ -422,6 +422,27 @@ impl MetaArray {
         }))
     }
 
+    /// Iterate over string elements as raw bytes (no UTF-8 check; `None` if not a string
+    /// array). The fastest way to search a vocabulary.
+    pub fn iter_bytes(&self) -> Option<impl Iterator<Item = &[u8]> + '_> {
+        if self.elem != MetaType::Str {
+            return None;
+        }
+        let bytes = &self.backing.bytes()[..self.end];
+        let mut pos = self.start;
+        let mut left = self.len;
+        Some(std::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            let n = u64::from_le_bytes(bytes.get(pos..pos + 8)?.try_into().ok()?) as usize;
+            let s = bytes.get(pos + 8..(pos + 8).checked_add(n)?)?;
+            pos += 8 + n;
+            Some(s)
+        }))
+    }
+
     /// All elements as owned strings (`None` if not a string array).
     pub fn to_strings(&self) -> Option<Vec<String>> {
         let mut out = Vec::with_capacity(self.len());
