@@ -1,0 +1,200 @@
+//! Gate scan: `scores = gate rows · query` for each requested layer, on the stored encoding
+//! in place, then the top-k by |score| with the sign kept.
+//!
+//! A layer's gate region (`ffn_gate`, ggml shape `[hidden, ffn]`: `ffn` rows of `hidden`
+//! elements) is read through [`lql_storage::codec::dot_rows`]: f32/f16/bf16 rows are read
+//! where they lie in the mapping, block formats go through the fused codec dot kernels that
+//! decode a block at a time in registers. No decoded copy of a matrix is ever made; the only
+//! allocation is one f32 score per row. Work is split across layers and, within a layer,
+//! across chunks of rows (rayon).
+
+use lql_storage::codec;
+use lql_storage::model::{OperandKey, OperandSource, Role, TensorView};
+use lql_storage::DType;
+use rayon::prelude::*;
+
+use super::error::{BrowseError, Result};
+use super::topk::{top_k_abs, Hit};
+
+/// Rows per parallel task: small enough to balance, large enough to amortise scheduling.
+const ROWS_PER_TASK: usize = 128;
+
+/// One layer's gate rows, validated against the execution surface.
+#[derive(Debug, Clone, Copy)]
+pub struct GateRegion<'a> {
+    pub layer: usize,
+    pub view: TensorView<'a>,
+}
+
+impl<'a> GateRegion<'a> {
+    /// The gate region of `layer`, or an error naming what is missing or malformed.
+    pub fn open(src: &'a dyn OperandSource, layer: usize) -> Result<GateRegion<'a>> {
+        let s = src.surface();
+        if layer >= s.n_layers {
+            return Err(BrowseError::LayerOutOfRange {
+                layer,
+                n_layers: s.n_layers,
+            });
+        }
+        let view = src.view(OperandKey::layer(layer, Role::FfnGate)).ok_or(
+            BrowseError::MissingOperand {
+                operand: "ffn_gate",
+                layer: Some(layer),
+            },
+        )?;
+        check_matrix(&view, "ffn_gate", Some(layer), s.hidden, None)?;
+        Ok(GateRegion { layer, view })
+    }
+
+    /// Number of features (gate rows).
+    pub fn features(&self) -> usize {
+        self.view.rows()
+    }
+
+    /// Elements per gate row (the hidden size).
+    pub fn hidden(&self) -> usize {
+        self.view.row_len()
+    }
+
+    pub fn encoding(&self) -> DType {
+        self.view.dtype
+    }
+
+    /// Bytes a full scan of this region reads.
+    pub fn bytes(&self) -> usize {
+        self.view.bytes.len()
+    }
+
+    /// `out[f] = gate_row_f · query` for every feature, in parallel over row chunks.
+    pub fn scores_into(&self, query: &[f32], out: &mut [f32]) -> Result<()> {
+        if query.len() != self.hidden() || out.len() != self.features() {
+            return Err(BrowseError::Internal(format!(
+                "gate scan of layer {}: query of {} values, {} outputs, region is {}×{}",
+                self.layer,
+                query.len(),
+                out.len(),
+                self.features(),
+                self.hidden()
+            )));
+        }
+        let rb = self.view.row_bytes();
+        let dtype = self.view.dtype;
+        let row_len = self.hidden();
+        let bytes = self.view.bytes;
+        out.par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(c, o)| {
+                let start = c * ROWS_PER_TASK * rb;
+                let src = &bytes[start..start + o.len() * rb];
+                codec::dot_rows(dtype, src, row_len, query, o);
+            });
+        Ok(())
+    }
+
+    /// All scores of this layer.
+    pub fn scores(&self, query: &[f32]) -> Result<Vec<f32>> {
+        let mut out = vec![0.0f32; self.features()];
+        self.scores_into(query, &mut out)?;
+        Ok(out)
+    }
+
+    /// The `k` features of largest |score|.
+    pub fn top_k(&self, query: &[f32], k: usize) -> Result<Vec<Hit>> {
+        Ok(top_k_abs(&self.scores(query)?, k))
+    }
+}
+
+/// Checks a matrix operand: `shape == [row_len, rows]` (rows unchecked when `None`), a known
+/// block geometry, and a byte size equal to rows × row bytes.
+pub(crate) fn check_matrix(
+    view: &TensorView<'_>,
+    operand: &'static str,
+    layer: Option<usize>,
+    row_len: usize,
+    rows: Option<usize>,
+) -> Result<()> {
+    let bad = |message: String| {
+        Err(BrowseError::Shape {
+            operand,
+            layer,
+            message,
+        })
+    };
+    if view.shape.len() != 2 {
+        return bad(format!("expected a matrix, found shape {:?}", view.shape));
+    }
+    if view.shape[0] != row_len {
+        return bad(format!(
+            "rows of {} elements, expected {row_len}",
+            view.shape[0]
+        ));
+    }
+    if let Some(r) = rows {
+        if view.shape[1] != r {
+            return bad(format!("{} rows, expected {r}", view.shape[1]));
+        }
+    }
+    if row_len % view.dtype.block_elems() != 0 {
+        return bad(format!(
+            "rows of {row_len} elements are not whole {}-element {} blocks",
+            view.dtype.block_elems(),
+            view.dtype
+        ));
+    }
+    let want = view.row_bytes().checked_mul(view.rows());
+    if want != Some(view.bytes.len()) {
+        return bad(format!(
+            "{} bytes, expected {} for {:?} {}",
+            view.bytes.len(),
+            want.map_or("an overflowing size".to_string(), |w| w.to_string()),
+            view.shape,
+            view.dtype
+        ));
+    }
+    Ok(())
+}
+
+/// The hits of one layer plus what the scan read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerHits {
+    pub layer: usize,
+    pub hits: Vec<Hit>,
+    pub encoding: DType,
+    pub features: usize,
+    /// Gate bytes read (the whole region: a scan touches every row once).
+    pub bytes_read: usize,
+    /// Root-mean-square of all the layer's scores.
+    pub score_rms: f32,
+}
+
+/// Scans each layer of `layers` with the query `query(layer)` and keeps its top `k`.
+/// Layers run in parallel; results come back in the order of `layers`.
+pub fn scan_layers<'q, Q>(
+    src: &dyn OperandSource,
+    layers: &[usize],
+    k: usize,
+    query: Q,
+) -> Result<Vec<LayerHits>>
+where
+    Q: Fn(usize) -> &'q [f32] + Sync,
+{
+    let regions = layers
+        .iter()
+        .map(|&l| GateRegion::open(src, l))
+        .collect::<Result<Vec<_>>>()?;
+    regions
+        .par_iter()
+        .map(|r| {
+            let scores = r.scores(query(r.layer))?;
+            let ss: f64 = scores.iter().map(|&s| (s as f64) * (s as f64)).sum();
+            Ok(LayerHits {
+                layer: r.layer,
+                hits: top_k_abs(&scores, k),
+                encoding: r.encoding(),
+                features: r.features(),
+                bytes_read: r.bytes(),
+                score_rms: (ss / scores.len().max(1) as f64).sqrt() as f32,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,366 @@
+//! Feature labels ("down tokens"): the tokens a feature writes toward.
+//!
+//! A feature's output direction is column `f` of its layer's `ffn_down` (ggml shape
+//! `[ffn, hidden]`: `hidden` rows of `ffn` elements, so the column is element `f` of every
+//! row). Its label is the top tokens of `unembedding · column` (seed 002 §15.3, LARQL's
+//! `down_meta`): the output head, or the token embedding rows when the head is tied. `c_score`
+//! is the top token's logit.
+//!
+//! Cost, and why labels are lazy. Gathering columns is cheap: one block per down row per
+//! distinct block of requested features (a block-quantised block holds 32 or 256 adjacent
+//! features, so a batch from one block costs one decode per row). The unembedding product
+//! is not: `vocab × hidden` multiply-adds per feature (28 M for SmolLM2). It runs as a
+//! blocked product — vocabulary rows decoded a chunk at a time into a small buffer, times
+//! the batch of columns (faer GEMM), a running top-k per column — so a batch costs one pass
+//! over the unembedding whatever its size. Labels for a WALK (≤ 10 × layers features) take
+//! tens of milliseconds; all 46 080 features of SmolLM2 take tens of seconds. So labels are
+//! computed on demand, for the features a statement shows, and cached per binding in a
+//! [`LabelCache`]; a container may carry them precomputed (derived metadata), in which case
+//! the engine seeds the cache from it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
+use lql_storage::codec;
+use lql_storage::model::{OperandKey, OperandSource, Role, TensorView};
+use rayon::prelude::*;
+
+use super::error::{BrowseError, Result};
+use super::gate_scan::check_matrix;
+use super::topk::TopValues;
+
+/// Tokens kept per feature label.
+pub const LABEL_TOP_K: usize = 10;
+
+/// Vocabulary rows decoded per block of the unembedding product.
+const VOCAB_CHUNK: usize = 256;
+
+/// Where labels are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnembedKind {
+    /// Tied head: the token embedding rows.
+    TiedEmbedding,
+    /// A separate output head.
+    OutputHead,
+}
+
+/// The unembedding matrix labels are computed with.
+#[derive(Debug, Clone, Copy)]
+pub struct LabelSource<'a> {
+    pub kind: UnembedKind,
+    pub view: TensorView<'a>,
+}
+
+impl<'a> LabelSource<'a> {
+    /// The output head, or the token embedding when the head is tied (or absent).
+    pub fn open(src: &'a dyn OperandSource) -> Result<LabelSource<'a>> {
+        let s = src.surface();
+        let head = (!s.tied_head)
+            .then(|| src.view(OperandKey::global(Role::Output)))
+            .flatten();
+        let (kind, view, name) = match head {
+            Some(v) => (UnembedKind::OutputHead, v, "output"),
+            None => (
+                UnembedKind::TiedEmbedding,
+                src.view(OperandKey::global(Role::TokenEmbedding)).ok_or(
+                    BrowseError::MissingOperand {
+                        operand: "token_embedding",
+                        layer: None,
+                    },
+                )?,
+                "token_embedding",
+            ),
+        };
+        check_matrix(&view, name, None, s.hidden, None)?;
+        Ok(LabelSource { kind, view })
+    }
+
+    /// "token_embedding (tied head) Q8_0 [576×49152]" — for EXPLAIN.
+    pub fn describe(&self) -> String {
+        let name = match self.kind {
+            UnembedKind::TiedEmbedding => "token_embedding (tied head)",
+            UnembedKind::OutputHead => "output head",
+        };
+        format!(
+            "{name} {} [{}×{}]",
+            self.view.dtype,
+            self.view.row_len(),
+            self.view.rows()
+        )
+    }
+}
+
+/// The label of one feature: its top tokens by logit, best first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeatureLabel {
+    pub top: Vec<(u32, f32)>,
+}
+
+impl FeatureLabel {
+    pub fn top_token_id(&self) -> Option<u32> {
+        self.top.first().map(|t| t.0)
+    }
+    /// The top token's logit (LARQL's `c_score`).
+    pub fn c_score(&self) -> Option<f32> {
+        self.top.first().map(|t| t.1)
+    }
+}
+
+/// Gathers down columns `features` of `layer`: the result is `hidden × n`, row-major (row
+/// `r` holds element `r` of every requested column).
+pub fn down_columns(src: &dyn OperandSource, layer: usize, features: &[usize]) -> Result<Vec<f32>> {
+    let s = src.surface();
+    let view =
+        src.view(OperandKey::layer(layer, Role::FfnDown))
+            .ok_or(BrowseError::MissingOperand {
+                operand: "ffn_down",
+                layer: Some(layer),
+            })?;
+    let ffn = view.row_len();
+    check_matrix(&view, "ffn_down", Some(layer), ffn, Some(s.hidden))?;
+    if let Some(&f) = features.iter().find(|&&f| f >= ffn) {
+        return Err(BrowseError::Internal(format!(
+            "feature {layer}:{f} is out of range: layer {layer} has {ffn} features"
+        )));
+    }
+    let (be, bb) = (view.dtype.block_elems(), view.dtype.block_bytes());
+    // Distinct blocks, each with the output slots it feeds.
+    let mut blocks: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+    let mut order: Vec<usize> = (0..features.len()).collect();
+    order.sort_by_key(|&j| features[j]);
+    for j in order {
+        let f = features[j];
+        let b = f / be;
+        match blocks.last_mut() {
+            Some((lb, slots)) if *lb == b => slots.push((j, f % be)),
+            _ => blocks.push((b, vec![(j, f % be)])),
+        }
+    }
+    let n = features.len();
+    let mut out = vec![0.0f32; s.hidden * n];
+    if n == 0 {
+        return Ok(out);
+    }
+    let dtype = view.dtype;
+    out.par_chunks_mut(n).enumerate().try_for_each(|(r, o)| {
+        let row = view.row(r);
+        let mut buf = vec![0.0f32; be];
+        for (b, slots) in &blocks {
+            codec::decode_row(dtype, &row[b * bb..(b + 1) * bb], &mut buf)?;
+            for &(j, i) in slots {
+                o[j] = buf[i];
+            }
+        }
+        Ok::<(), BrowseError>(())
+    })?;
+    Ok(out)
+}
+
+/// Top `k` tokens of `unembedding · column` for each of the `n` columns of `cols`
+/// (`hidden × n` row-major, as [`down_columns`] returns).
+pub fn unembed_top(
+    source: &LabelSource<'_>,
+    cols: &[f32],
+    n: usize,
+    k: usize,
+) -> Result<Vec<Vec<(u32, f32)>>> {
+    let view = source.view;
+    let hidden = view.row_len();
+    let vocab = view.rows();
+    if cols.len() != hidden * n {
+        return Err(BrowseError::Internal(format!(
+            "unembed_top: {} column values for {n} columns of {hidden}",
+            cols.len()
+        )));
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let rhs = MatRef::from_row_major_slice(cols, hidden, n);
+    let rb = view.row_bytes();
+    let n_chunks = vocab.div_ceil(VOCAB_CHUNK);
+    let empty = || (0..n).map(|_| TopValues::new(k)).collect::<Vec<_>>();
+    let merged = (0..n_chunks)
+        .into_par_iter()
+        .try_fold(empty, |mut acc, c| {
+            let start = c * VOCAB_CHUNK;
+            let rows = VOCAB_CHUNK.min(vocab - start);
+            let mut buf = vec![0.0f32; rows * hidden];
+            codec::decode_rows(
+                view.dtype,
+                &view.bytes[start * rb..(start + rows) * rb],
+                hidden,
+                &mut buf,
+            )?;
+            let lhs = MatRef::from_row_major_slice(&buf, rows, hidden);
+            let mut logits = vec![0.0f32; rows * n];
+            let dst = MatMut::from_column_major_slice_mut(&mut logits, rows, n);
+            matmul(dst, Accum::Replace, lhs, rhs, 1.0f32, Par::Seq);
+            for (j, t) in acc.iter_mut().enumerate() {
+                let col = &logits[j * rows..(j + 1) * rows];
+                let mut th = t.threshold();
+                for (i, &v) in col.iter().enumerate() {
+                    if v >= th {
+                        t.push((start + i) as u32, v);
+                        th = t.threshold();
+                    }
+                }
+            }
+            Ok::<_, BrowseError>(acc)
+        })
+        .try_reduce(empty, |mut a, b| {
+            for (x, y) in a.iter_mut().zip(b) {
+                x.merge(y);
+            }
+            Ok(a)
+        })?;
+    Ok(merged.into_iter().map(TopValues::into_sorted).collect())
+}
+
+/// Computes the labels of `features` of one layer, uncached.
+pub fn compute_labels(
+    src: &dyn OperandSource,
+    layer: usize,
+    features: &[usize],
+) -> Result<Vec<FeatureLabel>> {
+    compute_many(
+        src,
+        &features.iter().map(|&f| (layer, f)).collect::<Vec<_>>(),
+    )
+}
+
+/// Computes labels for `(layer, feature)` pairs from any layers in one unembedding pass.
+pub fn compute_many(
+    src: &dyn OperandSource,
+    wanted: &[(usize, usize)],
+) -> Result<Vec<FeatureLabel>> {
+    let s = src.surface();
+    let source = LabelSource::open(src)?;
+    let n = wanted.len();
+    let mut cols = vec![0.0f32; s.hidden * n];
+    // Group by layer, gather each layer's columns, scatter into the batch.
+    let mut by_layer: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (j, &(l, _)) in wanted.iter().enumerate() {
+        by_layer.entry(l).or_default().push(j);
+    }
+    for (layer, js) in by_layer {
+        if layer >= s.n_layers {
+            return Err(BrowseError::LayerOutOfRange {
+                layer,
+                n_layers: s.n_layers,
+            });
+        }
+        let feats: Vec<usize> = js.iter().map(|&j| wanted[j].1).collect();
+        let part = down_columns(src, layer, &feats)?;
+        let m = feats.len();
+        for r in 0..s.hidden {
+            for (i, &j) in js.iter().enumerate() {
+                cols[r * n + j] = part[r * m + i];
+            }
+        }
+    }
+    Ok(unembed_top(&source, &cols, n, LABEL_TOP_K)?
+        .into_iter()
+        .map(|top| FeatureLabel { top })
+        .collect())
+}
+
+/// Labels computed so far for one binding, keyed by `(layer, feature)`.
+///
+/// The engine keeps one per bound model and drops it when the effective weights change
+/// (rebinding, patches).
+#[derive(Debug, Default)]
+pub struct LabelCache {
+    map: Mutex<HashMap<(usize, usize), Arc<FeatureLabel>>>,
+    computed: AtomicUsize,
+    served: AtomicUsize,
+}
+
+/// Counters of a [`LabelCache`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LabelStats {
+    /// Labels held.
+    pub cached: usize,
+    /// Labels computed since creation.
+    pub computed: usize,
+    /// Labels served from the cache.
+    pub served: usize,
+}
+
+impl LabelCache {
+    pub fn new() -> Self {
+        LabelCache::default()
+    }
+
+    pub fn get(&self, layer: usize, feature: usize) -> Option<Arc<FeatureLabel>> {
+        self.lock().get(&(layer, feature)).cloned()
+    }
+
+    /// Seeds a label (from precomputed metadata).
+    pub fn insert(&self, layer: usize, feature: usize, label: FeatureLabel) {
+        self.lock().insert((layer, feature), Arc::new(label));
+    }
+
+    /// Labels of `wanted`, computing the missing ones in one batch.
+    pub fn labels(
+        &self,
+        src: &dyn OperandSource,
+        wanted: &[(usize, usize)],
+    ) -> Result<Vec<Arc<FeatureLabel>>> {
+        let missing: Vec<(usize, usize)> = {
+            let map = self.lock();
+            let mut seen = std::collections::HashSet::new();
+            wanted
+                .iter()
+                .copied()
+                .filter(|k| !map.contains_key(k) && seen.insert(*k))
+                .collect()
+        };
+        if !missing.is_empty() {
+            let fresh = compute_many(src, &missing)?;
+            self.computed.fetch_add(missing.len(), Ordering::Relaxed);
+            let mut map = self.lock();
+            for (k, v) in missing.iter().zip(fresh) {
+                map.insert(*k, Arc::new(v));
+            }
+        }
+        self.served
+            .fetch_add(wanted.len() - missing.len(), Ordering::Relaxed);
+        let map = self.lock();
+        wanted
+            .iter()
+            .map(|k| {
+                map.get(k).cloned().ok_or_else(|| {
+                    BrowseError::Internal(format!("label {}:{} not cached", k.0, k.1))
+                })
+            })
+            .collect()
+    }
+
+    /// How many of `wanted` are not cached yet.
+    pub fn missing(&self, wanted: &[(usize, usize)]) -> usize {
+        let map = self.lock();
+        wanted.iter().filter(|k| !map.contains_key(k)).count()
+    }
+
+    pub fn stats(&self) -> LabelStats {
+        LabelStats {
+            cached: self.lock().len(),
+            computed: self.computed.load(Ordering::Relaxed),
+            served: self.served.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Drops every label (the weights changed).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, usize), Arc<FeatureLabel>>> {
+        // A poisoned cache only means a panic elsewhere; its entries are still whole.
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,125 @@
+//! The model-side scans behind SELECT's virtual tables `features` and `layers`.
+//!
+//! The engine's row executor filters, sorts and limits; these scans take what it could push
+//! down — the layers, the feature numbers, whether label columns are needed at all and, when
+//! nothing else constrains the order, a row limit — so that
+//! `SELECT … FROM features WHERE layer = 5 LIMIT 10` reads one layer's shape and labels ten
+//! features instead of 46 080.
+
+use std::sync::Arc;
+
+use lql_storage::model::{OperandKey, OperandSource, Role};
+use lql_storage::DType;
+
+use super::error::Result;
+use super::gate_scan::GateRegion;
+use super::labels::{FeatureLabel, LabelCache};
+
+/// Label batches are computed this many features at a time (one unembedding pass each).
+pub const LABEL_BATCH: usize = 1536;
+
+/// One row of `features`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeatureRow {
+    pub layer: usize,
+    pub feature: usize,
+    /// Present when labels were asked for.
+    pub label: Option<Arc<FeatureLabel>>,
+}
+
+/// Which features of each layer a scan visits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FeatureSet {
+    All,
+    /// Exactly these feature numbers (ascending; out-of-range ones are skipped).
+    Only(Vec<usize>),
+    /// An inclusive range.
+    Range(usize, usize),
+}
+
+impl FeatureSet {
+    fn features(&self, n: usize) -> Vec<usize> {
+        match self {
+            FeatureSet::All => (0..n).collect(),
+            FeatureSet::Only(v) => v.iter().copied().filter(|&f| f < n).collect(),
+            FeatureSet::Range(a, b) => {
+                if a > b || *a >= n {
+                    Vec::new()
+                } else {
+                    (*a..=(*b).min(n - 1)).collect()
+                }
+            }
+        }
+    }
+}
+
+/// Scans `features`: `layers` in order, the features of `set` in each, stopping after
+/// `limit` rows; labels for every emitted row when `labels` is set, computed in batches
+/// through `cache`.
+pub fn scan_features(
+    src: &dyn OperandSource,
+    cache: &LabelCache,
+    layers: &[usize],
+    set: &FeatureSet,
+    labels: bool,
+    limit: Option<usize>,
+) -> Result<Vec<FeatureRow>> {
+    let mut keys: Vec<(usize, usize)> = Vec::new();
+    for &l in layers {
+        let n = GateRegion::open(src, l)?.features();
+        for f in set.features(n) {
+            if limit.is_some_and(|m| keys.len() >= m) {
+                break;
+            }
+            keys.push((l, f));
+        }
+    }
+    let mut rows: Vec<FeatureRow> = keys
+        .iter()
+        .map(|&(layer, feature)| FeatureRow {
+            layer,
+            feature,
+            label: None,
+        })
+        .collect();
+    if labels {
+        for (chunk, out) in keys.chunks(LABEL_BATCH).zip(rows.chunks_mut(LABEL_BATCH)) {
+            for (row, label) in out.iter_mut().zip(cache.labels(src, chunk)?) {
+                row.label = Some(label);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// One row of `layers`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerRow {
+    pub layer: usize,
+    /// Gate rows (walkable features).
+    pub features: usize,
+    pub gate_encoding: Option<DType>,
+    /// Bytes of all the layer's operands.
+    pub bytes: usize,
+}
+
+/// The `layers` table.
+pub fn scan_layers_table(src: &dyn OperandSource, layers: &[usize]) -> Vec<LayerRow> {
+    layers
+        .iter()
+        .map(|&l| {
+            let gate = src.view(OperandKey::layer(l, Role::FfnGate));
+            let bytes = Role::ALL
+                .iter()
+                .filter_map(|&r| src.view(OperandKey::layer(l, r)))
+                .map(|v| v.bytes.len())
+                .sum();
+            LayerRow {
+                layer: l,
+                features: gate.map_or(0, |g| g.rows()),
+                gate_encoding: gate.map(|g| g.dtype),
+                bytes,
+            }
+        })
+        .collect()
+}
