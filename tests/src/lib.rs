@@ -1,1 +1,65 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests: where the default model is, and how a result
+//! cell is written in `.slt` golden files.
+
+use std::path::PathBuf;
+
+use lql::Value;
+
+/// The catalogue name of the default real model.
+pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
+
+/// The default model's file: `LQL_TEST_MODEL` if set, else resolved through the catalogue
+/// (fetched into the cache on first use).
+pub fn default_model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("LQL_TEST_MODEL") {
+        return PathBuf::from(p);
+    }
+    lql_storage::catalogue::resolve(DEFAULT_MODEL, &mut |_| {})
+        .unwrap_or_else(|e| panic!("the default model is needed by this test: {e}"))
+}
+
+/// The repository root (for fixtures and example scripts).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// A cell as `.slt` files write it: NULL, true/false, integers as is, floats with four
+/// decimals, text as is (`(empty)` for an empty string), lists as `[a, b]`.
+pub fn slt_cell(v: &Value) -> String {
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => format!("{f:.4}"),
+        Value::Text(s) if s.is_empty() => "(empty)".into(),
+        Value::Text(s) => s.replace('\n', "\\n"),
+        Value::List(items) => {
+            let inner: Vec<String> = items.iter().map(slt_cell).collect();
+            format!("[{}]", inner.join(", "))
+        }
+    }
+}
+
+/// Compares one expected `.slt` line with an actual one, word by word: words equal as
+/// text, or both numbers within `tol` (absolute, or relative for magnitudes above 1).
+pub fn slt_line_matches(actual: &str, expected: &str, tol: f64) -> bool {
+    let a: Vec<&str> = actual.split_ascii_whitespace().collect();
+    let e: Vec<&str> = expected.split_ascii_whitespace().collect();
+    a.len() == e.len()
+        && a.iter().zip(&e).all(|(x, y)| {
+            if x == y {
+                return true;
+            }
+            let trim = |s: &str| {
+                s.trim_matches(|c| c == '[' || c == ']' || c == ',')
+                    .to_owned()
+            };
+            match (trim(x).parse::<f64>(), trim(y).parse::<f64>()) {
+                (Ok(p), Ok(q)) => (p - q).abs() <= tol * q.abs().max(1.0),
+                _ => false,
+            }
+        })
+}
