@@ -3,13 +3,74 @@
 //!
 //! Run: `cargo bench -p lql-storage --bench codec`. Elements/s = bytes/s × block_elems /
 //! block_bytes (printed at the start for each format).
+//!
+//! Time is the benchmark thread's on-CPU time (Linux `/proc/thread-self/schedstat`), so the
+//! figures stay meaningful on a machine shared with other work; set `LQL_BENCH_WALL=1` (or run
+//! where schedstat is unavailable) for wall-clock time. With the real model present
+//! (`LQL_TEST_MODEL` or `~/.cache/lql/models/smollm2-135m-instruct.gguf`), `codec_model`
+//! dots every matrix of it once — the matrix-vector work of one decoded token on one thread.
 
 use std::hint::black_box;
 use std::time::Duration;
 
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use lql_storage::codec::{self, decode_rows, dot_rows};
 use lql_storage::DType;
+
+/// On-CPU time of the calling thread in ns, or wall time where that is unavailable.
+struct CpuTime {
+    wall: WallTime,
+    use_wall: bool,
+}
+
+impl CpuTime {
+    fn new() -> Self {
+        let use_wall = std::env::var_os("LQL_BENCH_WALL").is_some() || Self::on_cpu_ns().is_none();
+        CpuTime {
+            wall: WallTime,
+            use_wall,
+        }
+    }
+    fn on_cpu_ns() -> Option<u64> {
+        let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        s.split_whitespace().next()?.parse().ok()
+    }
+    fn now(&self, epoch: &std::time::Instant) -> u64 {
+        if self.use_wall {
+            epoch.elapsed().as_nanos() as u64
+        } else {
+            Self::on_cpu_ns().unwrap_or(0)
+        }
+    }
+}
+
+thread_local! {
+    static EPOCH: std::time::Instant = std::time::Instant::now();
+}
+
+impl Measurement for CpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        EPOCH.with(|e| self.now(e))
+    }
+    fn end(&self, i: u64) -> u64 {
+        EPOCH.with(|e| self.now(e)).saturating_sub(i)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self.wall.formatter()
+    }
+}
 
 struct Rng(u64);
 impl Rng {
@@ -51,7 +112,7 @@ fn matrix(dt: DType, rows: usize, row_len: usize, rng: &mut Rng) -> Vec<u8> {
     out
 }
 
-fn bench_formats(c: &mut Criterion) {
+fn bench_formats(c: &mut Criterion<CpuTime>) {
     eprintln!("codec kernels: {}", codec::cpu::kernel_name());
     let (rows, row_len) = (512usize, 1536usize);
     let mut rng = Rng(0x1234_5678_9abc_def1);
@@ -80,7 +141,7 @@ fn bench_formats(c: &mut Criterion) {
 
 /// The default model's hot matrices at full size: the tied Q8_0 head (49152 × 576, 30 MB)
 /// and a Q4_1 matrix of the same shape (17.7 MB), both larger than the caches.
-fn bench_streaming(c: &mut Criterion) {
+fn bench_streaming(c: &mut Criterion<CpuTime>) {
     let (rows, row_len) = (49152usize, 576usize);
     let mut rng = Rng(77);
     let x: Vec<f32> = (0..row_len).map(|_| rng.unit()).collect();
@@ -96,12 +157,57 @@ fn bench_streaming(c: &mut Criterion) {
     }
 }
 
+fn model_path() -> Option<std::path::PathBuf> {
+    let p = match std::env::var_os("LQL_TEST_MODEL") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::path::PathBuf::from(std::env::var_os("HOME")?)
+            .join(".cache/lql/models/smollm2-135m-instruct.gguf"),
+    };
+    p.exists().then_some(p)
+}
+
+/// Every matrix of the real model dotted with a vector once (1 thread): the weight-streaming
+/// cost of one decoded token, in encoded bytes/s.
+fn bench_model(c: &mut Criterion<CpuTime>) {
+    use lql_storage::format::gguf::GgufFile;
+    let Some(path) = model_path() else {
+        eprintln!("note: real model not found; skipping codec_model");
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let views: Vec<_> = file
+        .tensors()
+        .iter()
+        .map(|i| file.view(i))
+        .filter(|v| v.shape.len() == 2)
+        .collect();
+    let total: usize = views.iter().map(|v| v.bytes.len()).sum();
+    let max_rows = views.iter().map(|v| v.rows()).max().unwrap_or(0);
+    let max_len = views.iter().map(|v| v.row_len()).max().unwrap_or(0);
+    let mut rng = Rng(5);
+    let x: Vec<f32> = (0..max_len).map(|_| rng.unit()).collect();
+    let mut out = vec![0.0f32; max_rows];
+    let mut g = c.benchmark_group("codec_model");
+    g.throughput(Throughput::Bytes(total as u64));
+    g.bench_function("all_matrices_dot_rows", |b| {
+        b.iter(|| {
+            for v in &views {
+                let n = v.row_len();
+                dot_rows(v.dtype, v.bytes, n, &x[..n], &mut out[..v.rows()]);
+            }
+            black_box(&out);
+        })
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
+        .with_measurement(CpuTime::new())
         .sample_size(20)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = bench_formats, bench_streaming
+    targets = bench_formats, bench_streaming, bench_model
 }
 criterion_main!(benches);

@@ -176,3 +176,41 @@ pub fn decode_q6_k(b: &[u8], y: &mut [f32]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e8m0_half_scale() {
+        assert_eq!(e8m0_half(128), 1.0);
+        assert_eq!(e8m0_half(127), 0.5);
+        assert_eq!(e8m0_half(2), 2f32.powi(-126));
+        assert_eq!(e8m0_half(1), 2f32.powi(-127)); // subnormal
+        assert_eq!(e8m0_half(0), 2f32.powi(-128));
+        assert_eq!(e8m0_half(255), 2f32.powi(127)); // not special-cased, as in ggml
+    }
+
+    #[test]
+    fn scale_min_uses_q_j_for_high_mins() {
+        // Top bits of q[4..8] feed the mins of pairs 4..8 (ggml's `q[j] >> 6`).
+        let mut q = [0u8; 12];
+        q[4] = 0b1100_0000;
+        q[8] = 0x21;
+        assert_eq!(scale_min_k4(4, &q), (0x01, 0x02 | (3 << 4)));
+        q[0] = 0b1000_0011;
+        assert_eq!(scale_min_k4(0, &q), (3, 0));
+        assert_eq!(scale_min_k4(4, &q).0, 0x01 | (2 << 4));
+    }
+
+    #[test]
+    fn q4_1_is_d_times_q_plus_m() {
+        let mut b = [0u8; 20];
+        b[0..2].copy_from_slice(&half::f16::from_f32(0.5).to_bits().to_le_bytes());
+        b[2..4].copy_from_slice(&half::f16::from_f32(-1.0).to_bits().to_le_bytes());
+        b[4] = 0xF3;
+        let mut y = [0.0f32; 32];
+        decode_q4_1(&b, &mut y);
+        assert_eq!((y[0], y[16], y[1]), (0.5, 6.5, -1.0));
+    }
+}

@@ -24,13 +24,13 @@ pub fn decode_rows(
     row_len: usize,
     out: &mut [f32],
 ) -> Result<(), StorageError> {
-    if row_len == 0 || out.len() % row_len != 0 {
+    if row_len == 0 || !out.len().is_multiple_of(row_len) {
         return Err(StorageError::Invalid(format!(
             "decode_rows: output of {} values is not a whole number of {row_len}-element rows",
             out.len()
         )));
     }
-    if row_len % dtype.block_elems() != 0 {
+    if !row_len.is_multiple_of(dtype.block_elems()) {
         return Err(StorageError::Invalid(format!(
             "decode_rows: rows of {row_len} {dtype} elements are not whole {}-element blocks",
             dtype.block_elems()

@@ -17,7 +17,7 @@ use crate::dtype::DType;
 pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     let (be, bb) = (dtype.block_elems(), dtype.block_bytes());
     debug_assert!(
-        x.len() % be == 0 && row.len() == x.len() / be * bb,
+        x.len().is_multiple_of(be) && row.len() == x.len() / be * bb,
         "dot_row: {} bytes of {dtype} against {} values",
         row.len(),
         x.len()
@@ -41,7 +41,11 @@ pub fn dot_rows(dtype: DType, rows_bytes: &[u8], row_len: usize, x: &[f32], out:
     let x = &x[..row_len.min(x.len())];
     let n_rows = out.len().min(rows_bytes.len().checked_div(rb).unwrap_or(0));
     #[cfg(target_arch = "x86_64")]
-    if dtype == DType::Q4_1 && super::cpu::has_avx2() && row_len % 32 == 0 && x.len() == row_len {
+    if dtype == DType::Q4_1
+        && super::cpu::has_avx2()
+        && row_len.is_multiple_of(32)
+        && x.len() == row_len
+    {
         let nb = row_len / 32;
         let mut i = 0;
         while i + 4 <= n_rows {

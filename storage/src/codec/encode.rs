@@ -112,3 +112,54 @@ pub fn encode_q4_1(src: &[f32], out: &mut Vec<u8>) {
         pack_nibbles(&q, out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q8_0_rounds_half_away_from_zero() {
+        // amax 127 → d = 1: halves round away from zero, like C roundf.
+        let mut v = [0.0f32; 32];
+        v[0] = 127.0;
+        v[1] = 2.5;
+        v[2] = -2.5;
+        v[3] = 0.49999997;
+        let mut out = Vec::new();
+        encode_q8_0(&v, &mut out);
+        assert_eq!(out.len(), 34);
+        assert_eq!(&out[2..6], &[127, 3, (-3i8) as u8, 0]);
+    }
+
+    #[test]
+    fn zero_block_encodes_to_zero_scale() {
+        let mut out = Vec::new();
+        encode_q4_1(&[0.0; 32], &mut out);
+        assert!(out.iter().all(|&b| b == 0));
+        out.clear();
+        encode_q4_0(&[0.0; 32], &mut out);
+        // d = 0 / -8 = -0.0, as in gguf-py.
+        assert_eq!(&out[..2], &[0x00, 0x80]);
+        assert!(out[2..].iter().all(|&b| b == 0x88));
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even_and_keeps_nan() {
+        let mut out = Vec::new();
+        encode_bf16(
+            &[
+                f32::from_bits(0x3F80_8000),
+                f32::from_bits(0x3F81_8000),
+                f32::NAN,
+            ],
+            &mut out,
+        );
+        let h: Vec<u16> = out
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        assert_eq!(h[0], 0x3F80);
+        assert_eq!(h[1], 0x3F82);
+        assert!(f32::from_bits((h[2] as u32) << 16).is_nan());
+    }
+}

@@ -39,7 +39,7 @@ use crate::error::StorageError;
 /// with [`StorageError::Unsupported`].
 pub fn encode_row(dtype: DType, src: &[f32], out: &mut Vec<u8>) -> Result<(), StorageError> {
     let be = dtype.block_elems();
-    if src.len() % be != 0 {
+    if !src.len().is_multiple_of(be) {
         return Err(StorageError::Invalid(format!(
             "cannot encode {} values as {dtype}: not a whole number of {be}-element blocks",
             src.len()
@@ -72,7 +72,7 @@ pub fn can_encode(dtype: DType) -> bool {
 /// Checks that `bytes` encodes exactly `elems` elements of `dtype`.
 fn check_lengths(dtype: DType, bytes: usize, elems: usize, what: &str) -> Result<(), StorageError> {
     let be = dtype.block_elems();
-    if elems % be != 0 {
+    if !elems.is_multiple_of(be) {
         return Err(StorageError::Invalid(format!(
             "{what}: {elems} {dtype} elements is not a whole number of {be}-element blocks"
         )));
