@@ -10,6 +10,8 @@ use crate::error::{Result, StorageError};
 pub enum ExtractEncoding {
     /// The source bytes verbatim (fidelity `source-exact`).
     Source,
+    /// Every tensor as F32 (fidelity `source-equivalent`: decoding is exact in f32).
+    F32,
     /// Matrices as F16; 1-D tensors (norms, biases) F32.
     F16,
     /// Matrices as BF16; 1-D tensors F32.
@@ -23,6 +25,7 @@ impl ExtractEncoding {
     pub fn name(self) -> &'static str {
         match self {
             ExtractEncoding::Source => "source",
+            ExtractEncoding::F32 => "f32",
             ExtractEncoding::F16 => "f16",
             ExtractEncoding::BF16 => "bf16",
             ExtractEncoding::Q8_0 => "q8_0",
@@ -33,6 +36,7 @@ impl ExtractEncoding {
     pub fn from_name(s: &str) -> Option<Self> {
         [
             ExtractEncoding::Source,
+            ExtractEncoding::F32,
             ExtractEncoding::F16,
             ExtractEncoding::BF16,
             ExtractEncoding::Q8_0,
@@ -46,6 +50,7 @@ impl ExtractEncoding {
         let one_d = shape.iter().skip(1).all(|&d| d == 1);
         match self {
             ExtractEncoding::Source => src,
+            ExtractEncoding::F32 => DType::F32,
             _ if one_d => DType::F32,
             ExtractEncoding::F16 => DType::F16,
             ExtractEncoding::BF16 => DType::BF16,
@@ -137,6 +142,10 @@ mod tests {
             Some(ExtractEncoding::BF16)
         );
         assert_eq!(ExtractEncoding::from_name("q4"), None);
+        assert_eq!(
+            ExtractEncoding::F32.target(DType::Q4_1, &[64, 2]),
+            DType::F32
+        );
     }
 
     #[test]
