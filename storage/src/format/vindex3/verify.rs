@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::index::resolve;
 use super::reader::Container;
-use super::segment::read_header;
+use super::segment::parse_header;
 use crate::error::Result;
 
 /// Outcome of one check.
@@ -144,7 +144,7 @@ fn verify_representation(dir: &Path, id: &str, e: &super::index::RepresentationE
             ));
         }
     }
-    match read_header(&path) {
+    match parse_header(&path, &map, map.len() as u64) {
         Err(err) => problems.push(format!("segment {} header: {err}", e.segment)),
         Ok(parsed) => {
             let mut payload = Sha256::new();

@@ -1,0 +1,207 @@
+//! VINDEX3 statements: `EXTRACT MODEL … INTO … [ENCODING …]`, `VERIFY ["dir"]` and
+//! `SHOW COMPONENTS | REPRESENTATIONS` (answered from the container artifact alone).
+//! `USE "container"` goes through `lql_storage::import::open` like every other source.
+
+use std::path::{Path, PathBuf};
+
+use lql_grammar::{Encoding, ExtractFormat};
+use lql_planner::{ExtractPlan, ShowPlan, ShowWhat};
+use lql_storage::format::vindex3::{self, ExtractEncoding};
+use lql_storage::model::SourceKind;
+use lql_storage::{catalogue, import};
+
+use super::Cx;
+use crate::error::{Error, Result};
+use crate::progress::{Progress, ProgressUnit};
+use crate::rows::{Column, Rows};
+use crate::value::{Value, ValueType};
+
+/// `EXTRACT MODEL "<gguf | hf folder | catalogue name>" INTO "<dir>" [ENCODING …]`: one
+/// row (path, objects, tensors, payload_bytes, encoding, seconds).
+pub(crate) fn extract(cx: &mut Cx<'_>, plan: &ExtractPlan) -> Result<Rows> {
+    if plan.format == ExtractFormat::Package {
+        return Err(Error::not_supported_yet("EXTRACT … FORMAT PACKAGE"));
+    }
+    if plan.layers.is_some() {
+        return Err(Error::not_supported_yet(
+            "EXTRACT … LAYERS into a VINDEX3 container (a container holds every layer)",
+        ));
+    }
+    let encoding = match plan.encoding {
+        Encoding::Source => ExtractEncoding::Source,
+        Encoding::F32 => ExtractEncoding::F32,
+        Encoding::F16 => ExtractEncoding::F16,
+        Encoding::Bf16 => ExtractEncoding::BF16,
+        Encoding::Q8_0 => ExtractEncoding::Q8_0,
+    };
+    let source = resolve_source(&plan.source)?;
+    cx.check_cancel()?;
+    let model = import::open(&source)?;
+    let task = format!("extract {}", plan.output);
+    let handler = cx.engine.progress.clone();
+    let report = vindex3::extract(&model, Path::new(&plan.output), encoding, &mut |p| {
+        if let Some(h) = &handler {
+            h(&Progress {
+                task: task.clone(),
+                done: p.bytes_done,
+                total: Some(p.bytes_total),
+                unit: ProgressUnit::Bytes,
+                finished: false,
+            });
+        }
+    })?;
+    if let Some(h) = &handler {
+        h(&Progress {
+            task,
+            done: report.payload_bytes,
+            total: Some(report.payload_bytes),
+            unit: ProgressUnit::Bytes,
+            finished: true,
+        });
+    }
+    let mut rows = Rows::new(vec![
+        Column::new("path", ValueType::Text),
+        Column::new("objects", ValueType::Int),
+        Column::new("tensors", ValueType::Int),
+        Column::new("payload_bytes", ValueType::Int),
+        Column::new("encoding", ValueType::Text),
+        Column::new("seconds", ValueType::Float),
+    ]);
+    rows.push(vec![
+        Value::from(report.path.display().to_string()),
+        Value::from(report.objects),
+        Value::from(report.tensors),
+        Value::from(report.payload_bytes),
+        Value::from(report.encoding.name()),
+        Value::from(report.seconds),
+    ]);
+    Ok(rows)
+}
+
+/// A source path as given, else a catalogue name resolved to its cached file.
+fn resolve_source(source: &str) -> Result<PathBuf> {
+    let p = Path::new(source);
+    if p.exists() {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(entry) = catalogue::find(source) {
+        return Ok(catalogue::resolve(entry.name, &mut |_| {})?);
+    }
+    Err(Error::io(format!(
+        "{source}: no such file or folder, and not a catalogue model"
+    ))
+    .with_help("SHOW MODELS lists the catalogue"))
+}
+
+/// The container a statement names, or the bound model's when it is a VINDEX3 container.
+fn container_dir(cx: &Cx<'_>, given: Option<&str>, what: &str) -> Result<PathBuf> {
+    if let Some(d) = given {
+        return Ok(PathBuf::from(d));
+    }
+    let b = cx.bound()?;
+    if b.model.kind != SourceKind::Vindex3 {
+        return Err(Error::semantic(format!(
+            "{what} reads a VINDEX3 container, and the bound model {} is a {} source",
+            b.name, b.facts.source
+        ))
+        .with_help(format!(
+            "name a container ({what} \"dir\") or EXTRACT MODEL \"{}\" INTO \"dir\" first",
+            b.name
+        )));
+    }
+    Ok(b.model.path.clone())
+}
+
+/// `VERIFY ["dir"]`: one row per representation, graph and capability file.
+pub(crate) fn verify(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Rows> {
+    let dir = container_dir(cx, container, "VERIFY")?;
+    let mut rows = Rows::new(vec![
+        Column::new("object", ValueType::Text),
+        Column::new("representation", ValueType::Text),
+        Column::new("encoding", ValueType::Text),
+        Column::new("status", ValueType::Text),
+        Column::new("expected", ValueType::Text),
+        Column::new("actual", ValueType::Text),
+        Column::new("detail", ValueType::Text),
+    ]);
+    for r in vindex3::verify(&dir)? {
+        rows.push(vec![
+            Value::from(r.object),
+            Value::from(r.representation),
+            Value::from(r.encoding),
+            Value::from(r.status.name()),
+            Value::from(r.expected),
+            Value::from(r.actual),
+            Value::from(r.detail),
+        ]);
+    }
+    Ok(rows)
+}
+
+/// `SHOW COMPONENTS | REPRESENTATIONS [LIKE "pattern"]` of the bound container.
+pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
+    let word = match plan.what {
+        ShowWhat::Components => "SHOW COMPONENTS",
+        _ => "SHOW REPRESENTATIONS",
+    };
+    let dir = container_dir(cx, None, word)?;
+    let mut rows = match plan.what {
+        ShowWhat::Components => {
+            let mut rows = Rows::new(vec![
+                Column::new("component", ValueType::Text),
+                Column::new("role", ValueType::Text),
+                Column::new("layers", ValueType::Int),
+                Column::new("hidden", ValueType::Int),
+                Column::new("operands", ValueType::Int),
+                Column::new("objects", ValueType::Text),
+                Column::new("source", ValueType::Text),
+            ]);
+            for c in vindex3::show_components(&dir)? {
+                rows.push(vec![
+                    Value::from(c.id),
+                    Value::from(c.role),
+                    Value::from(c.num_layers),
+                    Value::from(c.hidden_size),
+                    Value::from(c.operands),
+                    Value::from(c.objects),
+                    Value::from(c.source_artifact),
+                ]);
+            }
+            rows
+        }
+        _ => {
+            let mut rows = Rows::new(vec![
+                Column::new("object", ValueType::Text),
+                Column::new("representation", ValueType::Text),
+                Column::new("encoding", ValueType::Text),
+                Column::new("fidelity", ValueType::Text),
+                Column::new("selected", ValueType::Bool),
+                Column::new("segment", ValueType::Text),
+                Column::new("tensors", ValueType::Int),
+                Column::new("payload_bytes", ValueType::Int),
+                Column::new("payload_sha256", ValueType::Text),
+            ]);
+            for r in vindex3::show_representations(&dir)? {
+                rows.push(vec![
+                    Value::from(r.object),
+                    Value::from(r.representation),
+                    Value::from(r.encoding),
+                    Value::from(r.fidelity),
+                    Value::Bool(r.selected),
+                    Value::from(r.segment),
+                    Value::from(r.tensors),
+                    Value::from(r.payload_bytes),
+                    Value::from(r.payload_sha256),
+                ]);
+            }
+            rows
+        }
+    };
+    if let Some(pattern) = &plan.like {
+        rows.rows.retain(|r| {
+            r.first()
+                .is_some_and(|v| super::introspect::like(&v.to_string(), pattern))
+        });
+    }
+    Ok(rows)
+}
