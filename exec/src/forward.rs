@@ -207,7 +207,7 @@ impl Pass<'_> {
         let m = n - first;
         let mut normed = vec![0.0f32; m * d];
         be.rmsnorm(&x[first * d..], &plan.output_norm, s.norm_eps, &mut normed);
-        if let Some(o) = obs.as_deref_mut() {
+        if let Some(o) = obs {
             o.on_final_norm(p0 + first..p0 + n, &normed);
         }
         let head = view(self.source, plan.head)?;

@@ -161,7 +161,11 @@ impl Executor {
                 let t = dec.decode_ids(&out);
                 let cut = opts.stop.iter().filter_map(|s| t.find(s.as_str())).min();
                 if let Some(c) = cut {
-                    return Ok(finish(out, FinishReason::StopString, Some(t[..c].to_string())));
+                    return Ok(finish(
+                        out,
+                        FinishReason::StopString,
+                        Some(t[..c].to_string()),
+                    ));
                 }
                 text = Some(t);
             }
@@ -179,9 +183,7 @@ impl Executor {
             }
             logits = match session.decode(tok) {
                 Ok(l) => l,
-                Err(ExecError::Cancelled) => {
-                    return Ok(finish(out, FinishReason::Cancelled, text))
-                }
+                Err(ExecError::Cancelled) => return Ok(finish(out, FinishReason::Cancelled, text)),
                 Err(e) => return Err(e),
             };
         }

@@ -116,7 +116,13 @@ impl RopeTable {
 
 /// Rotate `x` = `[n_positions × n_heads × head_dim]` in place, position `t` using row `t`
 /// of `table`.
-pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, table: &RopeTable, pairing: RopePairing) {
+pub fn rope(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    table: &RopeTable,
+    pairing: RopePairing,
+) {
     let half = table.half;
     for (t, row) in x.chunks_exact_mut(n_heads * head_dim).enumerate() {
         let c = &table.cos[t * half..(t + 1) * half];

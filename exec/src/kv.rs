@@ -52,14 +52,17 @@ impl KvCache {
 
     /// Make room for `add` more positions, or refuse past the context limit.
     pub fn reserve(&mut self, add: usize) -> Result<()> {
-        let needed = self.len.checked_add(add).unwrap_or(usize::MAX);
+        let needed = self.len.saturating_add(add);
         if needed > self.limit {
             return Err(ExecError::ContextOverflow {
                 needed,
                 limit: self.limit,
             });
         }
-        let have = self.k.first().map_or(0, |b| b.capacity() / self.kv_dim.max(1));
+        let have = self
+            .k
+            .first()
+            .map_or(0, |b| b.capacity() / self.kv_dim.max(1));
         if needed <= have {
             return Ok(());
         }
@@ -118,7 +121,10 @@ mod tests {
         assert_eq!(kv.len(), 3);
         assert!(matches!(
             kv.reserve(98),
-            Err(ExecError::ContextOverflow { needed: 101, limit: 100 })
+            Err(ExecError::ContextOverflow {
+                needed: 101,
+                limit: 100
+            })
         ));
         kv.reserve(97).unwrap();
         kv.truncate(1);

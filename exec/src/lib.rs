@@ -27,7 +27,6 @@ pub mod observer;
 pub mod plan;
 pub mod sample;
 pub mod session;
-pub mod tokenizer;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::Backend;

@@ -115,20 +115,23 @@ fn check_surface(s: &ExecutionSurface) -> Result<()> {
             s.n_layers, s.hidden, s.ffn, s.vocab, s.head_dim
         ));
     }
-    if s.n_heads == 0 || s.n_kv_heads == 0 || s.n_heads % s.n_kv_heads != 0 {
+    if s.n_heads == 0 || s.n_kv_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv_heads) {
         return bad(format!(
             "{} attention heads cannot be grouped over {} key/value heads",
             s.n_heads, s.n_kv_heads
         ));
     }
-    if s.head_dim % 2 != 0 {
+    if !s.head_dim.is_multiple_of(2) {
         return bad(format!("head_dim {} is odd; RoPE needs pairs", s.head_dim));
     }
     if s.context_length == 0 {
         return bad("context length is zero".into());
     }
     if !(s.rope_theta.is_finite() && s.rope_theta > 0.0) {
-        return bad(format!("RoPE theta {} is not a positive number", s.rope_theta));
+        return bad(format!(
+            "RoPE theta {} is not a positive number",
+            s.rope_theta
+        ));
     }
     if !(s.norm_eps.is_finite() && s.norm_eps >= 0.0) {
         return bad(format!("norm epsilon {} is invalid", s.norm_eps));
@@ -158,7 +161,7 @@ fn shape_err(key: OperandKey, message: String) -> ExecError {
 fn check_bytes(key: OperandKey, v: &TensorView<'_>) -> Result<()> {
     let elems = v.row_len().checked_mul(v.rows());
     let want = elems.and_then(|e| v.dtype.bytes_for(e as u64));
-    if v.row_len() % v.dtype.block_elems() != 0 {
+    if !v.row_len().is_multiple_of(v.dtype.block_elems()) {
         return Err(shape_err(
             key,
             format!(
@@ -208,7 +211,10 @@ fn vector(source: &dyn OperandSource, key: OperandKey, len: usize) -> Result<Vec
     if v.row_len() != len || v.rows() != 1 {
         return Err(shape_err(
             key,
-            format!("expected a vector of {len} elements, found shape {:?}", v.shape),
+            format!(
+                "expected a vector of {len} elements, found shape {:?}",
+                v.shape
+            ),
         ));
     }
     check_bytes(key, &v)?;
@@ -253,7 +259,11 @@ impl fmt::Display for Plan {
         write!(
             f,
             "RMSNorm → Head[{}]",
-            if s.tied_head { "tied to embedding" } else { "output" }
+            if s.tied_head {
+                "tied to embedding"
+            } else {
+                "output"
+            }
         )
     }
 }

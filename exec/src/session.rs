@@ -51,11 +51,7 @@ impl Logits {
         let sum: f64 = v.iter().map(|&x| ((x - max) as f64).exp()).sum();
         let mut idx: Vec<u32> = (0..v.len() as u32).collect();
         let k = k.min(v.len());
-        let cmp = |a: &u32, b: &u32| {
-            v[*b as usize]
-                .total_cmp(&v[*a as usize])
-                .then(a.cmp(b))
-        };
+        let cmp = |a: &u32, b: &u32| v[*b as usize].total_cmp(&v[*a as usize]).then(a.cmp(b));
         if k < idx.len() && k > 0 {
             idx.select_nth_unstable_by(k - 1, cmp);
         }
@@ -188,7 +184,8 @@ impl Session {
     /// Run `ids` after the tokens already held; the logits of the last one.
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Logits> {
         let mut v = self.extend(ids, LogitsWanted::Last, None)?;
-        v.pop().ok_or_else(|| ExecError::Internal("no logits".into()))
+        v.pop()
+            .ok_or_else(|| ExecError::Internal("no logits".into()))
     }
 
     /// Run one more token; its logits.

@@ -44,7 +44,13 @@ fn adjacent_f32_tied_matches_naive() {
 
 #[test]
 fn half_split_quantised_biases_untied_matches_naive() {
-    for dt in [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16] {
+    for dt in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q8_0,
+        DType::F16,
+        DType::BF16,
+    ] {
         check_against_naive(
             Spec {
                 pairing: RopePairing::HalfSplit,
@@ -100,7 +106,13 @@ fn infer_ranks_by_probability() {
 
 #[test]
 fn greedy_generation_matches_recomputation() {
-    let model = build(&Spec { context: 40, ..Spec::default() }, 5);
+    let model = build(
+        &Spec {
+            context: 40,
+            ..Spec::default()
+        },
+        5,
+    );
     let exec = Executor::new(arc(model.clone()), 2).unwrap();
     let opts = GenerateOptions {
         max_tokens: 20,
@@ -157,14 +169,23 @@ fn sampling_is_reproducible_with_a_seed() {
         },
         ..GenerateOptions::default()
     };
-    let a = exec.generate(&IDS, &opts, &mut |_| Control::Continue).unwrap();
-    let b = exec.generate(&IDS, &opts, &mut |_| Control::Continue).unwrap();
+    let a = exec
+        .generate(&IDS, &opts, &mut |_| Control::Continue)
+        .unwrap();
+    let b = exec
+        .generate(&IDS, &opts, &mut |_| Control::Continue)
+        .unwrap();
     assert_eq!(a.token_ids, b.token_ids);
     let other = GenerateOptions {
-        sampling: Sampling { seed: 99, ..opts.sampling },
+        sampling: Sampling {
+            seed: 99,
+            ..opts.sampling
+        },
         ..opts.clone()
     };
-    let c = exec.generate(&IDS, &other, &mut |_| Control::Continue).unwrap();
+    let c = exec
+        .generate(&IDS, &other, &mut |_| Control::Continue)
+        .unwrap();
     assert_ne!(a.token_ids, c.token_ids);
 }
 
@@ -178,7 +199,9 @@ fn generation_stops_on_eos_callback_context_and_cancel() {
         stop_ids: vec![greedy],
         ..GenerateOptions::default()
     };
-    let g = exec.generate(&IDS, &opts, &mut |_| Control::Continue).unwrap();
+    let g = exec
+        .generate(&IDS, &opts, &mut |_| Control::Continue)
+        .unwrap();
     assert_eq!(g.finish_reason, FinishReason::EndOfSequence);
     assert!(g.token_ids.is_empty());
     // Callback stop.
@@ -188,14 +211,19 @@ fn generation_stops_on_eos_callback_context_and_cancel() {
         ..GenerateOptions::default()
     };
     let g = exec.generate(&IDS, &opts, &mut |_| Control::Stop).unwrap();
-    assert_eq!((g.finish_reason, g.generated_tokens), (FinishReason::Callback, 1));
+    assert_eq!(
+        (g.finish_reason, g.generated_tokens),
+        (FinishReason::Callback, 1)
+    );
     // Context limit (48 positions): 7 prompt + 41 generated.
     let opts = GenerateOptions {
         max_tokens: 1000,
         stop_at_eos: false,
         ..GenerateOptions::default()
     };
-    let g = exec.generate(&IDS, &opts, &mut |_| Control::Continue).unwrap();
+    let g = exec
+        .generate(&IDS, &opts, &mut |_| Control::Continue)
+        .unwrap();
     assert_eq!(g.finish_reason, FinishReason::ContextLimit);
     assert_eq!(g.generated_tokens, 48 - IDS.len() + 1);
     // Cancellation from the callback's side (as Ctrl-C would).
@@ -206,7 +234,10 @@ fn generation_stops_on_eos_callback_context_and_cancel() {
             Control::Continue
         })
         .unwrap();
-    assert_eq!((g.finish_reason, g.generated_tokens), (FinishReason::Cancelled, 1));
+    assert_eq!(
+        (g.finish_reason, g.generated_tokens),
+        (FinishReason::Cancelled, 1)
+    );
     assert!(matches!(exec.infer(&IDS, 1), Err(ExecError::Cancelled)));
     exec.cancel_flag().store(false, Ordering::Relaxed);
     assert!(exec.infer(&IDS, 1).is_ok());
@@ -217,14 +248,21 @@ fn stop_strings_need_a_decoder_and_cut_the_text() {
     struct Letters;
     impl lql_exec::TokenDecoder for Letters {
         fn decode_ids(&self, ids: &[u32]) -> String {
-            ids.iter().map(|i| char::from(b'a' + (i % 26) as u8)).collect()
+            ids.iter()
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect()
         }
     }
     let exec = Executor::new(arc(build(&Spec::default(), 8)), 1).unwrap();
     let free = exec
         .generate(
             &IDS,
-            &GenerateOptions { max_tokens: 6, stop_at_eos: false, decoder: Some(Arc::new(Letters)), ..GenerateOptions::default() },
+            &GenerateOptions {
+                max_tokens: 6,
+                stop_at_eos: false,
+                decoder: Some(Arc::new(Letters)),
+                ..GenerateOptions::default()
+            },
             &mut |_| Control::Continue,
         )
         .unwrap();
@@ -237,11 +275,16 @@ fn stop_strings_need_a_decoder_and_cut_the_text() {
         decoder: Some(Arc::new(Letters)),
         ..GenerateOptions::default()
     };
-    let g = exec.generate(&IDS, &opts, &mut |_| Control::Continue).unwrap();
+    let g = exec
+        .generate(&IDS, &opts, &mut |_| Control::Continue)
+        .unwrap();
     assert_eq!(g.finish_reason, FinishReason::StopString);
     let cut = text.find(&stop).unwrap();
     assert_eq!(g.text.as_deref(), Some(&text[..cut]));
-    let no_dec = GenerateOptions { decoder: None, ..opts };
+    let no_dec = GenerateOptions {
+        decoder: None,
+        ..opts
+    };
     assert!(matches!(
         exec.generate(&IDS, &no_dec, &mut |_| Control::Continue),
         Err(ExecError::InvalidOption(_))
@@ -297,7 +340,13 @@ impl Observer for Recorder {
 
 #[test]
 fn observer_sees_every_layer_and_does_not_change_results() {
-    let model = build(&Spec { layers: 3, ..Spec::default() }, 21);
+    let model = build(
+        &Spec {
+            layers: 3,
+            ..Spec::default()
+        },
+        21,
+    );
     let exec = Executor::new(arc(model), 2).unwrap();
     let plain = exec.logits_all(&IDS).unwrap();
     let mut rec = Recorder::default();
@@ -309,7 +358,9 @@ fn observer_sees_every_layer_and_does_not_change_results() {
     for (a, b) in plain.iter().zip(&seen) {
         assert_eq!(a.values, b.values);
     }
-    let none = exec.observe(&IDS, LogitsWanted::None, &mut Recorder::default()).unwrap();
+    let none = exec
+        .observe(&IDS, LogitsWanted::None, &mut Recorder::default())
+        .unwrap();
     assert!(none.is_empty());
 }
 
@@ -319,10 +370,29 @@ fn bad_input_is_refused_with_clear_errors() {
     assert!(matches!(exec.infer(&[], 5), Err(ExecError::EmptyPrompt)));
     let long = vec![1u32; 49];
     let e = exec.infer(&long, 5).unwrap_err();
-    assert!(matches!(e, ExecError::ContextOverflow { needed: 49, limit: 48 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            ExecError::ContextOverflow {
+                needed: 49,
+                limit: 48
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("context"));
     let e = exec.infer(&[1, 96], 5).unwrap_err();
-    assert!(matches!(e, ExecError::TokenOutOfRange { id: 96, position: 1, vocab: 96 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            ExecError::TokenOutOfRange {
+                id: 96,
+                position: 1,
+                vocab: 96
+            }
+        ),
+        "{e}"
+    );
     // A failed pass leaves the session as it was.
     let mut s = exec.session();
     s.prefill(&[1, 2, 3]).unwrap();
@@ -331,7 +401,10 @@ fn bad_input_is_refused_with_clear_errors() {
     assert!(s.decode(4).is_ok());
     let mut full = exec.session();
     full.prefill(&[1u32; 48]).unwrap();
-    assert!(matches!(full.decode(1), Err(ExecError::ContextOverflow { needed: 49, .. })));
+    assert!(matches!(
+        full.decode(1),
+        Err(ExecError::ContextOverflow { needed: 49, .. })
+    ));
 }
 
 #[test]
@@ -342,24 +415,53 @@ fn missing_and_misshapen_operands_are_named() {
     assert_eq!(e.to_string(), "missing operand: ffn_up of layer 1");
 
     let mut m = build(&Spec::default(), 1);
-    m.operands.get_mut(&OperandKey::layer(0, Role::AttnK)).unwrap().shape = vec![64, 64];
+    m.operands
+        .get_mut(&OperandKey::layer(0, Role::AttnK))
+        .unwrap()
+        .shape = vec![64, 64];
     let e = Executor::new(arc(m), 1).unwrap_err();
-    assert!(matches!(e, ExecError::Shape { operand: "attn_k", layer: Some(0), .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            ExecError::Shape {
+                operand: "attn_k",
+                layer: Some(0),
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("expected shape [64, 32]"), "{e}");
 
     let mut m = build(&Spec::default(), 1);
-    m.operands.get_mut(&OperandKey::layer(0, Role::AttnV)).unwrap().bytes.truncate(100);
+    m.operands
+        .get_mut(&OperandKey::layer(0, Role::AttnV))
+        .unwrap()
+        .bytes
+        .truncate(100);
     let e = Executor::new(arc(m), 1).unwrap_err();
     assert!(e.to_string().contains("attn_v of layer 0"), "{e}");
 
-    let mut m = build(&Spec { tied: false, ..Spec::default() }, 1);
+    let mut m = build(
+        &Spec {
+            tied: false,
+            ..Spec::default()
+        },
+        1,
+    );
     m.operands.remove(&OperandKey::global(Role::Output));
     assert_eq!(
         Executor::new(arc(m), 1).unwrap_err().to_string(),
         "missing operand: output"
     );
 
-    let mut m = build(&Spec { bias: true, ..Spec::default() }, 1);
+    let mut m = build(
+        &Spec {
+            bias: true,
+            ..Spec::default()
+        },
+        1,
+    );
     m.operands.remove(&OperandKey::layer(0, Role::AttnQBias));
     assert!(Executor::new(arc(m), 1).is_err());
 

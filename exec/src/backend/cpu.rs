@@ -29,7 +29,9 @@ pub struct CpuBackend {
 
 impl std::fmt::Debug for CpuBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CpuBackend").field("threads", &self.threads).finish()
+        f.debug_struct("CpuBackend")
+            .field("threads", &self.threads)
+            .finish()
     }
 }
 
@@ -84,8 +86,13 @@ impl CpuBackend {
                     TILE.with(|tile| {
                         let mut tile = tile.borrow_mut();
                         tile.resize(nr * rl, 0.0);
-                        encoded::decode_rows(w.dtype, &w.bytes[r0 * rb..(r0 + nr) * rb], rl, &mut tile)
-                            .map_err(|m| codec_err(w, m))?;
+                        encoded::decode_rows(
+                            w.dtype,
+                            &w.bytes[r0 * rb..(r0 + nr) * rb],
+                            rl,
+                            &mut tile,
+                        )
+                        .map_err(|m| codec_err(w, m))?;
                         let a = MatRef::from_row_major_slice(&tile[..], nr, rl);
                         let c = MatMut::from_row_major_slice_mut(ot, nr, n);
                         gemm(c, Accum::Replace, a, xt, 1.0f32, Par::Seq);
@@ -112,7 +119,7 @@ impl Backend for CpuBackend {
     }
 
     fn scope(&self, f: &mut (dyn FnMut() + Send)) {
-        self.pool.install(|| f())
+        self.pool.install(f)
     }
 
     fn matvec(&self, w: &TensorView<'_>, x: &[f32], out: &mut [f32]) -> Result<()> {
@@ -120,11 +127,13 @@ impl Backend for CpuBackend {
         let (rl, rb) = (w.row_len(), w.row_bytes());
         let chunk = self.rows_per_task(w.rows());
         self.pool.install(|| {
-            out.par_chunks_mut(chunk).enumerate().try_for_each(|(ci, o)| {
-                let r0 = ci * chunk;
-                encoded::dot_rows(w.dtype, &w.bytes[r0 * rb..(r0 + o.len()) * rb], rl, x, o)
-                    .map_err(|m| codec_err(w, m))
-            })
+            out.par_chunks_mut(chunk)
+                .enumerate()
+                .try_for_each(|(ci, o)| {
+                    let r0 = ci * chunk;
+                    encoded::dot_rows(w.dtype, &w.bytes[r0 * rb..(r0 + o.len()) * rb], rl, x, o)
+                        .map_err(|m| codec_err(w, m))
+                })
         })
     }
 
@@ -135,7 +144,11 @@ impl Backend for CpuBackend {
         }
         let (rl, rows) = (w.row_len(), w.rows());
         for t in 0..n {
-            self.matvec(w, &x[t * rl..(t + 1) * rl], &mut out[t * rows..(t + 1) * rows])?;
+            self.matvec(
+                w,
+                &x[t * rl..(t + 1) * rl],
+                &mut out[t * rows..(t + 1) * rows],
+            )?;
         }
         Ok(())
     }

@@ -21,12 +21,23 @@ pub fn decode_row(dtype: DType, src: &[u8], out: &mut [f32]) -> Result<(), Strin
 }
 
 /// Decode consecutive rows of `row_len` elements; `out.len()` is a multiple of `row_len`.
-pub fn decode_rows(dtype: DType, src: &[u8], row_len: usize, out: &mut [f32]) -> Result<(), String> {
+pub fn decode_rows(
+    dtype: DType,
+    src: &[u8],
+    row_len: usize,
+    out: &mut [f32],
+) -> Result<(), String> {
     codec::decode_rows(dtype, src, row_len, out).map_err(|e| e.to_string())
 }
 
 /// `out[i] = row_i · x` for the consecutive encoded rows in `src`.
-pub fn dot_rows(dtype: DType, src: &[u8], row_len: usize, x: &[f32], out: &mut [f32]) -> Result<(), String> {
+pub fn dot_rows(
+    dtype: DType,
+    src: &[u8],
+    row_len: usize,
+    x: &[f32],
+    out: &mut [f32],
+) -> Result<(), String> {
     let rb = row_len / dtype.block_elems() * dtype.block_bytes();
     if x.len() != row_len || src.len() != rb * out.len() {
         return Err(format!(

@@ -20,7 +20,11 @@ pub struct Tensor {
 
 impl Tensor {
     pub fn view(&self) -> TensorView<'_> {
-        TensorView { dtype: self.dtype, shape: &self.shape, bytes: &self.bytes }
+        TensorView {
+            dtype: self.dtype,
+            shape: &self.shape,
+            bytes: &self.bytes,
+        }
     }
 }
 
@@ -122,11 +126,29 @@ pub fn build(spec: &Spec, seed: u64) -> Model {
         for row in vals.chunks(shape[0]) {
             codec::encode_row(dtype, row, &mut bytes).unwrap();
         }
-        operands.insert(key, Tensor { dtype, shape, bytes });
+        operands.insert(
+            key,
+            Tensor {
+                dtype,
+                shape,
+                bytes,
+            },
+        );
     };
-    let (d, qd, kvd, ff) = (s.hidden, s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.ffn);
+    let (d, qd, kvd, ff) = (
+        s.hidden,
+        s.n_heads * s.head_dim,
+        s.n_kv_heads * s.head_dim,
+        s.ffn,
+    );
     let m = spec.matrix_dtype;
-    add(OperandKey::global(Role::TokenEmbedding), spec.embed_dtype, vec![d, s.vocab], 1.0, 0.0);
+    add(
+        OperandKey::global(Role::TokenEmbedding),
+        spec.embed_dtype,
+        vec![d, s.vocab],
+        1.0,
+        0.0,
+    );
     for l in 0..s.n_layers {
         let k = |r| OperandKey::layer(l, r);
         add(k(Role::AttnNorm), DType::F32, vec![d], 0.2, 1.0);
@@ -144,11 +166,26 @@ pub fn build(spec: &Spec, seed: u64) -> Model {
         add(k(Role::FfnUp), m, vec![d, ff], 0.2, 0.0);
         add(k(Role::FfnDown), m, vec![ff, d], 0.15, 0.0);
     }
-    add(OperandKey::global(Role::OutputNorm), DType::F32, vec![d], 0.2, 1.0);
+    add(
+        OperandKey::global(Role::OutputNorm),
+        DType::F32,
+        vec![d],
+        0.2,
+        1.0,
+    );
     if !spec.tied {
-        add(OperandKey::global(Role::Output), m, vec![d, s.vocab], 0.5, 0.0);
+        add(
+            OperandKey::global(Role::Output),
+            m,
+            vec![d, s.vocab],
+            0.5,
+            0.0,
+        );
     }
-    Model { surface: s, operands }
+    Model {
+        surface: s,
+        operands,
+    }
 }
 
 /// The operand decoded to f32, row-major `[rows][row_len]`.
@@ -165,14 +202,22 @@ pub fn dense(model: &dyn OperandSource, key: OperandKey) -> Vec<Vec<f32>> {
 
 fn matvec(w: &[Vec<f32>], x: &[f32]) -> Vec<f32> {
     w.iter()
-        .map(|r| r.iter().zip(x).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() as f32)
+        .map(|r| {
+            r.iter()
+                .zip(x)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>() as f32
+        })
         .collect()
 }
 
 fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let ms = x.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>() / x.len() as f64;
     let inv = 1.0 / (ms + eps as f64).sqrt();
-    x.iter().zip(w).map(|(a, b)| (*a as f64 * inv) as f32 * b).collect()
+    x.iter()
+        .zip(w)
+        .map(|(a, b)| (*a as f64 * inv) as f32 * b)
+        .collect()
 }
 
 fn rope(x: &mut [f32], pos: usize, hd: usize, theta: f32, pairing: RopePairing) {
@@ -202,12 +247,22 @@ pub fn naive_logits(model: &dyn OperandSource, ids: &[u32]) -> Vec<Vec<f32>> {
     let emb = g(OperandKey::global(Role::TokenEmbedding));
     let mut x: Vec<Vec<f32>> = ids
         .iter()
-        .map(|&i| emb[i as usize].iter().map(|v| v * s.embedding_scale).collect())
+        .map(|&i| {
+            emb[i as usize]
+                .iter()
+                .map(|v| v * s.embedding_scale)
+                .collect()
+        })
         .collect();
     let n = ids.len();
     for l in 0..s.n_layers {
         let k = |r| OperandKey::layer(l, r);
-        let (wq, wk, wv, wo) = (g(k(Role::AttnQ)), g(k(Role::AttnK)), g(k(Role::AttnV)), g(k(Role::AttnOutput)));
+        let (wq, wk, wv, wo) = (
+            g(k(Role::AttnQ)),
+            g(k(Role::AttnK)),
+            g(k(Role::AttnV)),
+            g(k(Role::AttnOutput)),
+        );
         let an = vec1(k(Role::AttnNorm));
         let mut qs = Vec::new();
         let mut ks = Vec::new();
@@ -216,9 +271,15 @@ pub fn naive_logits(model: &dyn OperandSource, ids: &[u32]) -> Vec<Vec<f32>> {
             let h = rms(xp, &an, s.norm_eps);
             let (mut q, mut kk, mut v) = (matvec(&wq, &h), matvec(&wk, &h), matvec(&wv, &h));
             if s.attn_bias {
-                for (a, b) in q.iter_mut().zip(vec1(k(Role::AttnQBias))) { *a += b; }
-                for (a, b) in kk.iter_mut().zip(vec1(k(Role::AttnKBias))) { *a += b; }
-                for (a, b) in v.iter_mut().zip(vec1(k(Role::AttnVBias))) { *a += b; }
+                for (a, b) in q.iter_mut().zip(vec1(k(Role::AttnQBias))) {
+                    *a += b;
+                }
+                for (a, b) in kk.iter_mut().zip(vec1(k(Role::AttnKBias))) {
+                    *a += b;
+                }
+                for (a, b) in v.iter_mut().zip(vec1(k(Role::AttnVBias))) {
+                    *a += b;
+                }
             }
             rope(&mut q, p, hd, s.rope_theta, s.rope_pairing);
             rope(&mut kk, p, hd, s.rope_theta, s.rope_pairing);
@@ -234,7 +295,11 @@ pub fn naive_logits(model: &dyn OperandSource, ids: &[u32]) -> Vec<Vec<f32>> {
                 let sc: Vec<f64> = (0..=p)
                     .map(|t| {
                         let kt = &ks[t][kvh * hd..(kvh + 1) * hd];
-                        q.iter().zip(kt).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() / (hd as f64).sqrt()
+                        q.iter()
+                            .zip(kt)
+                            .map(|(a, b)| *a as f64 * *b as f64)
+                            .sum::<f64>()
+                            / (hd as f64).sqrt()
                     })
                     .collect();
                 let m = sc.iter().cloned().fold(f64::MIN, f64::max);
@@ -247,7 +312,9 @@ pub fn naive_logits(model: &dyn OperandSource, ids: &[u32]) -> Vec<Vec<f32>> {
                 }
             }
             let delta = matvec(&wo, &o);
-            for (a, b) in x[p].iter_mut().zip(delta) { *a += b; }
+            for (a, b) in x[p].iter_mut().zip(delta) {
+                *a += b;
+            }
         }
         let (wg, wu, wd) = (g(k(Role::FfnGate)), g(k(Role::FfnUp)), g(k(Role::FfnDown)));
         let fnorm = vec1(k(Role::FfnNorm));
@@ -261,22 +328,35 @@ pub fn naive_logits(model: &dyn OperandSource, ids: &[u32]) -> Vec<Vec<f32>> {
                     let g = *g as f64;
                     let a = match s.activation {
                         Activation::Silu => g / (1.0 + (-g).exp()),
-                        Activation::Gelu => 0.5 * g * (1.0 + (0.7978845608 * (g + 0.044715 * g * g * g)).tanh()),
+                        Activation::Gelu => {
+                            0.5 * g * (1.0 + (0.7978845608 * (g + 0.044715 * g * g * g)).tanh())
+                        }
                     };
                     (a * *u as f64) as f32
                 })
                 .collect();
-            for (a, b) in xp.iter_mut().zip(matvec(&wd, &act)) { *a += b; }
+            for (a, b) in xp.iter_mut().zip(matvec(&wd, &act)) {
+                *a += b;
+            }
         }
     }
     let on = vec1(OperandKey::global(Role::OutputNorm));
-    let head = if s.tied_head { emb } else { g(OperandKey::global(Role::Output)) };
-    x.iter().map(|xp| matvec(&head, &rms(xp, &on, s.norm_eps))).collect()
+    let head = if s.tied_head {
+        emb
+    } else {
+        g(OperandKey::global(Role::Output))
+    };
+    x.iter()
+        .map(|xp| matvec(&head, &rms(xp, &on, s.norm_eps)))
+        .collect()
 }
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 pub fn arc<M: OperandSource + 'static>(model: M) -> Arc<dyn OperandSource> {
