@@ -685,3 +685,31 @@ fn killed_extract_never_leaves_an_accepted_container() {
         "killed extracts: {complete} complete, {refused} partial (refused), {absent} targets absent"
     );
 }
+
+#[test]
+fn re_extracting_a_container_keeps_every_payload_hash() {
+    let t = tempfile::tempdir().unwrap();
+    let model = synthetic(SMALL);
+    let first = extract_to(&model, t.path(), ExtractEncoding::Source);
+    let opened = open_model(&first).unwrap();
+    let second = t.path().join("second");
+    extract(&opened, &second, ExtractEncoding::Source, &mut |_| {}).unwrap();
+    let a = read_json(&first.join("index.json"));
+    let b = read_json(&second.join("index.json"));
+    for (id, e) in a["representations"].as_object().unwrap() {
+        assert_eq!(
+            e["payload_sha256"], b["representations"][id]["payload_sha256"],
+            "{id}"
+        );
+        assert_eq!(
+            e["segment_sha256"],
+            b["representations"][id]["segment_sha256"]
+        );
+    }
+    let ga = read_json(&first.join("system_graph.json"));
+    let gb = read_json(&second.join("system_graph.json"));
+    assert_eq!(
+        ga["components"][0]["operands"],
+        gb["components"][0]["operands"]
+    );
+}

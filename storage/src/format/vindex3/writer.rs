@@ -633,7 +633,10 @@ fn write_container(
 
     let tensors = model.operands.len();
     let object_count = graph.objects.len();
-    let source_bytes = std::fs::metadata(&model.path).map(|m| m.len()).ok();
+    let source_bytes = std::fs::metadata(&model.path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
     let mut extra = Map::new();
     extra.insert("vindex_spec_version".into(), json!(2));
     extra.insert(
