@@ -147,3 +147,28 @@ fn out_of_range_ids_refuse() {
     assert_eq!(t.token_text(49152), None);
     assert_eq!(t.token_kind(49152), TokenKind::Undefined);
 }
+
+/// Ids from llama.cpp itself on the same file (`fixtures/tokenizer/smollm2_llamacpp.json`,
+/// written by llama-cpp-python with `special=True`): chat prompts, whitespace runs, digits,
+/// emoji, CJK, combining marks, contractions, control tokens mid-text.
+#[test]
+fn matches_llama_cpp() {
+    let Some(t) = tokenizer() else { return };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tokenizer/smollm2_llamacpp.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let cases = v["cases"].as_array().unwrap();
+    assert!(cases.len() >= 16);
+    for c in cases {
+        let text = c["text"].as_str().unwrap();
+        let want: Vec<u32> = c["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(t.encode(text, true).unwrap(), want, "{text:?}");
+        assert_eq!(t.decode(&want).unwrap(), text);
+    }
+}

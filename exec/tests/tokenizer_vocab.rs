@@ -132,3 +132,59 @@ fn extra_vocab_cases_from_env() {
     }
     assert!(failures.is_empty(), "{failures}");
 }
+
+/// The tokenizer.json path: export each GGUF-built tokenizer as a Hugging Face
+/// `tokenizer.json`, load it back through `TokenizerSpec::Json`, and run the same cases.
+#[test]
+fn tokenizer_json_round_trip_passes_the_same_cases() {
+    use lql_storage::tokenizer_spec::TokenizerSpec;
+    for name in ["gpt-2", "llama-bpe", "llama-spm"] {
+        let path = fixtures().join(format!("ggml-vocab-{name}.gguf"));
+        let from_gguf = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+        let json = from_gguf.to_tokenizer_json(false).unwrap();
+        let spec = TokenizerSpec::Json {
+            json,
+            chat_template: None,
+        };
+        let t = Tokenizer::from_spec(&spec).unwrap();
+        assert_eq!(t.vocab_size(), from_gguf.vocab_size(), "{name}");
+        let mut passed = 0;
+        let cases = cases(&path);
+        for (text, want) in &cases {
+            let got = t.encode(text, false).unwrap();
+            assert_eq!(&got, want, "{name}: {text:?}");
+            assert_eq!(&t.decode(&got).unwrap(), text, "{name}: {text:?}");
+            passed += 1;
+        }
+        // The post-processor adds BOS as the GGUF asked.
+        assert_eq!(
+            t.encode("Hello", true).unwrap(),
+            from_gguf.encode("Hello", true).unwrap(),
+            "{name}"
+        );
+        for id in [0u32, 13, 300, (t.vocab_size() - 1) as u32] {
+            assert_eq!(t.token_kind(id), from_gguf.token_kind(id), "{name} id {id}");
+            assert_eq!(
+                t.token_bytes(id),
+                from_gguf.token_bytes(id),
+                "{name} id {id}"
+            );
+        }
+        eprintln!(
+            "{name} via tokenizer.json: {passed}/{} cases pass",
+            cases.len()
+        );
+    }
+}
+
+#[test]
+fn missing_tokenizer_refuses() {
+    let e = Tokenizer::from_spec(&lql_storage::tokenizer_spec::TokenizerSpec::None).unwrap_err();
+    assert!(e.to_string().contains("no tokenizer"), "{e}");
+    let e = Tokenizer::from_spec(&lql_storage::tokenizer_spec::TokenizerSpec::Json {
+        json: "{not json".into(),
+        chat_template: None,
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("tokenizer.json"), "{e}");
+}

@@ -14,11 +14,17 @@
 //! before the model sees it (llama.cpp's special-token partition).
 
 use lql_storage::tokenizer_spec::GgufVocab;
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use super::error::{Result, TokenizerError};
@@ -119,6 +125,54 @@ fn add_verbatim(hf: &mut tokenizers::Tokenizer, raw: &[String], kinds: &[TokenKi
     Ok(())
 }
 
+/// BOS/EOS as a post-processor, so that an exported tokenizer.json adds them as the GGUF
+/// asks (encoding here adds them itself).
+fn set_post_processor(
+    hf: &mut tokenizers::Tokenizer,
+    raw: &[String],
+    bos: Option<u32>,
+    eos: Option<u32>,
+) -> Result<()> {
+    if bos.is_none() && eos.is_none() {
+        return Ok(());
+    }
+    let mut single: Vec<String> = Vec::new();
+    let mut pair: Vec<String> = Vec::new();
+    let mut specials: Vec<(String, u32)> = Vec::new();
+    if let Some(b) = bos {
+        single.push(raw[b as usize].clone());
+        specials.push((raw[b as usize].clone(), b));
+    }
+    single.push("$A".into());
+    pair.extend(single.iter().cloned());
+    if let Some(b) = bos {
+        pair.push(format!("{}:1", raw[b as usize]));
+    }
+    pair.push("$B:1".into());
+    if let Some(e) = eos {
+        single.push(raw[e as usize].clone());
+        pair.insert(
+            pair.len() - if bos.is_some() { 2 } else { 1 },
+            raw[e as usize].clone(),
+        );
+        pair.push(format!("{}:1", raw[e as usize]));
+        if Some(e) != bos {
+            specials.push((raw[e as usize].clone(), e));
+        }
+    }
+    let err = |e: String| TokenizerError::Library(format!("post-processor: {e}"));
+    let tp = TemplateProcessing::builder()
+        .try_single(single)
+        .map_err(err)?
+        .try_pair(pair)
+        .map_err(err)?
+        .special_tokens(specials)
+        .build()
+        .map_err(|e| err(e.to_string()))?;
+    hf.with_post_processor(Some(tp));
+    Ok(())
+}
+
 fn library_error(what: &str, e: impl std::fmt::Display) -> TokenizerError {
     TokenizerError::vocab(what, e.to_string())
 }
@@ -166,6 +220,7 @@ fn build_bpe(
 
     let mut hf = tokenizers::Tokenizer::new(model);
     hf.with_pre_tokenizer(Some(PreSequence::new(steps)));
+    hf.with_decoder(Some(ByteLevel::new(false, false, false)));
     add_verbatim(&mut hf, &raw, &kinds)?;
 
     let pieces = raw
@@ -185,16 +240,25 @@ fn build_bpe(
         vocab.pre.as_deref().unwrap_or("default"),
         if vocab.pre.is_none() { ", absent" } else { "" }
     );
+    let add_bos = config.add_bos.unwrap_or(recipe.family == "llama3");
+    let add_eos = config.add_eos.unwrap_or(false);
+    let (bos, eos) = (config.bos, config.eos);
+    set_post_processor(
+        &mut hf,
+        &raw,
+        add_bos.then_some(bos).flatten(),
+        add_eos.then_some(eos).flatten(),
+    )?;
     Ok(Parts {
         hf,
         raw,
         pieces,
         kinds,
-        bos: config.bos,
-        eos: config.eos,
+        bos,
+        eos,
         unk: config.unk,
-        add_bos: config.add_bos.unwrap_or(recipe.family == "llama3"),
-        add_eos: config.add_eos.unwrap_or(false),
+        add_bos,
+        add_eos,
         library_adds_special: false,
         strip_after_boundary: false,
         strip_at_start: false,
@@ -297,6 +361,17 @@ fn build_spm(
     let mut hf = tokenizers::Tokenizer::new(model);
     hf.with_normalizer(Some(NormSequence::new(norms)))
         .map_err(|e| TokenizerError::Library(e.to_string()))?;
+    let mut decoders: Vec<DecoderWrapper> = vec![
+        Replace::new(SPACE_MARK.to_string(), " ")
+            .map_err(|e| TokenizerError::Library(e.to_string()))?
+            .into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    if add_space_prefix {
+        decoders.push(Strip::new(' ', 1, 0).into());
+    }
+    hf.with_decoder(Some(DecoderSequence::new(decoders)));
     add_verbatim(&mut hf, &raw, &kinds)?;
 
     let pieces = raw
@@ -309,6 +384,14 @@ fn build_spm(
             TokenKind::Unused | TokenKind::Undefined => Box::default(),
         })
         .collect();
+    let add_bos = config.add_bos.unwrap_or(true);
+    let add_eos = config.add_eos.unwrap_or(false);
+    set_post_processor(
+        &mut hf,
+        &raw,
+        add_bos.then_some(bos).flatten(),
+        add_eos.then_some(eos).flatten(),
+    )?;
     Ok(Parts {
         hf,
         raw,
@@ -317,8 +400,8 @@ fn build_spm(
         bos,
         eos,
         unk,
-        add_bos: config.add_bos.unwrap_or(true),
-        add_eos: config.add_eos.unwrap_or(false),
+        add_bos,
+        add_eos,
         library_adds_special: false,
         strip_after_boundary: add_space_prefix,
         strip_at_start: false,

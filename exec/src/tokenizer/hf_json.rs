@@ -110,7 +110,9 @@ pub fn build(json: &str, config: &TokenizerConfig) -> Result<Tokenizer> {
     let added = hf.get_added_tokens_decoder();
     for (&id, tok) in &added {
         if let Some(k) = kinds.get_mut(id as usize) {
-            *k = if tok.special {
+            *k = if *k == TokenKind::Unknown {
+                TokenKind::Unknown
+            } else if tok.special {
                 TokenKind::Control
             } else {
                 TokenKind::UserDefined

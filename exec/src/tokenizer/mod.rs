@@ -316,6 +316,15 @@ impl Tokenizer {
         &self.description
     }
 
+    /// The tokenizer as a Hugging Face `tokenizer.json` (normalizer, pre-tokenizer, BPE
+    /// model, added tokens, BOS/EOS post-processor and decoder), e.g. to write beside an
+    /// exported model. Loading it back gives the same ids.
+    pub fn to_tokenizer_json(&self, pretty: bool) -> Result<String> {
+        self.hf
+            .to_string(pretty)
+            .map_err(|e| TokenizerError::Library(e.to_string()))
+    }
+
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
         let n = self.raw.len();
         match ids.iter().position(|&id| id as usize >= n) {

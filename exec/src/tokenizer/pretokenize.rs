@@ -68,6 +68,18 @@ pub fn recipe(pre: Option<&str>) -> Result<PreTokenizerRecipe> {
             &[r"[\p{P}\$\+<=>\^~\|`]+", GPT2, r"[0-9][0-9][0-9]"],
             false,
         ),
+        "deepseek-llm" => r(
+            "deepseek-llm",
+            &[
+                "[\r\n]",
+                r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+                r"\s?[!-/:-~！-／：-～‘-‟　-。]+",
+                r"\s+$",
+                r"[一-龥ࠀ-一가-퟿]+",
+                r"\p{N}+",
+            ],
+            false,
+        ),
         "deepseek-coder" => r(
             "deepseek-coder",
             &[
@@ -118,6 +130,7 @@ mod tests {
             "qwen2",
             "qwen35",
             "falcon",
+            "deepseek-llm",
             "deepseek-coder",
             "deepseek-v3",
             "tekken",
