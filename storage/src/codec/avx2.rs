@@ -551,3 +551,145 @@ pub unsafe fn dot_q6_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
     }
     hsum(acc)
 }
+
+// ---------------------------------------------------------------- more exact decoders
+
+/// Q5_0 → `d * (q5 - 16)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn decode_q5_0(src: *const u8, out: *mut f32, nb: usize) {
+    let sixteen = _mm256_set1_epi32(16);
+    for b in 0..nb {
+        let blk = src.add(b * 22);
+        let d = bcast_f16(blk);
+        let qh = (blk.add(2) as *const u32).read_unaligned();
+        let c = q5_codes(blk.add(6), qh);
+        let o = out.add(b * 32);
+        for (k, ck) in c.into_iter().enumerate() {
+            let q = _mm256_cvtepi32_ps(_mm256_sub_epi32(ck, sixteen));
+            _mm256_storeu_ps(o.add(8 * k), _mm256_mul_ps(d, q));
+        }
+    }
+}
+
+/// Q5_1 → `d * q5 + m`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn decode_q5_1(src: *const u8, out: *mut f32, nb: usize) {
+    for b in 0..nb {
+        let blk = src.add(b * 24);
+        let (d, m) = bcast_f16_pair(blk);
+        let qh = (blk.add(4) as *const u32).read_unaligned();
+        let q = cvt4(q5_codes(blk.add(8), qh));
+        let o = out.add(b * 32);
+        for (k, qk) in q.into_iter().enumerate() {
+            _mm256_storeu_ps(o.add(8 * k), _mm256_add_ps(_mm256_mul_ps(d, qk), m));
+        }
+    }
+}
+
+/// MXFP4 → `s * KV[nibble]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn decode_mxfp4(src: *const u8, out: *mut f32, nb: usize) {
+    let table = _mm_loadu_si128(MXFP4_KVALUES.as_ptr() as *const __m128i);
+    let mask = _mm_set1_epi8(0x0F);
+    for b in 0..nb {
+        let blk = src.add(b * 17);
+        let s = _mm256_set1_ps(super::block::e8m0_half(*blk));
+        let qs = _mm_loadu_si128(blk.add(1) as *const __m128i);
+        let lo = _mm_shuffle_epi8(table, _mm_and_si128(qs, mask));
+        let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), mask));
+        let [a0, a1] = widen_i8(lo);
+        let [a2, a3] = widen_i8(hi);
+        let o = out.add(b * 32);
+        for (k, qk) in cvt4([a0, a1, a2, a3]).into_iter().enumerate() {
+            _mm256_storeu_ps(o.add(8 * k), _mm256_mul_ps(s, qk));
+        }
+    }
+}
+
+/// Q4_K → `(d * sc) * q - (dmin * mn)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn decode_q4_k(src: *const u8, out: *mut f32, nb: usize) {
+    let mask = _mm_set1_epi8(0x0F);
+    for b in 0..nb {
+        let blk = src.add(b * 144);
+        let head = std::slice::from_raw_parts(blk, 16);
+        let d = super::block::f16_at(head, 0);
+        let dmin = super::block::f16_at(head, 2);
+        let scales = &head[4..16];
+        let qs = blk.add(16);
+        let o = out.add(b * 256);
+        for c in 0..4 {
+            let a = _mm_loadu_si128(qs.add(32 * c) as *const __m128i);
+            let bb = _mm_loadu_si128(qs.add(32 * c + 16) as *const __m128i);
+            for (h, (va, vb)) in [
+                (_mm_and_si128(a, mask), _mm_and_si128(bb, mask)),
+                (
+                    _mm_and_si128(_mm_srli_epi16(a, 4), mask),
+                    _mm_and_si128(_mm_srli_epi16(bb, 4), mask),
+                ),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let (sc, mn) = super::block::scale_min_k4(2 * c + h, scales);
+                let ds = _mm256_set1_ps(d * sc as f32);
+                let dm = _mm256_set1_ps(dmin * mn as f32);
+                let q = cvt4([
+                    _mm256_cvtepu8_epi32(va),
+                    _mm256_cvtepu8_epi32(_mm_srli_si128(va, 8)),
+                    _mm256_cvtepu8_epi32(vb),
+                    _mm256_cvtepu8_epi32(_mm_srli_si128(vb, 8)),
+                ]);
+                let oo = o.add(64 * c + 32 * h);
+                for (k, qk) in q.into_iter().enumerate() {
+                    _mm256_storeu_ps(oo.add(8 * k), _mm256_sub_ps(_mm256_mul_ps(ds, qk), dm));
+                }
+            }
+        }
+    }
+}
+
+/// Q6_K → `(d * scale) * (q6 - 32)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn decode_q6_k(src: *const u8, out: *mut f32, nb: usize) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(3);
+    let off = _mm256_set1_epi8(32);
+    for b in 0..nb {
+        let blk = src.add(b * 210);
+        let d = super::block::f16_at(std::slice::from_raw_parts(blk.add(208), 2), 0);
+        let sc = blk.add(192) as *const i8;
+        for h in 0..2 {
+            let ql0 = _mm256_loadu_si256(blk.add(64 * h) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
+            let hb = |v: __m256i| _mm256_slli_epi16(_mm256_and_si256(v, m3), 4);
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), hb(qh)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), hb(_mm256_srli_epi16(qh, 2))),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                    hb(_mm256_srli_epi16(qh, 4)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    hb(_mm256_srli_epi16(qh, 6)),
+                ),
+            ];
+            for (k, qk) in q.into_iter().enumerate() {
+                let v = _mm256_sub_epi8(qk, off);
+                let [c0, c1] = widen_i8(_mm256_castsi256_si128(v));
+                let [c2, c3] = widen_i8(_mm256_extracti128_si256(v, 1));
+                let qf = cvt4([c0, c1, c2, c3]);
+                let p = 128 * h + 32 * k;
+                let d0 = _mm256_set1_ps(d * *sc.add(p / 16) as f32);
+                let d1 = _mm256_set1_ps(d * *sc.add(p / 16 + 1) as f32);
+                let o = out.add(b * 256 + p);
+                _mm256_storeu_ps(o, _mm256_mul_ps(d0, qf[0]));
+                _mm256_storeu_ps(o.add(8), _mm256_mul_ps(d0, qf[1]));
+                _mm256_storeu_ps(o.add(16), _mm256_mul_ps(d1, qf[2]));
+                _mm256_storeu_ps(o.add(24), _mm256_mul_ps(d1, qf[3]));
+            }
+        }
+    }
+}

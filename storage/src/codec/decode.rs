@@ -54,6 +54,13 @@ pub(crate) fn decode_unchecked(dtype: DType, src: &[u8], out: &mut [f32]) {
                 DType::Q4_1 => return super::avx2::decode_q4_1(src.as_ptr(), out.as_mut_ptr(), nb),
                 DType::Q8_0 => return super::avx2::decode_q8_0(src.as_ptr(), out.as_mut_ptr(), nb),
                 DType::Q4_0 => return super::avx2::decode_q4_0(src.as_ptr(), out.as_mut_ptr(), nb),
+                DType::Q5_0 => return super::avx2::decode_q5_0(src.as_ptr(), out.as_mut_ptr(), nb),
+                DType::Q5_1 => return super::avx2::decode_q5_1(src.as_ptr(), out.as_mut_ptr(), nb),
+                DType::MXFP4 => {
+                    return super::avx2::decode_mxfp4(src.as_ptr(), out.as_mut_ptr(), nb)
+                }
+                DType::Q4_K => return super::avx2::decode_q4_k(src.as_ptr(), out.as_mut_ptr(), nb),
+                DType::Q6_K => return super::avx2::decode_q6_k(src.as_ptr(), out.as_mut_ptr(), nb),
                 _ => {}
             }
         }
