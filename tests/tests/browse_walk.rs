@@ -11,14 +11,7 @@ use lql_storage::model::OperandSource;
 use serde_json::Value as Json;
 
 fn model_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("LQL_TEST_MODEL") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("LQL_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/lql/models")))
-        .expect("HOME or LQL_HOME");
-    home.join("smollm2-135m-instruct.gguf")
+    lql_tests::default_model_path()
 }
 
 fn fixture() -> Json {
