@@ -713,3 +713,30 @@ fn re_extracting_a_container_keeps_every_payload_hash() {
         gb["components"][0]["operands"]
     );
 }
+
+#[test]
+fn cancelled_extract_leaves_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let t = tempfile::tempdir().unwrap();
+    let model = synthetic(SMALL);
+    let out = t.path().join("c");
+    let cancel = AtomicBool::new(false);
+    let mut seen = 0;
+    let e = vindex3::extract_cancellable(
+        &model,
+        &out,
+        ExtractEncoding::Source,
+        &mut |_| {
+            seen += 1;
+            if seen == 3 {
+                cancel.store(true, Ordering::Relaxed);
+            }
+        },
+        &cancel,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("interrupted"), "{e}");
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
+}

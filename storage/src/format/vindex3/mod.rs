@@ -54,7 +54,7 @@ pub use inspect::{
 };
 pub use reader::{open_model, Container};
 pub use verify::{all_ok, verify, VerifyRow, VerifyStatus};
-pub use writer::{extract, ExtractProgress, ExtractReport};
+pub use writer::{extract, extract_cancellable, ExtractProgress, ExtractReport};
 
 /// `index.json` schema this build writes (seed 002 §12: VINDEX3 spans 3–4).
 pub const INDEX_SCHEMA: u32 = 4;

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
@@ -83,9 +84,29 @@ pub fn extract(
     encoding: ExtractEncoding,
     progress: &mut dyn FnMut(ExtractProgress),
 ) -> Result<ExtractReport> {
+    extract_cancellable(model, out, encoding, progress, &AtomicBool::new(false))
+}
+
+/// [`extract`], checking `cancel` between tensors: once it is set the EXTRACT stops,
+/// removes its temporary directory and returns an error saying it was interrupted.
+pub fn extract_cancellable(
+    model: &Model,
+    out: &Path,
+    encoding: ExtractEncoding,
+    progress: &mut dyn FnMut(ExtractProgress),
+    cancel: &AtomicBool,
+) -> Result<ExtractReport> {
     let started = Instant::now();
     let tmp = atomic::claim_target(out)?;
-    match write_container(model, &tmp, encoding, progress) {
+    let mut counter = Counter {
+        progress,
+        cancel,
+        tensors_done: 0,
+        tensors_total: model.operands.len(),
+        bytes_done: 0,
+        bytes_total: model.operands.values().map(|o| o.len as u64).sum(),
+    };
+    match write_container(model, &tmp, encoding, &mut counter) {
         Ok((objects, tensors, payload_bytes)) => {
             if let Err(e) = atomic::publish_dir(&tmp, out) {
                 let _ = std::fs::remove_dir_all(&tmp);
@@ -249,6 +270,7 @@ struct WrittenObject {
 
 struct Counter<'a> {
     progress: &'a mut dyn FnMut(ExtractProgress),
+    cancel: &'a AtomicBool,
     tensors_done: usize,
     tensors_total: usize,
     bytes_done: u64,
@@ -334,6 +356,11 @@ fn write_segment(
     let mut payload_bytes = 0u64;
     let mut source_bytes = 0u64;
     for p in &planned {
+        if counter.cancel.load(Ordering::Relaxed) {
+            return Err(StorageError::Invalid(format!(
+                "EXTRACT interrupted while writing {object}; nothing was left at the target"
+            )));
+        }
         let gap = payload_start + p.offset - sink.written;
         if gap > 0 {
             sink.frame(&vec![0u8; gap as usize])?;
@@ -489,7 +516,7 @@ fn write_container(
     model: &Model,
     dir: &Path,
     encoding: ExtractEncoding,
-    progress: &mut dyn FnMut(ExtractProgress),
+    counter: &mut Counter<'_>,
 ) -> Result<(usize, usize, u64)> {
     let surface = &model.surface;
     std::fs::create_dir(dir.join("segments"))
@@ -522,14 +549,6 @@ fn write_container(
             key: "output (the head is not tied; text.output_head has no operand)".into(),
         });
     }
-    let bytes_total = model.operands.values().map(|o| o.len as u64).sum();
-    let mut counter = Counter {
-        progress,
-        tensors_done: 0,
-        tensors_total: model.operands.len(),
-        bytes_done: 0,
-        bytes_total,
-    };
 
     let mut objects = Vec::new();
     let mut representations = BTreeMap::new();
@@ -559,7 +578,7 @@ fn write_container(
             });
             continue;
         };
-        let w = write_segment(model, dir, object, keys, encoding, &artifact, &mut counter)?;
+        let w = write_segment(model, dir, object, keys, encoding, &artifact, counter)?;
         let level = levels
             .iter()
             .position(|l| *l == w.entry.fidelity)
