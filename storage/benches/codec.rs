@@ -4,9 +4,9 @@
 //! Run: `cargo bench -p lql-storage --bench codec`. Elements/s = bytes/s × block_elems /
 //! block_bytes (printed at the start for each format).
 //!
-//! Time is the benchmark thread's on-CPU time (Linux `/proc/thread-self/schedstat`), so the
+//! Time is the benchmark thread's on-CPU time (Linux `CLOCK_THREAD_CPUTIME_ID`), so the
 //! figures stay meaningful on a machine shared with other work; set `LQL_BENCH_WALL=1` (or run
-//! where schedstat is unavailable) for wall-clock time. With the real model present
+//! on another OS) for wall-clock time. With the real model present
 //! (`LQL_TEST_MODEL` or `~/.cache/lql/models/smollm2-135m-instruct.gguf`), `codec_model`
 //! dots every matrix of it once — the matrix-vector work of one decoded token on one thread.
 
@@ -32,9 +32,29 @@ impl CpuTime {
             use_wall,
         }
     }
+    /// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`: the calling thread's on-CPU time, in ns.
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     fn on_cpu_ns() -> Option<u64> {
-        let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-        s.split_whitespace().next()?.parse().ok()
+        #[repr(C)]
+        struct Timespec {
+            tv_sec: i64,
+            tv_nsec: i64,
+        }
+        extern "C" {
+            fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut ts = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer to a timespec of the platform's layout.
+        let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+    fn on_cpu_ns() -> Option<u64> {
+        None
     }
     fn now(&self, epoch: &std::time::Instant) -> u64 {
         if self.use_wall {
