@@ -128,7 +128,7 @@ fn source_extract_keeps_bytes_and_hashes() {
         rows.iter().all(|r| r.status == VerifyStatus::Ok),
         "{rows:?}"
     );
-    assert_eq!(rows.len(), 1 + 3 + 3); // graph, three representations, three capability files
+    assert_eq!(rows.len(), 1 + 3 + 4); // graph, three representations, four capability files
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //! │   ├── text.decoder_stack.bin
 //! │   ├── text.final_norm.bin
 //! │   └── text.output_head.bin   only when the head is not tied to the embedding
-//! └── tokenizer_spec.json, chat_template.jinja, special_tokens_map.json, tokenizer.json
+//! └── tokenizer_spec.json, chat_template.jinja, special_tokens_map.json,
+//!     generation_config.json, tokenizer.json (for tokenizer.json sources)
 //!                                capability snapshot (serving, not execution)
 //! ```
 //!

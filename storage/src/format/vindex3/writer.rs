@@ -495,6 +495,22 @@ fn write_capabilities(model: &Model, dir: &Path) -> Result<BTreeMap<String, Capa
     });
     let map = serde_json::to_vec_pretty(&map).map_err(|e| StorageError::Internal(e.to_string()))?;
     files.push(("special_tokens_map", "special_tokens_map.json", map));
+    let mut eos: Vec<u32> = special.eos.into_iter().collect();
+    eos.extend(
+        special
+            .eot
+            .iter()
+            .copied()
+            .filter(|i| Some(*i) != special.eos),
+    );
+    let generation = json!({
+        "bos_token_id": special.bos,
+        "eos_token_id": eos,
+        "pad_token_id": special.pad,
+    });
+    let generation = serde_json::to_vec_pretty(&generation)
+        .map_err(|e| StorageError::Internal(e.to_string()))?;
+    files.push(("generation_config", "generation_config.json", generation));
     let mut out = BTreeMap::new();
     for (name, file, bytes) in files {
         atomic::write_file(&dir.join(file), &bytes)?;
