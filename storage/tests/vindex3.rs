@@ -740,3 +740,64 @@ fn cancelled_extract_leaves_nothing() {
     assert!(!out.exists());
     assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn random_damage_never_panics() {
+    let t = tempfile::tempdir().unwrap();
+    let model = synthetic(SMALL);
+    let base = extract_to(&model, t.path(), ExtractEncoding::Source);
+    let files = [
+        "index.json",
+        "system_graph.json",
+        "segments/text.decoder_stack.bin",
+        "segments/text.final_norm.bin",
+        "tokenizer_spec.json",
+    ];
+    let originals: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(base.join(f)).unwrap())
+        .collect();
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (mut opened, mut refused) = (0, 0);
+    for _ in 0..300 {
+        let which = (next() % files.len() as u64) as usize;
+        let mut b = originals[which].clone();
+        // Damage the first 4 KiB (headers, JSON structure) more often than payloads.
+        let span = if next() % 4 == 0 {
+            b.len()
+        } else {
+            b.len().min(4096)
+        };
+        for _ in 0..1 + next() % 4 {
+            let i = (next() % span.min(b.len()) as u64) as usize;
+            match next() % 3 {
+                0 => b[i] ^= 1 << (next() % 8),
+                1 => b[i] = b"{}[]\":,0 9-e"[(next() % 12) as usize],
+                _ => b.truncate(i),
+            }
+            if b.is_empty() {
+                break;
+            }
+        }
+        std::fs::write(base.join(files[which]), &b).unwrap();
+        match open_model(&base) {
+            Ok(m) => {
+                opened += 1;
+                let _ = m.tokenizer_spec();
+            }
+            Err(_) => refused += 1,
+        }
+        let _ = verify(&base);
+        let _ = show_tensors(&base);
+        let _ = stats(&base);
+        std::fs::write(base.join(files[which]), &originals[which]).unwrap();
+    }
+    eprintln!("damaged containers: {opened} opened, {refused} refused");
+    open_model(&base).unwrap();
+}
