@@ -39,17 +39,31 @@ pub(crate) fn extract(cx: &mut Cx<'_>, plan: &ExtractPlan) -> Result<Rows> {
     let model = import::open(&source)?;
     let task = format!("extract {}", plan.output);
     let handler = cx.engine.progress.clone();
-    let report = vindex3::extract(&model, Path::new(&plan.output), encoding, &mut |p| {
-        if let Some(h) = &handler {
-            h(&Progress {
-                task: task.clone(),
-                done: p.bytes_done,
-                total: Some(p.bytes_total),
-                unit: ProgressUnit::Bytes,
-                finished: false,
-            });
+    let cancel = cx.cancel.clone();
+    let result = vindex3::extract_cancellable(
+        &model,
+        Path::new(&plan.output),
+        encoding,
+        &mut |p| {
+            if let Some(h) = &handler {
+                h(&Progress {
+                    task: task.clone(),
+                    done: p.bytes_done,
+                    total: Some(p.bytes_total),
+                    unit: ProgressUnit::Bytes,
+                    finished: false,
+                });
+            }
+        },
+        &cancel,
+    );
+    let report = match result {
+        Ok(r) => r,
+        Err(_) if cancel.load(std::sync::atomic::Ordering::Relaxed) => {
+            return Err(Error::interrupted())
         }
-    })?;
+        Err(e) => return Err(e.into()),
+    };
     if let Some(h) = &handler {
         h(&Progress {
             task,
