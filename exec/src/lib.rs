@@ -27,6 +27,7 @@ pub mod observer;
 pub mod plan;
 pub mod sample;
 pub mod session;
+pub mod trace;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::Backend;

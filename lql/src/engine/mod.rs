@@ -14,8 +14,10 @@
 
 mod bind;
 mod catalog;
+mod explain_infer;
 mod introspect;
 mod run;
+mod trace;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -139,6 +141,11 @@ fn dispatch(cx: &mut Cx<'_>, plan: &LogicalPlan, stmt: &lql_grammar::Statement) 
         LogicalPlan::Show(p) => introspect::show(cx, p, stmt),
         LogicalPlan::Stats => introspect::stats(cx),
         LogicalPlan::Tokenize { text } => introspect::tokenize(cx, text),
+        LogicalPlan::Trace(p) => trace::trace(cx, p),
+        LogicalPlan::Explain(inner) if matches!(**inner, LogicalPlan::Infer(_)) => match &**inner {
+            LogicalPlan::Infer(p) => explain_infer::explain_infer(cx, p),
+            _ => Err(Error::internal("EXPLAIN INFER without INFER")),
+        },
         LogicalPlan::Explain(_) => introspect::explain(cx, plan),
         other => Err(Error::not_supported_yet(other.name())),
     }

@@ -1,0 +1,263 @@
+//! TRACE: watch the model think, layer by layer.
+//!
+//! `TRACE "prompt" [FOR "token"] [DECOMPOSE] [LAYERS a-b] [POSITIONS LAST | ALL]
+//! [SAVE "file"]` runs the prompt once with a capturing observer and reads the capture:
+//!
+//! - default: the logit lens per layer (top-1 token, id, probability) and the L2 norms of
+//!   the layer's attention and FFN deltas;
+//! - `FOR "tok"` (one token): the token's rank and probability per layer and the direct
+//!   logit contributions of each delta (they add up to the final logit), with `who`;
+//! - `DECOMPOSE`: delta norms, residual norm and the attention share (after FOR's columns
+//!   when both are given);
+//! - `POSITIONS ALL` adds a `position` column (rows position-major); `LAYERS a-b` keeps
+//!   those layers' rows (the `emb` row only when the range starts at 0);
+//! - `SAVE "x.svg"` draws the logit-lens heatmap, any other name writes a `.trace` file.
+//!
+//! Formulas and the file layout: `docs/trace.md`.
+
+use std::path::Path;
+
+use lql_exec::trace::{
+    self, lens, run_trace, CaptureOptions, LogitLens, Trace, TraceError, TraceFile,
+};
+use lql_planner::{Positions, TracePlan};
+
+use super::Cx;
+use crate::error::{Error, ErrorKind, Result};
+use crate::rows::{Column, Rows};
+use crate::value::{Value, ValueType};
+
+/// Maps a trace error to an LQL error.
+pub(crate) fn trace_err(e: TraceError) -> Error {
+    match e {
+        TraceError::Exec(e) => Error::from(e),
+        TraceError::Io { .. } | TraceError::Draw { .. } => Error::io(e.to_string()),
+        TraceError::Format { .. } => Error::new(ErrorKind::Format, e.to_string()),
+        TraceError::Invalid(m) => Error::semantic(m),
+        TraceError::Internal(m) => Error::internal(m),
+        other => Error::internal(other.to_string()),
+    }
+}
+
+/// The prompt's ids: raw text, BOS when the tokenizer's settings ask for it.
+pub(crate) fn prompt_ids(tok: &lql_exec::tokenizer::Tokenizer, prompt: &str) -> Result<Vec<u32>> {
+    let ids = tok.encode(prompt, true)?;
+    if ids.is_empty() {
+        return Err(Error::semantic(
+            "the prompt is empty: at least one token is needed",
+        ));
+    }
+    Ok(ids)
+}
+
+/// The single token `text` stands for, or an error naming its pieces.
+fn target_token(tok: &lql_exec::tokenizer::Tokenizer, text: &str) -> Result<u32> {
+    let ids = tok.encode(text, false)?;
+    if let [id] = ids[..] {
+        return Ok(id);
+    }
+    let pieces: Vec<String> = ids
+        .iter()
+        .map(|&i| {
+            format!(
+                "{:?}",
+                tok.token_text(i).unwrap_or_else(|| format!("<{i}>"))
+            )
+        })
+        .collect();
+    let mut e = Error::semantic(format!(
+        "FOR {text:?} is {} tokens ({}); it must be exactly one token",
+        ids.len(),
+        if pieces.is_empty() {
+            "none".to_string()
+        } else {
+            pieces.join(" + ")
+        }
+    ));
+    let spaced = format!(" {text}");
+    if !text.starts_with(' ') && matches!(tok.encode(&spaced, false).as_deref(), Ok([_])) {
+        e = e.with_help(format!(
+            "{spaced:?} (with a leading space, as the word appears after another) is one token"
+        ));
+    } else {
+        e = e.with_help("trace one of the pieces, e.g. the first");
+    }
+    Err(e)
+}
+
+fn columns(plan: &TracePlan) -> Vec<Column> {
+    let mut c = Vec::new();
+    if plan.positions == Positions::All {
+        c.push(Column::new("position", ValueType::Int));
+    }
+    c.push(Column::new("layer", ValueType::Any));
+    if plan.target.is_some() {
+        c.push(Column::new("rank", ValueType::Int));
+        c.push(Column::new("prob", ValueType::Float));
+        c.push(Column::new("attn_contrib", ValueType::Float));
+        c.push(Column::new("ffn_contrib", ValueType::Float));
+        c.push(Column::new("contrib", ValueType::Float));
+        c.push(Column::new("who", ValueType::Text));
+    } else if !plan.decompose {
+        c.push(Column::new("top_token", ValueType::Text));
+        c.push(Column::new("top_token_id", ValueType::Int));
+        c.push(Column::new("top_prob", ValueType::Float));
+        c.push(Column::new("attn_delta_norm", ValueType::Float));
+        c.push(Column::new("ffn_delta_norm", ValueType::Float));
+    }
+    if plan.decompose {
+        c.push(Column::new("attn_delta_norm", ValueType::Float));
+        c.push(Column::new("ffn_delta_norm", ValueType::Float));
+        c.push(Column::new("residual_norm", ValueType::Float));
+        c.push(Column::new("attn_share", ValueType::Float));
+    }
+    c
+}
+
+fn opt(v: Option<f64>) -> Value {
+    v.map_or(Value::Null, Value::Float)
+}
+
+/// `TRACE …` → rows (see the module doc).
+pub(crate) fn trace(cx: &mut Cx<'_>, plan: &TracePlan) -> Result<Rows> {
+    let exec = cx.executor()?;
+    let tok = cx.tokenizer()?;
+    let ids = prompt_ids(&tok, &plan.prompt)?;
+    let target = plan
+        .target
+        .as_deref()
+        .map(|t| target_token(&tok, t))
+        .transpose()?;
+    let save_svg = plan
+        .save
+        .as_deref()
+        .map(|p| p.to_ascii_lowercase().ends_with(".svg"));
+    let opts = CaptureOptions {
+        positions: match plan.positions {
+            Positions::Last => trace::Positions::Last,
+            Positions::All => trace::Positions::All,
+        },
+        // A saved trace carries everything the capture can give.
+        attention: save_svg == Some(false),
+        ffn_activity: save_svg == Some(false),
+    };
+    cx.check_cancel()?;
+    let tr = run_trace(&exec, &ids, opts).map_err(trace_err)?;
+    cx.check_cancel()?;
+    let need_lens = !plan.decompose || target.is_some() || save_svg == Some(true);
+    let lens = if need_lens {
+        Some(lens::logit_lens(&exec, &tr, target).map_err(trace_err)?)
+    } else {
+        None
+    };
+    cx.check_cancel()?;
+    let text = |id: u32| tok.token_text(id).unwrap_or_else(|| format!("<{id}>"));
+
+    let mut rows = Rows::new(columns(plan));
+    let d = tr.hidden;
+    let show = |stage: usize| {
+        if stage == 0 {
+            plan.layers.first == 0
+        } else {
+            plan.layers.contains(stage - 1)
+        }
+    };
+    for (slot, &pos) in tr.positions.iter().enumerate() {
+        let trajectory = match (target, &lens) {
+            (Some(t), Some(l)) => {
+                Some(lens::target_trajectory(&exec, &tr, l, t, slot).map_err(trace_err)?)
+            }
+            _ => None,
+        };
+        for stage in 0..=tr.n_layers() {
+            if !show(stage) {
+                continue;
+            }
+            let mut row = Vec::new();
+            if plan.positions == Positions::All {
+                row.push(Value::from(pos));
+            }
+            row.push(if stage == 0 {
+                Value::from("emb")
+            } else {
+                Value::from(stage - 1)
+            });
+            let layer = (stage > 0).then(|| &tr.layers[stage - 1]);
+            let norm_of = |m: fn(&lql_exec::trace::LayerCapture) -> &Vec<f32>| {
+                layer.map(|l| lens::norm(Trace::row(m(l), slot, d)))
+            };
+            let attn_norm = norm_of(|l| &l.attn_delta);
+            let ffn_norm = norm_of(|l| &l.ffn_delta);
+            if let Some(tj) = &trajectory {
+                let s = &tj.steps[stage];
+                row.push(Value::from(s.rank));
+                row.push(Value::from(s.prob));
+                row.push(opt(s.attn));
+                row.push(opt(s.ffn));
+                row.push(Value::Float(s.total));
+                row.push(match (s.attn, s.ffn) {
+                    (Some(a), Some(f)) => Value::from(lens::who(a, f)),
+                    _ => Value::Null,
+                });
+            } else if !plan.decompose {
+                let cell = lens
+                    .as_ref()
+                    .ok_or_else(|| Error::internal("lens not computed"))?
+                    .cell(stage, slot);
+                row.push(Value::from(text(cell.top_id)));
+                row.push(Value::from(cell.top_id));
+                row.push(Value::from(cell.top_prob));
+                row.push(opt(attn_norm));
+                row.push(opt(ffn_norm));
+            }
+            if plan.decompose {
+                let resid = lens::norm(lens::stage_residual(&tr, stage, slot));
+                row.push(opt(attn_norm));
+                row.push(opt(ffn_norm));
+                row.push(Value::Float(resid));
+                row.push(match (attn_norm, ffn_norm) {
+                    (Some(a), Some(f)) if a + f > 0.0 => Value::Float(a / (a + f)),
+                    (Some(_), Some(_)) => Value::Float(0.0),
+                    _ => Value::Null,
+                });
+            }
+            rows.push(row);
+        }
+    }
+
+    if let Some(path) = plan.save.as_deref() {
+        save(cx, plan, &tr, lens.as_ref(), path, &text)?;
+    }
+    Ok(rows)
+}
+
+fn save(
+    cx: &mut Cx<'_>,
+    plan: &TracePlan,
+    tr: &Trace,
+    lens: Option<&LogitLens>,
+    path: &str,
+    text: &dyn Fn(u32) -> String,
+) -> Result<()> {
+    let p = Path::new(path);
+    if path.to_ascii_lowercase().ends_with(".svg") {
+        let lens = lens.ok_or_else(|| Error::internal("lens not computed for SVG"))?;
+        let labels: Vec<String> = tr
+            .positions
+            .iter()
+            .map(|&i| format!("{i}:{}", text(tr.tokens[i])))
+            .collect();
+        let title = format!("logit lens: {:?}", plan.prompt);
+        trace::write_heatmap_svg(p, lens, text, &labels, &title).map_err(trace_err)
+    } else {
+        let b = cx.bound()?;
+        let meta = serde_json::json!({
+            "prompt": plan.prompt,
+            "model": b.name,
+            "target": plan.target,
+            "norm_eps": b.model.surface.norm_eps,
+            "written_by": "lql TRACE",
+        });
+        TraceFile::from_trace(tr, meta).save(p).map_err(trace_err)
+    }
+}
