@@ -18,6 +18,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod browse;
 pub mod error;
 pub mod forward;
 pub mod generate;
@@ -27,7 +28,7 @@ pub mod observer;
 pub mod plan;
 pub mod sample;
 pub mod session;
-pub mod trace;
+pub mod tokenizer;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::Backend;

@@ -25,6 +25,8 @@ thread_local! {
 pub struct CpuBackend {
     pool: rayon::ThreadPool,
     threads: usize,
+    /// Batches of at least this many inputs use decoded tiles and GEMM.
+    gemm_min_batch: usize,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -52,7 +54,19 @@ impl CpuBackend {
             .thread_name(|i| format!("lql-cpu-{i}"))
             .build()
             .map_err(|e| ExecError::Internal(format!("cannot start the thread pool: {e}")))?;
-        Ok(CpuBackend { pool, threads })
+        Ok(CpuBackend {
+            pool,
+            threads,
+            gemm_min_batch: MIN_GEMM_BATCH,
+        })
+    }
+
+    /// Run batches as repeated matrix-vector products with the fused dot kernels instead
+    /// of decoded tiles and GEMM (slower; every position then goes through exactly the
+    /// arithmetic of single-token decoding).
+    pub fn without_batched_gemm(mut self) -> CpuBackend {
+        self.gemm_min_batch = usize::MAX;
+        self
     }
 
     /// Rows per parallel task: a few tasks per thread, each a decent amount of work.
@@ -139,7 +153,7 @@ impl Backend for CpuBackend {
 
     fn matmul(&self, w: &TensorView<'_>, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         Self::check(w, x.len(), n, out.len())?;
-        if n >= MIN_GEMM_BATCH {
+        if n >= self.gemm_min_batch {
             return self.matmul_tiles(w, x, n, out);
         }
         let (rl, rows) = (w.row_len(), w.rows());

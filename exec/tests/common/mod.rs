@@ -44,6 +44,8 @@ impl OperandSource for Model {
     }
 }
 
+pub mod real;
+
 pub struct Rng(u64);
 impl Rng {
     pub fn new(seed: u64) -> Rng {
