@@ -29,6 +29,7 @@ pub mod plan;
 pub mod sample;
 pub mod session;
 pub mod tokenizer;
+pub mod trace;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::Backend;
