@@ -107,7 +107,7 @@ fn extract_use_infer_verify_show() {
 
     let v = objects(&c.execute("VERIFY;").unwrap());
     let rows = v.as_array().unwrap();
-    assert_eq!(rows.len(), 1 + 3 + 3);
+    assert_eq!(rows.len(), 1 + 3 + 4);
     assert!(rows.iter().all(|r| r["status"] == json!("ok")), "{v}");
 
     let comps = objects(&c.execute("SHOW COMPONENTS;").unwrap());
