@@ -801,3 +801,19 @@ fn random_damage_never_panics() {
     eprintln!("damaged containers: {opened} opened, {refused} refused");
     open_model(&base).unwrap();
 }
+
+#[test]
+fn selecting_an_absent_variant_fails_closed_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    let model = synthetic(SMALL);
+    let base = extract_to(&model, t.path(), ExtractEncoding::Source);
+    let ip = base.join("index.json");
+    let mut idx = read_json(&ip);
+    idx["profiles"][0]["select"]["text.decoder_stack"] = json!("text.decoder_stack@nvfp4");
+    write_json(&ip, &idx);
+    let e = err_of(open_model(&base));
+    assert!(
+        e.contains("text.decoder_stack@nvfp4") && e.contains("text.decoder_stack@source"),
+        "{e}"
+    );
+}

@@ -185,8 +185,15 @@ pub fn open_model(dir: &Path) -> Result<Model> {
             ))
         })?;
         let entry = c.index.representations.get(&rep_id).ok_or_else(|| {
+            let present: Vec<&str> = c
+                .index
+                .representations
+                .iter()
+                .filter(|(_, e)| e.object == b.object)
+                .map(|(id, _)| id.as_str())
+                .collect();
             StorageError::Invalid(format!(
-                "{}: representation {rep_id} of {} is not in index.json",
+                "{}: the profile selects representation {rep_id} of {}, which is not                  present; present: {present:?} (a profile selects present variants only)",
                 dir.display(),
                 b.object
             ))
