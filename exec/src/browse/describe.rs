@@ -2,11 +2,15 @@
 //!
 //! 1. Query: RESIDUAL runs the entity's tokens and walks the last position; EMBEDDING uses the
 //!    mean of the tokens' scaled embedding rows.
-//! 2. Walk the chosen layers, [`DESCRIBE_TOP`] features per layer.
-//! 3. Drop weak hits: a hit is kept when its gate is positive and at least
-//!    [`DESCRIBE_Z`] × the RMS of all that layer's gate scores (a per-layer z-score, so the
+//! 2. Score every feature of the chosen layers the same way for a few reference words
+//!    ([`REFERENCE_WORDS`]) and subtract their mean: the *contrast* removes features that
+//!    fire for any input (SmolLM2's last layers have features with gates ≈ 45 on every
+//!    token, whose labels say nothing about the entity).
+//! 3. Keep a feature when its gate is positive and both its gate and its contrast are at
+//!    least [`DESCRIBE_Z`] × the RMS of that layer's gates (resp. contrasts) — per-layer
+//!    z-scores, so the
 //!    threshold means the same on every model and in both modes; a fixed gate value like
-//!    LARQL's 5.0 fits one model family).
+//!    LARQL's 5.0 fits one model family), at most [`DESCRIBE_TOP`] per layer, by contrast.
 //! 4. Label each hit by its feature's top down token; BRIEF and VERBOSE drop targets that are
 //!    not content tokens (fewer than two alphanumeric characters) or are the entity itself,
 //!    then merge hits by lower-cased target, keeping the strongest (its gate and layer) with
@@ -22,15 +26,22 @@ use std::collections::HashMap;
 use lql_storage::model::OperandSource;
 
 use super::error::{BrowseError, Result};
+use super::gate_scan::GateRegion;
 use super::labels::LabelCache;
 use super::query::mean_embedding;
+use super::residual::capture;
 use super::vocab::{is_content, Vocab};
-use super::walk::{layer_range, resolve_mode, scan_with, walk, WalkMode, WalkOptions, WalkResult};
+use super::walk::{layer_range, resolve_mode, WalkMode};
 use crate::session::Executor;
+use rayon::prelude::*;
 
-/// Features walked per layer before filtering.
+/// Features kept per layer at most (the strongest contrasts).
 pub const DESCRIBE_TOP: usize = 20;
-/// A hit is kept when `gate ≥ DESCRIBE_Z × rms(layer scores)` (and `gate > 0`).
+/// Reference inputs whose mean score is the baseline of the contrast: common function
+/// words, with and without a leading space (entities are tokenised without one).
+pub const REFERENCE_WORDS: [&str; 8] = ["the", " the", "of", " of", "and", " and", "is", " is"];
+/// A hit is kept when `gate > 0`, `gate ≥ DESCRIBE_Z × rms(layer gates)` and
+/// `contrast ≥ DESCRIBE_Z × rms(layer contrasts)`.
 pub const DESCRIBE_Z: f32 = 3.0;
 
 /// How much DESCRIBE shows.
@@ -61,6 +72,9 @@ pub struct DescribeOptions {
     pub detail: Detail,
     /// `None`: RESIDUAL when the binding can run, else EMBEDDING.
     pub mode: Option<WalkMode>,
+    /// Token ids of the reference inputs ([`REFERENCE_WORDS`], tokenised without special
+    /// tokens); empty: no contrast (raw gates).
+    pub baseline: Vec<Vec<u32>>,
 }
 
 /// A named range of layers.
@@ -108,11 +122,40 @@ pub struct DescribeEdge {
 /// The result of a DESCRIBE.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeResult {
-    pub walk: WalkResult,
+    pub mode: WalkMode,
+    pub mode_defaulted: bool,
+    pub note: Option<String>,
     pub bands: Vec<Band>,
     pub edges: Vec<DescribeEdge>,
     /// Hits above the threshold before merging.
     pub kept_hits: usize,
+}
+
+/// Every feature's score in each of `layers` for the input `ids`: gate pre-activations at
+/// the last position (RESIDUAL) or the mean embedding · gate rows (EMBEDDING).
+pub fn layer_scores(
+    src: &dyn OperandSource,
+    exec: Option<&Executor>,
+    mode: WalkMode,
+    ids: &[u32],
+    layers: &[usize],
+) -> Result<Vec<Vec<f32>>> {
+    match (mode, exec) {
+        (WalkMode::Residual, Some(exec)) => Ok(capture(exec, ids, layers)?
+            .into_iter()
+            .map(|c| c.gate)
+            .collect()),
+        (WalkMode::Residual, None) => {
+            Err(BrowseError::Internal("RESIDUAL without executor".into()))
+        }
+        (WalkMode::Embedding, _) => {
+            let q = mean_embedding(src, ids)?;
+            layers
+                .par_iter()
+                .map(|&l| GateRegion::open(src, l)?.scores(&q))
+                .collect()
+        }
+    }
 }
 
 /// Describes the entity whose tokens are `ids` (tokenised without special tokens); `entity`
@@ -131,43 +174,42 @@ pub fn describe(
     }
     let n_layers = src.surface().n_layers;
     let layers = layer_range(n_layers, opts.layers)?;
-    let (mode, _, _) = resolve_mode(src, exec, opts.mode)?;
-    let w = match mode {
-        WalkMode::Residual => walk(
-            src,
-            exec,
-            ids,
-            &WalkOptions {
-                top: DESCRIBE_TOP,
-                layers: opts.layers,
-                mode: Some(mode),
-            },
-        )?,
-        WalkMode::Embedding => {
-            let q = mean_embedding(src, ids)?;
-            let mut r = scan_with(src, &layers, DESCRIBE_TOP, |_| &q, None)?;
-            r.tokens = ids.to_vec();
-            r
+    let (mode, mode_defaulted, note) = resolve_mode(src, exec, opts.mode)?;
+    let scores = layer_scores(src, exec, mode, ids, &layers)?;
+    let mut baseline: Vec<Vec<f32>> = scores.iter().map(|s| vec![0.0; s.len()]).collect();
+    let refs: Vec<&Vec<u32>> = opts.baseline.iter().filter(|r| !r.is_empty()).collect();
+    for r in &refs {
+        for (b, s) in baseline
+            .iter_mut()
+            .zip(layer_scores(src, exec, mode, r, &layers)?)
+        {
+            for (x, y) in b.iter_mut().zip(s) {
+                *x += y / refs.len() as f32;
+            }
         }
-    };
-    let (_, defaulted, note) = resolve_mode(src, exec, opts.mode)?;
-    let mut w = w;
-    w.mode = mode;
-    w.mode_defaulted = defaulted;
-    w.note = note;
-
-    // Keep strong positive hits.
-    let kept: Vec<(usize, usize, f32)> = w
-        .layers
-        .iter()
-        .flat_map(|l| {
-            let floor = DESCRIBE_Z * l.score_rms;
-            l.hits
-                .iter()
-                .filter(move |h| h.gate > 0.0 && h.gate >= floor)
-                .map(|h| (h.layer, h.feature, h.gate))
-        })
-        .collect();
+    }
+    // Keep strong positive hits whose contrast stands out.
+    let mut kept: Vec<(usize, usize, f32)> = Vec::new();
+    for ((&layer, s), b) in layers.iter().zip(&scores).zip(&baseline) {
+        let contrast: Vec<f32> = s.iter().zip(b).map(|(x, y)| x - y).collect();
+        let rms = (contrast
+            .iter()
+            .map(|&c| (c as f64) * (c as f64))
+            .sum::<f64>()
+            / contrast.len().max(1) as f64)
+            .sqrt() as f32;
+        let rms_gate = (s.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>()
+            / s.len().max(1) as f64)
+            .sqrt() as f32;
+        let mut order: Vec<usize> = (0..s.len())
+            .filter(|&f| {
+                s[f] >= DESCRIBE_Z * rms_gate && s[f] > 0.0 && contrast[f] >= DESCRIBE_Z * rms
+            })
+            .collect();
+        order.sort_by(|&a, &b| contrast[b].total_cmp(&contrast[a]).then(a.cmp(&b)));
+        order.truncate(DESCRIBE_TOP);
+        kept.extend(order.into_iter().map(|f| (layer, f, s[f])));
+    }
     let keys: Vec<(usize, usize)> = kept.iter().map(|&(l, f, _)| (l, f)).collect();
     let labels = cache.labels(src, &keys)?;
     let bands = default_bands(n_layers);
@@ -288,7 +330,9 @@ pub fn describe(
         *n <= cap
     });
     Ok(DescribeResult {
-        walk: w,
+        mode,
+        mode_defaulted,
+        note,
         bands,
         edges,
         kept_hits: kept.len(),

@@ -25,7 +25,9 @@ pub mod topk;
 pub mod vocab;
 pub mod walk;
 
-pub use describe::{describe, Band, DescribeEdge, DescribeOptions, DescribeResult, Detail};
+pub use describe::{
+    describe, Band, DescribeEdge, DescribeOptions, DescribeResult, Detail, REFERENCE_WORDS,
+};
 pub use error::BrowseError;
 pub use gate_scan::{scan_layers, GateRegion, LayerHits};
 pub use labels::{FeatureLabel, LabelCache, LabelSource};

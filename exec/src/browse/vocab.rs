@@ -34,8 +34,9 @@ impl Vocab for crate::tokenizer::Tokenizer {
 
 /// True when a token text carries content: at least two alphanumeric characters (used by
 /// DESCRIBE to drop punctuation, whitespace and one-letter glue pieces).
+/// Byte pieces that are not text on their own (`<0x82>`) are not content either.
 pub fn is_content(text: &str) -> bool {
-    text.chars().filter(|c| c.is_alphanumeric()).count() >= 2
+    !text.contains("<0x") && text.chars().filter(|c| c.is_alphanumeric()).count() >= 2
 }
 
 #[cfg(test)]
@@ -49,5 +50,6 @@ mod tests {
         assert!(!is_content(","));
         assert!(!is_content(" "));
         assert!(!is_content("a"));
+        assert!(!is_content("<0x82>"));
     }
 }

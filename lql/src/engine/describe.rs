@@ -44,6 +44,10 @@ pub(crate) fn describe(cx: &mut Cx<'_>, plan: &DescribePlan) -> Result<Rows> {
             lql_grammar::Detail::Raw => Detail::Raw,
         },
         mode: None,
+        baseline: browse::describe::REFERENCE_WORDS
+            .iter()
+            .map(|w| tok.encode(w, false))
+            .collect::<std::result::Result<_, _>>()?,
     };
     let r = browse::describe(
         model.as_ref(),
