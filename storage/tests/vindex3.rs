@@ -458,12 +458,43 @@ fn bank_shape_is_recognised_and_refused_by_name() {
         &dir.join("moe_manifest.json"),
         &json!({"moe_layer": {"layer": 0}}),
     );
-    std::fs::write(dir.join("layer_000.lyrw"), b"LYRW").unwrap();
+    std::fs::write(
+        dir.join("layer_000.lyrw"),
+        vindex3_support::lyrw_dense(0, 16, 64),
+    )
+    .unwrap();
     assert_eq!(vindex3::detect(dir).unwrap(), vindex3::ContainerShape::Bank);
     let e = err_of(open_model(dir));
     assert!(
         e.contains("not supported yet") && e.contains("bank shape"),
         "{e}"
+    );
+    // Inspection and structural VERIFY work from the artifact.
+    let s = stats(dir).unwrap();
+    assert_eq!(
+        (s.shape.as_str(), s.representations, s.tensors),
+        ("bank", 1, 3)
+    );
+    assert_eq!(s.payload_bytes, 3 * 16 * 64 * 2);
+    let regions = show_tensors(dir).unwrap();
+    assert_eq!(regions.len(), 3);
+    assert_eq!(regions[2].name, "entry.0.down");
+    assert_eq!(regions[2].dtype, "f16");
+    assert!(regions.iter().all(|r| r.offset % 64 == 0));
+    let rows = verify(dir).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, VerifyStatus::Ok);
+    // A truncated bank file fails VERIFY naming it.
+    let f = dir.join("layer_000.lyrw");
+    let b = std::fs::read(&f).unwrap();
+    std::fs::write(&f, &b[..b.len() - 1]).unwrap();
+    let rows = verify(dir).unwrap();
+    assert_eq!(rows[0].status, VerifyStatus::Failed);
+    assert!(rows[0].representation.contains("layer_000.lyrw"));
+    assert!(
+        rows[0].detail.contains("layer_000.lyrw"),
+        "{}",
+        rows[0].detail
     );
     // Neither a graph nor a manifest: not a VINDEX3 container.
     write_json(&dir.join("index.json"), &json!({"version": 4}));

@@ -164,3 +164,36 @@ pub fn synthetic(g: Geometry) -> Model {
         backings: vec![Backing::Owned(Arc::new(buf))],
     }
 }
+
+/// A LYRW v2 file with one dense bank (gate, up, down regions of `rows × cols` f16), laid
+/// out as seed 002 §6 describes.
+pub fn lyrw_dense(layer: u32, rows: u32, cols: u32) -> Vec<u8> {
+    let mut b = Vec::new();
+    let u16s =
+        |b: &mut Vec<u8>, v: &[u16]| v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    let u32s =
+        |b: &mut Vec<u8>, v: &[u32]| v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    u32s(&mut b, &[0x4C59_5257, 2, layer]);
+    u16s(&mut b, &[1, 1]);
+    u32s(&mut b, &[0, 0]);
+    u16s(&mut b, &[0, 0, 3, 1]);
+    u32s(&mut b, &[1, cols, rows, cols]);
+    u16s(&mut b, &[0, 0]);
+    u32s(&mut b, &[0, 1]);
+    for (i, role) in [0u16, 1, 3].into_iter().enumerate() {
+        u16s(&mut b, &[i as u16, role, 1, 0, 0xFFFF, 0]);
+        u32s(&mut b, &[rows, cols]);
+    }
+    let table_at = b.len();
+    b.resize(table_at + 3 * 16, 0);
+    let len = (rows * cols * 2) as u64;
+    let mut at = (b.len() as u64).div_ceil(64) * 64;
+    for i in 0..3 {
+        let e = table_at + i * 16;
+        b[e..e + 8].copy_from_slice(&at.to_le_bytes());
+        b[e + 8..e + 16].copy_from_slice(&len.to_le_bytes());
+        at = (at + len).div_ceil(64) * 64;
+    }
+    b.resize(at as usize, 0);
+    b
+}

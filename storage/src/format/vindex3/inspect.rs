@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use super::index::resolve;
+use super::index::{resolve, ContainerShape};
+use super::lyrw;
 use super::reader::Container;
 use super::segment::read_header;
 use crate::error::Result;
@@ -125,6 +126,9 @@ pub fn show_representations(dir: &Path) -> Result<Vec<RepresentationRow>> {
 /// SHOW TENSORS: every tensor of every representation, from the segment headers.
 pub fn show_tensors(dir: &Path) -> Result<Vec<TensorRow>> {
     let c = Container::load(dir)?;
+    if c.shape == ContainerShape::Bank {
+        return bank_regions(&c);
+    }
     c.require_graph()?;
     let mut rows = Vec::new();
     for (id, e) in &c.index.representations {
@@ -145,9 +149,87 @@ pub fn show_tensors(dir: &Path) -> Result<Vec<TensorRow>> {
     Ok(rows)
 }
 
+/// The LYRW v2 files a bank container's index lists (the loader never globs).
+pub(crate) fn bank_files(c: &Container) -> Vec<&str> {
+    c.index
+        .segments
+        .keys()
+        .filter(|k| k.ends_with(".lyrw"))
+        .map(|k| k.as_str())
+        .collect()
+}
+
+/// SHOW TENSORS of a bank container: one row per region of every entry.
+fn bank_regions(c: &Container) -> Result<Vec<TensorRow>> {
+    let mut rows = Vec::new();
+    for rel in bank_files(c) {
+        let f = lyrw::read(&resolve(&c.dir, rel, "segments")?)?;
+        for seg in &f.segments {
+            let Some(bank) = f.banks.iter().find(|b| b.bank_id == seg.bank_id) else {
+                continue;
+            };
+            let per = bank.schemas.len().max(1);
+            for (i, &(offset, len)) in seg.regions.iter().enumerate() {
+                let s = &bank.schemas[i % per];
+                rows.push(TensorRow {
+                    object: format!("layer.{}.bank.{}", f.logical_layer, bank.bank_id),
+                    representation: rel.to_string(),
+                    name: format!(
+                        "entry.{}.{}",
+                        seg.first_entry as usize + i / per,
+                        lyrw::role_name(s.role)
+                    ),
+                    dtype: lyrw::format_name(s.format),
+                    shape: vec![s.cols as u64, s.rows as u64],
+                    offset,
+                    bytes: len,
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn bank_stats(c: &Container) -> Result<ContainerStats> {
+    let (mut tensors, mut payload, mut bytes) = (0u64, 0u64, 0u64);
+    let files = bank_files(c);
+    for rel in &files {
+        let f = lyrw::read(&resolve(&c.dir, rel, "segments")?)?;
+        bytes += f.file_len;
+        for seg in &f.segments {
+            tensors += seg.regions.len() as u64;
+            payload += seg.regions.iter().map(|r| r.1).sum::<u64>();
+        }
+    }
+    Ok(ContainerStats {
+        path: c.dir.display().to_string(),
+        generation: "VINDEX3".into(),
+        schema: c.index.version,
+        shape: c.shape.name().into(),
+        model: c.index.model.clone(),
+        family: c.index.family.clone(),
+        authority: match c.index.authority {
+            super::index::Authority::Canonical => "canonical".into(),
+            super::index::Authority::Derived => "derived".into(),
+        },
+        num_layers: c.index.num_layers,
+        hidden_size: c.index.hidden_size,
+        components: 0,
+        objects: 0,
+        representations: files.len(),
+        tensors,
+        payload_bytes: payload,
+        container_bytes: bytes,
+        fidelity: String::new(),
+    })
+}
+
 /// STATS.
 pub fn stats(dir: &Path) -> Result<ContainerStats> {
     let c = Container::load(dir)?;
+    if c.shape == ContainerShape::Bank {
+        return bank_stats(&c);
+    }
     let g = c.require_graph()?;
     let file_len = |rel: &str| {
         resolve(dir, rel, "file")

@@ -32,6 +32,9 @@
 //!   renamed), fsyncs it and renames the directory to `<out>` last. A crash leaves either no
 //!   `<out>` or a complete one; the leftover temporary directory has no `index.json` unless
 //!   it is itself complete.
+//! - **Bank shape.** A container whose index names `moe_manifest` and no graph is
+//!   recognised; [`open_model`] refuses it by name ("not supported yet"), while STATS,
+//!   SHOW TENSORS and VERIFY read its LYRW v2 files structurally ([`lyrw`]).
 //! - **Open is O(1).** [`open_model`] parses `index.json`, the graph and the segment
 //!   headers and maps the segments; it never hashes payloads ([`verify()`] does) and builds
 //!   the tokenizer lazily.
@@ -41,6 +44,7 @@ mod encode;
 pub mod graph;
 pub mod index;
 mod inspect;
+pub mod lyrw;
 mod reader;
 pub mod segment;
 mod verify;

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use super::index::resolve;
+use super::index::{resolve, ContainerShape};
 use super::reader::Container;
 use super::segment::parse_header;
 use crate::error::Result;
@@ -71,6 +71,9 @@ fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
 /// generation, unreadable index); everything else becomes a row.
 pub fn verify(dir: &Path) -> Result<Vec<VerifyRow>> {
     let c = Container::load(dir)?;
+    if c.shape == ContainerShape::Bank {
+        return Ok(verify_bank(&c));
+    }
     c.require_graph()?;
     let mut rows = Vec::new();
     if let (Some(rel), Some(want)) = (&c.index.system_graph, &c.index.system_graph_sha256) {
@@ -232,4 +235,47 @@ fn verify_representation(dir: &Path, id: &str, e: &super::index::RepresentationE
 /// True when every row is ok.
 pub fn all_ok(rows: &[VerifyRow]) -> bool {
     rows.iter().all(|r| r.status == VerifyStatus::Ok)
+}
+
+/// A bank container records no hashes this build knows: each listed LYRW v2 file is
+/// checked structurally (every table and region inside the file) and its hash reported.
+fn verify_bank(c: &Container) -> Vec<VerifyRow> {
+    super::inspect::bank_files(c)
+        .into_iter()
+        .map(|rel| {
+            let mut row = VerifyRow {
+                object: "bank".into(),
+                representation: rel.to_string(),
+                encoding: "lyrw-v2".into(),
+                status: VerifyStatus::Failed,
+                expected: String::new(),
+                actual: String::new(),
+                detail: String::new(),
+            };
+            let path = match resolve(&c.dir, rel, "segments") {
+                Ok(p) => p,
+                Err(e) => {
+                    row.detail = e.to_string();
+                    return row;
+                }
+            };
+            if let Ok((h, _)) = hash_file(&path) {
+                row.actual = h;
+            }
+            match super::lyrw::read(&path) {
+                Ok(f) => {
+                    row.status = VerifyStatus::Ok;
+                    row.detail = format!(
+                        "layer {}: {} banks, {} segment descriptors; structure checked (no \
+                         recorded hash)",
+                        f.logical_layer,
+                        f.banks.len(),
+                        f.segments.len()
+                    );
+                }
+                Err(e) => row.detail = e.to_string(),
+            }
+            row
+        })
+        .collect()
 }
