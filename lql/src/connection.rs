@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::progress::{Progress, ProgressHandler};
 use crate::rows::Rows;
 use crate::statement::Statement;
+pub use lql_exec::bench::BenchReport;
 
 /// The result of one statement of a script.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,7 +80,11 @@ impl Connection {
     pub fn bind(&self, path_or_name: &str) -> Result<Rows> {
         let mut engine = self.engine()?;
         self.interrupt.store(false, Ordering::SeqCst);
-        if Path::new(path_or_name).exists() {
+        let p = Path::new(path_or_name);
+        let looks_like_path =
+            path_or_name.contains(std::path::MAIN_SEPARATOR) || p.extension().is_some();
+        let is_catalogue = lql_storage::catalogue::find(path_or_name).is_some();
+        if p.exists() || (looks_like_path && !is_catalogue) {
             engine.bind_path(path_or_name, &self.interrupt)
         } else {
             engine.bind_catalogue(path_or_name, &self.interrupt)
@@ -161,8 +166,7 @@ impl Connection {
             )),
             [one] => {
                 let stmt_text = &text[one.range()];
-                crate::engine::check_syntax(stmt_text)
-                    .map_err(|e| e.offset_spans(one.start))?;
+                crate::engine::check_syntax(stmt_text).map_err(|e| e.offset_spans(one.start))?;
                 Ok(Statement::new(self, stmt_text.to_string(), one.start))
             }
             [_, second, ..] => Err(Error::semantic(format!(
@@ -180,6 +184,21 @@ impl Connection {
         let mut engine = self.engine()?;
         self.interrupt.store(false, Ordering::SeqCst);
         engine.run_text(stmt_text, &self.interrupt)
+    }
+
+    /// Runs the CPU backend's throughput benchmark on the bound model: prefill of a fixed
+    /// 100-token prompt, then 64 greedy decode steps; medians over `reps` repetitions after
+    /// a warm-up (`threads == 0`: one per core).
+    pub fn bench(&self, threads: usize, reps: usize) -> Result<BenchReport> {
+        let engine = self.engine()?;
+        let model = engine
+            .bound
+            .as_ref()
+            .ok_or_else(|| Error::semantic("no model is bound"))?
+            .model
+            .clone();
+        drop(engine);
+        Ok(lql_exec::bench::run(model, threads, reps)?)
     }
 
     /// A short description of the bound model (`None` when nothing is bound).

@@ -349,6 +349,37 @@ impl From<lql_storage::StorageError> for Error {
     }
 }
 
+impl From<lql_exec::ExecError> for Error {
+    fn from(e: lql_exec::ExecError) -> Self {
+        use lql_exec::ExecError as X;
+        match e {
+            X::Storage(s) => s.into(),
+            X::Cancelled => Error::interrupted(),
+            X::MissingOperand { .. }
+            | X::EmptyPrompt
+            | X::ContextOverflow { .. }
+            | X::TokenOutOfRange { .. }
+            | X::InvalidOption(_) => Error::semantic(e.to_string()),
+            X::Shape { .. } | X::Surface(_) => Error::new(ErrorKind::Format, e.to_string()),
+            X::Unsupported(_) => Error::unsupported(e.to_string()),
+            _ => Error::internal(e.to_string()),
+        }
+    }
+}
+
+impl From<lql_exec::tokenizer::TokenizerError> for Error {
+    fn from(e: lql_exec::tokenizer::TokenizerError) -> Self {
+        use lql_exec::tokenizer::TokenizerError as T;
+        match e {
+            T::Storage(s) => s.into(),
+            T::NoTokenizer => Error::semantic(e.to_string()),
+            T::UnknownModel(_) | T::UnknownPreTokenizer(_) => Error::unsupported(e.to_string()),
+            T::UnknownTokenId { .. } | T::Library(_) => Error::semantic(e.to_string()),
+            _ => Error::new(ErrorKind::Format, e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

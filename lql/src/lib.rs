@@ -34,7 +34,7 @@ mod rows;
 mod statement;
 mod value;
 
-pub use connection::{Connection, InterruptHandle, StatementResult};
+pub use connection::{BenchReport, Connection, InterruptHandle, StatementResult};
 pub use error::{Error, ErrorKind, Label, Result};
 pub use progress::{Progress, ProgressHandler, ProgressUnit};
 pub use rows::{Column, Row, RowIndex, Rows};
@@ -43,3 +43,7 @@ pub use value::{FromValue, Value, ValueType};
 
 /// Statement splitting and completeness, as the grammar defines them (for shells).
 pub use lql_grammar::{is_complete, split_statements, KEYWORDS};
+
+/// An LQL string literal for arbitrary text (quotes and escapes it), for building
+/// statements from user input.
+pub use lql_grammar::quote;

@@ -60,6 +60,9 @@ enum Cmd {
         /// Worker threads (default: all cores)
         #[arg(long)]
         threads: Option<usize>,
+        /// Measured repetitions (after one warm-up)
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
         /// Print the figures as one JSON object
         #[arg(long)]
         json: bool,
@@ -75,10 +78,11 @@ fn main() -> ExitCode {
     if let Some(Cmd::Bench {
         model,
         threads,
+        reps,
         json,
     }) = &cli.cmd
     {
-        return bench::run(model, *threads, *json);
+        return bench::run(model, *threads, *reps, *json);
     }
 
     let stdin_tty = std::io::stdin().is_terminal();
@@ -101,12 +105,6 @@ fn main() -> ExitCode {
     } else {
         None
     };
-
-    if interactive {
-        if let Err(e) = sigint::install(session.conn.interrupt_handle()) {
-            eprintln!("warning: Ctrl-C will not cancel statements: {e}");
-        }
-    }
 
     if let Some(model) = &cli.model {
         if let Err(e) = session.conn.bind(model) {

@@ -137,6 +137,12 @@ pub fn run(session: &mut Session) -> rustyline::Result<()> {
         .build();
     let mut rl: Editor<LqlHelper, DefaultHistory> = Editor::with_config(config)?;
     rl.set_helper(Some(LqlHelper));
+    // After the editor exists: creating it installs rustyline's own SIGINT handler (which
+    // it restores only when dropped). While a line is read, the terminal is in raw mode and
+    // Ctrl-C arrives as a key, so this handler only sees Ctrl-C while a statement runs.
+    if let Err(e) = crate::sigint::install(session.conn.interrupt_handle()) {
+        session.report_message(&format!("Ctrl-C will not cancel statements: {e}"));
+    }
     let history = crate::history::path();
     if let Some(p) = &history {
         // A missing history file is normal on first use.

@@ -3,12 +3,11 @@
 //! with progress reports. Opening maps files and parses headers only.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use lql_planner::{BindTarget, UsePlan};
 use lql_storage::catalogue;
 
-use super::{catalog, Bound, Cx};
+use super::{Bound, Cx};
 use crate::error::{Error, Result};
 use crate::progress::{Progress, ProgressUnit};
 use crate::rows::{Column, Rows};
@@ -64,12 +63,7 @@ pub(crate) fn bind_path(cx: &mut Cx<'_>, path: &str, name: Option<&str>) -> Resu
     }
     let model = lql_storage::import::open(p)?;
     let name = name.unwrap_or(path).to_string();
-    let facts = catalog::facts(&name, &model);
-    cx.engine.bound = Some(Bound {
-        name,
-        model: Arc::new(model),
-        facts,
-    });
+    cx.engine.bound = Some(Bound::new(name, model));
     Ok(summary(cx))
 }
 

@@ -220,8 +220,21 @@ pub(crate) fn stats(cx: &mut Cx<'_>) -> Result<Rows> {
 
 /// `TOKENIZE "text"`: (position, token_id, token), with the model's BOS handling.
 pub(crate) fn tokenize(cx: &mut Cx<'_>, text: &str) -> Result<Rows> {
-    let _ = (cx.bound()?, text);
-    Err(Error::not_supported_yet("TOKENIZE"))
+    let tok = cx.tokenizer()?;
+    let ids = tok.encode(text, true)?;
+    let mut rows = Rows::new(vec![
+        Column::new("position", ValueType::Int),
+        Column::new("token_id", ValueType::Int),
+        Column::new("token", ValueType::Text),
+    ]);
+    for (i, id) in ids.into_iter().enumerate() {
+        rows.push(vec![
+            Value::from(i),
+            Value::from(id),
+            Value::from(tok.token_text(id)),
+        ]);
+    }
+    Ok(rows)
 }
 
 /// `EXPLAIN <statement>`: the physical plan, one line per row.
