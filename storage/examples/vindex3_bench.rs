@@ -81,6 +81,20 @@ fn main() {
         opens.push(s.elapsed());
         drop(m);
     }
+    let mut with_tok = vec![];
+    for _ in 0..10 {
+        let s = Instant::now();
+        let m = open_model(&container).expect("open container");
+        m.tokenizer_spec().expect("tokenizer");
+        with_tok.push(s.elapsed());
+    }
+    let mut gguf_tok = vec![];
+    for _ in 0..10 {
+        let s = Instant::now();
+        let m = import::open(&src).expect("open source");
+        m.tokenizer_spec().expect("tokenizer");
+        gguf_tok.push(s.elapsed());
+    }
     let mut verifies = vec![];
     for _ in 0..3 {
         let s = Instant::now();
@@ -105,6 +119,14 @@ fn main() {
     );
     println!("  of which extract()               {}", ms(eo));
     println!("open_model (USE), median of 20     {}", ms(median(opens)));
+    println!(
+        "open_model + tokenizer spec        {}",
+        ms(median(with_tok))
+    );
+    println!(
+        "  (GGUF open + tokenizer spec      {})",
+        ms(median(gguf_tok))
+    );
     println!(
         "VERIFY, median of 3                {}",
         ms(median(verifies))

@@ -412,11 +412,23 @@ fn tokenizer_slot(dir: &Path, index: &Vindex3Index) -> TokenizerSlot {
         }
     };
     TokenizerSlot::lazy(move || {
-        let v = read_json(&path, MAX_CAPABILITY_BYTES)?;
-        serde_json::from_value(v).map_err(|e| StorageError::Format {
+        let len = std::fs::metadata(&path)
+            .map_err(|e| StorageError::io(&path, e))?
+            .len();
+        if len > MAX_CAPABILITY_BYTES {
+            return Err(StorageError::Format {
+                path: path.clone(),
+                offset: 0,
+                field: "file size".into(),
+                message: format!("{len} bytes exceeds the {MAX_CAPABILITY_BYTES}-byte limit"),
+            });
+        }
+        let bytes = std::fs::read(&path).map_err(|e| StorageError::io(&path, e))?;
+        // Straight into the struct: no intermediate `Value` tree.
+        serde_json::from_slice(&bytes).map_err(|e| StorageError::Format {
             path: path.clone(),
             offset: 0,
-            field: "TokenizerSpec".into(),
+            field: format!("TokenizerSpec (line {}, column {})", e.line(), e.column()),
             message: e.to_string(),
         })
     })
