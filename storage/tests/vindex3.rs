@@ -848,3 +848,53 @@ fn selecting_an_absent_variant_fails_closed_by_name() {
         "{e}"
     );
 }
+
+#[test]
+fn tiny_llama_and_qwen2_gguf_round_trip_through_a_container() {
+    use lql_storage::format::gguf::synth::TinyModel;
+    for (name, tiny) in [("llama", TinyModel::llama()), ("qwen2", TinyModel::qwen2())] {
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join(format!("{name}.gguf"));
+        tiny.write(&src).unwrap();
+        let gguf = lql_storage::import::open(&src).unwrap();
+        for enc in [
+            ExtractEncoding::Source,
+            ExtractEncoding::F32,
+            ExtractEncoding::F16,
+            ExtractEncoding::BF16,
+            ExtractEncoding::Q8_0,
+        ] {
+            let out = extract_to(&gguf, t.path(), enc);
+            let m = lql_storage::import::open(&out).unwrap();
+            assert_eq!(m.surface, gguf.surface, "{name} {enc}");
+            assert_eq!(m.operands.len(), gguf.operands.len());
+            assert_eq!(
+                *m.tokenizer_spec().unwrap(),
+                *gguf.tokenizer_spec().unwrap()
+            );
+            for (k, op) in &gguf.operands {
+                let v = m.view(*k).unwrap();
+                if enc == ExtractEncoding::Source {
+                    assert_eq!(v.bytes, gguf.view_of(op).bytes, "{name} {k}");
+                }
+                let (a, b) = (decoded(&gguf, *k), decoded(&m, *k));
+                let worst = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0f32, f32::max);
+                let scale = a.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+                assert!(
+                    worst <= scale * 0.02,
+                    "{name} {enc} {k}: {worst} of {scale}"
+                );
+            }
+            if gguf.surface.tied_head {
+                assert!(!out.join("segments/text.output_head.bin").exists());
+            } else {
+                assert!(out.join("segments/text.output_head.bin").is_file());
+            }
+            assert!(vindex3::all_ok(&verify(&out).unwrap()));
+        }
+    }
+}

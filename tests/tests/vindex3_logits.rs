@@ -90,3 +90,37 @@ fn q8_0_container_logits_stay_close() {
     eprintln!("argmax agrees at {agree} of {} positions", got.len());
     assert!(agree + 1 >= got.len());
 }
+
+#[test]
+fn tiny_qwen2_container_logits_are_bit_identical() {
+    // Biases, half-split RoPE and an untied head all travel through the container.
+    use lql_storage::format::gguf::synth::TinyModel;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("qwen2.gguf");
+    TinyModel::qwen2().write(&src).unwrap();
+    let ids = [1u32, 5, 9, 300, 17, 42];
+    let run = |m: Model| -> Vec<Vec<f32>> {
+        let src: Arc<dyn OperandSource> = Arc::new(m);
+        Executor::new(src, 1)
+            .unwrap()
+            .logits_all(&ids)
+            .unwrap()
+            .into_iter()
+            .map(|l| l.values)
+            .collect()
+    };
+    let want = run(import::open(&src).unwrap());
+    let out = t.path().join("c");
+    extract(
+        &import::open(&src).unwrap(),
+        &out,
+        ExtractEncoding::Source,
+        &mut |_| {},
+    )
+    .unwrap();
+    std::fs::remove_file(&src).unwrap();
+    let got = run(import::open(&out).unwrap());
+    for (g, w) in got.iter().zip(&want) {
+        assert!(g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+}
