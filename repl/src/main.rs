@@ -100,6 +100,7 @@ fn main() -> ExitCode {
     conn.set_progress_handler(Some(progress::handler()));
     let mut session = Session::new(conn, cli.format.unwrap_or(OutputMode::Table));
     session.color = stderr_tty && std::env::var_os("NO_COLOR").is_none();
+    session.track_terminal_width = stdout_tty;
     session.width = if stdout_tty {
         comfy_table::Table::new().width()
     } else {

@@ -30,8 +30,11 @@ pub struct Session {
     pub timer: bool,
     /// Colour in rendered errors.
     pub color: bool,
-    /// Terminal width for tables (`None`: not a terminal, no fitting).
+    /// Table width (`None`: no fitting).
     pub width: Option<u16>,
+    /// Re-read the terminal's width before each statement (stdout is a terminal), so
+    /// tables follow a resized window.
+    pub track_terminal_width: bool,
     pub out: Box<dyn Write + Send>,
     pub err: Box<dyn Write + Send>,
     /// Nesting depth of `.read`, to refuse a script that reads itself forever.
@@ -46,6 +49,7 @@ impl Session {
             timer: false,
             color: false,
             width: None,
+            track_terminal_width: false,
             out: Box::new(std::io::stdout()),
             err: Box::new(std::io::stderr()),
             read_depth: 0,
@@ -98,6 +102,11 @@ impl Session {
     ) -> Outcome {
         let chunk = &text[range.clone()];
         let mode = self.mode;
+        if self.track_terminal_width {
+            if let Some(w) = comfy_table::Table::new().width() {
+                self.width = Some(w);
+            }
+        }
         let width = self.width;
         let timer = self.timer;
         let out = &mut self.out;
