@@ -85,3 +85,28 @@ fn smollm2_cached_decode_matches_full_recompute_for_64_steps() {
     }
     eprintln!("cached vs recomputed: max abs diff {worst_dot:.2e} (same kernels), {worst_gemm:.2e} (GEMM)");
 }
+
+#[test]
+fn smollm2_stop_string_through_the_tokenizer() {
+    let Some(exec) = executor() else { return };
+    let path = common::real::model_path().unwrap();
+    let model = lql_storage::import::open(&path).unwrap();
+    let spec = model.tokenizer_spec().unwrap();
+    let tok = lql_exec::tokenizer::Tokenizer::from_spec_with_special(&spec, &model.surface.special)
+        .unwrap();
+    let ids = tok.encode("The capital of France is", false).unwrap();
+    assert_eq!(ids, vec![504, 3575, 282, 4649, 314]);
+    // Greedy: " Paris.\n\nThe capital of …": stop at the first newline.
+    let opts = GenerateOptions {
+        max_tokens: 16,
+        stop: vec!["\n".into()],
+        decoder: Some(Arc::new(tok)),
+        ..GenerateOptions::default()
+    };
+    let g = exec
+        .generate(&ids, &opts, &mut |_| Control::Continue)
+        .unwrap();
+    assert_eq!(g.finish_reason, lql_exec::FinishReason::StopString);
+    assert_eq!(g.text.as_deref(), Some(" Paris."));
+    assert_eq!(g.token_ids, vec![7042, 30, 198]);
+}

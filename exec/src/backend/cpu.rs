@@ -202,33 +202,9 @@ impl Backend for CpuBackend {
         let g = step.geom;
         let hd = g.head_dim;
         let total = step.p0 + step.n;
-        let group = g.n_heads / g.n_kv_heads;
-        let kv_dim = g.n_kv_heads * hd;
-        let scale = 1.0 / (hd as f32).sqrt();
-        // Task (i, h): query position i, head h; out chunk index i * n_heads + h.
-        let one = |idx: usize, o: &mut [f32], w: Option<&mut [f32]>, scores: &mut Vec<f32>| {
-            let (i, h) = (idx / g.n_heads, idx % g.n_heads);
-            let kvh = h / group;
-            let q = &step.q[idx * hd..(idx + 1) * hd];
-            let len = step.p0 + i + 1;
-            scores.clear();
-            for t in 0..len {
-                let k = &step.k_cache[t * kv_dim + kvh * hd..t * kv_dim + (kvh + 1) * hd];
-                scores.push(kernels::dot(q, k) * scale);
-            }
-            kernels::softmax(scores);
-            o.fill(0.0);
-            for (t, &p) in scores.iter().enumerate() {
-                let v = &step.v_cache[t * kv_dim + kvh * hd..t * kv_dim + (kvh + 1) * hd];
-                kernels::axpy(p, v, o);
-            }
-            if let Some(w) = w {
-                w[..len].copy_from_slice(scores);
-                w[len..].fill(0.0);
-            }
-        };
         let work = step.n * g.n_heads * total * hd;
         let parallel = work >= 1 << 16;
+        // Task `idx` = (query position i, head h), writing out chunk `idx` (and weights row).
         match weights {
             Some(wts) => {
                 if parallel {
@@ -236,12 +212,14 @@ impl Backend for CpuBackend {
                         out.par_chunks_mut(hd)
                             .zip(wts.par_chunks_mut(total))
                             .enumerate()
-                            .for_each_init(Vec::new, |s, (idx, (o, w))| one(idx, o, Some(w), s))
+                            .for_each_init(Vec::new, |s, (idx, (o, w))| {
+                                attend(step, idx, o, Some(w), s)
+                            })
                     });
                 } else {
                     let mut s = Vec::with_capacity(total);
                     for (idx, (o, w)) in out.chunks_mut(hd).zip(wts.chunks_mut(total)).enumerate() {
-                        one(idx, o, Some(w), &mut s);
+                        attend(step, idx, o, Some(w), &mut s);
                     }
                 }
             }
@@ -250,15 +228,76 @@ impl Backend for CpuBackend {
                     self.pool.install(|| {
                         out.par_chunks_mut(hd)
                             .enumerate()
-                            .for_each_init(Vec::new, |s, (idx, o)| one(idx, o, None, s))
+                            .for_each_init(Vec::new, |s, (idx, o)| attend(step, idx, o, None, s))
                     });
                 } else {
                     let mut s = Vec::with_capacity(total);
                     for (idx, o) in out.chunks_mut(hd).enumerate() {
-                        one(idx, o, None, &mut s);
+                        attend(step, idx, o, None, &mut s);
                     }
                 }
             }
         }
+    }
+}
+
+/// One query head at one position: scores against every visible key, softmax, weighted
+/// sum of values. Compiled twice: with AVX2 + FMA where the CPU has them, and portable.
+fn attend(
+    step: &AttnStep<'_>,
+    idx: usize,
+    o: &mut [f32],
+    w: Option<&mut [f32]>,
+    scores: &mut Vec<f32>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if lql_storage::codec::cpu::has_avx2() {
+        // SAFETY: AVX2 and FMA are present (checked at run time).
+        unsafe { attend_avx2(step, idx, o, w, scores) };
+        return;
+    }
+    attend_body(step, idx, o, w, scores)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_avx2(
+    step: &AttnStep<'_>,
+    idx: usize,
+    o: &mut [f32],
+    w: Option<&mut [f32]>,
+    scores: &mut Vec<f32>,
+) {
+    attend_body(step, idx, o, w, scores)
+}
+
+#[inline(always)]
+fn attend_body(
+    step: &AttnStep<'_>,
+    idx: usize,
+    o: &mut [f32],
+    w: Option<&mut [f32]>,
+    scores: &mut Vec<f32>,
+) {
+    let g = step.geom;
+    let hd = g.head_dim;
+    let (i, h) = (idx / g.n_heads, idx % g.n_heads);
+    let kvh = h / (g.n_heads / g.n_kv_heads);
+    let kv_dim = g.n_kv_heads * hd;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let q = &step.q[idx * hd..(idx + 1) * hd];
+    let len = step.p0 + i + 1;
+    scores.clear();
+    for k in step.k_cache.chunks_exact(kv_dim).take(len) {
+        scores.push(kernels::dot(q, &k[kvh * hd..(kvh + 1) * hd]) * scale);
+    }
+    kernels::softmax(scores);
+    o.fill(0.0);
+    for (v, &p) in step.v_cache.chunks_exact(kv_dim).zip(scores.iter()) {
+        kernels::axpy(p, &v[kvh * hd..(kvh + 1) * hd], o);
+    }
+    if let Some(w) = w {
+        w[..len].copy_from_slice(scores);
+        w[len..].fill(0.0);
     }
 }
