@@ -91,10 +91,23 @@ fn variants() -> Vec<Variant> {
     ]
 }
 
-/// Alternates the variants for `rounds` rounds; prints median and quartiles of each.
+/// CPU time of the whole process (every thread), in ms.
+fn process_cpu_ms() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
+}
+
+/// Alternates the variants for `rounds` rounds; prints wall and process-CPU medians and
+/// quartiles of each (CPU time is less disturbed by other processes on a shared machine).
 fn interleaved(exec: &Executor, rounds: usize) {
     let vs = variants();
-    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); vs.len()];
+    let mut wall: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); vs.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); vs.len()];
     for (_, f) in &vs {
         for _ in 0..3 {
             f(exec);
@@ -104,23 +117,28 @@ fn interleaved(exec: &Executor, rounds: usize) {
         for k in 0..vs.len() {
             // Rotate the order each round so no variant always runs first.
             let i = (k + r) % vs.len();
-            let t0 = Instant::now();
+            let (t0, c0) = (Instant::now(), process_cpu_ms());
             (vs[i].1)(exec);
-            times[i].push(t0.elapsed().as_secs_f64() * 1e3);
+            cpu[i].push(process_cpu_ms() - c0);
+            wall[i].push(t0.elapsed().as_secs_f64() * 1e3);
         }
     }
-    let base = median(&mut times[0].clone());
-    println!("interleaved A/B, {rounds} rounds, 5-token prompt (ms: p25 / median / p75, median vs exec_infer)");
-    for ((name, _), t) in vs.iter().zip(times.iter_mut()) {
-        t.sort_by(f64::total_cmp);
-        let q = |p: f64| t[((t.len() - 1) as f64 * p).round() as usize];
+    for (what, times) in [("wall", &mut wall), ("process CPU", &mut cpu)] {
+        let base = median(&mut times[0].clone());
         println!(
-            "  {name:<15} {:7.3} / {:7.3} / {:7.3}   {:+.2}%",
-            q(0.25),
-            q(0.5),
-            q(0.75),
-            (q(0.5) / base - 1.0) * 100.0
+            "interleaved A/B, {rounds} rounds, 5-token prompt, {what} ms: p25 / median / p75, median vs exec_infer"
         );
+        for ((name, _), t) in vs.iter().zip(times.iter_mut()) {
+            t.sort_by(f64::total_cmp);
+            let q = |p: f64| t[((t.len() - 1) as f64 * p).round() as usize];
+            println!(
+                "  {name:<15} {:7.3} / {:7.3} / {:7.3}   {:+.2}%",
+                q(0.25),
+                q(0.5),
+                q(0.75),
+                (q(0.5) / base - 1.0) * 100.0
+            );
+        }
     }
 }
 

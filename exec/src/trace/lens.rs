@@ -103,7 +103,11 @@ pub fn logit_lens(exec: &Executor, trace: &Trace, target: Option<u32>) -> Result
     let mut rows = vec![0.0f32; stages * d];
     let mut normed = vec![0.0f32; stages * d];
     let mut logits = vec![0.0f32; stages * vocab];
+    let cancel = exec.cancel_flag();
     for slot in 0..k {
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(TraceError::Exec(ExecError::Cancelled));
+        }
         for st in 0..stages {
             rows[st * d..(st + 1) * d].copy_from_slice(stage_residual(trace, st, slot));
         }
