@@ -136,7 +136,25 @@ fn verify_representation(dir: &Path, id: &str, e: &super::index::RepresentationE
             return row;
         }
     };
-    row.actual = hex(Sha256::digest(&map[..]));
+    // The whole-file hash and the payload hash run side by side; per-tensor hashes are
+    // computed only when the payload drifted, to name the tensor.
+    let parsed = parse_header(&path, &map, map.len() as u64);
+    let (segment_hash, payload_pass) = rayon::join(
+        || hex(Sha256::digest(&map[..])),
+        || {
+            parsed.as_ref().ok().map(|parsed| {
+                let mut payload = Sha256::new();
+                let mut total = 0u64;
+                for t in &parsed.header.tensors {
+                    let start = (parsed.payload_start + t.offset) as usize;
+                    payload.update(&map[start..start + t.len as usize]);
+                    total += t.len;
+                }
+                (hex(payload.finalize()), total)
+            })
+        },
+    );
+    row.actual = segment_hash;
     let mut problems = Vec::new();
     if let Some(want) = e.segment_bytes {
         if map.len() as u64 != want {
@@ -147,23 +165,19 @@ fn verify_representation(dir: &Path, id: &str, e: &super::index::RepresentationE
             ));
         }
     }
-    match parse_header(&path, &map, map.len() as u64) {
+    match parsed {
         Err(err) => problems.push(format!("segment {} header: {err}", e.segment)),
         Ok(parsed) => {
-            let mut payload = Sha256::new();
-            let mut total = 0u64;
-            for t in &parsed.header.tensors {
-                let start = (parsed.payload_start + t.offset) as usize;
-                let bytes = &map[start..start + t.len as usize];
-                payload.update(bytes);
-                total += t.len;
-                if let Some(want) = e.tensor_sha256.get(&t.name) {
-                    let got = if parsed.header.tensors.len() == 1 {
-                        None // equals the payload hash, checked below
-                    } else {
-                        Some(hex(Sha256::digest(bytes)))
+            // Present whenever the header parsed.
+            let (payload, total) = payload_pass.unwrap_or_default();
+            if payload != e.payload_sha256 && parsed.header.tensors.len() > 1 {
+                for t in &parsed.header.tensors {
+                    let Some(want) = e.tensor_sha256.get(&t.name) else {
+                        continue;
                     };
-                    if let Some(got) = got.filter(|g| g != want) {
+                    let start = (parsed.payload_start + t.offset) as usize;
+                    let got = hex(Sha256::digest(&map[start..start + t.len as usize]));
+                    if &got != want {
                         problems.push(format!(
                             "tensor {:?} differs: file bytes [{start}, {}) (payload [{}, {})), \
                              sha256 {got}, recorded {want}",
@@ -175,7 +189,6 @@ fn verify_representation(dir: &Path, id: &str, e: &super::index::RepresentationE
                     }
                 }
             }
-            let payload = hex(payload.finalize());
             if payload != e.payload_sha256 {
                 if problems.is_empty() {
                     let range = parsed
@@ -184,8 +197,13 @@ fn verify_representation(dir: &Path, id: &str, e: &super::index::RepresentationE
                         .first()
                         .zip(parsed.header.tensors.last())
                         .map(|(a, b)| {
+                            let what = if parsed.header.tensors.len() == 1 {
+                                format!("tensor {:?}, ", a.name)
+                            } else {
+                                String::new()
+                            };
                             format!(
-                                "file bytes [{}, {})",
+                                "{what}file bytes [{}, {})",
                                 parsed.payload_start + a.offset,
                                 parsed.payload_start + b.offset + b.len
                             )
