@@ -101,6 +101,17 @@ impl Connection {
         }
     }
 
+    /// Installs (or removes, with `None`) a handler that sees GENERATE's text as it is
+    /// produced, piece by piece (a shell can show the generation live).
+    pub fn set_token_handler<F>(&self, handler: Option<F>)
+    where
+        F: Fn(&str) + Send + Sync + 'static,
+    {
+        if let Ok(mut e) = self.engine() {
+            e.tokens = handler.map(|h| Arc::new(h) as crate::progress::TokenHandler);
+        }
+    }
+
     /// A handle that cancels the running statement from another thread.
     pub fn interrupt_handle(&self) -> InterruptHandle {
         InterruptHandle {

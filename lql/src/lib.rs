@@ -21,7 +21,7 @@
 //! ```
 //!
 //! - [`Connection`]: `open`, `open_in_memory`, `execute`, `execute_batch`, `execute_each`,
-//!   `prepare`, `interrupt_handle`, `set_progress_handler`.
+//!   `prepare`, `interrupt_handle`, `set_progress_handler`, `set_token_handler`, `bench`.
 //! - [`Rows`], [`Row`], [`Column`], [`Value`]: typed results; rendering is the caller's.
 //! - [`Error`]: kind, message, span, labels, help; [`Error::render`] (ariadne) and
 //!   [`Error::to_json`].
@@ -36,7 +36,7 @@ mod value;
 
 pub use connection::{BenchReport, Connection, InterruptHandle, StatementResult};
 pub use error::{Error, ErrorKind, Label, Result};
-pub use progress::{Progress, ProgressHandler, ProgressUnit};
+pub use progress::{Progress, ProgressHandler, ProgressUnit, TokenHandler};
 pub use rows::{Column, Row, RowIndex, Rows};
 pub use statement::Statement;
 pub use value::{FromValue, Value, ValueType};

@@ -1,5 +1,6 @@
 //! Progress reports for long operations (model downloads, EXTRACT, COMPILE), delivered to
-//! a handler the embedder installs with `Connection::set_progress_handler`.
+//! a handler the embedder installs with `Connection::set_progress_handler`; and the token
+//! stream of GENERATE, for a handler installed with `Connection::set_token_handler`.
 
 use std::sync::Arc;
 
@@ -25,3 +26,7 @@ pub struct Progress {
 
 /// A progress handler: called from the thread running the statement.
 pub type ProgressHandler = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// A token-stream handler: called with each piece of text GENERATE produces, as it is
+/// produced (whole UTF-8 characters; the statement's row still carries the full text).
+pub type TokenHandler = Arc<dyn Fn(&str) + Send + Sync>;

@@ -45,3 +45,22 @@ pub fn handler() -> impl Fn(&Progress) + Send + Sync + 'static {
         }
     }
 }
+
+/// Returns a token-stream handler that shows GENERATE's text live on stderr (dimmed when
+/// `color`), and sets `streamed` so the caller ends the line before printing the result.
+pub fn token_printer(
+    streamed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    color: bool,
+) -> impl Fn(&str) + Send + Sync + 'static {
+    move |piece: &str| {
+        use std::io::Write;
+        let mut err = std::io::stderr().lock();
+        let _ = if color {
+            write!(err, "\x1b[2m{piece}\x1b[0m")
+        } else {
+            write!(err, "{piece}")
+        };
+        let _ = err.flush();
+        streamed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}

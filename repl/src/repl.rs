@@ -143,6 +143,17 @@ pub fn run(session: &mut Session) -> rustyline::Result<()> {
     if let Err(e) = crate::sigint::install(session.conn.interrupt_handle()) {
         session.report_message(&format!("Ctrl-C will not cancel statements: {e}"));
     }
+    // GENERATE's text appears live on stderr while it runs.
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        session
+            .conn
+            .set_token_handler(Some(crate::progress::token_printer(
+                flag.clone(),
+                session.color,
+            )));
+        session.streamed = Some(flag);
+    }
     let history = crate::history::path();
     if let Some(p) = &history {
         // A missing history file is normal on first use.

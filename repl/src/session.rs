@@ -37,6 +37,9 @@ pub struct Session {
     pub track_terminal_width: bool,
     pub out: Box<dyn Write + Send>,
     pub err: Box<dyn Write + Send>,
+    /// Set by the live token printer (interactive sessions): text has been streamed to
+    /// stderr and the line must be ended before the result is printed.
+    pub streamed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// Nesting depth of `.read`, to refuse a script that reads itself forever.
     pub(crate) read_depth: usize,
 }
@@ -50,6 +53,7 @@ impl Session {
             color: false,
             width: None,
             track_terminal_width: false,
+            streamed: None,
             out: Box::new(std::io::stdout()),
             err: Box::new(std::io::stderr()),
             read_depth: 0,
@@ -111,8 +115,19 @@ impl Session {
         let timer = self.timer;
         let out = &mut self.out;
         let err = &mut self.err;
+        let streamed = self.streamed.clone();
+        let end_stream = move |err: &mut Box<dyn Write + Send>| {
+            if streamed
+                .as_ref()
+                .is_some_and(|f| f.swap(false, std::sync::atomic::Ordering::SeqCst))
+            {
+                let _ = err.write_all(b"\n");
+                let _ = err.flush();
+            }
+        };
         let mut started = Instant::now();
         let result = self.conn.execute_each(chunk, |r| {
+            end_stream(err);
             let s = render(mode, &r.text, &r.rows, width);
             // A closed pipe (`lql … | head`) ends output quietly.
             out.write_all(s.as_bytes())
@@ -127,6 +142,7 @@ impl Session {
         match result {
             Ok(()) => Outcome::Ok,
             Err(e) => {
+                end_stream(&mut self.err);
                 let e = e.offset_spans(range.start);
                 self.report_error(&e, source_name, text);
                 Outcome::Failed

@@ -65,6 +65,7 @@ impl Bound {
 /// Session state behind a connection's mutex.
 pub(crate) struct Engine {
     pub(crate) progress: Option<ProgressHandler>,
+    pub(crate) tokens: Option<crate::progress::TokenHandler>,
     pub(crate) bound: Option<Bound>,
 }
 
@@ -163,6 +164,7 @@ impl Engine {
     pub(crate) fn new() -> Self {
         Engine {
             progress: None,
+            tokens: None,
             bound: None,
         }
     }

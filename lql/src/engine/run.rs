@@ -72,7 +72,24 @@ pub(crate) fn generate(cx: &mut Cx<'_>, plan: &GeneratePlan) -> Result<Rows> {
         stop_ids: Vec::new(),
         decoder: Some(tok.clone() as Arc<dyn lql_exec::TokenDecoder>),
     };
-    let g = exec.generate(&ids, &opts, &mut |_| Control::Continue)?;
+    let handler = cx.engine.tokens.clone();
+    let mut stream = tok.stream_decoder();
+    let mut on_token = |id: u32| {
+        if let Some(h) = &handler {
+            match stream.push(id) {
+                Ok(piece) if !piece.is_empty() => h(&piece),
+                _ => {}
+            }
+        }
+        Control::Continue
+    };
+    let g = exec.generate(&ids, &opts, &mut on_token)?;
+    if let Some(h) = &handler {
+        let rest = stream.flush();
+        if !rest.is_empty() {
+            h(&rest);
+        }
+    }
     if g.finish_reason == FinishReason::Cancelled {
         return Err(Error::interrupted());
     }
