@@ -437,3 +437,24 @@ fn explain_infer_shows_prediction_lens_features_and_attention() {
         }
     }
 }
+
+#[test]
+fn for_positions_all_adds_up_at_every_position() {
+    let conn = connect();
+    let rows = conn
+        .execute("TRACE 'The capital of France is' FOR ' Paris' POSITIONS ALL")
+        .unwrap();
+    assert_eq!(rows.len(), 5 * 31);
+    let ids = [504, 3575, 282, 4649, 314];
+    let logits = executor().logits_all(&ids).unwrap();
+    for (pos, l) in logits.iter().enumerate() {
+        let sum: f64 = (pos * 31..(pos + 1) * 31)
+            .map(|i| f(&rows, i, "contrib"))
+            .sum();
+        let want = l.values[7042] as f64;
+        assert!(
+            (sum - want).abs() <= 1e-3,
+            "position {pos}: Σ contrib {sum} vs logit {want}"
+        );
+    }
+}
