@@ -85,38 +85,53 @@ impl CpuBackend {
         Ok(())
     }
 
-    /// Batched product on decoded tiles: `out_t[r, t] = W.row(r) · x[t]`, then transposed.
-    fn matmul_tiles(&self, w: &TensorView<'_>, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
-        let (rows, rl, rb) = (w.rows(), w.row_len(), w.row_bytes());
-        let mut out_t = vec![0.0f32; rows * n];
-        let xt = MatRef::from_column_major_slice(x, rl, n);
+    /// Rows per decoded tile: a few tiles per thread over all the matrices of one
+    /// dispatch, between 16 and [`TILE_ROWS`].
+    fn tile_rows(&self, total_rows: usize) -> usize {
+        (total_rows / (self.threads * 4)).clamp(16, TILE_ROWS) / 8 * 8
+    }
+
+    /// Batched products on decoded tiles, all matrices in one parallel dispatch:
+    /// `out_t[r, t] = W.row(r) · x[t]` per tile (faer GEMM), then transposed into `outs`.
+    fn matmul_tiles(
+        &self,
+        ws: &[TensorView<'_>],
+        x: &[f32],
+        n: usize,
+        outs: &mut [&mut [f32]],
+    ) -> Result<()> {
+        let total: usize = ws.iter().map(|w| w.rows()).sum();
+        let tr = self.tile_rows(total);
+        let mut outs_t: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; w.rows() * n]).collect();
+        let mut tasks: Vec<(&TensorView<'_>, usize, &mut [f32])> = Vec::new();
+        for (w, ot) in ws.iter().zip(outs_t.iter_mut()) {
+            for (bi, chunk) in ot.chunks_mut(tr * n).enumerate() {
+                tasks.push((w, bi * tr, chunk));
+            }
+        }
         self.pool.install(|| {
-            out_t
-                .par_chunks_mut(TILE_ROWS * n)
-                .enumerate()
-                .try_for_each(|(bi, ot)| {
-                    let r0 = bi * TILE_ROWS;
-                    let nr = ot.len() / n;
-                    TILE.with(|tile| {
-                        let mut tile = tile.borrow_mut();
-                        tile.resize(nr * rl, 0.0);
-                        encoded::decode_rows(
-                            w.dtype,
-                            &w.bytes[r0 * rb..(r0 + nr) * rb],
-                            rl,
-                            &mut tile,
-                        )
+            tasks.into_par_iter().try_for_each(|(w, r0, ot)| {
+                let (rl, rb) = (w.row_len(), w.row_bytes());
+                let xt = MatRef::from_column_major_slice(x, rl, n);
+                let nr = ot.len() / n;
+                TILE.with(|tile| {
+                    let mut tile = tile.borrow_mut();
+                    tile.resize(nr * rl, 0.0);
+                    encoded::decode_rows(w.dtype, &w.bytes[r0 * rb..(r0 + nr) * rb], rl, &mut tile)
                         .map_err(|m| codec_err(w, m))?;
-                        let a = MatRef::from_row_major_slice(&tile[..], nr, rl);
-                        let c = MatMut::from_row_major_slice_mut(ot, nr, n);
-                        gemm(c, Accum::Replace, a, xt, 1.0f32, Par::Seq);
-                        Ok::<(), ExecError>(())
-                    })
+                    let a = MatRef::from_row_major_slice(&tile[..], nr, rl);
+                    let c = MatMut::from_row_major_slice_mut(ot, nr, n);
+                    gemm(c, Accum::Replace, a, xt, 1.0f32, Par::Seq);
+                    Ok::<(), ExecError>(())
                 })
+            })
         })?;
-        for (t, orow) in out.chunks_exact_mut(rows).enumerate() {
-            for (r, o) in orow.iter_mut().enumerate() {
-                *o = out_t[r * n + t];
+        for ((w, out), out_t) in ws.iter().zip(outs.iter_mut()).zip(&outs_t) {
+            let rows = w.rows();
+            for (t, orow) in out.chunks_exact_mut(rows).enumerate() {
+                for (r, o) in orow.iter_mut().enumerate() {
+                    *o = out_t[r * n + t];
+                }
             }
         }
         Ok(())
@@ -154,7 +169,7 @@ impl Backend for CpuBackend {
     fn matmul(&self, w: &TensorView<'_>, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         Self::check(w, x.len(), n, out.len())?;
         if n >= self.gemm_min_batch {
-            return self.matmul_tiles(w, x, n, out);
+            return self.matmul_tiles(std::slice::from_ref(w), x, n, &mut [out]);
         }
         let (rl, rows) = (w.row_len(), w.rows());
         for t in 0..n {
@@ -174,7 +189,20 @@ impl Backend for CpuBackend {
         n: usize,
         outs: &mut [&mut [f32]],
     ) -> Result<()> {
-        if n != 1 || ws.len() != outs.len() {
+        if ws.len() != outs.len() {
+            return Err(ExecError::Internal(format!(
+                "{} matrices, {} outputs",
+                ws.len(),
+                outs.len()
+            )));
+        }
+        for (w, out) in ws.iter().zip(outs.iter()) {
+            Self::check(w, x.len(), n, out.len())?;
+        }
+        if n >= self.gemm_min_batch {
+            return self.matmul_tiles(ws, x, n, outs);
+        }
+        if n != 1 {
             for (w, out) in ws.iter().zip(outs.iter_mut()) {
                 self.matmul(w, x, n, out)?;
             }
@@ -183,7 +211,6 @@ impl Backend for CpuBackend {
         // One parallel dispatch for all matrices: tasks are (matrix, row range, output).
         let mut tasks: Vec<(&TensorView<'_>, usize, &mut [f32])> = Vec::new();
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
-            Self::check(w, x.len(), 1, out.len())?;
             let chunk = self.rows_per_task(w.rows());
             for (ci, o) in out.chunks_mut(chunk).enumerate() {
                 tasks.push((w, ci * chunk, o));
