@@ -42,6 +42,9 @@ pub enum BrowseError {
     NotExecutable { missing: Vec<String> },
     #[error("not supported yet: {0}")]
     Unsupported(String),
+    /// The caller's interrupt flag was raised.
+    #[error("cancelled")]
+    Cancelled,
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error(transparent)]

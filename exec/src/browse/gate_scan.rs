@@ -134,7 +134,7 @@ pub(crate) fn check_matrix(
             return bad(format!("{} rows, expected {r}", view.shape[1]));
         }
     }
-    if row_len % view.dtype.block_elems() != 0 {
+    if !row_len.is_multiple_of(view.dtype.block_elems()) {
         return bad(format!(
             "rows of {row_len} elements are not whole {}-element {} blocks",
             view.dtype.block_elems(),
@@ -197,4 +197,83 @@ where
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scores from the stored encoding equal decode-then-dot, for scalar and block formats.
+    #[test]
+    fn scores_match_decoded_rows() {
+        let (hidden, rows) = (64usize, 300usize);
+        let vals: Vec<f32> = (0..hidden * rows)
+            .map(|i| (((i * 7919) % 1013) as f32 / 1013.0 - 0.5) * 2.0)
+            .collect();
+        let q: Vec<f32> = (0..hidden)
+            .map(|i| ((i * 31) % 17) as f32 / 17.0 - 0.4)
+            .collect();
+        for dtype in [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::Q8_0,
+            DType::Q4_1,
+            DType::Q4_0,
+        ] {
+            let mut bytes = Vec::new();
+            codec::encode_row(dtype, &vals, &mut bytes).unwrap();
+            let shape = [hidden, rows];
+            let region = GateRegion {
+                layer: 0,
+                view: TensorView {
+                    dtype,
+                    shape: &shape,
+                    bytes: &bytes,
+                },
+            };
+            let got = region.scores(&q).unwrap();
+            let mut dec = vec![0.0f32; hidden * rows];
+            codec::decode_row(dtype, &bytes, &mut dec).unwrap();
+            for (r, g) in got.iter().enumerate() {
+                let want: f32 = dec[r * hidden..(r + 1) * hidden]
+                    .iter()
+                    .zip(&q)
+                    .map(|(a, b)| a * b)
+                    .sum();
+                assert!((g - want).abs() < 1e-4, "{dtype} row {r}: {g} vs {want}");
+            }
+            let top = region.top_k(&q, 5).unwrap();
+            let mut order: Vec<usize> = (0..rows).collect();
+            order.sort_by(|&a, &b| got[b].abs().total_cmp(&got[a].abs()).then(a.cmp(&b)));
+            assert_eq!(
+                top.iter().map(|h| h.feature).collect::<Vec<_>>(),
+                order[..5].to_vec(),
+                "{dtype}"
+            );
+            assert!(
+                region.scores(&q[..10]).is_err(),
+                "wrong query length refuses"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_regions_refuse() {
+        let bytes = vec![0u8; 100];
+        let shape = [64usize, 2];
+        let v = TensorView {
+            dtype: DType::F32,
+            shape: &shape,
+            bytes: &bytes,
+        };
+        assert!(check_matrix(&v, "ffn_gate", Some(0), 64, None).is_err());
+        let shape = [63usize, 2];
+        let v = TensorView {
+            dtype: DType::Q4_1,
+            shape: &shape,
+            bytes: &bytes,
+        };
+        assert!(check_matrix(&v, "ffn_gate", Some(0), 63, None).is_err());
+    }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use lql_storage::model::{OperandKey, OperandSource, Role};
 use lql_storage::DType;
 
-use super::error::Result;
+use super::error::{BrowseError, Result};
 use super::gate_scan::GateRegion;
 use super::labels::{FeatureLabel, LabelCache};
 
@@ -55,7 +55,8 @@ impl FeatureSet {
 
 /// Scans `features`: `layers` in order, the features of `set` in each, stopping after
 /// `limit` rows; labels for every emitted row when `labels` is set, computed in batches
-/// through `cache`.
+/// through `cache`. `cancelled` is polled between label batches (a full-table label scan
+/// takes about a minute on SmolLM2).
 pub fn scan_features(
     src: &dyn OperandSource,
     cache: &LabelCache,
@@ -63,6 +64,7 @@ pub fn scan_features(
     set: &FeatureSet,
     labels: bool,
     limit: Option<usize>,
+    cancelled: &dyn Fn() -> bool,
 ) -> Result<Vec<FeatureRow>> {
     let mut keys: Vec<(usize, usize)> = Vec::new();
     for &l in layers {
@@ -84,6 +86,9 @@ pub fn scan_features(
         .collect();
     if labels {
         for (chunk, out) in keys.chunks(LABEL_BATCH).zip(rows.chunks_mut(LABEL_BATCH)) {
+            if cancelled() {
+                return Err(BrowseError::Cancelled);
+            }
             for (row, label) in out.iter_mut().zip(cache.labels(src, chunk)?) {
                 row.label = Some(label);
             }

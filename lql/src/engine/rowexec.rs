@@ -497,3 +497,105 @@ pub(crate) fn int_domain(e: &Expr, col: &str, lo: i64, hi: i64) -> Option<Vec<i6
     out.dedup();
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lql_grammar::{Ident, Span};
+
+    fn e(kind: ExprKind) -> Expr {
+        Expr {
+            kind,
+            span: Span::new(0, 1),
+        }
+    }
+    fn col(n: &str) -> Expr {
+        e(ExprKind::Column(Ident {
+            name: n.into(),
+            span: Span::new(0, 1),
+        }))
+    }
+    fn int(i: i64) -> Expr {
+        e(ExprKind::Literal(Lit::Int(i)))
+    }
+    fn cmp(op: CmpOp, a: Expr, b: Expr) -> Expr {
+        e(ExprKind::Compare {
+            op,
+            left: Box::new(a),
+            right: Box::new(b),
+        })
+    }
+    fn cols() -> Vec<Column> {
+        vec![
+            Column::new("layer", ValueType::Int),
+            Column::new("name", ValueType::Text),
+        ]
+    }
+
+    #[test]
+    fn three_valued_logic() {
+        let c = cols();
+        let row = vec![Value::Null, Value::from("x")];
+        let p = cmp(CmpOp::Eq, col("layer"), int(1));
+        assert_eq!(eval(&p, &c, &row).unwrap(), Value::Null);
+        let not = e(ExprKind::Not(Box::new(p.clone())));
+        assert_eq!(eval(&not, &c, &row).unwrap(), Value::Null);
+        let f = cmp(CmpOp::Eq, int(1), int(2));
+        let and = e(ExprKind::And(vec![p.clone(), f.clone()]));
+        assert_eq!(eval(&and, &c, &row).unwrap(), Value::Bool(false));
+        let t = cmp(CmpOp::Eq, int(1), int(1));
+        let or = e(ExprKind::Or(vec![p, t]));
+        assert_eq!(eval(&or, &c, &row).unwrap(), Value::Bool(true));
+        let rows = filter(vec![row], &c, &and).unwrap();
+        assert!(rows.is_empty());
+    }
+
+    #[test]
+    fn type_errors_carry_spans() {
+        let c = cols();
+        let bad = cmp(CmpOp::Lt, col("name"), int(3));
+        let err = check_predicate(&bad, &c).unwrap_err();
+        assert!(err.message.contains("type mismatch"));
+        assert_eq!(err.span, Some(0..1));
+        assert!(check_predicate(&col("layer"), &c).is_err());
+        assert!(check_predicate(&cmp(CmpOp::Eq, col("layer"), int(3)), &c).is_ok());
+    }
+
+    #[test]
+    fn pushdown_domains() {
+        let p = e(ExprKind::And(vec![
+            cmp(CmpOp::GtEq, col("layer"), int(3)),
+            cmp(CmpOp::Lt, int(1), col("feature")),
+            cmp(CmpOp::LtEq, col("layer"), int(5)),
+        ]));
+        assert_eq!(int_domain(&p, "layer", 0, 29), Some(vec![3, 4, 5]));
+        assert_eq!(int_domain(&p, "feature", 0, 3), Some(vec![2, 3]));
+        assert_eq!(int_domain(&p, "other", 0, 3), None);
+        let or = e(ExprKind::Or(vec![cmp(CmpOp::Eq, col("layer"), int(1))]));
+        assert_eq!(int_domain(&or, "layer", 0, 29), None, "OR is not pushed");
+        let inl = e(ExprKind::InList {
+            expr: Box::new(col("layer")),
+            list: vec![int(7), int(40), int(2)],
+            negated: false,
+        });
+        assert_eq!(int_domain(&inl, "layer", 0, 29), Some(vec![2, 7]));
+    }
+
+    #[test]
+    fn stable_multi_key_sort() {
+        let c = cols();
+        let mut rows = vec![
+            vec![Value::Int(2), Value::from("b")],
+            vec![Value::Null, Value::from("z")],
+            vec![Value::Int(1), Value::from("a")],
+            vec![Value::Int(2), Value::from("a")],
+        ];
+        let keys = [SortKey {
+            column: "layer".into(),
+            descending: false,
+        }];
+        sort(&mut rows, &c, &keys).unwrap();
+        let names: Vec<String> = rows.iter().map(|r| r[1].to_string()).collect();
+        assert_eq!(names, ["z", "a", "b", "a"], "NULL first, ties keep order");
+    }
+}

@@ -185,9 +185,8 @@ fn select_features(
         || projected
             .iter()
             .any(|&i| LABEL_COLUMNS.contains(&cols[i].name.as_str()));
-    // A limit may go into the scan when nothing but the scan order decides which rows come
-    // first: no ORDER BY, and a filter fully expressed by the pushdown is still re-run.
     let cache = label_cache(&model);
+    let cancel = cx.cancel.clone();
     let scan = scan_features(
         model.as_ref(),
         &cache,
@@ -195,13 +194,14 @@ fn select_features(
         &set,
         needs_labels_early,
         None,
+        &|| cancel.load(std::sync::atomic::Ordering::Relaxed),
     )
     .map_err(browse_err)?;
     let vocab = token_texts(cx)?;
     let row_of = |layer: usize, feature: usize, label: Option<&Arc<FeatureLabel>>| -> Vec<Value> {
         let (top, id, c, down) = match label {
             Some(l) => (
-                l.top_token_id().map(|t| vocab(t)).into(),
+                l.top_token_id().map(&vocab).into(),
                 l.top_token_id().into(),
                 l.c_score().into(),
                 Value::List(

@@ -33,6 +33,7 @@ pub(crate) fn browse_err(e: BrowseError) -> Error {
             Error::new(ErrorKind::Format, e.to_string())
         }
         BrowseError::Internal(m) => Error::internal(m),
+        BrowseError::Cancelled => Error::interrupted(),
         other => Error::semantic(other.to_string()),
     }
 }
