@@ -262,7 +262,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             O::Softmax,
             O::TopK { k: i.top },
             O::Detokenize,
-            cols(&["rank", "token_id", "token", "probability", "logit"]),
+            cols(&["rank", "token", "token_id", "prob", "logit"]),
         ]),
         LogicalPlan::Generate(gp) => chain(vec![
             O::Tokenize {
@@ -279,7 +279,13 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 stop: gp.stop.clone(),
             },
             O::Detokenize,
-            cols(&["text", "tokens", "stop_reason"]),
+            cols(&[
+                "text",
+                "token_ids",
+                "finish_reason",
+                "prompt_tokens",
+                "generated_tokens",
+            ]),
         ]),
         LogicalPlan::Walk(w) => {
             let mut ops = vec![O::Tokenize {
@@ -309,7 +315,15 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 bytes_per_layer: w.gate_bytes_per_layer,
             });
             ops.push(O::FeatureLabels);
-            ops.push(cols(&["layer", "feature", "gate", "token", "down"]));
+            ops.push(cols(&[
+                "layer",
+                "feature",
+                "gate",
+                "activation",
+                "top_token",
+                "down_tokens",
+                "mode",
+            ]));
             chain(ops)
         }
         LogicalPlan::Describe(d) => chain(vec![
@@ -379,12 +393,39 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             if let Some(p) = &t.save {
                 ops.push(O::SaveTrace { path: p.clone() });
             }
-            let columns: &[&str] = match (t.decompose, t.target.is_some()) {
-                (true, _) => &["layer", "attn_delta", "ffn_delta", "residual", "attn_share"],
-                (false, true) => &["layer", "rank", "probability", "attn", "ffn", "who"],
-                (false, false) => &["layer", "position", "top1", "probability"],
-            };
-            ops.push(cols(columns));
+            // The columns the engine's TRACE produces (docs/trace.md).
+            let mut columns: Vec<&str> = Vec::new();
+            if matches!(t.positions, Positions::All) {
+                columns.push("position");
+            }
+            columns.push("layer");
+            match (t.target.is_some(), t.decompose) {
+                (false, false) => columns.extend([
+                    "top_token",
+                    "top_token_id",
+                    "top_prob",
+                    "attn_delta_norm",
+                    "ffn_delta_norm",
+                ]),
+                (true, _) => columns.extend([
+                    "rank",
+                    "prob",
+                    "attn_contrib",
+                    "ffn_contrib",
+                    "contrib",
+                    "who",
+                ]),
+                (false, true) => {}
+            }
+            if t.decompose {
+                columns.extend([
+                    "attn_delta_norm",
+                    "ffn_delta_norm",
+                    "residual_norm",
+                    "attn_share",
+                ]);
+            }
+            ops.push(cols(&columns));
             chain(ops)
         }
         LogicalPlan::Insert(i) => chain(vec![

@@ -37,7 +37,7 @@ fn walk_embedding() {
     snap(
         "EXPLAIN WALK 'France' TOP 5 LAYERS 20-29",
         r#"
-Rows [layer, feature, gate, token, down]
+Rows [layer, feature, gate, activation, top_token, down_tokens, mode]
   FeatureLabels
     GateScan layers=20-29 top=5 query=embedding encoding=Q4_1 bytes/layer=648.0 KiB total=6.3 MiB
       EmbedLookup position=last
@@ -52,7 +52,7 @@ fn walk_residual() {
     snap(
         "EXPLAIN WALK 'France' MODE RESIDUAL LAYERS 10-12",
         r#"
-Rows [layer, feature, gate, token, down]
+Rows [layer, feature, gate, activation, top_token, down_tokens, mode]
   FeatureLabels
     GateScan layers=10-12 top=10 query=residual encoding=Q4_1 bytes/layer=648.0 KiB total=1.9 MiB
       Forward prefill layers=0-12 capture=ffn_input positions=last
@@ -67,7 +67,7 @@ fn infer() {
     snap(
         "EXPLAIN INFER 'The capital of France is' TOP 3",
         r#"
-Rows [rank, token_id, token, probability, logit]
+Rows [rank, token, token_id, prob, logit]
   Detokenize
     TopK k=3
       Softmax
@@ -84,7 +84,7 @@ fn generate() {
     snap(
         "EXPLAIN GENERATE 'Once' MAX 8 TEMPERATURE 0.7 TOP_K 40 SEED 1 STOP '\\n'",
         r#"
-Rows [text, tokens, stop_reason]
+Rows [text, token_ids, finish_reason, prompt_tokens, generated_tokens]
   Detokenize
     DecodeLoop max=8 temperature=0.7 top_k=40 seed=1 stop=["\n"]
       Forward prefill layers=0-29
@@ -115,7 +115,7 @@ fn trace_and_diff() {
     snap(
         "EXPLAIN TRACE 'x' FOR 'Paris' LAYERS 0-3 POSITIONS ALL SAVE 't.trace'",
         r#"
-Rows [layer, rank, probability, attn, ffn, who]
+Rows [position, layer, rank, prob, attn_contrib, ffn_contrib, contrib, who]
   SaveTrace "t.trace"
     LogitLens for="Paris"
       Forward prefill layers=0-3 capture=residual positions=all
