@@ -1,7 +1,10 @@
 //! DESCRIBE: what an entity activates, as edges `entity → target` grouped into layer bands.
 //!
-//! 1. Query: RESIDUAL runs the entity's tokens and walks the last position; EMBEDDING uses the
-//!    mean of the tokens' scaled embedding rows.
+//! 1. Query: RESIDUAL runs the entity's tokens after [`DescribeOptions::prefix`] (the BOS
+//!    token) and uses the last position; EMBEDDING uses the mean of the tokens' scaled
+//!    embedding rows. The prefix matters: a token at position 0 is the attention sink, and
+//!    there every token's late-layer residual looks alike (on SmolLM2 the same layer-29
+//!    features reach gates ≈ 49 for "Paris", "France", "the" or "water").
 //! 2. Score every feature of the chosen layers the same way for a few reference words
 //!    ([`REFERENCE_WORDS`]) and subtract their mean: the *contrast* removes features that
 //!    fire for any input (SmolLM2's last layers have features with gates ≈ 45 on every
@@ -72,6 +75,9 @@ pub struct DescribeOptions {
     pub detail: Detail,
     /// `None`: RESIDUAL when the binding can run, else EMBEDDING.
     pub mode: Option<WalkMode>,
+    /// Tokens run before the entity (and each reference) in RESIDUAL mode, so that the entity
+    /// is not at position 0: the BOS token when the model has one.
+    pub prefix: Vec<u32>,
     /// Token ids of the reference inputs ([`REFERENCE_WORDS`], tokenised without special
     /// tokens); empty: no contrast (raw gates).
     pub baseline: Vec<Vec<u32>>,
@@ -175,13 +181,19 @@ pub fn describe(
     let n_layers = src.surface().n_layers;
     let layers = layer_range(n_layers, opts.layers)?;
     let (mode, mode_defaulted, note) = resolve_mode(src, exec, opts.mode)?;
-    let scores = layer_scores(src, exec, mode, ids, &layers)?;
+    let run = |x: &[u32]| -> Vec<u32> {
+        match mode {
+            WalkMode::Residual => opts.prefix.iter().chain(x).copied().collect(),
+            WalkMode::Embedding => x.to_vec(),
+        }
+    };
+    let scores = layer_scores(src, exec, mode, &run(ids), &layers)?;
     let mut baseline: Vec<Vec<f32>> = scores.iter().map(|s| vec![0.0; s.len()]).collect();
     let refs: Vec<&Vec<u32>> = opts.baseline.iter().filter(|r| !r.is_empty()).collect();
     for r in &refs {
         for (b, s) in baseline
             .iter_mut()
-            .zip(layer_scores(src, exec, mode, r, &layers)?)
+            .zip(layer_scores(src, exec, mode, &run(r), &layers)?)
         {
             for (x, y) in b.iter_mut().zip(s) {
                 *x += y / refs.len() as f32;

@@ -44,6 +44,7 @@ pub(crate) fn describe(cx: &mut Cx<'_>, plan: &DescribePlan) -> Result<Rows> {
             lql_grammar::Detail::Raw => Detail::Raw,
         },
         mode: None,
+        prefix: model.surface.special.bos.into_iter().collect(),
         baseline: browse::describe::REFERENCE_WORDS
             .iter()
             .map(|w| tok.encode(w, false))
