@@ -59,7 +59,10 @@ fn main() {
     let keys: Vec<(usize, usize)> = r.hits().map(|h| (h.layer, h.feature)).collect();
     let t = Instant::now();
     compute_labels(&model, 5, &[414]).unwrap();
-    println!("labels  1 feature: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "labels  1 feature: {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     let cache = LabelCache::new();
     let t = Instant::now();
     cache.labels(&model, &keys).unwrap();
@@ -67,7 +70,10 @@ fn main() {
     let t = Instant::now();
     cache.labels(&model, &keys).unwrap();
     let warm = t.elapsed().as_secs_f64() * 1e3;
-    println!("labels  {} features (one walk): cold {cold:.1} ms, cached {warm:.3} ms", keys.len());
+    println!(
+        "labels  {} features (one walk): cold {cold:.1} ms, cached {warm:.3} ms",
+        keys.len()
+    );
     let all: Vec<usize> = (0..s.ffn).collect();
     let t = Instant::now();
     compute_labels(&model, 5, &all).unwrap();
