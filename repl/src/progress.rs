@@ -1,6 +1,8 @@
 //! Progress bars (indicatif, on stderr) for the connection's progress reports: model
-//! downloads, EXTRACT, COMPILE. Hidden when stderr is not a terminal.
+//! downloads, EXTRACT, COMPILE. When stderr is not a terminal the bar is hidden and each
+//! task is announced by one plain line instead, so logs still say what took the time.
 
+use std::io::IsTerminal;
 use std::sync::Mutex;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -15,6 +17,9 @@ pub fn handler() -> impl Fn(&Progress) + Send + Sync + 'static {
         if !same {
             if let Some((_, old)) = slot.take() {
                 old.finish_and_clear();
+            }
+            if !std::io::stderr().is_terminal() {
+                eprintln!("{} …", p.task);
             }
             let pb = ProgressBar::with_draw_target(p.total, ProgressDrawTarget::stderr());
             let template = match (p.unit, p.total.is_some()) {
