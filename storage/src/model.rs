@@ -3,6 +3,7 @@
 //! Operands are looked up by (layer, role). The executor reads them through the
 //! [`OperandSource`] trait — the effective-state seam: a base `Model` today, base plus an
 //! overlay store once edits exist, without the executor changing.
+//! [`missing_for_execution`] says, in words, what a source lacks to run a forward pass.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -209,6 +210,47 @@ pub trait OperandSource: Send + Sync {
     }
 }
 
+/// The operands `src` lacks to run a forward pass, grouped per role ("attn_q of layers
+/// 0-29"), the global ones first. Empty when it can run.
+pub fn missing_for_execution(src: &dyn OperandSource) -> Vec<String> {
+    let s = src.surface();
+    let mut out = Vec::new();
+    for role in s.required_global_roles() {
+        if src.view(OperandKey::global(role)).is_none() {
+            out.push(role.name().to_string());
+        }
+    }
+    for role in s.required_layer_roles() {
+        let absent: Vec<usize> = (0..s.n_layers)
+            .filter(|&l| src.view(OperandKey::layer(l, role)).is_none())
+            .collect();
+        if !absent.is_empty() {
+            out.push(format!("{} of {}", role.name(), layer_list(&absent)));
+        }
+    }
+    out
+}
+
+/// "layer 3", "layers 0-29", "layers 0-3, 7".
+pub fn layer_list(layers: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            layers[i].to_string()
+        } else {
+            format!("{}-{}", layers[i], layers[j])
+        });
+        i = j + 1;
+    }
+    let word = if layers.len() == 1 { "layer" } else { "layers" };
+    format!("{word} {}", parts.join(", "))
+}
+
 impl Model {
     /// Open any supported source (GGUF file, Hugging Face folder, VINDEX3 container):
     /// shorthand for [`crate::import::open`].
@@ -242,5 +284,16 @@ impl OperandSource for Model {
     }
     fn view(&self, key: OperandKey) -> Option<TensorView<'_>> {
         self.operands.get(&key).map(|op| self.view_of(op))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::layer_list;
+
+    #[test]
+    fn layer_lists() {
+        assert_eq!(layer_list(&[3]), "layer 3");
+        assert_eq!(layer_list(&[0, 1, 2, 5, 7, 8]), "layers 0-2, 5, 7-8");
     }
 }

@@ -2,9 +2,13 @@
 //!
 //! Importers (GGUF, Hugging Face folders, VINDEX3 containers) fill this in; after that no
 //! architecture name or source file is consulted (seed 002 §17, the deletion invariant).
-//! It is stored verbatim in a VINDEX3 `system_graph.json`.
+//! It is stored verbatim in a VINDEX3 `system_graph.json`. The surface also says which
+//! operands a forward pass needs and the shape of each: the one list importers, the
+//! VINDEX3 reader, the executor and the engine check against.
 
 use serde::{Deserialize, Serialize};
+
+use crate::model::{OperandKey, Role};
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,4 +70,67 @@ pub struct ExecutionSurface {
     /// Multiplier applied to embedding rows (1.0 for llama and qwen2).
     pub embedding_scale: f32,
     pub special: SpecialTokens,
+}
+
+impl ExecutionSurface {
+    /// Global roles a forward pass needs: the embedding, the final norm, and the output
+    /// head unless it is tied to the embedding.
+    pub fn required_global_roles(&self) -> Vec<Role> {
+        let mut roles = vec![Role::TokenEmbedding, Role::OutputNorm];
+        if !self.tied_head {
+            roles.push(Role::Output);
+        }
+        roles
+    }
+
+    /// Roles a forward pass needs in every layer (the Q/K/V biases only when the surface
+    /// has them).
+    pub fn required_layer_roles(&self) -> Vec<Role> {
+        let mut roles = vec![
+            Role::AttnNorm,
+            Role::AttnQ,
+            Role::AttnK,
+            Role::AttnV,
+            Role::AttnOutput,
+            Role::FfnNorm,
+            Role::FfnGate,
+            Role::FfnUp,
+            Role::FfnDown,
+        ];
+        if self.attn_bias {
+            roles.extend([Role::AttnQBias, Role::AttnKBias, Role::AttnVBias]);
+        }
+        roles
+    }
+
+    /// Every operand a forward pass needs: the global ones, then layer by layer.
+    pub fn required_keys(&self) -> Vec<OperandKey> {
+        let layer_roles = self.required_layer_roles();
+        let mut keys: Vec<OperandKey> = self
+            .required_global_roles()
+            .into_iter()
+            .map(OperandKey::global)
+            .collect();
+        for l in 0..self.n_layers {
+            keys.extend(layer_roles.iter().map(|&r| OperandKey::layer(l, r)));
+        }
+        keys
+    }
+
+    /// The shape (ggml order) an operand of `role` must have.
+    pub fn operand_shape(&self, role: Role) -> Vec<usize> {
+        let q = self.n_heads * self.head_dim;
+        let kv = self.n_kv_heads * self.head_dim;
+        match role {
+            Role::TokenEmbedding | Role::Output => vec![self.hidden, self.vocab],
+            Role::AttnNorm | Role::FfnNorm | Role::OutputNorm => vec![self.hidden],
+            Role::AttnQ => vec![self.hidden, q],
+            Role::AttnK | Role::AttnV => vec![self.hidden, kv],
+            Role::AttnOutput => vec![q, self.hidden],
+            Role::AttnQBias => vec![q],
+            Role::AttnKBias | Role::AttnVBias => vec![kv],
+            Role::FfnGate | Role::FfnUp => vec![self.hidden, self.ffn],
+            Role::FfnDown => vec![self.ffn, self.hidden],
+        }
+    }
 }

@@ -8,13 +8,13 @@
 
 use std::time::Instant;
 
-use lql_storage::model::OperandSource;
+use lql_storage::model::{missing_for_execution, OperandSource};
 use lql_storage::DType;
 
 use super::error::{BrowseError, Result};
 use super::gate_scan::scan_layers;
 use super::query::embedding_row;
-use super::residual::{capture, missing_for_execution};
+use super::residual::capture;
 use crate::session::Executor;
 
 /// How a walk builds its query vector.

@@ -29,47 +29,26 @@ impl Catalog for EngineCatalog<'_> {
     }
 }
 
-/// Roles a forward pass needs in every layer.
-const LAYER_ROLES_EXECUTE: &[Role] = &[
-    Role::AttnNorm,
-    Role::AttnQ,
-    Role::AttnK,
-    Role::AttnV,
-    Role::AttnOutput,
-    Role::FfnNorm,
-    Role::FfnGate,
-    Role::FfnUp,
-    Role::FfnDown,
-];
-
 /// The facts of a model, as the planner needs them.
 pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
     let s = &model.surface;
-    let has = |k: OperandKey| model.operands.contains_key(&k);
+    // Listed in forward order: the embedding, the layers, then the head.
+    let mut required = s.required_keys();
+    required.sort_by_key(|k| match (k.layer, k.role) {
+        (None, Role::TokenEmbedding) => 0,
+        (Some(_), _) => 1,
+        (None, _) => 2,
+    });
     let mut missing_exec = Vec::new();
     let mut missing_browse = Vec::new();
-    let mut need = |k: OperandKey, browse: bool| {
-        if !has(k) {
-            missing_exec.push(k.to_string());
-            if browse {
-                missing_browse.push(k.to_string());
-            }
+    for k in required
+        .into_iter()
+        .filter(|k| !model.operands.contains_key(k))
+    {
+        if matches!(k.role, Role::TokenEmbedding | Role::FfnGate) {
+            missing_browse.push(k.to_string());
         }
-    };
-    need(OperandKey::global(Role::TokenEmbedding), true);
-    for l in 0..s.n_layers {
-        for &r in LAYER_ROLES_EXECUTE {
-            need(OperandKey::layer(l, r), r == Role::FfnGate);
-        }
-        if s.attn_bias {
-            for r in [Role::AttnQBias, Role::AttnKBias, Role::AttnVBias] {
-                need(OperandKey::layer(l, r), false);
-            }
-        }
-    }
-    need(OperandKey::global(Role::OutputNorm), false);
-    if !s.tied_head {
-        need(OperandKey::global(Role::Output), false);
+        missing_exec.push(k.to_string());
     }
     let gate = model.operand(OperandKey::layer(0, Role::FfnGate));
     let can_tokenize = model

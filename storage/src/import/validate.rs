@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::{Result, StorageError};
-use crate::model::{Operand, OperandKey, Role};
+use crate::model::{Operand, OperandKey};
 use crate::surface::ExecutionSurface;
 
 /// Refuse a surface whose numbers cannot describe a model.
@@ -59,55 +59,6 @@ pub fn check_surface(path: &Path, s: &ExecutionSurface) -> Result<()> {
     Ok(())
 }
 
-/// The shape (ggml order) an operand must have.
-pub fn expected_shape(s: &ExecutionSurface, role: Role) -> Vec<usize> {
-    let q = s.n_heads * s.head_dim;
-    let kv = s.n_kv_heads * s.head_dim;
-    match role {
-        Role::TokenEmbedding | Role::Output => vec![s.hidden, s.vocab],
-        Role::AttnNorm | Role::FfnNorm | Role::OutputNorm => vec![s.hidden],
-        Role::AttnQ => vec![s.hidden, q],
-        Role::AttnK | Role::AttnV => vec![s.hidden, kv],
-        Role::AttnOutput => vec![q, s.hidden],
-        Role::AttnQBias => vec![q],
-        Role::AttnKBias | Role::AttnVBias => vec![kv],
-        Role::FfnGate | Role::FfnUp => vec![s.hidden, s.ffn],
-        Role::FfnDown => vec![s.ffn, s.hidden],
-    }
-}
-
-/// The operands a model with this surface must have.
-pub fn required_keys(s: &ExecutionSurface) -> Vec<OperandKey> {
-    let mut keys = vec![
-        OperandKey::global(Role::TokenEmbedding),
-        OperandKey::global(Role::OutputNorm),
-    ];
-    if !s.tied_head {
-        keys.push(OperandKey::global(Role::Output));
-    }
-    for l in 0..s.n_layers {
-        for r in [
-            Role::AttnNorm,
-            Role::AttnQ,
-            Role::AttnK,
-            Role::AttnV,
-            Role::AttnOutput,
-            Role::FfnNorm,
-            Role::FfnGate,
-            Role::FfnUp,
-            Role::FfnDown,
-        ] {
-            keys.push(OperandKey::layer(l, r));
-        }
-        if s.attn_bias {
-            for r in [Role::AttnQBias, Role::AttnKBias, Role::AttnVBias] {
-                keys.push(OperandKey::layer(l, r));
-            }
-        }
-    }
-    keys
-}
-
 /// Every required operand present (`name_of` gives the source name of a missing one),
 /// every operand shaped as the surface says, nothing extra.
 pub fn check_operands(
@@ -116,7 +67,7 @@ pub fn check_operands(
     operands: &BTreeMap<OperandKey, Operand>,
     name_of: impl Fn(OperandKey) -> String,
 ) -> Result<()> {
-    let required = required_keys(s);
+    let required = s.required_keys();
     for key in &required {
         if !operands.contains_key(key) {
             return Err(StorageError::Tensor {
@@ -137,7 +88,7 @@ pub fn check_operands(
                 message: format!("unexpected {key} for this {} model", s.source_architecture),
             });
         }
-        let want = expected_shape(s, key.role);
+        let want = s.operand_shape(key.role);
         if op.shape != want {
             return Err(StorageError::Tensor {
                 path: path.to_path_buf(),

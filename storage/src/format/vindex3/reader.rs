@@ -344,38 +344,8 @@ fn check_closure(
             ),
         }
     };
-    let q = s.n_heads * s.head_dim;
-    let kv = s.n_kv_heads * s.head_dim;
-    let mut want: Vec<(OperandKey, Vec<usize>)> = vec![
-        (
-            OperandKey::global(Role::TokenEmbedding),
-            vec![s.hidden, s.vocab],
-        ),
-        (OperandKey::global(Role::OutputNorm), vec![s.hidden]),
-    ];
-    if !s.tied_head {
-        want.push((OperandKey::global(Role::Output), vec![s.hidden, s.vocab]));
-    }
-    for l in 0..s.n_layers {
-        let mut per = vec![
-            (Role::AttnNorm, vec![s.hidden]),
-            (Role::AttnQ, vec![s.hidden, q]),
-            (Role::AttnK, vec![s.hidden, kv]),
-            (Role::AttnV, vec![s.hidden, kv]),
-            (Role::AttnOutput, vec![q, s.hidden]),
-            (Role::FfnNorm, vec![s.hidden]),
-            (Role::FfnGate, vec![s.hidden, s.ffn]),
-            (Role::FfnUp, vec![s.hidden, s.ffn]),
-            (Role::FfnDown, vec![s.ffn, s.hidden]),
-        ];
-        if s.attn_bias {
-            per.push((Role::AttnQBias, vec![q]));
-            per.push((Role::AttnKBias, vec![kv]));
-            per.push((Role::AttnVBias, vec![kv]));
-        }
-        want.extend(per.into_iter().map(|(r, sh)| (OperandKey::layer(l, r), sh)));
-    }
-    for (key, shape) in want {
+    for key in s.required_keys() {
+        let shape = s.operand_shape(key.role);
         let op = ops.get(&key).ok_or_else(|| missing(key))?;
         // 1-D tensors may be stored as [n] or [n, 1].
         let got: Vec<usize> = {
