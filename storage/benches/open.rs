@@ -4,56 +4,26 @@
 //!
 //! `cargo bench -p lql-storage --bench open`; model from `LQL_TEST_MODEL` or the catalogue.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use criterion::{criterion_group, criterion_main, Criterion};
 
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) };
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-    }
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[path = "../tests/common/heap.rs"]
+mod heap;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
-
-fn model_path() -> PathBuf {
-    match std::env::var_os("LQL_TEST_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => lql_storage::catalogue::resolve("smollm2-135m-instruct", &mut |_| {})
-            .expect("resolve the model through the catalogue"),
-    }
-}
+static ALLOC: heap::Counting = heap::Counting;
 
 /// (peak, retained) heap bytes of running `f`, keeping its result alive.
 fn heap_of<T>(f: impl FnOnce() -> T) -> (usize, usize, T) {
-    let before = LIVE.load(Ordering::Relaxed);
-    PEAK.store(before, Ordering::Relaxed);
+    let before = heap::live();
+    heap::reset_peak();
     let t = f();
-    (
-        PEAK.load(Ordering::Relaxed) - before,
-        LIVE.load(Ordering::Relaxed) - before,
-        t,
-    )
+    (heap::peak() - before, heap::live() - before, t)
 }
 
 fn bench(c: &mut Criterion) {
-    let path = model_path();
+    let path = common::smollm2();
     let (p, l, f) = heap_of(|| lql_storage::format::gguf::GgufFile::open(&path).unwrap());
     println!("heap GgufFile::open: peak {p} B, retained {l} B");
     drop(f);
