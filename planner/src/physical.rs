@@ -378,8 +378,9 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 O::Tokenize {
                     text: t.prompt.clone(),
                 },
+                // Every layer up to the last one shown must run; LAYERS only filters rows.
                 O::Forward {
-                    layers: t.layers,
+                    layers: LayerRange::new(0, t.layers.last),
                     capture,
                     positions: t.positions,
                 },
