@@ -16,7 +16,7 @@ use crate::model::{Model, Operand, OperandKey, Role, SourceKind};
 use crate::surface::{Activation, ExecutionSurface, RopePairing, SpecialTokens};
 use crate::tokenizer_spec::{GgufVocab, TokenizerSlot, TokenizerSpec};
 
-use super::validate;
+use super::{operand_table, validate};
 
 /// What the importer knows about each GGUF architecture it accepts.
 struct Family {
@@ -68,34 +68,7 @@ pub fn tensor_name(key: OperandKey) -> String {
 
 /// The operand key of a GGUF tensor name, if it is one the importer knows.
 pub fn operand_key(name: &str) -> Option<OperandKey> {
-    match name {
-        "token_embd.weight" => return Some(OperandKey::global(Role::TokenEmbedding)),
-        "output_norm.weight" => return Some(OperandKey::global(Role::OutputNorm)),
-        "output.weight" => return Some(OperandKey::global(Role::Output)),
-        _ => {}
-    }
-    let rest = name.strip_prefix("blk.")?;
-    let (layer, suffix) = rest.split_once('.')?;
-    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) || layer.len() > 6 {
-        return None;
-    }
-    let layer: usize = layer.parse().ok()?;
-    let role = match suffix {
-        "attn_norm.weight" => Role::AttnNorm,
-        "attn_q.weight" => Role::AttnQ,
-        "attn_k.weight" => Role::AttnK,
-        "attn_v.weight" => Role::AttnV,
-        "attn_output.weight" => Role::AttnOutput,
-        "attn_q.bias" => Role::AttnQBias,
-        "attn_k.bias" => Role::AttnKBias,
-        "attn_v.bias" => Role::AttnVBias,
-        "ffn_norm.weight" => Role::FfnNorm,
-        "ffn_gate.weight" => Role::FfnGate,
-        "ffn_up.weight" => Role::FfnUp,
-        "ffn_down.weight" => Role::FfnDown,
-        _ => return None,
-    };
-    Some(OperandKey::layer(layer, role))
+    operand_table::key_from_name(name, "blk.", tensor_name)
 }
 
 fn missing(file: &GgufFile, key: &str) -> StorageError {
@@ -196,18 +169,7 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
     // Operands.
     let mut operands = BTreeMap::new();
     for t in file.tensors() {
-        let key = operand_key(&t.name).ok_or_else(|| StorageError::Tensor {
-            path: path.clone(),
-            tensor: t.name.clone(),
-            message: format!("not supported yet: a tensor the {arch} importer does not know"),
-        })?;
-        if key.layer.is_some_and(|l| l >= n_layers) {
-            return Err(StorageError::Tensor {
-                path: path.clone(),
-                tensor: t.name.clone(),
-                message: format!("layer index beyond the {n_layers} layers of the model"),
-            });
-        }
+        let key = operand_table::tensor_key(&path, &t.name, &arch, n_layers, operand_key)?;
         let range = file.byte_range(t);
         operands.insert(
             key,
@@ -221,15 +183,12 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
             },
         );
     }
-    let vocab = match operands.get(&OperandKey::global(Role::TokenEmbedding)) {
-        Some(op) if op.shape.len() == 2 => op.shape[1],
-        _ => opt_usize(&file, &k("vocab_size"))?.unwrap_or(0),
+    let vocab = match operand_table::embedding_vocab(&operands) {
+        Some(v) => v,
+        None => opt_usize(&file, &k("vocab_size"))?.unwrap_or(0),
     };
     let tied_head = !operands.contains_key(&OperandKey::global(Role::Output));
-    let attn_bias = family.bias_required
-        || operands
-            .keys()
-            .any(|k| matches!(k.role, Role::AttnQBias | Role::AttnKBias | Role::AttnVBias));
+    let attn_bias = family.bias_required || operand_table::has_attn_bias(&operands);
 
     let (special, slot) = tokenizer(&file, vocab)?;
     let surface = ExecutionSurface {

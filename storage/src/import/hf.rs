@@ -16,7 +16,7 @@ use crate::model::{Model, Operand, OperandKey, Role, SourceKind};
 use crate::surface::{Activation, ExecutionSurface, RopePairing, SpecialTokens};
 use crate::tokenizer_spec::{TokenizerSlot, TokenizerSpec};
 
-use super::validate;
+use super::{operand_table, validate};
 
 /// (architecture class, family name, biases on Q/K/V)
 const FAMILIES: [(&str, &str, bool); 3] = [
@@ -49,25 +49,7 @@ pub fn tensor_name(key: OperandKey) -> String {
 
 /// The operand key of an HF tensor name, if the importer knows it.
 pub fn operand_key(name: &str) -> Option<OperandKey> {
-    match name {
-        "model.embed_tokens.weight" => return Some(OperandKey::global(Role::TokenEmbedding)),
-        "model.norm.weight" => return Some(OperandKey::global(Role::OutputNorm)),
-        "lm_head.weight" => return Some(OperandKey::global(Role::Output)),
-        _ => {}
-    }
-    let rest = name.strip_prefix("model.layers.")?;
-    let (layer, suffix) = rest.split_once('.')?;
-    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) || layer.len() > 6 {
-        return None;
-    }
-    let layer: usize = layer.parse().ok()?;
-    let role = Role::ALL.into_iter().find(|&r| {
-        r != Role::TokenEmbedding
-            && r != Role::OutputNorm
-            && r != Role::Output
-            && tensor_name(OperandKey::layer(0, r)).strip_prefix("model.layers.0.") == Some(suffix)
-    })?;
-    Some(OperandKey::layer(layer, role))
+    operand_table::key_from_name(name, "model.layers.", tensor_name)
 }
 
 fn need<T>(cfg_path: &Path, v: Option<T>, key: &str) -> Result<T> {
@@ -136,18 +118,13 @@ pub fn open(dir: &Path) -> Result<Model> {
 
     let mut operands = BTreeMap::new();
     for t in &folder.tensors {
-        let key = operand_key(&t.name).ok_or_else(|| StorageError::Tensor {
-            path: folder.files[t.file].clone(),
-            tensor: t.name.clone(),
-            message: format!("not supported yet: a tensor the {family} importer does not know"),
-        })?;
-        if key.layer.is_some_and(|l| l >= n_layers) {
-            return Err(StorageError::Tensor {
-                path: folder.files[t.file].clone(),
-                tensor: t.name.clone(),
-                message: format!("layer index beyond the {n_layers} layers of the model"),
-            });
-        }
+        let key = operand_table::tensor_key(
+            &folder.files[t.file],
+            &t.name,
+            family,
+            n_layers,
+            operand_key,
+        )?;
         operands.insert(
             key,
             Operand {
@@ -160,13 +137,11 @@ pub fn open(dir: &Path) -> Result<Model> {
             },
         );
     }
-    let vocab = match operands.get(&OperandKey::global(Role::TokenEmbedding)) {
-        Some(op) if op.shape.len() == 2 => op.shape[1],
-        _ => cfg
-            .vocab_size
+    let vocab = operand_table::embedding_vocab(&operands).unwrap_or_else(|| {
+        cfg.vocab_size
             .and_then(|x| usize::try_from(x).ok())
-            .unwrap_or(0),
-    };
+            .unwrap_or(0)
+    });
     let has_head = operands.contains_key(&OperandKey::global(Role::Output));
     let tied_head = !has_head;
     if tied_head && cfg.tie_word_embeddings == Some(false) {
@@ -177,10 +152,8 @@ pub fn open(dir: &Path) -> Result<Model> {
                 .into(),
         });
     }
-    let attn_bias = cfg.attention_bias.unwrap_or(bias_default)
-        || operands
-            .keys()
-            .any(|k| matches!(k.role, Role::AttnQBias | Role::AttnKBias | Role::AttnVBias));
+    let attn_bias =
+        cfg.attention_bias.unwrap_or(bias_default) || operand_table::has_attn_bias(&operands);
 
     let (special, slot) = tokenizer(dir, cfg, vocab)?;
     let surface = ExecutionSurface {

@@ -7,6 +7,7 @@
 
 pub mod gguf;
 pub mod hf;
+pub mod operand_table;
 pub mod validate;
 
 use std::io::Read;
