@@ -45,7 +45,8 @@ pub enum ExecError {
     Internal(String),
 }
 
-fn layer_suffix(layer: Option<usize>) -> String {
+/// " of layer 3" for a per-layer operand, nothing for a global one.
+pub(crate) fn layer_suffix(layer: Option<usize>) -> String {
     match layer {
         Some(l) => format!(" of layer {l}"),
         None => String::new(),

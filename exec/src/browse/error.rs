@@ -3,7 +3,7 @@
 
 use lql_storage::StorageError;
 
-use crate::error::ExecError;
+use crate::error::{layer_suffix, ExecError};
 
 /// Errors of the browse operators.
 #[derive(Debug, thiserror::Error)]
@@ -51,13 +51,6 @@ pub enum BrowseError {
     Exec(#[from] ExecError),
     #[error("internal error (this is a bug): {0}")]
     Internal(String),
-}
-
-fn layer_suffix(layer: Option<usize>) -> String {
-    match layer {
-        Some(l) => format!(" of layer {l}"),
-        None => String::new(),
-    }
 }
 
 pub type Result<T, E = BrowseError> = std::result::Result<T, E>;
