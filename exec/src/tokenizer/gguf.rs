@@ -223,18 +223,9 @@ fn build_bpe(
     hf.with_decoder(Some(ByteLevel::new(false, false, false)));
     add_verbatim(&mut hf, &raw, &kinds)?;
 
-    let pieces = raw
-        .iter()
-        .zip(&kinds)
-        .map(|(t, k)| match k {
-            TokenKind::Normal => byte_level::decode(t)
-                .unwrap_or_else(|| t.as_bytes().to_vec())
-                .into_boxed_slice(),
-            TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown => t.as_bytes().into(),
-            TokenKind::Byte => spm_byte(t).map_or_else(|| t.as_bytes().into(), |b| [b].into()),
-            TokenKind::Unused | TokenKind::Undefined => Box::default(),
-        })
-        .collect();
+    let pieces = token_pieces(&raw, &kinds, |t| {
+        byte_level::decode(t).unwrap_or_else(|| t.as_bytes().to_vec())
+    });
     let description = format!(
         "gguf gpt2 (pre {}{})",
         vocab.pre.as_deref().unwrap_or("default"),
@@ -266,6 +257,25 @@ fn build_bpe(
         description,
     }
     .finish())
+}
+
+/// The bytes each token stands for: `normal` renders ordinary tokens; a byte token
+/// (`<0xNN>`) is its byte, control, user-defined and unknown tokens are their text, unused
+/// ones are nothing.
+fn token_pieces(
+    raw: &[String],
+    kinds: &[TokenKind],
+    normal: impl Fn(&str) -> Vec<u8>,
+) -> Vec<Box<[u8]>> {
+    raw.iter()
+        .zip(kinds)
+        .map(|(t, k)| match k {
+            TokenKind::Normal => normal(t).into_boxed_slice(),
+            TokenKind::Byte => spm_byte(t).map_or_else(|| t.as_bytes().into(), |b| [b].into()),
+            TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown => t.as_bytes().into(),
+            TokenKind::Unused | TokenKind::Undefined => Box::default(),
+        })
+        .collect()
 }
 
 /// `<0x0A>` → 0x0A.
@@ -374,16 +384,7 @@ fn build_spm(
     hf.with_decoder(Some(DecoderSequence::new(decoders)));
     add_verbatim(&mut hf, &raw, &kinds)?;
 
-    let pieces = raw
-        .iter()
-        .zip(&kinds)
-        .map(|(t, k)| match k {
-            TokenKind::Normal => t.replace(SPACE_MARK, " ").into_bytes().into_boxed_slice(),
-            TokenKind::Byte => spm_byte(t).map_or_else(|| t.as_bytes().into(), |b| [b].into()),
-            TokenKind::Control | TokenKind::UserDefined | TokenKind::Unknown => t.as_bytes().into(),
-            TokenKind::Unused | TokenKind::Undefined => Box::default(),
-        })
-        .collect();
+    let pieces = token_pieces(&raw, &kinds, |t| t.replace(SPACE_MARK, " ").into_bytes());
     let add_bos = config.add_bos.unwrap_or(true);
     let add_eos = config.add_eos.unwrap_or(false);
     set_post_processor(
