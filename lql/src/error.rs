@@ -292,44 +292,43 @@ impl From<std::io::Error> for Error {
     }
 }
 
+/// A diagnostic from the grammar or the planner: the message at its span, the labels at
+/// theirs, the help line if any.
+fn spanned(
+    kind: ErrorKind,
+    message: String,
+    span: lql_grammar::Span,
+    labels: Vec<(lql_grammar::Span, String)>,
+    help: Option<String>,
+) -> Error {
+    Error {
+        kind,
+        message,
+        span: Some(span.range()),
+        labels: labels
+            .into_iter()
+            .map(|(span, message)| Label {
+                span: span.range(),
+                message,
+            })
+            .collect(),
+        help: help.into_iter().collect(),
+    }
+}
+
 impl From<lql_grammar::SyntaxError> for Error {
     fn from(e: lql_grammar::SyntaxError) -> Self {
-        Error {
-            kind: ErrorKind::Syntax,
-            message: e.message,
-            span: Some(e.span.range()),
-            labels: e
-                .labels
-                .into_iter()
-                .map(|(span, message)| Label {
-                    span: span.range(),
-                    message,
-                })
-                .collect(),
-            help: e.help.into_iter().collect(),
-        }
+        spanned(ErrorKind::Syntax, e.message, e.span, e.labels, e.help)
     }
 }
 
 impl From<lql_planner::PlanError> for Error {
     fn from(e: lql_planner::PlanError) -> Self {
-        Error {
-            kind: match e.kind {
-                lql_planner::PlanErrorKind::Semantic => ErrorKind::Semantic,
-                lql_planner::PlanErrorKind::Unsupported => ErrorKind::Unsupported,
-            },
-            message: e.message,
-            span: Some(e.span.range()),
-            labels: e
-                .labels
-                .into_iter()
-                .map(|(span, message)| Label {
-                    span: span.range(),
-                    message,
-                })
-                .collect(),
-            help: e.help.into_iter().collect(),
-        }
+        let kind = match e.kind {
+            lql_planner::PlanErrorKind::Semantic => ErrorKind::Semantic,
+            lql_planner::PlanErrorKind::Unsupported => ErrorKind::Unsupported,
+        };
+        spanned(kind, e.message, e.span, e.labels, e.help)
     }
 }
 
