@@ -190,18 +190,10 @@ fn bank_regions(c: &Container) -> Result<Vec<TensorRow>> {
     Ok(rows)
 }
 
-fn bank_stats(c: &Container) -> Result<ContainerStats> {
-    let (mut tensors, mut payload, mut bytes) = (0u64, 0u64, 0u64);
-    let files = bank_files(c);
-    for rel in &files {
-        let f = lyrw::read(&resolve(&c.dir, rel, "segments")?)?;
-        bytes += f.file_len;
-        for seg in &f.segments {
-            tensors += seg.regions.len() as u64;
-            payload += seg.regions.iter().map(|r| r.1).sum::<u64>();
-        }
-    }
-    Ok(ContainerStats {
+/// The facts `index.json` states (path, generation, schema, shape, model, family,
+/// authority, layers, hidden size); counts and sizes zero, fidelity empty.
+fn envelope_stats(c: &Container) -> ContainerStats {
+    ContainerStats {
         path: c.dir.display().to_string(),
         generation: "VINDEX3".into(),
         schema: c.index.version,
@@ -216,11 +208,31 @@ fn bank_stats(c: &Container) -> Result<ContainerStats> {
         hidden_size: c.index.hidden_size,
         components: 0,
         objects: 0,
+        representations: 0,
+        tensors: 0,
+        payload_bytes: 0,
+        container_bytes: 0,
+        fidelity: String::new(),
+    }
+}
+
+fn bank_stats(c: &Container) -> Result<ContainerStats> {
+    let (mut tensors, mut payload, mut bytes) = (0u64, 0u64, 0u64);
+    let files = bank_files(c);
+    for rel in &files {
+        let f = lyrw::read(&resolve(&c.dir, rel, "segments")?)?;
+        bytes += f.file_len;
+        for seg in &f.segments {
+            tensors += seg.regions.len() as u64;
+            payload += seg.regions.iter().map(|r| r.1).sum::<u64>();
+        }
+    }
+    Ok(ContainerStats {
         representations: files.len(),
         tensors,
         payload_bytes: payload,
         container_bytes: bytes,
-        fidelity: String::new(),
+        ..envelope_stats(c)
     })
 }
 
@@ -271,18 +283,6 @@ pub fn stats(dir: &Path) -> Result<ContainerStats> {
         .unwrap_or("")
         .to_string();
     Ok(ContainerStats {
-        path: dir.display().to_string(),
-        generation: "VINDEX3".into(),
-        schema: c.index.version,
-        shape: c.shape.name().into(),
-        model: c.index.model.clone(),
-        family: c.index.family.clone(),
-        authority: match c.index.authority {
-            super::index::Authority::Canonical => "canonical".into(),
-            super::index::Authority::Derived => "derived".into(),
-        },
-        num_layers: c.index.num_layers,
-        hidden_size: c.index.hidden_size,
         components: g.components.len(),
         objects: g.objects.len(),
         representations: c.index.representations.len(),
@@ -300,5 +300,6 @@ pub fn stats(dir: &Path) -> Result<ContainerStats> {
             .sum(),
         container_bytes,
         fidelity,
+        ..envelope_stats(&c)
     })
 }
