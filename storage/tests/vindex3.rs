@@ -13,11 +13,8 @@ use lql_storage::format::vindex3::{
 use lql_storage::{DType, Model, OperandSource, StorageError};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use vindex3_support::{synthetic, Geometry, SMALL};
-
-fn hex(d: impl AsRef<[u8]>) -> String {
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
+use vindex3_support::crash::CrashChild;
+use vindex3_support::{hex, synthetic, Geometry, SMALL};
 
 fn extract_to(model: &Model, dir: &Path, enc: ExtractEncoding) -> PathBuf {
     let out = dir.join(format!("c-{}", enc.name()));
@@ -626,94 +623,21 @@ const CRASH_GEOMETRY: Geometry = Geometry {
     matrix: DType::F32,
 };
 
-/// Start the child extracting into `out`; returns it once it printed READY.
-fn spawn_child(
-    out: &Path,
-) -> (
-    std::process::Child,
-    std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
-) {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "crash_child_extract",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LQL_VINDEX3_CRASH_OUT", out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    for l in lines.by_ref() {
-        if l.unwrap().trim() == "READY" {
-            break;
-        }
-    }
-    (child, lines)
-}
+const CRASH_CHILD: CrashChild = CrashChild {
+    test: "crash_child_extract",
+    env: "LQL_VINDEX3_CRASH_OUT",
+};
 
 #[test]
 fn killed_extract_never_leaves_an_accepted_container() {
     let t = tempfile::tempdir().unwrap();
     // Time one uninterrupted EXTRACT to spread the kill points over it.
-    let start = std::time::Instant::now();
-    let (mut child, lines) = spawn_child(&t.path().join("full"));
-    for _ in lines {}
-    assert!(child.wait().unwrap().success());
-    let full = start.elapsed();
+    let full = CRASH_CHILD.run_to_end(&t.path().join("full"));
     open_model(&t.path().join("full")).unwrap();
-    let mut seed = 0x2545_F491_4F6C_DD1Du64
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-    let (mut complete, mut refused, mut absent) = (0, 0, 0);
-    for run in 0..24 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let delay = full.mul_f64((seed % 1000) as f64 / 1000.0 * 1.2);
-        let out = t.path().join(format!("run{run}"));
-        let (mut child, _lines) = spawn_child(&out);
-        std::thread::sleep(delay);
-        let _ = child.kill(); // SIGKILL
-        let _ = child.wait();
-        // Either the target is absent, or it is complete and verifies; leftover temporary
-        // directories are accepted only when complete.
-        if !out.exists() {
-            absent += 1;
-        }
-        for entry in std::fs::read_dir(t.path()).unwrap() {
-            let p = entry.unwrap().path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            if !name.starts_with(&format!("run{run}")) {
-                continue;
-            }
-            match open_model(&p) {
-                Ok(_) => {
-                    assert!(
-                        vindex3::all_ok(&verify(&p).unwrap()),
-                        "{name} opens but does not verify"
-                    );
-                    complete += 1;
-                }
-                Err(_) => {
-                    assert_ne!(
-                        name,
-                        format!("run{run}"),
-                        "a refused directory at the target"
-                    );
-                    refused += 1;
-                }
-            }
-        }
-    }
+    let left = CRASH_CHILD.kill_runs(t.path(), full, 24, false);
     eprintln!(
-        "killed extracts: {complete} complete, {refused} partial (refused), {absent} targets absent"
+        "killed extracts: {} complete, {} partial (refused), {} targets absent",
+        left.complete, left.refused, left.absent
     );
 }
 

@@ -2,24 +2,17 @@
 //! payload hashes equal independent hashes of the source bytes, and the container opens to
 //! the same operands with the source gone. Run with `--release`.
 
-use std::path::PathBuf;
+mod common;
+mod vindex3_support;
 
 use lql_storage::format::vindex3::{self, extract, open_model, verify, ExtractEncoding};
 use lql_storage::{import, Model, OperandSource};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-fn smollm2() -> PathBuf {
-    if let Some(p) = std::env::var_os("LQL_TEST_MODEL") {
-        return PathBuf::from(p);
-    }
-    lql_storage::catalogue::resolve("smollm2-135m-instruct", &mut |_| {})
-        .expect("resolve smollm2-135m-instruct through the catalogue")
-}
-
-fn hex(d: impl AsRef<[u8]>) -> String {
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
+use common::smollm2;
+use vindex3_support::crash::CrashChild;
+use vindex3_support::hex;
 
 fn same_operands(a: &Model, b: &Model) {
     assert_eq!(a.surface, b.surface);
@@ -140,81 +133,18 @@ fn crash_child_real_extract() {
     eprintln!("DONE");
 }
 
-fn spawn_real_child(
-    out: &std::path::Path,
-) -> (
-    std::process::Child,
-    std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
-) {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "crash_child_real_extract",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LQL_VINDEX3_REAL_CRASH_OUT", out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    for l in lines.by_ref() {
-        if l.unwrap().trim() == "READY" {
-            break;
-        }
-    }
-    (child, lines)
-}
+const CRASH_CHILD: CrashChild = CrashChild {
+    test: "crash_child_real_extract",
+    env: "LQL_VINDEX3_REAL_CRASH_OUT",
+};
 
 #[test]
 fn smollm2_killed_extract_never_leaves_an_accepted_container() {
     let t = tempfile::tempdir().unwrap();
-    let start = std::time::Instant::now();
-    let (mut child, lines) = spawn_real_child(&t.path().join("full"));
-    for _ in lines {}
-    assert!(child.wait().unwrap().success());
-    let full = start.elapsed();
-    let mut seed = 0x2545_F491_4F6C_DD1Du64
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-    let (mut complete, mut refused) = (0, 0);
-    for run in 0..20 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let delay = full.mul_f64((seed % 1000) as f64 / 1000.0 * 1.2);
-        let out = t.path().join(format!("run{run}"));
-        let (mut child, _lines) = spawn_real_child(&out);
-        std::thread::sleep(delay);
-        let _ = child.kill(); // SIGKILL
-        let _ = child.wait();
-        for entry in std::fs::read_dir(t.path()).unwrap() {
-            let p = entry.unwrap().path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            if !name.starts_with(&format!("run{run}")) {
-                continue;
-            }
-            match open_model(&p) {
-                Ok(_) => {
-                    assert!(vindex3::all_ok(&verify(&p).unwrap()), "{name}");
-                    complete += 1;
-                }
-                Err(_) => {
-                    assert_ne!(
-                        name,
-                        format!("run{run}"),
-                        "a refused directory at the target"
-                    );
-                    refused += 1;
-                }
-            }
-            std::fs::remove_dir_all(&p).unwrap();
-        }
-    }
-    eprintln!("killed SmolLM2 extracts: {complete} complete, {refused} partial (refused)");
+    let full = CRASH_CHILD.run_to_end(&t.path().join("full"));
+    let left = CRASH_CHILD.kill_runs(t.path(), full, 20, true);
+    eprintln!(
+        "killed SmolLM2 extracts: {} complete, {} partial (refused)",
+        left.complete, left.refused
+    );
 }

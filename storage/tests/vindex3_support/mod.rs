@@ -1,7 +1,10 @@
 //! Test support for the VINDEX3 tests: a small synthetic decoder `Model` (real encodings,
-//! deterministic values) held in one owned buffer, the way an importer lays out a GGUF.
+//! deterministic values) held in one owned buffer, the way an importer lays out a GGUF;
+//! [`crash`] for the killed-EXTRACT tests.
 
 #![allow(dead_code)]
+
+pub mod crash;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,6 +15,11 @@ use lql_storage::model::{Backing, Operand, SourceKind};
 use lql_storage::surface::{Activation, RopePairing, SpecialTokens};
 use lql_storage::tokenizer_spec::{GgufVocab, TokenizerSlot, TokenizerSpec};
 use lql_storage::{DType, ExecutionSurface, Model, OperandKey, Role};
+
+/// Lower-case hex of bytes (a digest).
+pub fn hex(d: impl AsRef<[u8]>) -> String {
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// Geometry of a synthetic model.
 #[derive(Clone, Copy)]
