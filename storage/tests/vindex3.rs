@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use lql_storage::codec::decode_row;
 use lql_storage::format::vindex3::{
     self, extract, open_model, show_components, show_representations, show_tensors, stats, verify,
-    Container, ExtractEncoding, VerifyStatus,
+    Container, ExtractEncoding, VerifyRow, VerifyStatus,
 };
 use lql_storage::{DType, Model, OperandSource, StorageError};
 use serde_json::{json, Value};
@@ -20,6 +20,18 @@ fn extract_to(model: &Model, dir: &Path, enc: ExtractEncoding) -> PathBuf {
     let out = dir.join(format!("c-{}", enc.name()));
     extract(model, &out, enc, &mut |_| {}).expect("extract");
     out
+}
+
+/// A SOURCE extract of the small synthetic model under `dir`.
+fn small_container(dir: &Path) -> PathBuf {
+    extract_to(&synthetic(SMALL), dir, ExtractEncoding::Source)
+}
+
+/// VERIFY's failed rows.
+fn failed(rows: &[VerifyRow]) -> Vec<&VerifyRow> {
+    rows.iter()
+        .filter(|r| r.status == VerifyStatus::Failed)
+        .collect()
 }
 
 fn read_json(p: &Path) -> Value {
@@ -182,18 +194,14 @@ fn reencoded_extracts_are_close_and_marked_approximate() {
         let reps = show_representations(&out).unwrap();
         let norm = reps.iter().find(|r| r.object == "text.final_norm").unwrap();
         assert_eq!(norm.fidelity, "source-exact"); // F32 norms are copied
-        assert!(verify(&out)
-            .unwrap()
-            .iter()
-            .all(|r| r.status == VerifyStatus::Ok));
+        assert!(vindex3::all_ok(&verify(&out).unwrap()));
     }
 }
 
 #[test]
 fn flipped_byte_fails_verify_naming_segment_and_representation() {
     let t = tempfile::tempdir().unwrap();
-    let model = synthetic(SMALL);
-    let base = extract_to(&model, t.path(), ExtractEncoding::Source);
+    let base = small_container(t.path());
     let index = read_json(&base.join("index.json"));
     for (id, e) in index["representations"].as_object().unwrap() {
         let seg_rel = e["segment"].as_str().unwrap();
@@ -206,10 +214,7 @@ fn flipped_byte_fails_verify_naming_segment_and_representation() {
             b[pos] ^= 0x40;
             std::fs::write(&seg_path, &b).unwrap();
             let rows = verify(&base).unwrap();
-            let bad: Vec<_> = rows
-                .iter()
-                .filter(|r| r.status == VerifyStatus::Failed)
-                .collect();
+            let bad = failed(&rows);
             assert_eq!(bad.len(), 1, "{rows:?}");
             assert_eq!(&bad[0].representation, id);
             assert!(bad[0].detail.contains(seg_rel), "{}", bad[0].detail);
@@ -252,24 +257,17 @@ fn flipped_byte_fails_verify_naming_segment_and_representation() {
     b[10] ^= 1;
     std::fs::write(&tok, &b).unwrap();
     let rows = verify(&base).unwrap();
-    let bad: Vec<_> = rows
-        .iter()
-        .filter(|r| r.status == VerifyStatus::Failed)
-        .collect();
+    let bad = failed(&rows);
     assert_eq!(bad.len(), 1);
     assert_eq!(bad[0].representation, "tokenizer_spec.json");
     std::fs::write(&tok, &orig).unwrap();
-    assert!(verify(&base)
-        .unwrap()
-        .iter()
-        .all(|r| r.status == VerifyStatus::Ok));
+    assert!(vindex3::all_ok(&verify(&base).unwrap()));
 }
 
 #[test]
 fn truncated_or_missing_segment_is_refused_by_name() {
     let t = tempfile::tempdir().unwrap();
-    let model = synthetic(SMALL);
-    let base = extract_to(&model, t.path(), ExtractEncoding::Source);
+    let base = small_container(t.path());
     for seg in [
         "segments/text.embedding.bin",
         "segments/text.decoder_stack.bin",
@@ -299,8 +297,7 @@ fn truncated_or_missing_segment_is_refused_by_name() {
 #[test]
 fn index_versions_are_judged_before_anything_else() {
     let t = tempfile::tempdir().unwrap();
-    let model = synthetic(SMALL);
-    let base = extract_to(&model, t.path(), ExtractEncoding::Source);
+    let base = small_container(t.path());
     let ip = base.join("index.json");
     let orig = read_json(&ip);
     // Remove every segment: a refusal by version must come before any segment is read.
@@ -372,10 +369,7 @@ fn unknown_fields_are_ignored_and_survive_a_rewrite() {
     assert_eq!(m.surface, model.surface);
     // VERIFY flags the hand-edited graph (its hash is recorded), nothing else.
     let rows = verify(&base).unwrap();
-    let bad: Vec<_> = rows
-        .iter()
-        .filter(|r| r.status == VerifyStatus::Failed)
-        .collect();
+    let bad = failed(&rows);
     assert_eq!(bad.len(), 1);
     assert_eq!(bad[0].object, "graph");
 
@@ -501,8 +495,7 @@ fn bank_shape_is_recognised_and_refused_by_name() {
 #[test]
 fn hostile_indexes_are_refused() {
     let t = tempfile::tempdir().unwrap();
-    let model = synthetic(SMALL);
-    let base = extract_to(&model, t.path(), ExtractEncoding::Source);
+    let base = small_container(t.path());
     let ip = base.join("index.json");
     let orig = read_json(&ip);
     for bad_path in ["../../etc/passwd", "/etc/passwd", "", "segments/../../x"] {
@@ -699,8 +692,7 @@ fn cancelled_extract_leaves_nothing() {
 #[test]
 fn random_damage_never_panics() {
     let t = tempfile::tempdir().unwrap();
-    let model = synthetic(SMALL);
-    let base = extract_to(&model, t.path(), ExtractEncoding::Source);
+    let base = small_container(t.path());
     let files = [
         "index.json",
         "system_graph.json",
@@ -760,8 +752,7 @@ fn random_damage_never_panics() {
 #[test]
 fn selecting_an_absent_variant_fails_closed_by_name() {
     let t = tempfile::tempdir().unwrap();
-    let model = synthetic(SMALL);
-    let base = extract_to(&model, t.path(), ExtractEncoding::Source);
+    let base = small_container(t.path());
     let ip = base.join("index.json");
     let mut idx = read_json(&ip);
     idx["profiles"][0]["select"]["text.decoder_stack"] = json!("text.decoder_stack@nvfp4");
