@@ -1,25 +1,10 @@
 //! Binding against a mock catalog: bound/unbound, defaults, range and capability
 //! refusals with spans. Spans are marked in the input with `«` `»` (stripped).
 
-use lql_planner::*;
+mod common;
 
-fn smollm() -> ModelFacts {
-    ModelFacts {
-        name: "smollm2".into(),
-        source: SourceKind::Gguf,
-        n_layers: 30,
-        vocab: 49152,
-        hidden: 576,
-        ffn: 1536,
-        context_length: Some(8192),
-        can_execute: true,
-        can_browse: true,
-        can_tokenize: true,
-        gate_encoding: Some("Q4_1".into()),
-        gate_bytes_per_layer: Some(1536 * 576 / 32 * 24),
-        ..Default::default()
-    }
-}
+use common::smollm;
+use lql_planner::*;
 
 /// A browse-only container: gates and embedding, no attention.
 fn browse_only() -> ModelFacts {

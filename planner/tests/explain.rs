@@ -1,24 +1,9 @@
 //! EXPLAIN text snapshots (inline expected text) for a few statements.
 
-use lql_planner::*;
+mod common;
 
-fn smollm() -> ModelFacts {
-    ModelFacts {
-        name: "smollm2".into(),
-        n_layers: 30,
-        vocab: 49152,
-        hidden: 576,
-        ffn: 1536,
-        context_length: Some(8192),
-        can_execute: true,
-        can_browse: true,
-        can_tokenize: true,
-        gate_encoding: Some("Q4_1".into()),
-        // Q4_1: 24 bytes per 32 values; 1536 rows of 576.
-        gate_bytes_per_layer: Some(1536 * 576 / 32 * 24),
-        ..Default::default()
-    }
-}
+use common::smollm;
+use lql_planner::*;
 
 fn explain(src: &str) -> String {
     let stmt = lql_grammar::parse_statement(src).unwrap();
