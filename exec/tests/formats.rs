@@ -25,15 +25,26 @@ fn decode_all(file: &GgufFile, t: &lql_storage::format::gguf::GgufTensorInfo) ->
 
 /// Re-encode every tensor of `src`: matrices as `matrix`, vectors as F32.
 fn reencode(src: &Path, dst: &Path, matrix: DType) {
-    let file = GgufFile::open(src).unwrap();
-    let mut w = GgufWriter::from_file(&file).unwrap();
-    for t in file.tensors() {
-        let vals = decode_all(&file, t);
-        let dtype = if t.shape.len() >= 2 {
+    reencode_with(src, dst, |t| {
+        Some(if t.shape.len() >= 2 {
             matrix
         } else {
             DType::F32
-        };
+        })
+    });
+}
+
+/// Re-encode each tensor of `src` as `dtype_of` says (`None`: keep it as it is).
+fn reencode_with(
+    src: &Path,
+    dst: &Path,
+    dtype_of: impl Fn(&lql_storage::format::gguf::GgufTensorInfo) -> Option<DType>,
+) {
+    let file = GgufFile::open(src).unwrap();
+    let mut w = GgufWriter::from_file(&file).unwrap();
+    for t in file.tensors() {
+        let Some(dtype) = dtype_of(t) else { continue };
+        let vals = decode_all(&file, t);
         let mut bytes = Vec::new();
         for row in vals.chunks(t.shape[0]) {
             codec::encode_row(dtype, row, &mut bytes).unwrap();
@@ -212,27 +223,16 @@ fn write_tiny_qwen2_fixture() {
     }
     .write(&f32_path)
     .unwrap();
-    let file = GgufFile::open(&f32_path).unwrap();
-    let mut w = GgufWriter::from_file(&file).unwrap();
-    for t in file.tensors() {
-        let dtype = match t.name.as_str() {
+    reencode_with(&f32_path, &tiny_dir().join("tiny_qwen2.gguf"), |t| {
+        Some(match t.name.as_str() {
             "token_embd.weight" => DType::Q8_0,
             "output.weight" => DType::F16,
             n if n.starts_with("blk.0.") && t.shape.len() == 2 => DType::Q4_0,
             n if n.contains("ffn_") && t.shape.len() == 2 => DType::Q4_1,
             _ if t.shape.len() == 2 => DType::Q8_0,
-            _ => continue,
-        };
-        let vals = decode_all(&file, t);
-        let mut bytes = Vec::new();
-        for row in vals.chunks(t.shape[0]) {
-            codec::encode_row(dtype, row, &mut bytes).unwrap();
-        }
-        w.remove_tensor(&t.name);
-        w.add_tensor(&t.name, dtype, &t.shape, Cow::Owned(bytes))
-            .unwrap();
-    }
-    w.write(&tiny_dir().join("tiny_qwen2.gguf")).unwrap();
+            _ => return None,
+        })
+    });
 }
 
 #[test]
