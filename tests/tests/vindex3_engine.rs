@@ -2,18 +2,9 @@
 //! INFER equal to the GGUF's, VERIFY (clean and after a flipped byte), SHOW COMPONENTS and
 //! SHOW REPRESENTATIONS, and the refusals. Run with `--release`.
 
-use std::path::PathBuf;
-
 use lql::Connection;
+use lql_tests::default_model_path as smollm2;
 use serde_json::json;
-
-fn smollm2() -> PathBuf {
-    if let Some(p) = std::env::var_os("LQL_TEST_MODEL") {
-        return PathBuf::from(p);
-    }
-    lql_storage::catalogue::resolve("smollm2-135m-instruct", &mut |_| {})
-        .expect("resolve smollm2-135m-instruct through the catalogue")
-}
 
 /// Rows as an array of `{column: value}` objects.
 fn objects(r: &lql::Rows) -> serde_json::Value {

@@ -2,33 +2,30 @@
 //! the GGUF's, with the source file deleted before the container is opened (the deletion
 //! invariant, seed 002 §17); a Q8_0 container stays close. Run with `--release`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use lql_exec::Executor;
 use lql_storage::format::vindex3::{extract, open_model, ExtractEncoding};
 use lql_storage::model::OperandSource;
 use lql_storage::{import, Model};
-
-fn smollm2() -> PathBuf {
-    if let Some(p) = std::env::var_os("LQL_TEST_MODEL") {
-        return PathBuf::from(p);
-    }
-    lql_storage::catalogue::resolve("smollm2-135m-instruct", &mut |_| {})
-        .expect("resolve smollm2-135m-instruct through the catalogue")
-}
+use lql_tests::default_model_path as smollm2;
 
 /// "The capital of France is" in SmolLM2's vocabulary, plus a few ids across the range.
 const IDS: [u32; 9] = [504, 3575, 282, 4649, 314, 1, 2, 49151, 17];
 
-fn logits(m: Model) -> Vec<Vec<f32>> {
+/// The logits of every position of `ids` run through `m` on `threads` threads.
+fn logits_of(m: Model, ids: &[u32], threads: usize) -> Vec<Vec<f32>> {
     let src: Arc<dyn OperandSource> = Arc::new(m);
-    let ex = Executor::new(src, 2).unwrap();
-    ex.logits_all(&IDS)
+    let ex = Executor::new(src, threads).unwrap();
+    ex.logits_all(ids)
         .unwrap()
         .into_iter()
         .map(|l| l.values)
         .collect()
+}
+
+fn logits(m: Model) -> Vec<Vec<f32>> {
+    logits_of(m, &IDS, 2)
 }
 
 #[test]
@@ -99,16 +96,7 @@ fn tiny_qwen2_container_logits_are_bit_identical() {
     let src = t.path().join("qwen2.gguf");
     TinyModel::qwen2().write(&src).unwrap();
     let ids = [1u32, 5, 9, 300, 17, 42];
-    let run = |m: Model| -> Vec<Vec<f32>> {
-        let src: Arc<dyn OperandSource> = Arc::new(m);
-        Executor::new(src, 1)
-            .unwrap()
-            .logits_all(&ids)
-            .unwrap()
-            .into_iter()
-            .map(|l| l.values)
-            .collect()
-    };
+    let run = |m: Model| logits_of(m, &ids, 1);
     let want = run(import::open(&src).unwrap());
     let out = t.path().join("c");
     extract(
