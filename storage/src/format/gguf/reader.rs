@@ -139,101 +139,77 @@ impl GgufFile {
         }
     }
 
+    /// `key`'s value through `conv`: `Ok(None)` when absent, an error saying `want` when
+    /// present but `conv` refuses it.
+    fn typed<'s, T>(
+        &'s self,
+        key: &str,
+        want: &str,
+        conv: impl FnOnce(&'s MetaValue) -> Option<T>,
+    ) -> Result<Option<T>> {
+        self.get(key)
+            .map(|v| conv(v).ok_or_else(|| self.wrong_type(key, want)))
+            .transpose()
+    }
+
+    /// `key`'s array decoded by `conv`, as [`Self::typed`].
+    fn typed_array<T>(
+        &self,
+        key: &str,
+        want: &str,
+        conv: impl FnOnce(&MetaArray) -> Option<T>,
+    ) -> Result<Option<T>> {
+        self.get_array(key)?
+            .map(|a| conv(a).ok_or_else(|| self.wrong_type(key, want)))
+            .transpose()
+    }
+
     /// A non-negative integer of any width; `Ok(None)` when absent, an error when present
     /// with another type.
     pub fn get_u64(&self, key: &str) -> Result<Option<u64>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(key, "a non-negative integer")),
-        }
+        self.typed(key, "a non-negative integer", MetaValue::as_u64)
     }
 
     /// A non-negative integer that fits in u32.
     pub fn get_u32(&self, key: &str) -> Result<Option<u32>> {
-        match self.get_u64(key)? {
-            None => Ok(None),
-            Some(v) => u32::try_from(v)
-                .map(Some)
-                .map_err(|_| self.wrong_type(key, "an integer that fits in u32")),
-        }
+        self.get_u64(key)?
+            .map(|v| {
+                u32::try_from(v).map_err(|_| self.wrong_type(key, "an integer that fits in u32"))
+            })
+            .transpose()
     }
 
     /// An f32 (or f64, narrowed).
     pub fn get_f32(&self, key: &str) -> Result<Option<f32>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_f32()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(key, "a float")),
-        }
+        self.typed(key, "a float", MetaValue::as_f32)
     }
 
     pub fn get_bool(&self, key: &str) -> Result<Option<bool>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(key, "a bool")),
-        }
+        self.typed(key, "a bool", MetaValue::as_bool)
     }
 
     pub fn get_str(&self, key: &str) -> Result<Option<&str>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_str()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(key, "a string")),
-        }
+        self.typed(key, "a string", MetaValue::as_str)
     }
 
     /// An array (still encoded).
     pub fn get_array(&self, key: &str) -> Result<Option<&MetaArray>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_array()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(key, "an array")),
-        }
+        self.typed(key, "an array", MetaValue::as_array)
     }
 
     /// An array of strings, decoded.
     pub fn get_str_array(&self, key: &str) -> Result<Option<Vec<String>>> {
-        match self.get_array(key)? {
-            None => Ok(None),
-            Some(a) => a
-                .to_strings()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(key, "an array of strings")),
-        }
+        self.typed_array(key, "an array of strings", MetaArray::to_strings)
     }
 
     /// An array of floats, decoded.
     pub fn get_f32_array(&self, key: &str) -> Result<Option<Vec<f32>>> {
-        match self.get_array(key)? {
-            None => Ok(None),
-            Some(a) => a
-                .to_f32()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(key, "an array of floats")),
-        }
+        self.typed_array(key, "an array of floats", MetaArray::to_f32)
     }
 
     /// An array of integers, decoded.
     pub fn get_i64_array(&self, key: &str) -> Result<Option<Vec<i64>>> {
-        match self.get_array(key)? {
-            None => Ok(None),
-            Some(a) => a
-                .to_i64()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(key, "an array of integers")),
-        }
+        self.typed_array(key, "an array of integers", MetaArray::to_i64)
     }
 
     /// Info of the tensor called `name`.
