@@ -1,7 +1,8 @@
 //! Observer overhead: INFER with nothing attached vs the same pass with observers attached.
 //!
 //! Runs on the real default model (env `LQL_TEST_MODEL`, else
-//! `$LQL_HOME` or `~/.cache/lql/models/smollm2-135m-instruct.gguf`; skipped when absent).
+//! `$LQL_HOME/models` or `~/.cache/lql/models`, `smollm2-135m-instruct.gguf`; skipped when
+//! absent), found as the tests find it (`tests/common/real.rs`).
 //! Variants, all on the 5-token prompt "The capital of France is", from an empty cache:
 //!
 //! - `exec_infer`: `Executor::infer` (what the engine's INFER calls);
@@ -15,7 +16,6 @@
 //! Before criterion's runs, an interleaved A/B loop (variants alternated round by round, so
 //! a drifting machine load hits them alike) prints medians and quartiles.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,18 +24,13 @@ use lql_exec::trace::{self, CaptureOptions, Positions};
 use lql_exec::{Executor, LogitsWanted, Observer};
 use lql_storage::model::OperandSource;
 
-const IDS: [u32; 5] = [504, 3575, 282, 4649, 314];
+#[allow(dead_code)]
+#[path = "../tests/common/real.rs"]
+mod real;
 
-fn model_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("LQL_TEST_MODEL") {
-        return Some(PathBuf::from(p));
-    }
-    let home = std::env::var_os("LQL_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/lql/models")))?;
-    let p = home.join("smollm2-135m-instruct.gguf");
-    p.exists().then_some(p)
-}
+use real::model_path;
+
+const IDS: [u32; 5] = [504, 3575, 282, 4649, 314];
 
 fn executor() -> Option<Executor> {
     let path = model_path()?;

@@ -1,22 +1,15 @@
 //! The default model's tokenizer (SmolLM2-135M-Instruct: byte-level BPE, pre `smollm`).
 //!
-//! The model comes from env `LQL_TEST_MODEL`, else
-//! `~/.cache/lql/models/smollm2-135m-instruct.gguf`; without it the tests say so and pass.
+//! The model comes from env `LQL_TEST_MODEL`, else the model cache (`$LQL_HOME/models`,
+//! default `~/.cache/lql/models`); without it the tests say so and pass.
 //! Expected ids are those of Hugging Face `tokenizers` and llama.cpp on the same file.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::OnceLock;
 
+use common::real::model_path;
 use lql_exec::tokenizer::{TokenKind, Tokenizer};
-
-fn model_path() -> Option<PathBuf> {
-    let p = match std::env::var_os("LQL_TEST_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME")?)
-            .join(".cache/lql/models/smollm2-135m-instruct.gguf"),
-    };
-    p.is_file().then_some(p)
-}
 
 /// Built the way the engine builds it: importer spec + the surface's special tokens.
 fn tokenizer() -> Option<&'static Tokenizer> {
