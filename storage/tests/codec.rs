@@ -5,8 +5,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use lql_storage::codec::{
-    self, decode::decode_scalar, decode_row, decode_rows, dot::dot_scalar, dot_row, dot_rows,
-    encode_row,
+    self, cpu::Kernels, decode::decode_scalar, decode_row, decode_rows, dot::dot_scalar, dot_row,
+    dot_rows, dot_rows_using, encode_row,
 };
 use lql_storage::{DType, StorageError};
 use sha2::{Digest, Sha256};
@@ -236,6 +236,68 @@ fn dot_rows_equals_dot_row() {
                 let single = dot_row(dt, row, &x);
                 let tol = 1e-5 * (single.abs() + 1.0);
                 assert!((o - single).abs() <= tol, "{dt}: row {i}: {o} vs {single}");
+            }
+        }
+    }
+}
+
+/// Every kernel family this CPU runs (scalar, AVX2, AVX-512 multi-row kernels), for every
+/// encoding, row count (whole groups of four and tails) and several row lengths (including
+/// the model's 576 and 1536): each output within 1e-5 (relative to Σ|w·x|) of
+/// decode-then-dot, and equal across families up to that rounding.
+#[test]
+fn dot_rows_every_kernel_family_equals_decode_then_dot() {
+    let families: Vec<Kernels> = Kernels::ALL
+        .into_iter()
+        .filter(|k| *k <= codec::cpu::best())
+        .collect();
+    eprintln!("kernel families under test: {families:?}");
+    let mut rng = Rng(0xA5A5_1234);
+    for dt in DType::ALL {
+        let be = dt.block_elems();
+        let lengths: Vec<usize> = if dt.is_scalar() {
+            vec![8, 72, 576]
+        } else if be == 32 {
+            vec![32, 64, 96, 576, 1536]
+        } else {
+            vec![be, 3 * be]
+        };
+        for row_len in lengths {
+            for n_rows in [0usize, 1, 2, 3, 4, 5, 7, 8, 9, 13, 16] {
+                let bytes: Vec<u8> = (0..n_rows)
+                    .flat_map(|_| random_row(dt, row_len, &mut rng))
+                    .collect();
+                let x: Vec<f32> = (0..row_len).map(|_| rng.unit()).collect();
+                let rb = dt.bytes_for(row_len as u64).unwrap() as usize;
+                let mut decoded = vec![0.0f32; row_len];
+                let mut got = Vec::new();
+                for &k in &families {
+                    let mut out = vec![f32::NAN; n_rows];
+                    dot_rows_using(k, dt, &bytes, row_len, &x, &mut out);
+                    got.push(out);
+                }
+                for i in 0..n_rows {
+                    decode_row(dt, &bytes[i * rb..(i + 1) * rb], &mut decoded).unwrap();
+                    let exact: f64 = decoded
+                        .iter()
+                        .zip(&x)
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum();
+                    let scale: f64 = decoded
+                        .iter()
+                        .zip(&x)
+                        .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                        .sum();
+                    let tol = 1e-5 * scale + 1e-30;
+                    for (k, out) in families.iter().zip(&got) {
+                        let v = out[i] as f64;
+                        assert!(
+                            (v - exact).abs() <= tol,
+                            "{dt} {k:?} row_len {row_len} row {i} of {n_rows}: {v} vs \
+                             decode-then-dot {exact} (tol {tol})"
+                        );
+                    }
+                }
             }
         }
     }

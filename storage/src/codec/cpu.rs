@@ -5,26 +5,62 @@ use std::sync::atomic::{AtomicU8, Ordering};
 const UNKNOWN: u8 = 0;
 const SCALAR: u8 = 1;
 const AVX2: u8 = 2;
+const AVX512: u8 = 3;
 
 static LEVEL: AtomicU8 = AtomicU8::new(UNKNOWN);
 
-/// True when the AVX2 + FMA + F16C kernels may run on this CPU.
+/// A family of kernels, ordered from the most portable to the widest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kernels {
+    /// Portable Rust, every CPU.
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512F/BW on top of [`Kernels::Avx2`] (the multi-row Q4_1 and Q8_0 dot kernels).
+    Avx512,
+}
+
+impl Kernels {
+    /// Every family, most portable first.
+    pub const ALL: [Kernels; 3] = [Kernels::Scalar, Kernels::Avx2, Kernels::Avx512];
+}
+
+/// The widest kernel family this CPU runs (detected once).
 ///
-/// The environment variable `LQL_CODEC_SCALAR=1` forces the portable scalar kernels (used by
-/// tests and benchmarks to compare both paths).
+/// `LQL_CODEC_SCALAR=1` forces the portable scalar kernels and `LQL_CODEC_NO_AVX512=1` stops
+/// at AVX2 (used by tests and benchmarks to compare the paths).
+#[inline]
+pub fn best() -> Kernels {
+    let mut l = LEVEL.load(Ordering::Relaxed);
+    if l == UNKNOWN {
+        l = detect();
+        LEVEL.store(l, Ordering::Relaxed);
+    }
+    match l {
+        AVX512 => Kernels::Avx512,
+        AVX2 => Kernels::Avx2,
+        _ => Kernels::Scalar,
+    }
+}
+
+/// True when the AVX2 + FMA + F16C kernels may run on this CPU.
 #[inline]
 pub fn has_avx2() -> bool {
-    let l = LEVEL.load(Ordering::Relaxed);
-    if l != UNKNOWN {
-        return l == AVX2;
-    }
-    let l = detect();
-    LEVEL.store(l, Ordering::Relaxed);
-    l == AVX2
+    best() >= Kernels::Avx2
+}
+
+/// True when the AVX-512F/BW kernels may run on this CPU.
+#[inline]
+pub fn has_avx512() -> bool {
+    best() >= Kernels::Avx512
+}
+
+fn env_is_1(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "1")
 }
 
 fn detect() -> u8 {
-    if std::env::var_os("LQL_CODEC_SCALAR").is_some_and(|v| v == "1") {
+    if env_is_1("LQL_CODEC_SCALAR") {
         return SCALAR;
     }
     #[cfg(target_arch = "x86_64")]
@@ -33,17 +69,23 @@ fn detect() -> u8 {
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")
         {
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && !env_is_1("LQL_CODEC_NO_AVX512")
+            {
+                return AVX512;
+            }
             return AVX2;
         }
     }
     SCALAR
 }
 
-/// Name of the kernel family in use (`"avx2"` or `"scalar"`), for EXPLAIN and benchmarks.
+/// Name of the kernel family in use, for EXPLAIN and benchmarks.
 pub fn kernel_name() -> &'static str {
-    if has_avx2() {
-        "avx2+fma+f16c"
-    } else {
-        "scalar"
+    match best() {
+        Kernels::Avx512 => "avx512+avx2+fma+f16c",
+        Kernels::Avx2 => "avx2+fma+f16c",
+        Kernels::Scalar => "scalar",
     }
 }

@@ -6,6 +6,7 @@
 //! (accumulation order and FMA); the activation vector is never quantised.
 
 use super::block::{self, QK_K};
+use super::cpu::Kernels;
 use crate::dtype::DType;
 
 /// `row · x` where `row` holds `x.len()` encoded elements of `dtype`.
@@ -35,37 +36,84 @@ pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
 /// (`out.len()` rows). Same contract as [`dot_row`] (`x.len() == row_len`,
 /// `rows_bytes.len() == out.len() * row bytes`); runs on the calling thread.
 pub fn dot_rows(dtype: DType, rows_bytes: &[u8], row_len: usize, x: &[f32], out: &mut [f32]) {
+    dot_rows_using(super::cpu::best(), dtype, rows_bytes, row_len, x, out)
+}
+
+/// [`dot_rows`] with the multi-row kernels of at most the family `kernels` (clamped to what
+/// this CPU runs, [`super::cpu::best`]); lets tests and benchmarks compare the paths.
+pub fn dot_rows_using(
+    kernels: Kernels,
+    dtype: DType,
+    rows_bytes: &[u8],
+    row_len: usize,
+    x: &[f32],
+    out: &mut [f32],
+) {
     let rb = row_len / dtype.block_elems() * dtype.block_bytes();
     debug_assert_eq!(x.len(), row_len, "dot_rows: x length");
     debug_assert_eq!(rows_bytes.len(), rb * out.len(), "dot_rows: rows bytes");
     let x = &x[..row_len.min(x.len())];
     let n_rows = out.len().min(rows_bytes.len().checked_div(rb).unwrap_or(0));
+    let kernels = kernels.min(super::cpu::best());
+    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if dtype == DType::Q4_1
-        && super::cpu::has_avx2()
-        && row_len.is_multiple_of(32)
-        && x.len() == row_len
-    {
-        let nb = row_len / 32;
-        let mut i = 0;
-        while i + 4 <= n_rows {
-            let p = rows_bytes[i * rb..(i + 4) * rb].as_ptr();
-            // SAFETY: AVX2 present; the four rows lie within `rows_bytes[i*rb..(i+4)*rb]`
-            // and x holds nb*32 values.
-            let r = unsafe {
-                super::avx2::dot4_q4_1([p, p.add(rb), p.add(2 * rb), p.add(3 * rb)], x.as_ptr(), nb)
-            };
-            out[i..i + 4].copy_from_slice(&r);
-            i += 4;
-        }
-        for j in i..n_rows {
-            out[j] = dot_row(dtype, &rows_bytes[j * rb..(j + 1) * rb], x);
-        }
-        return;
+    if kernels >= Kernels::Avx2 && row_len > 0 && row_len.is_multiple_of(32) && x.len() == row_len {
+        done = dot_rows_x86(kernels, dtype, rows_bytes, rb, x, &mut out[..n_rows]);
     }
-    for (i, o) in out.iter_mut().enumerate().take(n_rows) {
-        *o = dot_row(dtype, &rows_bytes[i * rb..(i + 1) * rb], x);
+    for j in done..n_rows {
+        let row = &rows_bytes[j * rb..(j + 1) * rb];
+        out[j] = if kernels == Kernels::Scalar {
+            let nb = (x.len() / dtype.block_elems()).min(row.len() / dtype.block_bytes());
+            dot_scalar(
+                dtype,
+                &row[..nb * dtype.block_bytes()],
+                &x[..nb * dtype.block_elems()],
+            )
+        } else {
+            dot_row(dtype, row, x)
+        };
     }
+}
+
+/// The multi-row kernels (`out.len()` rows of `rb` bytes, `x.len()` a multiple of 32,
+/// `kernels` at least AVX2 and supported by this CPU): Q4_1 in groups of four rows, Q8_0
+/// row by row with AVX-512; returns how many leading rows it computed (0 when no kernel
+/// here fits `dtype`).
+#[cfg(target_arch = "x86_64")]
+fn dot_rows_x86(
+    kernels: Kernels,
+    dtype: DType,
+    rows_bytes: &[u8],
+    rb: usize,
+    x: &[f32],
+    out: &mut [f32],
+) -> usize {
+    let nb = x.len() / 32;
+    if kernels == Kernels::Avx512 && dtype == DType::Q8_0 {
+        for (o, row) in out.iter_mut().zip(rows_bytes.chunks_exact(rb)) {
+            // SAFETY: AVX-512 present (`kernels` is clamped to `cpu::best()`); `row` holds
+            // rb = nb * 34 bytes (a whole chunk) and x holds nb*32 values.
+            *o = unsafe { super::avx512::dot1_q8_0(row.as_ptr(), x.as_ptr(), nb) };
+        }
+        return out.len();
+    }
+    type Dot4 = unsafe fn([*const u8; 4], *const f32, usize) -> [f32; 4];
+    let kernel: Dot4 = match (kernels, dtype) {
+        (Kernels::Avx512, DType::Q4_1) => super::avx512::dot4_q4_1,
+        (_, DType::Q4_1) => super::avx2::dot4_q4_1,
+        _ => return 0,
+    };
+    let groups = out.len() / 4;
+    for (g, o) in out.chunks_exact_mut(4).take(groups).enumerate() {
+        let p = rows_bytes[g * 4 * rb..(g + 1) * 4 * rb].as_ptr();
+        // SAFETY: the kernel's CPU features are present (`kernels` is clamped to
+        // `cpu::best()` and matched above); the four rows lie within
+        // `rows_bytes[4g*rb..4(g+1)*rb]` (sliced, so bounds-checked) and each holds nb
+        // blocks; x holds nb*32 values.
+        let r = unsafe { kernel([p, p.add(rb), p.add(2 * rb), p.add(3 * rb)], x.as_ptr(), nb) };
+        o.copy_from_slice(&r);
+    }
+    groups * 4
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -12,7 +12,8 @@
 //! - [`decode`]: [`decode_row`] / [`decode_rows`], checked, with SIMD for the common formats.
 //! - [`dot`]: [`dot_row`] / [`dot_rows`], the executor's decode hot path.
 //! - `avx2`: AVX2 + FMA + F16C kernels, chosen at run time ([`cpu`]), scalar fallback
-//!   everywhere else.
+//!   everywhere else; `avx512`: AVX-512 dot kernels for Q4_1 (four rows at a time) and Q8_0
+//!   on top ([`dot_rows_using`] picks a family for tests and benchmarks).
 //!
 //! Rows are whole blocks: a row of `n` elements is `n / block_elems` blocks of
 //! `block_bytes` each ([`DType::bytes_for`]).
@@ -25,9 +26,11 @@ pub mod encode;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 pub use decode::{decode_row, decode_rows};
-pub use dot::{dot_row, dot_rows};
+pub use dot::{dot_row, dot_rows, dot_rows_using};
 
 use crate::dtype::DType;
 use crate::error::StorageError;
