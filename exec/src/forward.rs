@@ -22,6 +22,9 @@ pub enum LogitsWanted {
     Last,
     /// Every new position.
     All,
+    /// No logits: the residual stream of the last new position after the last layer run
+    /// (before the final norm), `[hidden]`; the head is left to [`head`].
+    Residual,
 }
 
 /// Everything a pass reads.
@@ -30,6 +33,9 @@ pub(crate) struct Pass<'a> {
     pub plan: &'a Plan,
     pub backend: &'a dyn Backend,
     pub cancel: &'a AtomicBool,
+    /// The last layer this pass runs (`n_layers - 1` for a whole pass). A pass that stops
+    /// early computes no logits.
+    pub last_layer: usize,
 }
 
 fn view<'s>(source: &'s dyn OperandSource, key: OperandKey) -> Result<TensorView<'s>> {
@@ -84,6 +90,19 @@ impl Pass<'_> {
             return Err(ExecError::EmptyPrompt);
         }
         let p0 = kv.len();
+        let n_layers = plan.layers.len();
+        if self.last_layer >= n_layers {
+            return Err(ExecError::Internal(format!(
+                "pass asked to stop after layer {} of a {n_layers}-layer model",
+                self.last_layer
+            )));
+        }
+        let partial = self.last_layer + 1 < n_layers;
+        if partial && matches!(want, LogitsWanted::Last | LogitsWanted::All) {
+            return Err(ExecError::Internal(
+                "logits need every layer; this pass stops early".into(),
+            ));
+        }
         for (i, &id) in ids.iter().enumerate() {
             if id as usize >= s.vocab {
                 return Err(ExecError::TokenOutOfRange {
@@ -135,7 +154,7 @@ impl Pass<'_> {
             Vec::new()
         };
 
-        for lp in &plan.layers {
+        for lp in &plan.layers[..=self.last_layer] {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(ExecError::Cancelled);
             }
@@ -201,18 +220,47 @@ impl Pass<'_> {
         // Final norm and head.
         let first = match want {
             LogitsWanted::None => return Ok(Vec::new()),
+            LogitsWanted::Residual => return Ok(x[(n - 1) * d..].to_vec()),
             LogitsWanted::Last => n - 1,
             LogitsWanted::All => 0,
         };
-        let m = n - first;
-        let mut normed = vec![0.0f32; m * d];
-        be.rmsnorm(&x[first * d..], &plan.output_norm, s.norm_eps, &mut normed);
-        if let Some(o) = obs {
-            o.on_final_norm(p0 + first..p0 + n, &normed);
-        }
-        let head = view(self.source, plan.head)?;
-        let mut logits = vec![0.0f32; m * s.vocab];
-        be.matmul(&head, &normed, m, &mut logits)?;
-        Ok(logits)
+        head(
+            self.source,
+            plan,
+            be,
+            &x[first * d..],
+            p0 + first..p0 + n,
+            obs,
+        )
     }
+}
+
+/// Final norm and output head over residual rows `x` (`[m × hidden]`, at `positions`):
+/// logits `[m × vocab]`. The same arithmetic whether it ends a pass or runs on its own.
+pub(crate) fn head(
+    source: &dyn OperandSource,
+    plan: &Plan,
+    be: &dyn Backend,
+    x: &[f32],
+    positions: std::ops::Range<usize>,
+    obs: Option<&mut dyn Observer>,
+) -> Result<Vec<f32>> {
+    let s = &plan.surface;
+    let d = s.hidden;
+    if d == 0 || x.len() % d != 0 {
+        return Err(ExecError::Internal(format!(
+            "head input of {} floats is not whole rows of {d}",
+            x.len()
+        )));
+    }
+    let m = x.len() / d;
+    let mut normed = vec![0.0f32; m * d];
+    be.rmsnorm(x, &plan.output_norm, s.norm_eps, &mut normed);
+    if let Some(o) = obs {
+        o.on_final_norm(positions, &normed);
+    }
+    let head = view(source, plan.head)?;
+    let mut logits = vec![0.0f32; m * s.vocab];
+    be.matmul(&head, &normed, m, &mut logits)?;
+    Ok(logits)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::error::{ExecError, Result};
 use crate::sample::{Sampler, Sampling};
-use crate::session::Executor;
+use crate::session::{Executor, Logits, Session};
 
 /// Turns generated token ids into text, for stop strings.
 pub trait TokenDecoder: Send + Sync {
@@ -116,13 +116,48 @@ impl Executor {
         if ids.is_empty() {
             return Err(ExecError::EmptyPrompt);
         }
-        if !opts.stop.is_empty() && opts.decoder.is_none() {
-            return Err(ExecError::InvalidOption(
-                "stop strings need a tokenizer to decode the generated text".into(),
+        check_options(opts)?;
+        if opts.max_tokens == 0 {
+            return Ok(Generation::ended(
+                Vec::new(),
+                FinishReason::Length,
+                ids.len(),
+                text_start(opts),
             ));
         }
-        if opts.stop.iter().any(|s| s.is_empty()) {
-            return Err(ExecError::InvalidOption("empty stop string".into()));
+        let mut session = self.session();
+        let logits = match session.prefill(ids) {
+            Ok(l) => l,
+            Err(ExecError::Cancelled) => {
+                return Ok(Generation::ended(
+                    Vec::new(),
+                    FinishReason::Cancelled,
+                    ids.len(),
+                    text_start(opts),
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        self.generate_from(session, logits, opts, on_token)
+    }
+
+    /// Generate after a prefilled continuation whose next-token logits are `logits`
+    /// (the prompt is what `session` holds).
+    pub fn generate_from(
+        &self,
+        mut session: Session,
+        mut logits: Logits,
+        opts: &GenerateOptions,
+        on_token: &mut dyn FnMut(u32) -> Control,
+    ) -> Result<Generation> {
+        check_options(opts)?;
+        let prompt_tokens = session.tokens().len();
+        let mut text = text_start(opts);
+        let mut out = Vec::new();
+        let finish =
+            |out: Vec<u32>, reason, text| Generation::ended(out, reason, prompt_tokens, text);
+        if opts.max_tokens == 0 {
+            return Ok(finish(out, FinishReason::Length, text));
         }
         let mut sampler = Sampler::new(opts.sampling)?;
         let special = &self.surface().special;
@@ -132,24 +167,6 @@ impl Executor {
             end_ids.extend(special.eot.iter().copied());
         }
         let cancel = self.cancel_flag();
-        let mut session = self.session();
-        let mut out = Vec::new();
-        let mut text: Option<String> = opts.decoder.as_ref().map(|_| String::new());
-        let finish = |out: Vec<u32>, reason, text| Generation {
-            generated_tokens: out.len(),
-            token_ids: out,
-            finish_reason: reason,
-            prompt_tokens: ids.len(),
-            text,
-        };
-        if opts.max_tokens == 0 {
-            return Ok(finish(out, FinishReason::Length, text));
-        }
-        let mut logits = match session.prefill(ids) {
-            Ok(l) => l,
-            Err(ExecError::Cancelled) => return Ok(finish(out, FinishReason::Cancelled, text)),
-            Err(e) => return Err(e),
-        };
         loop {
             let tok = sampler.sample(&logits.values);
             if end_ids.contains(&tok) {
@@ -188,4 +205,38 @@ impl Executor {
             };
         }
     }
+}
+
+impl Generation {
+    fn ended(
+        token_ids: Vec<u32>,
+        reason: FinishReason,
+        prompt_tokens: usize,
+        text: Option<String>,
+    ) -> Generation {
+        Generation {
+            generated_tokens: token_ids.len(),
+            token_ids,
+            finish_reason: reason,
+            prompt_tokens,
+            text,
+        }
+    }
+}
+
+/// The generated text before the first token: empty when a decoder is given.
+fn text_start(opts: &GenerateOptions) -> Option<String> {
+    opts.decoder.as_ref().map(|_| String::new())
+}
+
+fn check_options(opts: &GenerateOptions) -> Result<()> {
+    if !opts.stop.is_empty() && opts.decoder.is_none() {
+        return Err(ExecError::InvalidOption(
+            "stop strings need a tokenizer to decode the generated text".into(),
+        ));
+    }
+    if opts.stop.iter().any(|s| s.is_empty()) {
+        return Err(ExecError::InvalidOption("empty stop string".into()));
+    }
+    Ok(())
 }

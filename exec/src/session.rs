@@ -161,6 +161,43 @@ impl Executor {
         self.session().extend(ids, LogitsWanted::All, None)
     }
 
+    /// Run layers `0..=last_layer` over `ids` (a fresh continuation), with `observer`
+    /// attached; no logits. Layers past `last_layer` do not run.
+    pub fn observe_layers(
+        &self,
+        ids: &[u32],
+        last_layer: usize,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        let mut session = self.session();
+        session.run_pass(ids, LogitsWanted::None, Some(observer), last_layer)?;
+        Ok(())
+    }
+
+    /// Final norm and output head over one residual row (`[hidden]`), as a whole pass
+    /// ends: bit-identical to the logits the pass would have given.
+    pub fn head(&self, residual: &[f32]) -> Result<Logits> {
+        let mut out = None;
+        let mut result = Ok(());
+        self.backend.scope(&mut || match crate::forward::head(
+            self.source.as_ref(),
+            &self.plan,
+            self.backend.as_ref(),
+            residual,
+            0..1,
+            None,
+        ) {
+            Ok(v) => out = Some(v),
+            Err(e) => result = Err(e),
+        });
+        result?;
+        let values = out.ok_or_else(|| ExecError::Internal("head did not run".into()))?;
+        if values.len() != self.plan.surface.vocab {
+            return Err(ExecError::Internal("head takes exactly one row".into()));
+        }
+        Ok(Logits { values })
+    }
+
     /// Run `ids` with `observer` attached; returns the logits asked for.
     pub fn observe(
         &self,
@@ -200,19 +237,43 @@ impl Session {
         want: LogitsWanted,
         observer: Option<&mut dyn Observer>,
     ) -> Result<Vec<Logits>> {
-        let pass = Pass {
-            source: self.exec.source.as_ref(),
-            plan: &self.exec.plan,
-            backend: self.exec.backend.as_ref(),
-            cancel: &self.exec.cancel,
-        };
-        let flat = pass.run(&mut self.kv, ids, want, observer)?;
-        self.tokens.extend_from_slice(ids);
+        let last = self.exec.plan.layers.len().saturating_sub(1);
+        let flat = self.run_pass(ids, want, observer, last)?;
         let vocab = self.exec.plan.surface.vocab;
         Ok(flat
             .chunks_exact(vocab)
             .map(|c| Logits { values: c.to_vec() })
             .collect())
+    }
+
+    /// Run `ids` through every layer (optionally observed) and return the last position's
+    /// residual stream (before the final norm); [`Executor::head`] turns it into logits.
+    pub fn extend_to_residual(
+        &mut self,
+        ids: &[u32],
+        observer: Option<&mut dyn Observer>,
+    ) -> Result<Vec<f32>> {
+        let last = self.exec.plan.layers.len().saturating_sub(1);
+        self.run_pass(ids, LogitsWanted::Residual, observer, last)
+    }
+
+    fn run_pass(
+        &mut self,
+        ids: &[u32],
+        want: LogitsWanted,
+        observer: Option<&mut dyn Observer>,
+        last_layer: usize,
+    ) -> Result<Vec<f32>> {
+        let pass = Pass {
+            source: self.exec.source.as_ref(),
+            plan: &self.exec.plan,
+            backend: self.exec.backend.as_ref(),
+            cancel: &self.exec.cancel,
+            last_layer,
+        };
+        let flat = pass.run(&mut self.kv, ids, want, observer)?;
+        self.tokens.extend_from_slice(ids);
+        Ok(flat)
     }
 
     /// Positions held (the next token's position).

@@ -104,8 +104,16 @@ pub enum StatementKind {
     Stats,
     /// `TOKENIZE "text"`
     Tokenize(Spanned<String>),
-    /// `EXPLAIN <statement>`; the inner statement is never itself an EXPLAIN.
+    /// `EXPLAIN <statement>`; the inner statement is never itself an EXPLAIN. For WALK and
+    /// INFER it runs the statement and shows the per-layer trace; for the others it is
+    /// `EXPLAIN PLAN`.
     Explain(Box<Statement>),
+    /// `EXPLAIN PLAN <statement>`: the operator tree, nothing runs.
+    ExplainPlan(Box<Statement>),
+    /// `EXPLAIN ANALYZE <statement>`: runs it and shows the tree with measured costs.
+    ExplainAnalyze(Box<Statement>),
+    /// `DESCRIBE TABLE name`: a virtual table's columns.
+    DescribeTable(Spanned<Table>),
 }
 
 impl StatementKind {
@@ -134,6 +142,9 @@ impl StatementKind {
             StatementKind::Stats => "STATS",
             StatementKind::Tokenize(_) => "TOKENIZE",
             StatementKind::Explain(_) => "EXPLAIN",
+            StatementKind::ExplainPlan(_) => "EXPLAIN PLAN",
+            StatementKind::ExplainAnalyze(_) => "EXPLAIN ANALYZE",
+            StatementKind::DescribeTable(_) => "DESCRIBE TABLE",
         }
     }
 }
@@ -417,6 +428,8 @@ pub enum ShowWhat {
     Tensors,
     Profiles,
     Patches,
+    /// The virtual tables that answer SELECT.
+    Tables,
 }
 
 /// A literal value.
@@ -709,7 +722,10 @@ impl SpanVisit for StatementKind {
             StatementKind::Compact(s) => s.visit_spans(f),
             StatementKind::Verify(s) => s.visit_spans(f),
             StatementKind::Show(s) => s.visit_spans(f),
-            StatementKind::Explain(s) => s.visit_spans(f),
+            StatementKind::Explain(s)
+            | StatementKind::ExplainPlan(s)
+            | StatementKind::ExplainAnalyze(s) => s.visit_spans(f),
+            StatementKind::DescribeTable(t) => f(&mut t.span),
             StatementKind::SavePatch | StatementKind::Stats => {}
         }
     }

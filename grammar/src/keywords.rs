@@ -13,6 +13,10 @@ pub const STATEMENT_KEYWORDS: &[&str] = &[
 pub const KEYWORDS: &[&str] = &[
     // statement heads and clause keywords
     "EXPLAIN",
+    "PLAN",
+    "ANALYZE",
+    "TABLE",
+    "TABLES",
     "USE",
     "MODEL",
     "PROFILE",

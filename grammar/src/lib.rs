@@ -23,6 +23,7 @@
 pub mod ast;
 pub mod error;
 mod keywords;
+mod params;
 mod parser;
 mod print;
 mod scan;
@@ -30,6 +31,7 @@ mod scan;
 pub use ast::*;
 pub use error::{edit_distance, suggest, SyntaxError};
 pub use keywords::{KEYWORDS, STATEMENT_KEYWORDS};
+pub use params::{placeholders, Placeholder, MAX_PARAMS};
 pub use parser::{parse, parse_statement};
 pub use print::{print_script, quote};
 pub use scan::{is_complete, split_statements, MAX_PAREN_DEPTH};

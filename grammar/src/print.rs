@@ -151,6 +151,7 @@ impl Display for ShowWhat {
             ShowWhat::Tensors => "TENSORS",
             ShowWhat::Profiles => "PROFILES",
             ShowWhat::Patches => "PATCHES",
+            ShowWhat::Tables => "TABLES",
         })
     }
 }
@@ -482,6 +483,9 @@ impl Display for StatementKind {
             StatementKind::Stats => f.write_str("STATS"),
             StatementKind::Tokenize(t) => write!(f, "TOKENIZE {}", Q(&t.value)),
             StatementKind::Explain(inner) => write!(f, "EXPLAIN {inner}"),
+            StatementKind::ExplainPlan(inner) => write!(f, "EXPLAIN PLAN {inner}"),
+            StatementKind::ExplainAnalyze(inner) => write!(f, "EXPLAIN ANALYZE {inner}"),
+            StatementKind::DescribeTable(t) => write!(f, "DESCRIBE TABLE {}", t.value.name()),
         }
     }
 }

@@ -1,14 +1,17 @@
 //! `Connection`: a session with (at most) one bound model, running LQL text.
 //!
-//! A connection is `Send + Sync`: its engine sits behind a mutex, so statements from several
-//! threads run one at a time. An [`InterruptHandle`] cancels the statement running now
-//! from any thread (the REPL's Ctrl-C), as `rusqlite::InterruptHandle` does.
+//! A connection belongs to a [`Database`] (which shares mapped models, tokenizers and label
+//! caches between connections); `Connection::open` makes both in one call. A connection is
+//! `Send + Sync`: its session sits behind a mutex, so statements on one connection run one at
+//! a time, while different connections of one database run concurrently. An
+//! [`InterruptHandle`] cancels the statement running now from any thread (the REPL's
+//! Ctrl-C), as `rusqlite::InterruptHandle` does.
 
 use std::ops::Range;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::database::{Database, SharedModel};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::progress::{Progress, ProgressHandler};
@@ -28,6 +31,7 @@ pub struct StatementResult {
 
 /// A session: a bound model (or none, until `USE`) and the statements run against it.
 pub struct Connection {
+    db: Database,
     engine: Mutex<Engine>,
     interrupt: Arc<AtomicBool>,
 }
@@ -47,21 +51,47 @@ impl InterruptHandle {
 }
 
 impl Connection {
-    /// A connection with no model bound; `USE …` binds one.
+    /// A connection on its own new database, with no model bound; `USE …` binds one.
     pub fn open_in_memory() -> Result<Connection> {
-        Ok(Connection {
-            engine: Mutex::new(Engine::new()),
+        Database::new().connect()
+    }
+
+    /// A connection on `db` (see [`Database::connect`]).
+    pub(crate) fn on(db: Database) -> Connection {
+        Connection {
+            engine: Mutex::new(Engine::new(db.clone())),
+            db,
             interrupt: Arc::new(AtomicBool::new(false)),
-        })
+        }
     }
 
     /// Opens a model: a path that exists is opened as a file or folder (GGUF, Hugging Face
     /// folder, …); anything else is taken as a catalogue name, fetched into the local cache
-    /// if needed.
+    /// if needed. The connection has a database of its own ([`Connection::database`]) on
+    /// which more connections can be made.
     pub fn open(path_or_name: impl AsRef<str>) -> Result<Connection> {
         let conn = Connection::open_in_memory()?;
         conn.bind(path_or_name.as_ref())?;
         Ok(conn)
+    }
+
+    /// The database this connection belongs to.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Binds an already-open shared model (a new connection of a database).
+    pub(crate) fn bind_shared(&self, name: &str, shared: Arc<SharedModel>) {
+        if let Ok(mut e) = self.engine() {
+            e.bound = Some(crate::engine::Bound::new(name.to_string(), shared));
+            e.version += 1;
+        }
+    }
+
+    /// The bound model as shared by the database.
+    pub(crate) fn bound_shared(&self) -> Option<(String, Arc<SharedModel>)> {
+        let e = self.engine().ok()?;
+        e.bound.as_ref().map(|b| (b.name.clone(), b.shared.clone()))
     }
 
     /// Like [`Connection::open`], with a progress handler installed first (so a download
@@ -80,15 +110,7 @@ impl Connection {
     pub fn bind(&self, path_or_name: &str) -> Result<Rows> {
         let mut engine = self.engine()?;
         self.interrupt.store(false, Ordering::SeqCst);
-        let p = Path::new(path_or_name);
-        let looks_like_path =
-            path_or_name.contains(std::path::MAIN_SEPARATOR) || p.extension().is_some();
-        let is_catalogue = lql_storage::catalogue::find(path_or_name).is_some();
-        if p.exists() || (looks_like_path && !is_catalogue) {
-            engine.bind_path(path_or_name, &self.interrupt)
-        } else {
-            engine.bind_catalogue(path_or_name, &self.interrupt)
-        }
+        engine.bind(path_or_name, &self.interrupt)
     }
 
     /// Installs (or removes, with `None`) the progress handler.
@@ -167,8 +189,10 @@ impl Connection {
         Ok(())
     }
 
-    /// Checks the syntax of one statement and returns it ready to run. Text with more than
-    /// one statement is refused.
+    /// Parses one statement and returns it ready to run, with its parameters (`?`, `?NNN`,
+    /// `:name`) to be bound by [`Statement::query`]. A statement without parameters is also
+    /// bound and lowered now, and re-bound only when the session changes (USE). Text with
+    /// more than one statement is refused.
     pub fn prepare(&self, text: &str) -> Result<Statement<'_>> {
         let pieces = lql_grammar::split_statements(text);
         match pieces.as_slice() {
@@ -177,8 +201,7 @@ impl Connection {
             )),
             [one] => {
                 let stmt_text = &text[one.range()];
-                crate::engine::check_syntax(stmt_text).map_err(|e| e.offset_spans(one.start))?;
-                Ok(Statement::new(self, stmt_text.to_string(), one.start))
+                Statement::new(self, stmt_text.to_string(), one.start)
             }
             [_, second, ..] => Err(Error::semantic(format!(
                 "prepare takes one statement; this text holds {}",
@@ -197,6 +220,30 @@ impl Connection {
         engine.run_text(stmt_text, &self.interrupt)
     }
 
+    /// Binds and lowers one statement's text without running it.
+    pub(crate) fn prepare_plan(&self, stmt_text: &str) -> Result<crate::engine::Prepared> {
+        self.engine()?.prepare(stmt_text)
+    }
+
+    /// Runs a prepared plan, re-binding it first when the session changed since.
+    pub(crate) fn run_prepared(
+        &self,
+        prepared: &mut crate::engine::Prepared,
+        stmt_text: &str,
+    ) -> Result<Rows> {
+        let mut engine = self.engine()?;
+        self.interrupt.store(false, Ordering::SeqCst);
+        if prepared.version != engine.version {
+            *prepared = engine.prepare(stmt_text)?;
+        }
+        engine.run_prepared(prepared, stmt_text, &self.interrupt)
+    }
+
+    /// The session version (bumped by USE), for prepared statements.
+    pub(crate) fn session_version(&self) -> u64 {
+        self.engine().map(|e| e.version).unwrap_or(0)
+    }
+
     /// Runs the CPU backend's throughput benchmark on the bound model: prefill of a fixed
     /// 100-token prompt, then 64 greedy decode steps; medians over `reps` repetitions after
     /// a warm-up (`threads == 0`: one per core).
@@ -206,7 +253,7 @@ impl Connection {
             .bound
             .as_ref()
             .ok_or_else(|| Error::semantic("no model is bound"))?
-            .model
+            .model()
             .clone();
         drop(engine);
         Ok(lql_exec::bench::run(model, threads, reps)?)

@@ -1,10 +1,13 @@
 //! `lql::Error`: every failure an embedder or the REPL sees, as data.
 //!
 //! Each crate of the workspace has its own error enum; they are gathered here into one
-//! [`Error`] with a coarse [`ErrorKind`], a message, the byte span of the statement text that
-//! caused it, secondary labels and help lines. Rendering happens only at the edge:
-//! [`Error::render`] draws an ariadne report with a caret under the span, and
-//! [`Error::to_json`] gives the machine-readable form of the JSON output contract.
+//! [`Error`]: a coarse [`ErrorKind`], a stable [`Error::code`] (`LQL-E0201`; the table is
+//! [`CODES`]), a message, the byte span of the statement text that caused it, secondary
+//! labels and help lines — the one diagnostic shape that syntax errors (grammar) and plan
+//! errors (planner) both convert to — and the lower layer's error as [`std::error::Error::source`].
+//! Rendering happens only at the edge: [`Error::render`] draws an ariadne report with a
+//! caret under the span, and [`Error::to_json`] gives the machine-readable form of the JSON
+//! output contract (with `"code"`).
 
 use std::fmt;
 use std::ops::Range;
@@ -70,8 +73,22 @@ pub struct Label {
     pub message: String,
 }
 
+/// The error codes: a code names one class of failure and never changes meaning.
+pub const CODES: &[(&str, &str)] = &[
+    ("LQL-E0101", "syntax: the text does not parse"),
+    ("LQL-E0201", "semantic: the statement means nothing here (no model, layer out of range, type mismatch, …)"),
+    ("LQL-E0301", "unsupported: not built yet, or not available for this model"),
+    ("LQL-E0401", "io: reading or writing a file failed"),
+    ("LQL-E0501", "format: a malformed, hostile or inconsistent file"),
+    ("LQL-E0502", "model file changed since USE: re-bind"),
+    ("LQL-E0601", "interrupted: the statement was cancelled"),
+    ("LQL-E0701", "parameters: wrong count, name or type of a prepared statement's parameters"),
+    ("LQL-E0801", "numeric: a computation produced a non-finite value"),
+    ("LQL-E0901", "internal: a bug in LQL"),
+];
+
 /// An LQL error. `span` is a byte range in the text given to `execute`/`prepare`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
@@ -80,7 +97,24 @@ pub struct Error {
     /// written under its caret (otherwise "here").
     pub labels: Vec<Label>,
     pub help: Vec<String>,
+    /// A code more specific than the kind's default (see [`CODES`]).
+    code: Option<&'static str>,
+    /// The lower layer's error, when there is one.
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
 }
+
+impl PartialEq for Error {
+    fn eq(&self, o: &Self) -> bool {
+        self.kind == o.kind
+            && self.message == o.message
+            && self.span == o.span
+            && self.labels == o.labels
+            && self.help == o.help
+            && self.code() == o.code()
+    }
+}
+
+impl Eq for Error {}
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -93,7 +127,42 @@ impl Error {
             span: None,
             labels: Vec::new(),
             help: Vec::new(),
+            code: None,
+            source: None,
         }
+    }
+
+    /// The stable code of this error (`LQL-E0201`, …; see [`CODES`]).
+    pub fn code(&self) -> &'static str {
+        self.code.unwrap_or(match self.kind {
+            ErrorKind::Syntax => "LQL-E0101",
+            ErrorKind::Semantic => "LQL-E0201",
+            ErrorKind::Unsupported => "LQL-E0301",
+            ErrorKind::Io => "LQL-E0401",
+            ErrorKind::Format => "LQL-E0501",
+            ErrorKind::Interrupted => "LQL-E0601",
+            ErrorKind::Internal => "LQL-E0901",
+        })
+    }
+
+    /// Sets a code more specific than the kind's default.
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// Keeps `e` as this error's [`std::error::Error::source`].
+    pub fn with_source(mut self, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(std::sync::Arc::new(e));
+        self
+    }
+
+    /// Drops the spans (for an error about text the caller never saw, e.g. a statement
+    /// with its parameters substituted).
+    pub(crate) fn without_spans(mut self) -> Self {
+        self.span = None;
+        self.labels.clear();
+        self
     }
 
     pub fn semantic(message: impl Into<String>) -> Self {
@@ -146,17 +215,6 @@ impl Error {
         }
         for l in &mut self.labels {
             l.span = l.span.start + offset..l.span.end + offset;
-        }
-        self
-    }
-
-    /// Shifts every span back by `n` bytes (saturating): undoes a prefix added to the text.
-    pub(crate) fn shift_back(mut self, n: usize) -> Self {
-        if let Some(s) = &mut self.span {
-            *s = s.start.saturating_sub(n)..s.end.saturating_sub(n);
-        }
-        for l in &mut self.labels {
-            l.span = l.span.start.saturating_sub(n)..l.span.end.saturating_sub(n);
         }
         self
     }
@@ -218,7 +276,7 @@ impl Error {
                     .with_color(color)
                     .with_index_type(IndexType::Byte),
             )
-            .with_code(self.kind.name())
+            .with_code(self.code())
             .with_message(&self.message);
         let primary_text = self
             .labels
@@ -256,13 +314,14 @@ impl Error {
         }
     }
 
-    /// The JSON form: `{"error": {"kind", "message", "span": [start, end] | null,
+    /// The JSON form: `{"error": {"kind", "code", "message", "span": [start, end] | null,
     /// "labels": [{"span", "message"}], "help": [...]}}`.
     pub fn to_json(&self) -> serde_json::Value {
         let span = |r: &Range<usize>| serde_json::json!([r.start, r.end]);
         serde_json::json!({
             "error": {
                 "kind": self.kind.name(),
+                "code": self.code(),
                 "message": self.message,
                 "span": self.span.as_ref().map(span),
                 "labels": self.labels.iter()
@@ -284,11 +343,17 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::io(e.to_string())
+        Error::io(e.to_string()).with_source(e)
     }
 }
 
@@ -313,6 +378,8 @@ fn spanned(
             })
             .collect(),
         help: help.into_iter().collect(),
+        code: None,
+        source: None,
     }
 }
 
@@ -344,16 +411,19 @@ impl From<lql_storage::StorageError> for Error {
             S::Internal(_) => ErrorKind::Internal,
             _ => ErrorKind::Format,
         };
-        Error::new(kind, e.to_string())
+        Error::new(kind, e.to_string()).with_source(e)
     }
 }
 
 impl From<lql_exec::ExecError> for Error {
     fn from(e: lql_exec::ExecError) -> Self {
         use lql_exec::ExecError as X;
-        match e {
-            X::Storage(s) => s.into(),
-            X::Cancelled => Error::interrupted(),
+        let e = match e {
+            X::Storage(s) => return s.into(),
+            X::Cancelled => return Error::interrupted(),
+            other => other,
+        };
+        let base = match &e {
             X::MissingOperand { .. }
             | X::EmptyPrompt
             | X::ContextOverflow { .. }
@@ -362,7 +432,8 @@ impl From<lql_exec::ExecError> for Error {
             X::Shape { .. } | X::Surface(_) => Error::new(ErrorKind::Format, e.to_string()),
             X::Unsupported(_) => Error::unsupported(e.to_string()),
             _ => Error::internal(e.to_string()),
-        }
+        };
+        base.with_source(e)
     }
 }
 

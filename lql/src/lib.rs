@@ -27,6 +27,7 @@
 //!   [`Error::to_json`].
 
 mod connection;
+mod database;
 mod engine;
 pub mod error;
 pub mod progress;
@@ -35,10 +36,11 @@ mod statement;
 mod value;
 
 pub use connection::{BenchReport, Connection, InterruptHandle, StatementResult};
-pub use error::{Error, ErrorKind, Label, Result};
+pub use database::Database;
+pub use error::{Error, ErrorKind, Label, Result, CODES};
 pub use progress::{Progress, ProgressHandler, ProgressUnit, TokenHandler};
 pub use rows::{Column, Row, RowIndex, Rows};
-pub use statement::Statement;
+pub use statement::{NamedParams, Params, Statement};
 pub use value::{FromValue, Value, ValueType};
 
 /// Statement splitting and completeness, as the grammar defines them (for shells).

@@ -1,8 +1,123 @@
-//! `Statement`: one statement whose syntax has been checked, ready to run (and re-run).
+//! `Statement`: one prepared statement, with parameters, ready to run (and re-run).
+//!
+//! Parameters are written as SQLite writes them: `?` (the next index), `?NNN` (1-based) and
+//! `:name`. Each bound value replaces its placeholder as a literal (text is quoted, numbers
+//! written exactly), so a parameter stands wherever a literal may: prompts, counts, WHERE
+//! values. A statement without parameters keeps its bound and lowered plan and re-binds only
+//! when the session it was bound against changed (USE); one with parameters binds with the
+//! values of each call.
+//!
+//! ```no_run
+//! # fn main() -> lql::Result<()> {
+//! let conn = lql::Connection::open("smollm2-135m-instruct")?;
+//! let mut stmt = conn.prepare("SELECT layer, features FROM layers WHERE layer = ?")?;
+//! let rows = stmt.query(lql::params![3])?;
+//! let mut infer = conn.prepare("INFER :prompt TOP 3")?;
+//! let top = infer.query(lql::named_params! { ":prompt": "The capital of France is" })?;
+//! # Ok(()) }
+//! ```
 
 use crate::connection::Connection;
-use crate::error::Result;
-use crate::rows::Rows;
+use crate::engine::Prepared;
+use crate::error::{Error, ErrorKind, Result};
+use crate::rows::{Column, Rows};
+use crate::value::Value;
+
+/// Values for a statement's parameters: positional (`params![…]`, a slice, an array, `()`)
+/// or named (`named_params!{…}`).
+pub trait Params {
+    /// The values by 1-based index, given the statement's placeholders.
+    fn resolve(self, slots: &[lql_grammar::Placeholder]) -> Result<Vec<Value>>;
+}
+
+fn param_error(message: String) -> Error {
+    Error::new(ErrorKind::Semantic, message).with_code("LQL-E0701")
+}
+
+fn positional(values: Vec<Value>, slots: &[lql_grammar::Placeholder]) -> Result<Vec<Value>> {
+    let wanted = slots.iter().map(|s| s.index).max().unwrap_or(0);
+    if values.len() != wanted {
+        return Err(param_error(format!(
+            "the statement takes {wanted} parameter{}, {} given",
+            if wanted == 1 { "" } else { "s" },
+            values.len()
+        )));
+    }
+    Ok(values)
+}
+
+impl Params for () {
+    fn resolve(self, slots: &[lql_grammar::Placeholder]) -> Result<Vec<Value>> {
+        positional(Vec::new(), slots)
+    }
+}
+
+impl Params for Vec<Value> {
+    fn resolve(self, slots: &[lql_grammar::Placeholder]) -> Result<Vec<Value>> {
+        positional(self, slots)
+    }
+}
+
+impl Params for &[Value] {
+    fn resolve(self, slots: &[lql_grammar::Placeholder]) -> Result<Vec<Value>> {
+        positional(self.to_vec(), slots)
+    }
+}
+
+impl<T: Into<Value>, const N: usize> Params for [T; N] {
+    fn resolve(self, slots: &[lql_grammar::Placeholder]) -> Result<Vec<Value>> {
+        positional(self.into_iter().map(Into::into).collect(), slots)
+    }
+}
+
+/// Named parameter values (`named_params!{":name": value}`).
+#[derive(Debug, Clone, Default)]
+pub struct NamedParams(pub Vec<(String, Value)>);
+
+impl Params for NamedParams {
+    fn resolve(self, slots: &[lql_grammar::Placeholder]) -> Result<Vec<Value>> {
+        let wanted = slots.iter().map(|s| s.index).max().unwrap_or(0);
+        let mut out = vec![Value::Null; wanted];
+        let mut seen = vec![false; wanted];
+        for (name, v) in self.0 {
+            let key = if name.starts_with(':') {
+                name.clone()
+            } else {
+                format!(":{name}")
+            };
+            let slot = slots
+                .iter()
+                .find(|s| s.name.as_deref() == Some(key.as_str()))
+                .ok_or_else(|| param_error(format!("the statement has no parameter {key}")))?;
+            out[slot.index - 1] = v;
+            seen[slot.index - 1] = true;
+        }
+        if let Some(i) = seen.iter().position(|s| !s) {
+            let name = slots
+                .iter()
+                .find(|s| s.index == i + 1)
+                .and_then(|s| s.name.clone())
+                .unwrap_or_else(|| format!("?{}", i + 1));
+            return Err(param_error(format!("no value given for parameter {name}")));
+        }
+        Ok(out)
+    }
+}
+
+/// Positional parameters: `params![1, "text", 0.5]`.
+#[macro_export]
+macro_rules! params {
+    () => { ::std::vec::Vec::<$crate::Value>::new() };
+    ($($v:expr),+ $(,)?) => { ::std::vec![$($crate::Value::from($v)),+] };
+}
+
+/// Named parameters: `named_params!{":prompt": "text", ":k": 3}`.
+#[macro_export]
+macro_rules! named_params {
+    ($($k:literal : $v:expr),* $(,)?) => {
+        $crate::NamedParams(::std::vec![$((::std::string::String::from($k), $crate::Value::from($v))),*])
+    };
+}
 
 /// A prepared statement, borrowed from its connection (as in rusqlite).
 pub struct Statement<'conn> {
@@ -10,11 +125,31 @@ pub struct Statement<'conn> {
     text: String,
     /// Byte offset of the statement in the text given to `prepare` (for error spans).
     offset: usize,
+    slots: Vec<lql_grammar::Placeholder>,
+    /// The bound plan of a statement without parameters.
+    plan: Option<Prepared>,
 }
 
 impl<'conn> Statement<'conn> {
-    pub(crate) fn new(conn: &'conn Connection, text: String, offset: usize) -> Self {
-        Statement { conn, text, offset }
+    pub(crate) fn new(conn: &'conn Connection, text: String, offset: usize) -> Result<Self> {
+        let slots =
+            lql_grammar::placeholders(&text).map_err(|e| Error::from(e).offset_spans(offset))?;
+        let plan = if slots.is_empty() {
+            Some(
+                conn.prepare_plan(&text)
+                    .map_err(|e| e.offset_spans(offset))?,
+            )
+        } else {
+            // Syntax is checked with every placeholder as a neutral literal at bind time.
+            None
+        };
+        Ok(Statement {
+            conn,
+            text,
+            offset,
+            slots,
+            plan,
+        })
     }
 
     /// The statement's text (without its `;`).
@@ -22,18 +157,93 @@ impl<'conn> Statement<'conn> {
         &self.text
     }
 
-    /// Runs the statement and returns its rows; iterate them with [`Rows::iter`] and read
-    /// cells with `row.get::<T>(i)`.
-    pub fn query(&mut self) -> Result<Rows> {
-        self.conn
-            .run_one(&self.text)
-            .map_err(|e| e.offset_spans(self.offset))
+    /// How many parameters the statement takes.
+    pub fn parameter_count(&self) -> usize {
+        self.slots.iter().map(|s| s.index).max().unwrap_or(0)
     }
 
-    /// The physical plan, one line per row (as `EXPLAIN <statement>`).
-    pub fn explain(&mut self) -> Result<Rows> {
-        self.conn
-            .run_one(&format!("EXPLAIN {}", self.text))
-            .map_err(|e| e.shift_back("EXPLAIN ".len()).offset_spans(self.offset))
+    /// The columns the statement returns, known before it runs (for a statement with
+    /// parameters: its columns do not depend on them, except SELECT's which are fixed by
+    /// its text; it is bound with NULL-free placeholders to find them).
+    pub fn columns(&mut self) -> Result<Vec<Column>> {
+        if let Some(p) = &self.plan {
+            if p.version == self.conn.session_version() {
+                return Ok(crate::engine::columns_of(p.physical.columns()));
+            }
+        }
+        let text = self.text_with(&self.neutral_values())?;
+        let p = self
+            .conn
+            .prepare_plan(&text)
+            .map_err(|e| e.offset_spans(self.offset))?;
+        Ok(crate::engine::columns_of(p.physical.columns()))
     }
+
+    /// The column names (as rusqlite's `column_names`).
+    pub fn column_names(&mut self) -> Result<Vec<String>> {
+        Ok(self.columns()?.into_iter().map(|c| c.name).collect())
+    }
+
+    /// Runs the statement with `params` and returns its rows.
+    pub fn query<P: Params>(&mut self, params: P) -> Result<Rows> {
+        let values = params.resolve(&self.slots)?;
+        if let Some(p) = self.plan.as_mut() {
+            return self
+                .conn
+                .run_prepared(p, &self.text)
+                .map_err(|e| e.offset_spans(self.offset));
+        }
+        let text = self.text_with(&values)?;
+        self.conn.run_one(&text).map_err(|e| {
+            if e.kind == ErrorKind::Syntax {
+                param_error(format!(
+                    "a parameter's value does not fit where it stands: {}",
+                    e.message
+                ))
+            } else {
+                e.without_spans()
+            }
+        })
+    }
+
+    /// The physical plan, one line per row (as `EXPLAIN PLAN <statement>`).
+    pub fn explain(&mut self) -> Result<Rows> {
+        let text = self.text_with(&self.neutral_values())?;
+        self.conn
+            .run_one(&format!("EXPLAIN PLAN {text}"))
+            .map_err(|e| e.without_spans())
+    }
+
+    fn neutral_values(&self) -> Vec<Value> {
+        vec![Value::Text("?".into()); self.parameter_count()]
+    }
+
+    /// The text with every placeholder replaced by its value as a literal.
+    fn text_with(&self, values: &[Value]) -> Result<String> {
+        let mut out = String::with_capacity(self.text.len());
+        let mut at = 0;
+        for s in &self.slots {
+            out.push_str(&self.text[at..s.span.start]);
+            let v = values
+                .get(s.index - 1)
+                .ok_or_else(|| param_error(format!("no value for parameter {}", s.index)))?;
+            out.push_str(&literal(v)?);
+            at = s.span.end;
+        }
+        out.push_str(&self.text[at..]);
+        Ok(out)
+    }
+}
+
+/// A value as an LQL literal.
+fn literal(v: &Value) -> Result<String> {
+    Ok(match v {
+        Value::Null => "NULL".into(),
+        Value::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) if f.is_finite() => format!("{f:?}"),
+        Value::Float(f) => return Err(param_error(format!("parameter value {f} is not finite"))),
+        Value::Text(t) => lql_grammar::quote(t),
+        Value::List(_) => return Err(param_error("a list cannot be a parameter".into())),
+    })
 }

@@ -30,6 +30,19 @@ pub enum ValueType {
 }
 
 impl ValueType {
+    /// The value type of a planner column type.
+    pub fn from_column(t: lql_planner::ColumnType) -> ValueType {
+        use lql_planner::ColumnType as C;
+        match t {
+            C::Int => ValueType::Int,
+            C::Float => ValueType::Float,
+            C::Text => ValueType::Text,
+            C::Bool => ValueType::Bool,
+            C::List => ValueType::List,
+            C::Any => ValueType::Any,
+        }
+    }
+
     /// Lower-case name, as shown in type rows and JSON.
     pub fn name(self) -> &'static str {
         match self {

@@ -4,7 +4,9 @@
 use crate::catalog::{Catalog, ModelFacts};
 use crate::error::PlanError;
 use crate::logical::*;
-use crate::schema::ColumnDef;
+use crate::pushdown::{columns_in, int_domain};
+use crate::schema::{self, ColumnDef};
+use crate::typecheck::check_predicate;
 use lql_grammar::{
     self as g, suggest, Ident, LayerSpec, SelectList, Span, Spanned, Statement, StatementKind,
 };
@@ -21,20 +23,18 @@ pub const DEFAULT_MAX_TOKENS: usize = 64;
 /// Binds a parsed statement against the catalog.
 pub fn bind(stmt: &Statement, catalog: &dyn Catalog) -> Result<LogicalPlan> {
     Binder {
-        catalog,
         facts: catalog.bound(),
         stmt_span: stmt.span,
     }
     .statement(stmt)
 }
 
-struct Binder<'a> {
-    catalog: &'a dyn Catalog,
+struct Binder {
     facts: Option<ModelFacts>,
     stmt_span: Span,
 }
 
-impl Binder<'_> {
+impl Binder {
     fn statement(&self, stmt: &Statement) -> Result<LogicalPlan> {
         use StatementKind as K;
         Ok(match &stmt.kind {
@@ -107,7 +107,10 @@ impl Binder<'_> {
                 }
             },
             K::Show(s) => {
-                if !matches!(s.what.value, ShowWhat::Models | ShowWhat::Patches) {
+                if !matches!(
+                    s.what.value,
+                    ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables
+                ) {
                     self.model()?;
                 }
                 LogicalPlan::Show(ShowPlan {
@@ -125,13 +128,29 @@ impl Binder<'_> {
                     text: t.value.clone(),
                 }
             }
-            K::Explain(inner) => {
+            K::Explain(inner) | K::ExplainPlan(inner) | K::ExplainAnalyze(inner) => {
                 let b = Binder {
-                    catalog: self.catalog,
                     facts: self.facts.clone(),
                     stmt_span: inner.span,
                 };
-                LogicalPlan::Explain(Box::new(b.statement(inner)?))
+                let bound = b.statement(inner)?;
+                let mode = match (&stmt.kind, &bound) {
+                    (K::ExplainAnalyze(_), _) => ExplainMode::Analyze,
+                    (K::Explain(_), LogicalPlan::Walk(_) | LogicalPlan::Infer(_)) => {
+                        ExplainMode::Trace
+                    }
+                    _ => ExplainMode::Plan,
+                };
+                LogicalPlan::Explain(ExplainPlan {
+                    mode,
+                    inner: Box::new(bound),
+                })
+            }
+            K::DescribeTable(t) => {
+                if schema::table_columns(t.value).is_none() {
+                    return Err(unbuilt_table(t));
+                }
+                LogicalPlan::DescribeTable { table: t.value }
             }
         })
     }
@@ -411,13 +430,44 @@ impl Binder<'_> {
         }))
     }
 
-    fn walk(&self, w: &g::Walk) -> Result<LogicalPlan> {
-        let mode = w.mode.as_ref().map_or(WalkMode::Embedding, |m| m.value);
-        let mode_span = w.mode.as_ref().map_or(self.stmt_span, |m| m.span);
-        let m = self.browsable(self.stmt_span, "WALK")?;
-        if mode == WalkMode::Residual {
-            self.executable(mode_span, "WALK MODE RESIDUAL")?;
+    /// The browse mode: the MODE clause, else RESIDUAL when the binding can run the model
+    /// and EMBEDDING when it cannot. Decided here, once; the executor runs what it is given.
+    fn browse_mode(
+        &self,
+        m: &ModelFacts,
+        clause: Option<&Spanned<WalkMode>>,
+        what: &str,
+    ) -> Result<(WalkMode, ModeChoice)> {
+        match clause {
+            Some(c) => {
+                if c.value == WalkMode::Residual {
+                    self.executable(c.span, &format!("{what} MODE RESIDUAL"))?;
+                }
+                Ok((c.value, ModeChoice::Written))
+            }
+            None if m.can_execute => Ok((WalkMode::Residual, ModeChoice::Default)),
+            None => {
+                let why = if m.missing_for_execute.is_empty() {
+                    "the binding is browse-only".to_string()
+                } else {
+                    format!(
+                        "the binding is browse-only (missing {})",
+                        m.missing_for_execute
+                            .iter()
+                            .take(5)
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                Ok((WalkMode::Embedding, ModeChoice::DefaultBrowseOnly(why)))
+            }
         }
+    }
+
+    fn walk(&self, w: &g::Walk) -> Result<LogicalPlan> {
+        let m = self.browsable(self.stmt_span, "WALK")?;
+        let (mode, mode_choice) = self.browse_mode(m, w.mode.as_ref(), "WALK")?;
         let top = match &w.top {
             Some(t) => positive(t, "TOP", Some((m.ffn, "the features per layer")))?,
             None => DEFAULT_WALK_TOP.min(m.ffn.max(1)),
@@ -428,6 +478,7 @@ impl Binder<'_> {
             top,
             layers,
             mode,
+            mode_choice,
             gate_encoding: m.gate_encoding.clone(),
             gate_bytes_per_layer: m.gate_bytes_per_layer,
         }))
@@ -449,17 +500,20 @@ impl Binder<'_> {
                 }
             },
         };
+        let (mode, mode_choice) = self.browse_mode(m, None, "DESCRIBE")?;
         Ok(LogicalPlan::Describe(DescribePlan {
             entity: d.entity.value.clone(),
             layers,
             detail: d.detail.as_ref().map_or(Detail::Brief, |x| x.value),
+            mode,
+            mode_choice,
         }))
     }
 
     fn select(&self, s: &g::Select) -> Result<LogicalPlan> {
-        self.model()?;
+        let m = self.model()?;
         let table = s.table.value;
-        let schema = self.catalog.table_columns(table);
+        let schema = schema::table_columns(table).ok_or_else(|| unbuilt_table(&s.table))?;
         let columns = match &s.columns.value {
             SelectList::All => schema.clone(),
             SelectList::Columns(cols) => cols
@@ -492,8 +546,14 @@ impl Binder<'_> {
             Some(l) => Some(to_usize(l.value as u64, l.span)?),
             None => None,
         };
+        if let (Some(f), Some(w)) = (&filter, &s.filter) {
+            check_predicate(f, &schema).map_err(|e| e.with_label(w.span, "in this WHERE"))?;
+        }
+        let scan = pushdown(m, table, &columns, filter.as_ref(), &order_by);
         Ok(LogicalPlan::Select(SelectPlan {
             table,
+            table_columns: schema,
+            scan,
             columns,
             filter,
             order_by,
@@ -515,6 +575,7 @@ impl Binder<'_> {
             target: t.target.as_ref().map(|f| f.value.clone()),
             decompose: t.decompose.is_some(),
             layers,
+            forward: self.layers(m, None)?,
             positions: t.positions.as_ref().map_or(Positions::Last, |p| p.value),
             save,
         }))
@@ -630,7 +691,7 @@ impl Binder<'_> {
     fn delete(&self, d: &g::Delete) -> Result<LogicalPlan> {
         self.model()?;
         let table = self.edit_table(&d.table, &[Table::Features, Table::Edges], "DELETE")?;
-        let schema = self.catalog.table_columns(table);
+        let schema = schema::edit_columns(table);
         let Some(f) = &d.filter else {
             return Err(PlanError::semantic(
                 format!("DELETE FROM {} needs a WHERE clause", table.name()),
@@ -647,7 +708,7 @@ impl Binder<'_> {
     fn update(&self, u: &g::Update) -> Result<LogicalPlan> {
         self.model()?;
         let table = self.edit_table(&u.table, &[Table::Features, Table::Edges], "UPDATE")?;
-        let schema = self.catalog.table_columns(table);
+        let schema = schema::edit_columns(table);
         let mut assignments: Vec<(String, Value)> = Vec::new();
         for a in &u.assignments {
             let col = resolve(&schema, table, &a.column)?;
@@ -704,6 +765,65 @@ impl Binder<'_> {
 }
 
 // ---- free helpers -----------------------------------------------------------------------
+
+/// The refusal of a table that does not answer SELECT yet, pointing at its name.
+fn unbuilt_table(t: &Spanned<Table>) -> PlanError {
+    let answering: Vec<&str> = schema::QUERYABLE_TABLES.iter().map(|t| t.name()).collect();
+    PlanError::unsupported(
+        format!("not supported yet: SELECT FROM {}", t.value.name()),
+        t.span,
+    )
+    .with_label(t.span, "this table does not answer queries yet")
+    .with_help(format!("tables that answer: {}", answering.join(", ")))
+}
+
+/// Label columns of `features`: each costs an unembedding product per feature.
+const LABEL_COLUMNS: [&str; 4] = ["top_token", "top_token_id", "c_score", "down_tokens"];
+
+/// The pushdown rule: the layers and features WHERE allows, and when labels are needed.
+fn pushdown(
+    m: &ModelFacts,
+    table: Table,
+    projected: &[ColumnDef],
+    filter: Option<&Expr>,
+    order_by: &[SortKey],
+) -> ScanSpec {
+    let (lo, hi) = m.layer_bounds();
+    let domain = |col: &str, max: usize| -> Option<Vec<usize>> {
+        let f = filter?;
+        int_domain(f, col, 0, max as i64)
+            .map(|v| v.into_iter().map(|x| x as usize).collect::<Vec<_>>())
+    };
+    if table != Table::Features {
+        return ScanSpec {
+            layers: None,
+            features: None,
+            labels: LabelTiming::None,
+        };
+    }
+    let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
+    let features = domain("feature", m.ffn.saturating_sub(1));
+    let mut early: Vec<String> = Vec::new();
+    if let Some(f) = filter {
+        columns_in(f, &mut early);
+    }
+    early.extend(order_by.iter().map(|k| k.column.to_ascii_lowercase()));
+    let labels = if early.iter().any(|c| LABEL_COLUMNS.contains(&c.as_str())) {
+        LabelTiming::Early
+    } else if projected
+        .iter()
+        .any(|c| LABEL_COLUMNS.contains(&c.name.as_str()))
+    {
+        LabelTiming::Late
+    } else {
+        LabelTiming::None
+    };
+    ScanSpec {
+        layers,
+        features,
+        labels,
+    }
+}
 
 fn path(p: &Spanned<String>, what: &str) -> Result<String> {
     if p.value.trim().is_empty() {

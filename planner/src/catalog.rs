@@ -1,19 +1,10 @@
 //! What the planner may know about the bound model, through a trait the engine
 //! (`lql` crate) implements — so the planner is testable without a model.
 
-use crate::schema::{default_columns, ColumnDef};
-use lql_grammar::Table;
-
 /// The planner's window onto the session: the bound model's facts, if any.
 pub trait Catalog {
     /// Facts about the bound model; `None` when no model is bound.
     fn bound(&self) -> Option<ModelFacts>;
-
-    /// The columns of a virtual table. The default is the planner's built-in schema
-    /// ([`crate::schema::default_columns`]); an engine may override it.
-    fn table_columns(&self, table: Table) -> Vec<ColumnDef> {
-        default_columns(table)
-    }
 }
 
 /// What kind of artefact the bound model came from.

@@ -28,11 +28,15 @@ pub mod catalog;
 pub mod error;
 pub mod logical;
 pub mod physical;
+mod pushdown;
 pub mod schema;
+mod typecheck;
+mod unbuilt;
 
 pub use bind::{bind, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP};
 pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
 pub use error::{PlanError, PlanErrorKind};
 pub use logical::*;
-pub use physical::{explain_text, lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode};
-pub use schema::{default_columns, ColumnDef, ColumnType};
+pub use physical::{lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode};
+pub use schema::{statement_columns, table_columns, ColumnDef, ColumnType, QUERYABLE_TABLES};
+pub use unbuilt::check_built;

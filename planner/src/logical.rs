@@ -104,6 +104,28 @@ pub struct GeneratePlan {
     pub stop: Vec<String>,
 }
 
+/// How a browse statement's mode was chosen (the binder decides, once).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum ModeChoice {
+    /// The statement's MODE clause.
+    Written,
+    /// No MODE clause: RESIDUAL, because the binding can run the model.
+    Default,
+    /// No MODE clause: EMBEDDING, because the binding cannot run the model (why).
+    DefaultBrowseOnly(String),
+}
+
+impl ModeChoice {
+    /// The text of WALK's `mode` column for `mode` chosen this way.
+    pub fn describe(&self, mode: WalkMode) -> String {
+        match self {
+            ModeChoice::Written => mode.to_string(),
+            ModeChoice::Default => format!("{mode} (default)"),
+            ModeChoice::DefaultBrowseOnly(_) => format!("{mode} (default: browse-only binding)"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct WalkPlan {
     pub prompt: String,
@@ -111,9 +133,17 @@ pub struct WalkPlan {
     pub top: usize,
     pub layers: LayerRange,
     pub mode: WalkMode,
+    pub mode_choice: ModeChoice,
     /// From the catalog, for EXPLAIN.
     pub gate_encoding: Option<String>,
     pub gate_bytes_per_layer: Option<u64>,
+}
+
+impl WalkPlan {
+    /// The layers a RESIDUAL walk's forward pass runs: 0 through the last layer scanned.
+    pub fn forward_layers(&self) -> LayerRange {
+        LayerRange::new(0, self.layers.last)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -122,6 +152,8 @@ pub struct DescribePlan {
     pub layers: LayerRange,
     /// Default BRIEF.
     pub detail: Detail,
+    pub mode: WalkMode,
+    pub mode_choice: ModeChoice,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -130,9 +162,33 @@ pub struct SortKey {
     pub descending: bool,
 }
 
+/// When a features scan computes labels (an unembedding product per feature).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum LabelTiming {
+    /// No label column is read.
+    None,
+    /// WHERE or ORDER BY reads a label column: label every scanned row.
+    Early,
+    /// Only the projection shows labels: label the rows that survive LIMIT.
+    Late,
+}
+
+/// What a table scan reads, decided by the planner's pushdown rule.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ScanSpec {
+    /// Layers to scan (`None`: all), from `layer` predicates of WHERE.
+    pub layers: Option<Vec<usize>>,
+    /// Features to scan (`None`: all), from `feature` predicates of WHERE.
+    pub features: Option<Vec<usize>>,
+    pub labels: LabelTiming,
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SelectPlan {
     pub table: Table,
+    /// Every column of the table (the scan's row shape).
+    pub table_columns: Vec<ColumnDef>,
+    pub scan: ScanSpec,
     /// Projected columns (all of the table's for `*`), names normalised to the schema's.
     pub columns: Vec<ColumnDef>,
     /// Column names inside are normalised to the schema's.
@@ -147,7 +203,11 @@ pub struct TracePlan {
     /// FOR "token": the answer whose trajectory is followed.
     pub target: Option<String>,
     pub decompose: bool,
+    /// The layers whose rows are shown.
     pub layers: LayerRange,
+    /// The layers the forward pass runs (all: the final logits and the contributions that
+    /// sum to them need every layer).
+    pub forward: LayerRange,
     /// Default LAST.
     pub positions: Positions,
     pub save: Option<String>,
@@ -255,7 +315,30 @@ pub enum LogicalPlan {
     Tokenize {
         text: String,
     },
-    Explain(Box<LogicalPlan>),
+    DescribeTable {
+        table: Table,
+    },
+    Explain(ExplainPlan),
+}
+
+/// How EXPLAIN shows a statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ExplainMode {
+    /// `EXPLAIN PLAN` (and plain EXPLAIN of statements other than WALK and INFER): the
+    /// operator tree; nothing runs.
+    Plan,
+    /// `EXPLAIN ANALYZE`: runs the tree and reports per-operator rows, time, weight bytes
+    /// read and encodings read.
+    Analyze,
+    /// `EXPLAIN WALK` / `EXPLAIN INFER`: runs the tree and shows, under it with its measured
+    /// costs, the per-layer trace.
+    Trace,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ExplainPlan {
+    pub mode: ExplainMode,
+    pub inner: Box<LogicalPlan>,
 }
 
 impl LogicalPlan {
@@ -285,7 +368,12 @@ impl LogicalPlan {
             LogicalPlan::Show(_) => "SHOW",
             LogicalPlan::Stats => "STATS",
             LogicalPlan::Tokenize { .. } => "TOKENIZE",
-            LogicalPlan::Explain(_) => "EXPLAIN",
+            LogicalPlan::DescribeTable { .. } => "DESCRIBE TABLE",
+            LogicalPlan::Explain(e) => match e.mode {
+                ExplainMode::Plan => "EXPLAIN PLAN",
+                ExplainMode::Analyze => "EXPLAIN ANALYZE",
+                ExplainMode::Trace => "EXPLAIN",
+            },
         }
     }
 

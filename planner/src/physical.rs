@@ -1,15 +1,20 @@
-//! The physical plan: a tree of operators per statement (data flows from the leaves to
-//! the root). `Display` prints the EXPLAIN text: the root first, inputs indented below.
+//! The physical plan: the tree of operators the engine runs for a statement (data flows
+//! from the leaves to the root). It is data: the planner stays model-free, and the engine's
+//! interpreter (`lql/src/engine/interp.rs`) executes exactly these nodes, each with the
+//! parameters printed here. `Display` prints the EXPLAIN PLAN text: the root first, inputs
+//! indented below; every node's output columns are known before it runs
+//! ([`PhysicalPlan::columns`]).
 //!
 //! ```text
-//! Rows [layer, feature, gate, token, down]
+//! Rows [layer, feature, gate, activation, top_token, down_tokens, mode]
 //!   FeatureLabels
-//!     GateScan layers=0-29 top=10 query=embedding encoding=Q4_1
-//!       EmbedLookup position=last
+//!     GateScan layers=20-22 top=3 query=residual encoding=Q4_1
+//!       Forward layers=0-22 capture=ffn_input positions=last
 //!         Tokenize "France"
 //! ```
 
 use crate::logical::*;
+use crate::schema::{statement_columns, ColumnDef};
 use lql_grammar::quote;
 use std::fmt;
 
@@ -44,7 +49,8 @@ pub enum Operator {
     EmbedLookup {
         positions: Positions,
     },
-    /// Runs the decoder over all prompt positions, recording `capture` at `layers`.
+    /// Runs decoder layers `layers` over every prompt position (no other layer runs),
+    /// recording `capture` at `positions` for the operators above.
     Forward {
         layers: LayerRange,
         capture: Vec<Capture>,
@@ -52,7 +58,7 @@ pub enum Operator {
     },
     /// Final norm + output head on the last position.
     Head,
-    Softmax,
+    /// Softmax over the vocabulary, then the `k` most likely tokens.
     TopK {
         k: usize,
     },
@@ -71,10 +77,17 @@ pub enum Operator {
         encoding: Option<String>,
         bytes_per_layer: Option<u64>,
     },
-    /// Labels features with their top output tokens (down projection through the head).
+    /// Labels features with their top output tokens (down projection through the head),
+    /// from the binding's label cache.
     FeatureLabels,
-    /// Groups feature hits into edges for an entity.
-    EdgeAggregate {
+    /// DESCRIBE's contrastive gate scan: the entity's scores minus the mean scores of
+    /// `references` reference words per layer, strong hits labelled and grouped into edges
+    /// by layer band. In RESIDUAL mode each word runs layers `forward` first.
+    DescribeScan {
+        layers: LayerRange,
+        mode: WalkMode,
+        forward: Option<LayerRange>,
+        references: usize,
         detail: Detail,
     },
     /// Per-layer logit lens (probability/rank of `target` when given).
@@ -86,8 +99,13 @@ pub enum Operator {
     SaveTrace {
         path: String,
     },
+    /// Reads a virtual table. For `features`, only `layers` × `features` (the pushdown of
+    /// WHERE; `None`: all), labelling every row when `labels` is early.
     TableScan {
         table: Table,
+        layers: Option<Vec<usize>>,
+        features: Option<Vec<usize>>,
+        labels: LabelTiming,
     },
     Filter {
         predicate: Expr,
@@ -98,6 +116,8 @@ pub enum Operator {
     Limit {
         n: usize,
     },
+    /// Labels the rows that survived (features' label columns, computed late).
+    LateLabels,
     Project {
         columns: Vec<String>,
     },
@@ -158,15 +178,18 @@ pub enum Operator {
         what: String,
         like: Option<String>,
     },
-    /// The statement's result rows with these columns.
-    Rows {
-        columns: Vec<String>,
+    /// A virtual table's columns (from the planner's schema).
+    DescribeTable {
+        table: Table,
     },
-    /// A status result (no rows).
-    Status,
-    /// EXPLAIN: yields the inner statement's plan as text, one row per line; the
-    /// inner plan is not run.
+    /// The statement's result rows with these columns (typed).
+    Rows {
+        columns: Vec<ColumnDef>,
+    },
+    /// EXPLAIN: the inner statement's tree, as text (PLAN), or run and measured (ANALYZE,
+    /// and the per-layer trace of EXPLAIN WALK / INFER).
     Explain {
+        mode: ExplainMode,
         plan: Box<PhysicalPlan>,
     },
 }
@@ -189,15 +212,54 @@ pub struct PhysicalPlan {
 impl PhysicalPlan {
     /// The operators in data-flow order (leaves first), depth-first.
     pub fn operators(&self) -> Vec<&Operator> {
-        fn walk<'a>(n: &'a PlanNode, out: &mut Vec<&'a Operator>) {
+        let mut out = Vec::new();
+        self.root.visit_post(&mut |n| out.push(&n.op));
+        out
+    }
+
+    /// The columns of the statement's result, known before it runs.
+    pub fn columns(&self) -> &[ColumnDef] {
+        match &self.root.op {
+            Operator::Rows { columns } => columns,
+            _ => &[],
+        }
+    }
+
+    /// The tree's lines as EXPLAIN PLAN prints them (one per node, preorder).
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.root.lines_into(0, &mut out);
+        out
+    }
+}
+
+impl PlanNode {
+    /// Visits the nodes inputs-first (the order they execute in).
+    pub fn visit_post<'a>(&'a self, f: &mut dyn FnMut(&'a PlanNode)) {
+        for i in &self.inputs {
+            i.visit_post(f);
+        }
+        f(self);
+    }
+
+    /// Nodes in preorder (the order EXPLAIN prints them), with their depth.
+    pub fn preorder(&self) -> Vec<(usize, &PlanNode)> {
+        fn walk<'a>(n: &'a PlanNode, d: usize, out: &mut Vec<(usize, &'a PlanNode)>) {
+            out.push((d, n));
             for i in &n.inputs {
-                walk(i, out);
+                walk(i, d + 1, out);
             }
-            out.push(&n.op);
         }
         let mut out = Vec::new();
-        walk(&self.root, &mut out);
+        walk(self, 0, &mut out);
         out
+    }
+
+    fn lines_into(&self, depth: usize, out: &mut Vec<String>) {
+        out.push(format!("{:width$}{}", "", self.op, width = depth * 2));
+        for i in &self.inputs {
+            i.lines_into(depth + 1, out);
+        }
     }
 }
 
@@ -205,7 +267,9 @@ impl PhysicalPlan {
 fn chain(ops: Vec<Operator>) -> PlanNode {
     let mut it = ops.into_iter();
     let mut node = PlanNode {
-        op: it.next().unwrap_or(Operator::Status),
+        op: it.next().unwrap_or(Operator::Rows {
+            columns: Vec::new(),
+        }),
         inputs: Vec::new(),
     };
     for op in it {
@@ -215,12 +279,6 @@ fn chain(ops: Vec<Operator>) -> PlanNode {
         };
     }
     node
-}
-
-fn cols(names: &[&str]) -> Operator {
-    Operator::Rows {
-        columns: names.iter().map(|s| s.to_string()).collect(),
-    }
 }
 
 fn model_ref_op(r: &ModelRef) -> Operator {
@@ -234,40 +292,38 @@ fn model_ref_op(r: &ModelRef) -> Operator {
     }
 }
 
-/// Lowers a logical plan to operators.
+fn tokenize(text: &str) -> Operator {
+    Operator::Tokenize {
+        text: text.to_string(),
+    }
+}
+
+/// Lowers a bound statement to the operator tree the engine runs. Every decision is the
+/// binder's (modes, layer ranges, pushdown); lowering only arranges operators.
 pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
     use Operator as O;
-    let root = match plan {
-        LogicalPlan::Use(u) => chain(vec![
-            O::Open {
-                target: match &u.target {
-                    BindTarget::Path(p) => p.clone(),
-                    BindTarget::Catalogue(n) => format!("catalogue:{n}"),
-                },
-                layers: u.layers,
-                profile: u.profile.clone(),
+    let mut ops: Vec<Operator> = match plan {
+        LogicalPlan::Use(u) => vec![O::Open {
+            target: match &u.target {
+                BindTarget::Path(p) => p.clone(),
+                BindTarget::Catalogue(n) => format!("catalogue:{n}"),
             },
-            O::Status,
-        ]),
-        LogicalPlan::Infer(i) => chain(vec![
-            O::Tokenize {
-                text: i.prompt.clone(),
-            },
+            layers: u.layers,
+            profile: u.profile.clone(),
+        }],
+        LogicalPlan::Infer(i) => vec![
+            tokenize(&i.prompt),
             O::Forward {
                 layers: i.layers,
                 capture: vec![],
                 positions: Positions::All,
             },
             O::Head,
-            O::Softmax,
             O::TopK { k: i.top },
             O::Detokenize,
-            cols(&["rank", "token", "token_id", "prob", "logit"]),
-        ]),
-        LogicalPlan::Generate(gp) => chain(vec![
-            O::Tokenize {
-                text: gp.prompt.clone(),
-            },
+        ],
+        LogicalPlan::Generate(gp) => vec![
+            tokenize(&gp.prompt),
             O::Forward {
                 layers: gp.layers,
                 capture: vec![],
@@ -279,18 +335,9 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 stop: gp.stop.clone(),
             },
             O::Detokenize,
-            cols(&[
-                "text",
-                "token_ids",
-                "finish_reason",
-                "prompt_tokens",
-                "generated_tokens",
-            ]),
-        ]),
+        ],
         LogicalPlan::Walk(w) => {
-            let mut ops = vec![O::Tokenize {
-                text: w.prompt.clone(),
-            }];
+            let mut ops = vec![tokenize(&w.prompt)];
             let query = match w.mode {
                 WalkMode::Embedding => {
                     ops.push(O::EmbedLookup {
@@ -300,7 +347,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 }
                 WalkMode::Residual => {
                     ops.push(O::Forward {
-                        layers: LayerRange::new(0, w.layers.last),
+                        layers: w.forward_layers(),
                         capture: vec![Capture::FfnInput],
                         positions: Positions::Last,
                     });
@@ -315,40 +362,25 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 bytes_per_layer: w.gate_bytes_per_layer,
             });
             ops.push(O::FeatureLabels);
-            ops.push(cols(&[
-                "layer",
-                "feature",
-                "gate",
-                "activation",
-                "top_token",
-                "down_tokens",
-                "mode",
-            ]));
-            chain(ops)
+            ops
         }
-        LogicalPlan::Describe(d) => chain(vec![
-            O::Tokenize {
-                text: d.entity.clone(),
-            },
-            O::EmbedLookup {
-                positions: Positions::Last,
-            },
-            O::GateScan {
+        LogicalPlan::Describe(d) => vec![
+            tokenize(&d.entity),
+            O::DescribeScan {
                 layers: d.layers,
-                top: match d.detail {
-                    Detail::Brief => 10,
-                    Detail::Verbose | Detail::Raw => 30,
-                },
-                query: GateQuery::Embedding,
-                encoding: None,
-                bytes_per_layer: None,
+                mode: d.mode,
+                forward: (d.mode == WalkMode::Residual).then(|| LayerRange::new(0, d.layers.last)),
+                references: REFERENCE_WORDS,
+                detail: d.detail,
             },
-            O::FeatureLabels,
-            O::EdgeAggregate { detail: d.detail },
-            cols(&["relation", "target", "gate", "layers", "count", "also"]),
-        ]),
+        ],
         LogicalPlan::Select(s) => {
-            let mut ops = vec![O::TableScan { table: s.table }];
+            let mut ops = vec![O::TableScan {
+                table: s.table,
+                layers: s.scan.layers.clone(),
+                features: s.scan.features.clone(),
+                labels: s.scan.labels,
+            }];
             if let Some(f) = &s.filter {
                 ops.push(O::Filter {
                     predicate: f.clone(),
@@ -362,12 +394,13 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             if let Some(n) = s.limit {
                 ops.push(O::Limit { n });
             }
-            let names: Vec<String> = s.columns.iter().map(|c| c.name.clone()).collect();
+            if s.scan.labels == LabelTiming::Late {
+                ops.push(O::LateLabels);
+            }
             ops.push(O::Project {
-                columns: names.clone(),
+                columns: s.columns.iter().map(|c| c.name.clone()).collect(),
             });
-            ops.push(O::Rows { columns: names });
-            chain(ops)
+            ops
         }
         LogicalPlan::Trace(t) => {
             let mut capture = vec![Capture::Residual];
@@ -375,79 +408,58 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 capture.push(Capture::Deltas);
             }
             let mut ops = vec![
-                O::Tokenize {
-                    text: t.prompt.clone(),
-                },
-                // Every layer up to the last one shown must run; LAYERS only filters rows.
+                tokenize(&t.prompt),
                 O::Forward {
-                    layers: LayerRange::new(0, t.layers.last),
+                    layers: t.forward,
                     capture,
                     positions: t.positions,
                 },
-                O::LogitLens {
-                    target: t.target.clone(),
-                },
+                O::Head,
             ];
+            // The lens feeds FOR's trajectory, the default rows and the SVG heatmap;
+            // DECOMPOSE alone does not read it.
+            let svg = t
+                .save
+                .as_deref()
+                .is_some_and(|p| p.to_ascii_lowercase().ends_with(".svg"));
+            if t.target.is_some() || !t.decompose || svg {
+                ops.push(O::LogitLens {
+                    target: t.target.clone(),
+                });
+            }
             if t.decompose {
                 ops.push(O::Decompose);
             }
             if let Some(p) = &t.save {
                 ops.push(O::SaveTrace { path: p.clone() });
             }
-            // The columns the engine's TRACE produces (docs/trace.md).
-            let mut columns: Vec<&str> = Vec::new();
-            if matches!(t.positions, Positions::All) {
-                columns.push("position");
-            }
-            columns.push("layer");
-            match (t.target.is_some(), t.decompose) {
-                (false, false) => columns.extend([
-                    "top_token",
-                    "top_token_id",
-                    "top_prob",
-                    "attn_delta_norm",
-                    "ffn_delta_norm",
-                ]),
-                (true, _) => columns.extend([
-                    "rank",
-                    "prob",
-                    "attn_contrib",
-                    "ffn_contrib",
-                    "contrib",
-                    "who",
-                ]),
-                (false, true) => {}
-            }
-            if t.decompose {
-                columns.extend([
-                    "attn_delta_norm",
-                    "ffn_delta_norm",
-                    "residual_norm",
-                    "attn_share",
-                ]);
-            }
-            ops.push(cols(&columns));
-            chain(ops)
+            ops
         }
-        LogicalPlan::Insert(i) => chain(vec![
-            O::OverlayInsert {
-                rows: i.rows.len(),
-                layer: i.layer,
-                alpha: i.alpha,
-                confidence: i.confidence,
+        LogicalPlan::Insert(i) => vec![O::OverlayInsert {
+            rows: i.rows.len(),
+            layer: i.layer,
+            alpha: i.alpha,
+            confidence: i.confidence,
+        }],
+        LogicalPlan::Delete(d) => vec![
+            O::TableScan {
+                table: d.table,
+                layers: None,
+                features: None,
+                labels: LabelTiming::None,
             },
-            O::Status,
-        ]),
-        LogicalPlan::Delete(d) => chain(vec![
-            O::TableScan { table: d.table },
             O::Filter {
                 predicate: d.filter.clone(),
             },
             O::OverlayDelete { table: d.table },
-            O::Status,
-        ]),
-        LogicalPlan::Update(u) => chain(vec![
-            O::TableScan { table: u.table },
+        ],
+        LogicalPlan::Update(u) => vec![
+            O::TableScan {
+                table: u.table,
+                layers: None,
+                features: None,
+                labels: LabelTiming::None,
+            },
             O::Filter {
                 predicate: u.filter.clone(),
             },
@@ -455,21 +467,13 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 table: u.table,
                 columns: u.assignments.iter().map(|(c, _)| c.clone()).collect(),
             },
-            O::Status,
-        ]),
-        LogicalPlan::BeginPatch { path } => {
-            chain(vec![O::PatchBegin { path: path.clone() }, O::Status])
-        }
-        LogicalPlan::SavePatch => chain(vec![O::PatchSave, O::Status]),
-        LogicalPlan::ApplyPatch { path } => {
-            chain(vec![O::PatchApply { path: path.clone() }, O::Status])
-        }
-        LogicalPlan::RemovePatch { path } => {
-            chain(vec![O::PatchRemove { path: path.clone() }, O::Status])
-        }
+        ],
+        LogicalPlan::BeginPatch { path } => vec![O::PatchBegin { path: path.clone() }],
+        LogicalPlan::SavePatch => vec![O::PatchSave],
+        LogicalPlan::ApplyPatch { path } => vec![O::PatchApply { path: path.clone() }],
+        LogicalPlan::RemovePatch { path } => vec![O::PatchRemove { path: path.clone() }],
         LogicalPlan::Diff(d) => {
-            let left = chain(vec![model_ref_op(&d.left)]);
-            let mut inputs = vec![left];
+            let mut inputs = vec![chain(vec![model_ref_op(&d.left)])];
             if let Some(r) = &d.right {
                 inputs.push(chain(vec![model_ref_op(r)]));
             }
@@ -479,12 +483,17 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 },
                 inputs,
             };
-            PlanNode {
-                op: cols(&["object", "layer", "role", "change", "detail"]),
-                inputs: vec![diff],
-            }
+            return PhysicalPlan {
+                statement: plan.name(),
+                root: PlanNode {
+                    op: O::Rows {
+                        columns: statement_columns(plan),
+                    },
+                    inputs: vec![diff],
+                },
+            };
         }
-        LogicalPlan::Compile(c) => chain(vec![
+        LogicalPlan::Compile(c) => vec![
             model_ref_op(&c.source),
             O::Write {
                 kind: c.target.to_string(),
@@ -492,9 +501,8 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 encoding: None,
                 layers: None,
             },
-            O::Status,
-        ]),
-        LogicalPlan::Extract(e) => chain(vec![
+        ],
+        LogicalPlan::Extract(e) => vec![
             O::Open {
                 target: e.source.clone(),
                 layers: None,
@@ -506,51 +514,41 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 encoding: Some(e.encoding),
                 layers: e.layers,
             },
-            O::Status,
-        ]),
-        LogicalPlan::Compact { container, into } => chain(vec![
-            O::Compact {
-                container: container.clone(),
-                into: into.clone(),
-            },
-            O::Status,
-        ]),
-        LogicalPlan::Verify { container } => chain(vec![
-            O::Verify {
-                container: container.clone(),
-            },
-            cols(&["check", "object", "status", "detail"]),
-        ]),
-        LogicalPlan::Show(s) => chain(vec![
-            O::Inspect {
-                what: s.what.to_string(),
-                like: s.like.clone(),
-            },
-            O::Rows { columns: vec![] },
-        ]),
-        LogicalPlan::Stats => chain(vec![
-            O::Inspect {
-                what: "STATS".into(),
-                like: None,
-            },
-            cols(&["key", "value"]),
-        ]),
-        LogicalPlan::Tokenize { text } => chain(vec![
-            O::Tokenize { text: text.clone() },
-            cols(&["position", "token_id", "token"]),
-        ]),
-        LogicalPlan::Explain(inner) => chain(vec![
-            O::Explain {
-                plan: Box::new(lower(inner)),
-            },
-            cols(&["plan"]),
-        ]),
+        ],
+        LogicalPlan::Compact { container, into } => vec![O::Compact {
+            container: container.clone(),
+            into: into.clone(),
+        }],
+        LogicalPlan::Verify { container } => vec![O::Verify {
+            container: container.clone(),
+        }],
+        LogicalPlan::Show(s) => vec![O::Inspect {
+            what: format!("SHOW {}", s.what),
+            like: s.like.clone(),
+        }],
+        LogicalPlan::Stats => vec![O::Inspect {
+            what: "STATS".into(),
+            like: None,
+        }],
+        LogicalPlan::Tokenize { text } => vec![tokenize(text), O::Detokenize],
+        LogicalPlan::DescribeTable { table } => vec![O::DescribeTable { table: *table }],
+        LogicalPlan::Explain(e) => vec![O::Explain {
+            mode: e.mode,
+            plan: Box::new(lower(&e.inner)),
+        }],
     };
+    ops.push(O::Rows {
+        columns: statement_columns(plan),
+    });
     PhysicalPlan {
         statement: plan.name(),
-        root,
+        root: chain(ops),
     }
 }
+
+/// Reference words DESCRIBE contrasts an entity against (the executor's list has this
+/// many; a test keeps them equal).
+pub const REFERENCE_WORDS: usize = 8;
 
 fn fmt_bytes(b: u64) -> String {
     const K: f64 = 1024.0;
@@ -579,7 +577,7 @@ impl fmt::Display for Operator {
                 capture,
                 positions,
             } => {
-                write!(f, "Forward prefill layers={layers}")?;
+                write!(f, "Forward layers={layers}")?;
                 if !capture.is_empty() {
                     let c: Vec<&str> = capture
                         .iter()
@@ -599,8 +597,7 @@ impl fmt::Display for Operator {
                 Ok(())
             }
             O::Head => f.write_str("Head final_norm+output position=last"),
-            O::Softmax => f.write_str("Softmax"),
-            O::TopK { k } => write!(f, "TopK k={k}"),
+            O::TopK { k } => write!(f, "TopK k={k} softmax"),
             O::DecodeLoop {
                 max_tokens,
                 sampling,
@@ -654,7 +651,19 @@ impl fmt::Display for Operator {
                 Ok(())
             }
             O::FeatureLabels => f.write_str("FeatureLabels"),
-            O::EdgeAggregate { detail } => write!(f, "EdgeAggregate detail={detail}"),
+            O::DescribeScan {
+                layers,
+                mode,
+                forward,
+                references,
+                detail,
+            } => {
+                write!(f, "DescribeScan layers={layers} mode={mode}")?;
+                if let Some(fw) = forward {
+                    write!(f, " forward={fw}")?;
+                }
+                write!(f, " references={references} detail={detail}")
+            }
             O::LogitLens { target } => {
                 f.write_str("LogitLens")?;
                 if let Some(t) = target {
@@ -664,7 +673,26 @@ impl fmt::Display for Operator {
             }
             O::Decompose => f.write_str("Decompose attn/ffn"),
             O::SaveTrace { path } => write!(f, "SaveTrace {}", quote(path)),
-            O::TableScan { table } => write!(f, "TableScan {table}"),
+            O::TableScan {
+                table,
+                layers,
+                features,
+                labels,
+            } => {
+                write!(f, "TableScan {table}")?;
+                if let Some(l) = layers {
+                    write!(f, " layers={}", list_text(l))?;
+                }
+                if let Some(x) = features {
+                    write!(f, " features={}", list_text(x))?;
+                }
+                match labels {
+                    LabelTiming::None => Ok(()),
+                    LabelTiming::Early => f.write_str(" labels=early"),
+                    LabelTiming::Late => f.write_str(" labels=late"),
+                }
+            }
+            O::LateLabels => f.write_str("LateLabels"),
             O::Filter { predicate } => write!(f, "Filter {predicate}"),
             O::Sort { keys } => {
                 let k: Vec<String> = keys
@@ -757,16 +785,32 @@ impl fmt::Display for Operator {
                 }
                 Ok(())
             }
+            O::DescribeTable { table } => write!(f, "DescribeTable {table}"),
             O::Rows { columns } => {
                 if columns.is_empty() {
-                    f.write_str("Rows")
+                    f.write_str("Status")
                 } else {
-                    write!(f, "Rows [{}]", columns.join(", "))
+                    let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+                    write!(f, "Rows [{}]", names.join(", "))
                 }
             }
-            O::Status => f.write_str("Status"),
-            O::Explain { plan } => write!(f, "Explain {}", plan.statement),
+            O::Explain { mode, plan } => {
+                let m = match mode {
+                    ExplainMode::Plan => "plan",
+                    ExplainMode::Analyze => "analyze",
+                    ExplainMode::Trace => "trace",
+                };
+                write!(f, "Explain {m} {}", plan.statement)
+            }
         }
+    }
+}
+
+/// A short text for a pushed-down value list: `3-5` for a run, else `[1, 4, 9]`.
+fn list_text(v: &[usize]) -> String {
+    match (v.first(), v.last()) {
+        (Some(&a), Some(&b)) if b >= a && b - a + 1 == v.len() && v.len() > 1 => format!("{a}-{b}"),
+        _ => format!("{v:?}"),
     }
 }
 
@@ -790,14 +834,6 @@ impl PlanNode {
 impl fmt::Display for PlanNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.fmt_indented(f, 0)
-    }
-}
-
-/// The EXPLAIN text of a bound statement (for `EXPLAIN x`, the text of `x`'s plan).
-pub fn explain_text(plan: &LogicalPlan) -> String {
-    match plan {
-        LogicalPlan::Explain(inner) => lower(inner).to_string(),
-        other => lower(other).to_string(),
     }
 }
 

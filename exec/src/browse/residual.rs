@@ -3,7 +3,6 @@
 //! activations (`act(gate) · up`).
 
 use super::error::{BrowseError, Result};
-use crate::forward::LogitsWanted;
 use crate::observer::{LayerRecord, Observer};
 use crate::session::Executor;
 
@@ -54,7 +53,9 @@ pub fn capture(exec: &Executor, ids: &[u32], layers: &[usize]) -> Result<Vec<Cap
         layers: vec![None; n_layers],
         wanted,
     };
-    exec.observe(ids, LogitsWanted::None, &mut cap)?;
+    // Only the layers up to the last one asked for run.
+    let last = layers.iter().copied().max().unwrap_or(0);
+    exec.observe_layers(ids, last, &mut cap)?;
     layers
         .iter()
         .map(|&l| {

@@ -258,13 +258,24 @@ fn statement(p: Pair<Rule>) -> Result<Statement> {
 fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
     Ok(match p.as_rule() {
         Rule::explain_stmt => {
-            let e = p
-                .into_inner()
-                .find(|q| q.as_rule() == Rule::explainable)
-                .ok_or_else(|| {
-                    SyntaxError::new("expected a statement after EXPLAIN", Span::default())
-                })?;
-            StatementKind::Explain(Box::new(statement(e)?))
+            let mut mode = None;
+            let mut inner = None;
+            for q in p.into_inner() {
+                match q.as_rule() {
+                    Rule::explain_mode => mode = q.into_inner().next().map(|m| m.as_rule()),
+                    Rule::explainable => inner = Some(q),
+                    _ => {}
+                }
+            }
+            let e = inner.ok_or_else(|| {
+                SyntaxError::new("expected a statement after EXPLAIN", Span::default())
+            })?;
+            let stmt = Box::new(statement(e)?);
+            match mode {
+                Some(Rule::kw_plan) => StatementKind::ExplainPlan(stmt),
+                Some(Rule::kw_analyze) => StatementKind::ExplainAnalyze(stmt),
+                _ => StatementKind::Explain(stmt),
+            }
         }
         Rule::use_stmt => use_stmt(p)?,
         Rule::infer_stmt => infer_stmt(p)?,
@@ -430,6 +441,19 @@ fn walk_stmt(p: Pair<Rule>) -> Result<StatementKind> {
 }
 
 fn describe_stmt(p: Pair<Rule>) -> Result<StatementKind> {
+    if let Some(t) = p
+        .clone()
+        .into_inner()
+        .find(|q| q.as_rule() == Rule::describe_table)
+    {
+        let name = t
+            .into_inner()
+            .find(|q| q.as_rule() == Rule::table_name)
+            .ok_or_else(|| {
+                SyntaxError::new("DESCRIBE TABLE needs a table name", Span::default())
+            })?;
+        return Ok(StatementKind::DescribeTable(table(name)?));
+    }
     let mut entity = None;
     let (mut scope, mut detail) = (None, None);
     for q in p.into_inner() {
@@ -833,6 +857,7 @@ fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                         ("TENSORS", ShowWhat::Tensors),
                         ("PROFILES", ShowWhat::Profiles),
                         ("PATCHES", ShowWhat::Patches),
+                        ("TABLES", ShowWhat::Tables),
                     ],
                 )?)
             }

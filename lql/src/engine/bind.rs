@@ -4,50 +4,52 @@
 
 use std::path::Path;
 
-use lql_planner::{BindTarget, UsePlan};
+use lql_planner::{BindTarget, LogicalPlan, UsePlan};
 use lql_storage::catalogue;
 
+use super::datum::Datum;
 use super::{Bound, Cx};
 use crate::error::{Error, Result};
 use crate::progress::{Progress, ProgressUnit};
-use crate::rows::{Column, Rows};
-use crate::value::{Value, ValueType};
+use crate::rows::Rows;
+use crate::value::Value;
 
-/// `USE "path" | USE MODEL "name" [LAYERS a-b] [PROFILE "p"]`.
-pub(crate) fn run(cx: &mut Cx<'_>, plan: &UsePlan, stmt: &lql_grammar::Statement) -> Result<Rows> {
-    let (source_span, layers_span, profile_span) = match &stmt.kind {
-        lql_grammar::StatementKind::Use(u) => (
-            match &u.source {
-                lql_grammar::UseSource::Path(s) | lql_grammar::UseSource::Model(s) => {
-                    Some(s.span.range())
-                }
-            },
-            u.layers.as_ref().map(|l| l.span.range()),
-            u.profile.as_ref().map(|p| p.span.range()),
-        ),
-        _ => (None, None, None),
+/// `Open "target"` of USE: binds a path or `catalogue:name` (LAYERS and PROFILE clauses are
+/// refused before the plan runs, by the planner's table of unbuilt clauses).
+pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
+    let source_span = match &cx.stmt.kind {
+        lql_grammar::StatementKind::Use(u) => match &u.source {
+            lql_grammar::UseSource::Path(s) | lql_grammar::UseSource::Model(s) => {
+                Some(s.span.range())
+            }
+        },
+        _ => None,
     };
-    if plan.layers.is_some() {
-        let mut e = Error::not_supported_yet("USE … LAYERS (binding one stage of a layer package)");
-        if let Some(s) = layers_span {
-            e = e.with_span(s);
-        }
-        return Err(e);
-    }
-    if plan.profile.is_some() {
-        let mut e = Error::not_supported_yet("USE … PROFILE");
-        if let Some(s) = profile_span {
-            e = e.with_span(s);
-        }
-        return Err(e);
-    }
     let at = |e: Error| match &source_span {
         Some(s) => e.or_span(s.clone()),
         None => e,
     };
-    match &plan.target {
-        BindTarget::Path(p) => bind_path(cx, p, None).map_err(at),
-        BindTarget::Catalogue(n) => bind_catalogue(cx, n, None).map_err(at),
+    let rows = match cx.plan {
+        LogicalPlan::Use(UsePlan {
+            target: BindTarget::Catalogue(n),
+            ..
+        }) => bind_catalogue(cx, n),
+        _ => bind_path(cx, target, None),
+    };
+    rows.map(Datum::Rows).map_err(at)
+}
+
+/// Binds a path that exists as a file or folder, else a catalogue name (as
+/// `Connection::open` does).
+pub(crate) fn bind_any(cx: &mut Cx<'_>, path_or_name: &str) -> Result<Rows> {
+    let p = Path::new(path_or_name);
+    let looks_like_path =
+        path_or_name.contains(std::path::MAIN_SEPARATOR) || p.extension().is_some();
+    let is_catalogue = catalogue::find(path_or_name).is_some();
+    if p.exists() || (looks_like_path && !is_catalogue) {
+        bind_path(cx, path_or_name, None)
+    } else {
+        bind_catalogue(cx, path_or_name)
     }
 }
 
@@ -61,14 +63,15 @@ pub(crate) fn bind_path(cx: &mut Cx<'_>, path: &str, name: Option<&str>) -> Resu
         }
         return Err(e);
     }
-    let model = lql_storage::import::open(p)?;
+    let shared = cx.engine.db.model(p)?;
     let name = name.unwrap_or(path).to_string();
-    cx.engine.bound = Some(Bound::new(name, model));
+    cx.engine.bound = Some(Bound::new(name, shared));
+    cx.engine.version += 1;
     Ok(summary(cx))
 }
 
 /// Resolves a catalogue name (fetching it if needed) and binds it.
-pub(crate) fn bind_catalogue(cx: &mut Cx<'_>, name: &str, _: Option<()>) -> Result<Rows> {
+pub(crate) fn bind_catalogue(cx: &mut Cx<'_>, name: &str) -> Result<Rows> {
     let Some(entry) = catalogue::find(name) else {
         let names: Vec<&str> = catalogue::ENTRIES.iter().map(|e| e.name).collect();
         let mut e = Error::semantic(format!("no model named {name:?} in the catalogue"))
@@ -129,20 +132,14 @@ pub(crate) fn bind_catalogue(cx: &mut Cx<'_>, name: &str, _: Option<()>) -> Resu
 
 /// The one-row result of USE: what got bound.
 fn summary(cx: &Cx<'_>) -> Rows {
-    let mut rows = Rows::new(vec![
-        Column::new("model", ValueType::Text),
-        Column::new("format", ValueType::Text),
-        Column::new("architecture", ValueType::Text),
-        Column::new("layers", ValueType::Int),
-        Column::new("path", ValueType::Text),
-    ]);
+    let mut rows = Rows::new(super::columns_of(&lql_planner::schema::use_columns()));
     if let Some(b) = &cx.engine.bound {
         rows.push(vec![
             Value::from(b.name.as_str()),
             Value::from(b.facts.source.to_string()),
-            Value::from(b.model.surface.source_architecture.as_str()),
-            Value::from(b.model.surface.n_layers),
-            Value::from(b.model.path.display().to_string()),
+            Value::from(b.model().surface.source_architecture.as_str()),
+            Value::from(b.model().surface.n_layers),
+            Value::from(b.model().path.display().to_string()),
         ]);
     }
     rows

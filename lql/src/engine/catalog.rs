@@ -22,11 +22,6 @@ impl Catalog for EngineCatalog<'_> {
     fn bound(&self) -> Option<ModelFacts> {
         self.bound.map(|b| b.facts.clone())
     }
-
-    /// The browse tables' columns come from the engine's SELECT (`select.rs`).
-    fn table_columns(&self, table: lql_grammar::Table) -> Vec<lql_planner::ColumnDef> {
-        super::select::planner_columns(table).unwrap_or_else(|| lql_planner::default_columns(table))
-    }
 }
 
 /// The facts of a model, as the planner needs them.

@@ -1,49 +1,54 @@
-//! `DESCRIBE "entity" [AT LAYER n | LAYERS a-b] [BRIEF | VERBOSE | RAW]` → rows (band,
-//! target, gate, layer, layers, count, also). The computation (threshold, merge, bands) is
-//! `lql_exec::browse::describe`; `docs/browse.md` documents it.
+//! DESCRIBE's operator: `DescribeScan` — a contrastive gate scan of the entity against
+//! reference words, labels, and edges grouped by layer band → rows (band, target, gate,
+//! layer, layers, count, also). The computation (threshold, merge, bands) is
+//! `lql_exec::browse::describe`; `docs/browse.md` documents it. The binder chose the mode.
 
 use lql_exec::browse::{self, DescribeOptions, Detail};
-use lql_planner::DescribePlan;
+use lql_planner::{LayerRange, WalkMode};
 
-use super::walk::{browse_err, executor_if_executable, label_cache};
-use super::Cx;
-use crate::error::{Error, Result};
-use crate::rows::{Column, Rows};
-use crate::value::{Value, ValueType};
+use super::datum::Datum;
+use super::interp::wrong_input;
+use super::walk::browse_err;
+use super::{columns_of, Cx};
+use crate::error::Result;
+use crate::rows::Rows;
+use crate::value::Value;
 
-fn columns() -> Vec<Column> {
-    vec![
-        Column::new("band", ValueType::Text),
-        Column::new("target", ValueType::Text),
-        Column::new("gate", ValueType::Float),
-        Column::new("layer", ValueType::Int),
-        Column::new("layers", ValueType::List),
-        Column::new("count", ValueType::Int),
-        Column::new("also", ValueType::List),
-    ]
-}
-
-/// `DESCRIBE …`
-pub(crate) fn describe(cx: &mut Cx<'_>, plan: &DescribePlan) -> Result<Rows> {
-    let exec = executor_if_executable(cx)?;
+/// `DescribeScan layers mode references detail`.
+pub(crate) fn describe_scan(
+    cx: &mut Cx<'_>,
+    input: Datum,
+    layers: LayerRange,
+    mode: WalkMode,
+    detail: lql_grammar::Detail,
+) -> Result<Datum> {
+    let Datum::Tokens(ids) = input else {
+        return Err(wrong_input("DescribeScan", &input));
+    };
+    let lql_planner::LogicalPlan::Describe(plan) = cx.plan else {
+        return Err(crate::error::Error::internal(
+            "DescribeScan outside DESCRIBE",
+        ));
+    };
+    let entity = plan.entity.clone();
+    let exec = match mode {
+        WalkMode::Residual => Some(cx.executor()?),
+        WalkMode::Embedding => None,
+    };
     let tok = cx.tokenizer()?;
-    let ids = tok.encode(&plan.entity, false)?;
-    if ids.is_empty() {
-        return Err(Error::semantic(format!(
-            "{:?} tokenizes to no tokens: nothing to describe",
-            plan.entity
-        )));
-    }
-    let model = cx.bound()?.model.clone();
-    let cache = label_cache(&model);
+    let model = cx.model()?;
+    let cache = cx.labels()?;
     let opts = DescribeOptions {
-        layers: Some((plan.layers.first, plan.layers.last)),
-        detail: match plan.detail {
+        layers: Some((layers.first, layers.last)),
+        detail: match detail {
             lql_grammar::Detail::Brief => Detail::Brief,
             lql_grammar::Detail::Verbose => Detail::Verbose,
             lql_grammar::Detail::Raw => Detail::Raw,
         },
-        mode: None,
+        mode: Some(match mode {
+            WalkMode::Embedding => browse::WalkMode::Embedding,
+            WalkMode::Residual => browse::WalkMode::Residual,
+        }),
         prefix: model.surface.special.bos.into_iter().collect(),
         baseline: browse::describe::REFERENCE_WORDS
             .iter()
@@ -55,12 +60,12 @@ pub(crate) fn describe(cx: &mut Cx<'_>, plan: &DescribePlan) -> Result<Rows> {
         exec.as_ref(),
         tok.as_ref(),
         &cache,
-        &plan.entity,
+        &entity,
         &ids,
         &opts,
     )
     .map_err(browse_err)?;
-    let mut rows = Rows::new(columns());
+    let mut rows = Rows::new(columns_of(&lql_planner::statement_columns(cx.plan)));
     for e in r.edges {
         rows.push(vec![
             Value::from(e.band),
@@ -72,5 +77,16 @@ pub(crate) fn describe(cx: &mut Cx<'_>, plan: &DescribePlan) -> Result<Rows> {
             Value::List(e.also.into_iter().map(Value::from).collect()),
         ]);
     }
-    Ok(rows)
+    Ok(Datum::Rows(rows))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_plan_names_the_executor_reference_words() {
+        assert_eq!(
+            lql_planner::physical::REFERENCE_WORDS,
+            lql_exec::browse::describe::REFERENCE_WORDS.len()
+        );
+    }
 }

@@ -1,59 +1,72 @@
-//! Introspection: SHOW MODELS | LAYERS | TENSORS, STATS, TOKENIZE and EXPLAIN. These read
-//! the catalogue, the bound model's surface and operand table, or the plan; none runs the
-//! model.
+//! Introspection operators: `Inspect` (SHOW MODELS | LAYERS | TENSORS | TABLES |
+//! COMPONENTS | REPRESENTATIONS, STATS) and `DescribeTable`. These read the catalogue, the
+//! bound model's surface and operand table, or the schema; none runs the model.
 
 use std::collections::BTreeMap;
 
-use lql_planner::{LogicalPlan, ShowPlan, ShowWhat};
+use lql_planner::{LogicalPlan, ShowWhat};
 use lql_storage::{catalogue, Role};
 
+use super::datum::Datum;
 use super::Cx;
 use crate::error::{Error, Result};
-use crate::rows::{Column, Rows};
-use crate::value::{Value, ValueType};
+use crate::rows::Rows;
+use crate::value::Value;
 
-/// `SHOW … [LIKE "pattern"]`: LIKE filters on the first column (`%` any run, `_` one
-/// character, case-insensitive).
-pub(crate) fn show(
-    cx: &mut Cx<'_>,
-    plan: &ShowPlan,
-    stmt: &lql_grammar::Statement,
-) -> Result<Rows> {
+/// `Inspect`: SHOW and STATS. `SHOW … [LIKE "pattern"]`: LIKE filters on the first column
+/// (`%` any run, `_` one character, case-insensitive).
+pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
+    let plan = match cx.plan {
+        LogicalPlan::Stats => return Ok(Datum::Rows(stats(cx)?)),
+        LogicalPlan::Show(p) => p.clone(),
+        _ => return Err(Error::internal("Inspect outside SHOW/STATS")),
+    };
     let mut rows = match plan.what {
-        ShowWhat::Models => show_models()?,
+        ShowWhat::Models => show_models(cx)?,
         ShowWhat::Layers => show_layers(cx)?,
         ShowWhat::Tensors => show_tensors(cx)?,
-        other => {
-            let word = match other {
-                ShowWhat::Components => "COMPONENTS",
-                ShowWhat::Representations => "REPRESENTATIONS",
-                ShowWhat::Profiles => "PROFILES",
-                ShowWhat::Patches => "PATCHES",
-                _ => "",
-            };
-            let mut e = Error::not_supported_yet(&format!("SHOW {word}"));
-            if let lql_grammar::StatementKind::Show(s) = &stmt.kind {
-                e = e.with_span(s.what.span.range());
-            }
-            return Err(e);
+        ShowWhat::Tables => show_tables(cx),
+        ShowWhat::Components | ShowWhat::Representations => {
+            return super::vindex::show(cx, &plan).map(Datum::Rows)
+        }
+        ShowWhat::Profiles | ShowWhat::Patches => {
+            return Err(Error::not_supported_yet(&format!("SHOW {}", plan.what)))
         }
     };
     if let Some(pattern) = &plan.like {
         rows.rows
             .retain(|r| r.first().is_some_and(|v| like(&v.to_string(), pattern)));
     }
-    Ok(rows)
+    Ok(Datum::Rows(rows))
 }
 
-fn show_models() -> Result<Rows> {
-    let mut rows = Rows::new(vec![
-        Column::new("name", ValueType::Text),
-        Column::new("cached", ValueType::Bool),
-        Column::new("bytes", ValueType::Int),
-        Column::new("licence", ValueType::Text),
-        Column::new("package", ValueType::Text),
-        Column::new("path", ValueType::Text),
-    ]);
+/// `SHOW TABLES`: the virtual tables that answer SELECT.
+fn show_tables(cx: &Cx<'_>) -> Rows {
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    for t in lql_planner::QUERYABLE_TABLES {
+        let n = lql_planner::table_columns(t).map_or(0, |c| c.len());
+        rows.push(vec![Value::from(t.name()), Value::from(n)]);
+    }
+    rows
+}
+
+/// `DESCRIBE TABLE t`: (column, type, meaning) from the planner's schema.
+pub(crate) fn describe_table(cx: &mut Cx<'_>, table: lql_grammar::Table) -> Result<Datum> {
+    let defs = lql_planner::table_columns(table)
+        .ok_or_else(|| Error::not_supported_yet(&format!("SELECT FROM {}", table.name())))?;
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    for c in defs {
+        rows.push(vec![
+            Value::from(c.name),
+            Value::from(c.ty.to_string()),
+            Value::from(c.meaning),
+        ]);
+    }
+    Ok(Datum::Rows(rows))
+}
+
+fn show_models(cx: &Cx<'_>) -> Result<Rows> {
+    let mut rows = Rows::new(super::result_columns(cx.plan));
     for m in catalogue::list()? {
         rows.push(vec![
             Value::from(m.name),
@@ -87,15 +100,8 @@ fn encodings(model: &lql_storage::Model, layer: usize, roles: &[Role]) -> Value 
 
 fn show_layers(cx: &Cx<'_>) -> Result<Rows> {
     let b = cx.bound()?;
-    let m = &b.model;
-    let mut rows = Rows::new(vec![
-        Column::new("layer", ValueType::Int),
-        Column::new("attn_encoding", ValueType::Text),
-        Column::new("ffn_encoding", ValueType::Text),
-        Column::new("norm_encoding", ValueType::Text),
-        Column::new("tensors", ValueType::Int),
-        Column::new("bytes", ValueType::Int),
-    ]);
+    let m = b.model();
+    let mut rows = Rows::new(super::result_columns(cx.plan));
     let mut per_layer: BTreeMap<usize, (usize, u64)> = BTreeMap::new();
     for (k, op) in &m.operands {
         if let Some(l) = k.layer {
@@ -124,17 +130,9 @@ fn show_layers(cx: &Cx<'_>) -> Result<Rows> {
 
 fn show_tensors(cx: &Cx<'_>) -> Result<Rows> {
     let b = cx.bound()?;
-    let mut rows = Rows::new(vec![
-        Column::new("name", ValueType::Text),
-        Column::new("object", ValueType::Text),
-        Column::new("layer", ValueType::Int),
-        Column::new("role", ValueType::Text),
-        Column::new("dtype", ValueType::Text),
-        Column::new("shape", ValueType::List),
-        Column::new("bytes", ValueType::Int),
-    ]);
+    let mut rows = Rows::new(super::result_columns(cx.plan));
     // Global operands first (embedding, final norm, head), then layer by layer.
-    let mut ops: Vec<_> = b.model.operands.iter().collect();
+    let mut ops: Vec<_> = b.model().operands.iter().collect();
     ops.sort_by_key(|(k, _)| (k.layer.map_or(0, |l| l + 1), k.role));
     for (k, op) in ops {
         rows.push(vec![
@@ -153,12 +151,9 @@ fn show_tensors(cx: &Cx<'_>) -> Result<Rows> {
 /// `STATS`: the bound model's facts as (key, value) rows.
 pub(crate) fn stats(cx: &mut Cx<'_>) -> Result<Rows> {
     let b = cx.bound()?;
-    let m = &b.model;
+    let m = b.model();
     let s = &m.surface;
-    let mut rows = Rows::new(vec![
-        Column::new("key", ValueType::Text),
-        Column::new("value", ValueType::Any),
-    ]);
+    let mut rows = Rows::new(super::result_columns(cx.plan));
     let mut kv = |k: &str, v: Value| rows.push(vec![Value::from(k), v]);
     kv("model", Value::from(b.name.as_str()));
     kv("path", Value::from(m.path.display().to_string()));
@@ -215,35 +210,6 @@ pub(crate) fn stats(cx: &mut Cx<'_>) -> Result<Rows> {
     kv("can_execute", Value::Bool(b.facts.can_execute));
     kv("can_browse", Value::Bool(b.facts.can_browse));
     kv("can_tokenize", Value::Bool(b.facts.can_tokenize));
-    Ok(rows)
-}
-
-/// `TOKENIZE "text"`: (position, token_id, token), with the model's BOS handling.
-pub(crate) fn tokenize(cx: &mut Cx<'_>, text: &str) -> Result<Rows> {
-    let tok = cx.tokenizer()?;
-    let ids = tok.encode(text, true)?;
-    let mut rows = Rows::new(vec![
-        Column::new("position", ValueType::Int),
-        Column::new("token_id", ValueType::Int),
-        Column::new("token", ValueType::Text),
-    ]);
-    for (i, id) in ids.into_iter().enumerate() {
-        rows.push(vec![
-            Value::from(i),
-            Value::from(id),
-            Value::from(tok.token_text(id)),
-        ]);
-    }
-    Ok(rows)
-}
-
-/// `EXPLAIN <statement>`: the physical plan, one line per row.
-pub(crate) fn explain(_cx: &mut Cx<'_>, plan: &LogicalPlan) -> Result<Rows> {
-    let text = lql_planner::explain_text(plan);
-    let mut rows = Rows::new(vec![Column::new("plan", ValueType::Text)]);
-    for line in text.lines() {
-        rows.push(vec![Value::from(line)]);
-    }
     Ok(rows)
 }
 

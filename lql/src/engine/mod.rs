@@ -1,21 +1,24 @@
-//! The engine: runs one statement's text against the session's state.
+//! The engine: a connection's session state plus one interpreter over the physical plan.
 //!
 //! ```text
 //!  text ──lql_grammar::parse_statement──▶ Statement
-//!       ──lql_planner::bind(&EngineCatalog)──▶ LogicalPlan ──dispatch──▶ Rows
+//!       ──lql_planner::bind(&EngineCatalog)──▶ LogicalPlan ──check_built──▶
+//!       ──lql_planner::lower──▶ PhysicalPlan ──interp::run──▶ Rows
 //! ```
 //!
-//! [`dispatch`] is the single place where statements meet their executors: one function
-//! per statement family, each in its own file of this folder (`bind.rs` for USE, `run.rs`
-//! for INFER/GENERATE, `introspect.rs` for SHOW/STATS/TOKENIZE/EXPLAIN, …). A family that
-//! is not built yet answers [`Error::not_supported_yet`] with the statement's name. To add
-//! one: write `engine/<family>.rs` with `pub(crate) fn run(cx: &mut Cx<'_>, plan: &XPlan)
-//! -> Result<Rows>`, declare the module below, and route its `LogicalPlan` variant to it.
+//! Every statement runs through [`interp`]: it executes the nodes of the lowered tree,
+//! leaves first, each operator in the file of its family (`run.rs` for Forward / Head /
+//! TopK / DecodeLoop / Detokenize, `walk.rs` for EmbedLookup / GateScan / FeatureLabels,
+//! `select.rs` for the table pipeline, `trace.rs`, `describe.rs`, `introspect.rs`, `bind.rs`
+//! for Open, `vindex.rs`, `explain.rs`). No family re-decides what the binder decided:
+//! modes, layer ranges and pushdown arrive as operator parameters.
 
 mod bind;
 mod catalog;
+mod datum;
 mod describe;
-mod explain_infer;
+mod explain;
+mod interp;
 mod introspect;
 mod rowexec;
 mod run;
@@ -27,55 +30,66 @@ mod walk;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use lql_exec::browse::LabelCache;
 use lql_exec::tokenizer::Tokenizer;
-use lql_planner::LogicalPlan;
+use lql_planner::{LogicalPlan, PhysicalPlan};
 use lql_storage::Model;
 
+use crate::database::{Database, SharedModel};
 use crate::error::{Error, Result};
-use crate::progress::{Progress, ProgressHandler};
-use crate::rows::Rows;
+use crate::progress::ProgressHandler;
+use crate::rows::{Column, Rows};
 
 pub(crate) use catalog::EngineCatalog;
 
-/// A bound model and what the engine derived from it: facts at USE; the executor and the
-/// tokenizer on first use (a browse-only container never builds an executor).
+/// A bound model and what the session derived from it: the shared model (mapped files,
+/// tokenizer, label cache) and this connection's executor, built on first use.
 pub(crate) struct Bound {
     /// The name it was bound by: a catalogue name or the path as given.
     pub name: String,
-    pub model: Arc<Model>,
+    pub shared: Arc<SharedModel>,
     /// The planner's view of it.
     pub facts: lql_planner::ModelFacts,
     pub executor: Option<lql_exec::Executor>,
-    pub tokenizer: Option<Arc<Tokenizer>>,
 }
 
 impl Bound {
-    pub fn new(name: String, model: Model) -> Bound {
-        let facts = catalog::facts(&name, &model);
+    pub fn new(name: String, shared: Arc<SharedModel>) -> Bound {
+        let facts = catalog::facts(&name, &shared.model);
         Bound {
             name,
-            model: Arc::new(model),
+            shared,
             facts,
             executor: None,
-            tokenizer: None,
         }
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.shared.model
     }
 }
 
 /// Session state behind a connection's mutex.
 pub(crate) struct Engine {
+    pub(crate) db: Database,
     pub(crate) progress: Option<ProgressHandler>,
     pub(crate) tokens: Option<crate::progress::TokenHandler>,
     pub(crate) bound: Option<Bound>,
+    /// Bumped whenever the session state a plan depends on changes (USE).
+    pub(crate) version: u64,
 }
 
-/// What a statement executor gets: the session, the cancel flag, the statement's text.
+/// What an operator gets: the session, the cancel flag, the statement's text and plan.
 pub(crate) struct Cx<'a> {
     pub engine: &'a mut Engine,
     /// The connection's interrupt flag (cleared when a statement starts).
     pub cancel: &'a Arc<AtomicBool>,
     /// The statement's text; spans in errors are byte ranges into it.
     pub text: &'a str,
+    /// The statement's AST (for clause spans in errors).
+    pub stmt: &'a lql_grammar::Statement,
+    /// The bound statement (inner statement under EXPLAIN).
+    pub plan: &'a LogicalPlan,
 }
 
 impl Cx<'_> {
@@ -86,6 +100,11 @@ impl Cx<'_> {
                 .with_span(0..self.text.len())
                 .with_help("bind one first: USE MODEL \"smollm2-135m-instruct\" or USE \"path/to/model.gguf\"")
         })
+    }
+
+    /// The bound model.
+    pub fn model(&self) -> Result<Arc<Model>> {
+        Ok(self.bound()?.model().clone())
     }
 
     /// The bound model's executor, built on first use with the connection's cancel flag.
@@ -113,7 +132,7 @@ impl Cx<'_> {
             .with_span(0..text_len));
         }
         if b.executor.is_none() {
-            let source: Arc<dyn lql_storage::OperandSource> = b.model.clone();
+            let source: Arc<dyn lql_storage::OperandSource> = b.model().clone();
             b.executor = Some(lql_exec::Executor::new(source, 0)?.with_cancel_flag(cancel));
         }
         b.executor
@@ -121,24 +140,22 @@ impl Cx<'_> {
             .ok_or_else(|| Error::internal("executor not built"))
     }
 
-    /// The bound model's tokenizer, built on first use.
+    /// The bound model's tokenizer (shared by every connection of the database).
     pub fn tokenizer(&mut self) -> Result<Arc<Tokenizer>> {
-        self.bound()?;
-        let b = self
-            .engine
-            .bound
-            .as_mut()
-            .ok_or_else(|| Error::internal("bound model vanished"))?;
-        if let Some(t) = &b.tokenizer {
-            return Ok(t.clone());
+        self.bound()?.shared.tokenizer()
+    }
+
+    /// The bound model's feature-label cache (shared by every connection).
+    pub fn labels(&self) -> Result<Arc<LabelCache>> {
+        Ok(self.bound()?.shared.labels.clone())
+    }
+
+    /// Token id → display text through the binding's tokenizer (`<id>` when it has none).
+    pub fn token_texts(&mut self) -> Box<dyn Fn(u32) -> String> {
+        match self.tokenizer() {
+            Ok(t) => Box::new(move |id| t.token_text(id).unwrap_or_else(|| format!("<{id}>"))),
+            Err(_) => Box::new(|id| format!("<{id}>")),
         }
-        let spec = b.model.tokenizer_spec()?;
-        let t = Arc::new(Tokenizer::from_spec_with_special(
-            &spec,
-            &b.model.surface.special,
-        )?);
-        b.tokenizer = Some(t.clone());
-        Ok(t)
     }
 
     /// `Err(Interrupted)` once the interrupt handle has been used.
@@ -149,23 +166,37 @@ impl Cx<'_> {
             Ok(())
         }
     }
+}
 
-    /// Sends a progress report to the embedder's handler, if any (for long statements:
-    /// EXTRACT, COMPILE).
-    #[allow(dead_code)]
-    pub fn progress(&self, p: &Progress) {
-        if let Some(h) = &self.engine.progress {
-            h(p);
-        }
-    }
+/// The lql columns of a planner schema.
+pub(crate) fn columns_of(defs: &[lql_planner::ColumnDef]) -> Vec<Column> {
+    defs.iter()
+        .map(|c| Column::new(c.name.as_str(), crate::value::ValueType::from_column(c.ty)))
+        .collect()
+}
+
+/// The columns of the statement's result (the planner's schema).
+pub(crate) fn result_columns(plan: &LogicalPlan) -> Vec<Column> {
+    columns_of(&lql_planner::statement_columns(plan))
+}
+
+/// A bound, lowered statement ready to run (what a prepared statement keeps).
+pub(crate) struct Prepared {
+    pub stmt: lql_grammar::Statement,
+    pub logical: LogicalPlan,
+    pub physical: PhysicalPlan,
+    /// The session version it was bound against.
+    pub version: u64,
 }
 
 impl Engine {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(db: Database) -> Self {
         Engine {
+            db,
             progress: None,
             tokens: None,
             bound: None,
+            version: 0,
         }
     }
 
@@ -173,80 +204,64 @@ impl Engine {
         self.bound.as_ref().map(|b| b.name.clone())
     }
 
-    /// Binds a model file or folder (as `USE "path"`).
-    pub(crate) fn bind_path(&mut self, path: &str, cancel: &Arc<AtomicBool>) -> Result<Rows> {
+    /// Binds a model file, folder or catalogue name (as `USE`), through the database so
+    /// that connections share mapped files.
+    pub(crate) fn bind(&mut self, path_or_name: &str, cancel: &Arc<AtomicBool>) -> Result<Rows> {
+        let stmt = lql_grammar::Statement {
+            kind: lql_grammar::StatementKind::Stats,
+            span: lql_grammar::Span::new(0, path_or_name.len()),
+        };
+        let plan = LogicalPlan::Stats;
         let mut cx = Cx {
             engine: self,
             cancel,
-            text: path,
+            text: path_or_name,
+            stmt: &stmt,
+            plan: &plan,
         };
-        bind::bind_path(&mut cx, path, None)
+        bind::bind_any(&mut cx, path_or_name)
     }
 
-    /// Binds a catalogue model (as `USE MODEL "name"`).
-    pub(crate) fn bind_catalogue(&mut self, name: &str, cancel: &Arc<AtomicBool>) -> Result<Rows> {
-        let mut cx = Cx {
-            engine: self,
-            cancel,
-            text: name,
+    /// Parses, binds and lowers one statement's text.
+    pub(crate) fn prepare(&self, text: &str) -> Result<Prepared> {
+        let stmt = lql_grammar::parse_statement(text)?;
+        let logical = {
+            let catalog = EngineCatalog::new(self.bound.as_ref());
+            lql_planner::bind(&stmt, &catalog)?
         };
-        bind::bind_catalogue(&mut cx, name, None)
+        let physical = lql_planner::lower(&logical);
+        Ok(Prepared {
+            stmt,
+            logical,
+            physical,
+            version: self.version,
+        })
     }
 
     /// Parses, plans and runs one statement's text.
     pub(crate) fn run_text(&mut self, text: &str, cancel: &Arc<AtomicBool>) -> Result<Rows> {
-        let stmt = lql_grammar::parse_statement(text)?;
-        let plan = {
-            let catalog = EngineCatalog::new(self.bound.as_ref());
-            lql_planner::bind(&stmt, &catalog)?
-        };
-        let span = stmt.span.range();
+        let p = self.prepare(text)?;
+        self.run_prepared(&p, text, cancel)
+    }
+
+    /// Runs a prepared statement.
+    pub(crate) fn run_prepared(
+        &mut self,
+        p: &Prepared,
+        text: &str,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<Rows> {
+        let span = p.stmt.span.range();
+        lql_planner::check_built(&p.stmt, &p.logical)?;
         let mut cx = Cx {
             engine: self,
             cancel,
             text,
+            stmt: &p.stmt,
+            plan: &p.logical,
         };
-        dispatch(&mut cx, &plan, &stmt).map_err(|e| e.or_span(span))
+        let out =
+            interp::run(&mut cx, &p.physical, interp::Mode::Plain).map_err(|e| e.or_span(span))?;
+        Ok(out.rows)
     }
-}
-
-/// Routes a bound statement to the function that runs its family.
-fn dispatch(cx: &mut Cx<'_>, plan: &LogicalPlan, stmt: &lql_grammar::Statement) -> Result<Rows> {
-    match plan {
-        LogicalPlan::Use(p) => bind::run(cx, p, stmt),
-        LogicalPlan::Infer(p) => run::infer(cx, p),
-        LogicalPlan::Generate(p) => run::generate(cx, p),
-        LogicalPlan::Show(p)
-            if matches!(
-                p.what,
-                lql_planner::ShowWhat::Components | lql_planner::ShowWhat::Representations
-            ) =>
-        {
-            vindex::show(cx, p)
-        }
-        LogicalPlan::Show(p) => introspect::show(cx, p, stmt),
-        LogicalPlan::Stats => introspect::stats(cx),
-        LogicalPlan::Tokenize { text } => introspect::tokenize(cx, text),
-        LogicalPlan::Walk(p) => walk::walk(cx, p, stmt),
-        LogicalPlan::Describe(p) => describe::describe(cx, p),
-        LogicalPlan::Select(p) => select::select(cx, p),
-        LogicalPlan::Explain(inner) if matches!(**inner, LogicalPlan::Walk(_)) => {
-            walk::explain(cx, plan, stmt)
-        }
-        LogicalPlan::Trace(p) => trace::trace(cx, p),
-        LogicalPlan::Explain(inner) if matches!(**inner, LogicalPlan::Infer(_)) => match &**inner {
-            LogicalPlan::Infer(p) => explain_infer::explain_infer(cx, p),
-            _ => Err(Error::internal("EXPLAIN INFER without INFER")),
-        },
-        LogicalPlan::Explain(_) => introspect::explain(cx, plan),
-        LogicalPlan::Extract(p) => vindex::extract(cx, p),
-        LogicalPlan::Verify { container } => vindex::verify(cx, container.as_deref()),
-        other => Err(Error::not_supported_yet(other.name())),
-    }
-}
-
-/// Checks the syntax of one statement (for `Connection::prepare`).
-pub(crate) fn check_syntax(text: &str) -> Result<()> {
-    lql_grammar::parse_statement(text)?;
-    Ok(())
 }

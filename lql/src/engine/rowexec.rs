@@ -1,5 +1,5 @@
-//! The generic row executor behind SELECT: type-checks and evaluates WHERE expressions over
-//! rows of [`Value`]s, sorts by several keys, limits and projects.
+//! The generic row executor behind SELECT's Filter and Sort: evaluates WHERE expressions
+//! (type-checked by the binder) over rows of [`Value`]s and sorts by several keys.
 //!
 //! Semantics follow SQL (SQLite where SQL leaves a choice): comparisons with NULL are
 //! unknown and a WHERE keeps only rows whose predicate is true; `NOT unknown` is unknown,
@@ -14,40 +14,7 @@ use lql_planner::SortKey;
 
 use crate::error::{Error, Result};
 use crate::rows::Column;
-use crate::value::{Value, ValueType};
-
-/// The static type of an expression (`Null` for a bare NULL literal).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ty {
-    Num,
-    Text,
-    Bool,
-    List,
-    Null,
-}
-
-impl Ty {
-    fn of(t: ValueType) -> Ty {
-        match t {
-            ValueType::Int | ValueType::Float => Ty::Num,
-            ValueType::Text => Ty::Text,
-            ValueType::Bool => Ty::Bool,
-            ValueType::List | ValueType::Any => Ty::List,
-        }
-    }
-    fn name(self) -> &'static str {
-        match self {
-            Ty::Num => "a number",
-            Ty::Text => "text",
-            Ty::Bool => "a boolean",
-            Ty::List => "a list",
-            Ty::Null => "NULL",
-        }
-    }
-    fn compatible(self, other: Ty) -> bool {
-        self == Ty::Null || other == Ty::Null || (self == other && self != Ty::List)
-    }
-}
+use crate::value::Value;
 
 fn column_index(cols: &[Column], name: &str, e: &Expr) -> Result<usize> {
     cols.iter()
@@ -55,125 +22,6 @@ fn column_index(cols: &[Column], name: &str, e: &Expr) -> Result<usize> {
         .ok_or_else(|| {
             Error::semantic(format!("unknown column `{name}`")).with_span(e.span.range())
         })
-}
-
-fn mismatch(e: &Expr, msg: String) -> Error {
-    Error::semantic(format!("type mismatch: {msg}")).with_span(e.span.range())
-}
-
-/// Checks `e` against the columns; a WHERE clause must be boolean.
-pub(crate) fn check_predicate(e: &Expr, cols: &[Column]) -> Result<()> {
-    match type_of(e, cols)? {
-        Ty::Bool | Ty::Null => Ok(()),
-        t => Err(mismatch(
-            e,
-            format!("WHERE needs a boolean condition, this is {}", t.name()),
-        )),
-    }
-}
-
-fn type_of(e: &Expr, cols: &[Column]) -> Result<Ty> {
-    let need = |x: &Expr, want: Ty, ctx: &str| -> Result<()> {
-        let t = type_of(x, cols)?;
-        if t == want || t == Ty::Null {
-            Ok(())
-        } else {
-            Err(mismatch(
-                x,
-                format!("{ctx} needs {}, found {}", want.name(), t.name()),
-            ))
-        }
-    };
-    Ok(match &e.kind {
-        ExprKind::Column(c) => Ty::of(cols[column_index(cols, &c.name, e)?].ty),
-        ExprKind::Literal(l) => match l {
-            Lit::Int(_) | Lit::Float(_) => Ty::Num,
-            Lit::String(_) => Ty::Text,
-            Lit::Bool(_) => Ty::Bool,
-            Lit::Null => Ty::Null,
-        },
-        ExprKind::Compare { op, left, right } => {
-            let (a, b) = (type_of(left, cols)?, type_of(right, cols)?);
-            if a == Ty::List || b == Ty::List {
-                let side = if a == Ty::List { left } else { right };
-                return Err(mismatch(
-                    side,
-                    format!("a list cannot be compared with {}", op.symbol()),
-                ));
-            }
-            if !a.compatible(b) {
-                return Err(mismatch(
-                    e,
-                    format!("cannot compare {} {} {}", a.name(), op.symbol(), b.name()),
-                ));
-            }
-            Ty::Bool
-        }
-        ExprKind::Like { expr, pattern, .. } => {
-            need(expr, Ty::Text, "LIKE")?;
-            need(pattern, Ty::Text, "a LIKE pattern")?;
-            Ty::Bool
-        }
-        ExprKind::InList { expr, list, .. } => {
-            let a = type_of(expr, cols)?;
-            if a == Ty::List {
-                return Err(mismatch(
-                    expr,
-                    "IN needs a single value, found a list".into(),
-                ));
-            }
-            for x in list {
-                let b = type_of(x, cols)?;
-                if !a.compatible(b) {
-                    return Err(mismatch(
-                        x,
-                        format!("IN list item is {}, the value is {}", b.name(), a.name()),
-                    ));
-                }
-            }
-            Ty::Bool
-        }
-        ExprKind::Between {
-            expr, low, high, ..
-        } => {
-            let a = type_of(expr, cols)?;
-            if !matches!(a, Ty::Num | Ty::Text | Ty::Null) {
-                return Err(mismatch(
-                    expr,
-                    format!("BETWEEN needs a number or text, found {}", a.name()),
-                ));
-            }
-            for x in [low, high] {
-                let b = type_of(x, cols)?;
-                if !a.compatible(b) {
-                    return Err(mismatch(
-                        x,
-                        format!("BETWEEN bound is {}, the value is {}", b.name(), a.name()),
-                    ));
-                }
-            }
-            Ty::Bool
-        }
-        ExprKind::IsNull { expr, .. } => {
-            type_of(expr, cols)?;
-            Ty::Bool
-        }
-        ExprKind::Not(x) => {
-            need(x, Ty::Bool, "NOT")?;
-            Ty::Bool
-        }
-        ExprKind::And(xs) | ExprKind::Or(xs) => {
-            let ctx = if matches!(e.kind, ExprKind::And(_)) {
-                "AND"
-            } else {
-                "OR"
-            };
-            for x in xs {
-                need(x, Ty::Bool, ctx)?;
-            }
-            Ty::Bool
-        }
-    })
 }
 
 /// Three-valued truth.
@@ -370,137 +218,10 @@ pub(crate) fn sort(rows: &mut [Vec<Value>], cols: &[Column], keys: &[SortKey]) -
     Ok(())
 }
 
-/// Column names an expression reads.
-pub(crate) fn columns_in(e: &Expr, out: &mut Vec<String>) {
-    match &e.kind {
-        ExprKind::Column(c) => out.push(c.name.to_ascii_lowercase()),
-        ExprKind::Literal(_) => {}
-        ExprKind::Compare { left, right, .. } => {
-            columns_in(left, out);
-            columns_in(right, out);
-        }
-        ExprKind::Like { expr, pattern, .. } => {
-            columns_in(expr, out);
-            columns_in(pattern, out);
-        }
-        ExprKind::InList { expr, list, .. } => {
-            columns_in(expr, out);
-            list.iter().for_each(|x| columns_in(x, out));
-        }
-        ExprKind::Between {
-            expr, low, high, ..
-        } => {
-            columns_in(expr, out);
-            columns_in(low, out);
-            columns_in(high, out);
-        }
-        ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) => columns_in(expr, out),
-        ExprKind::And(xs) | ExprKind::Or(xs) => xs.iter().for_each(|x| columns_in(x, out)),
-    }
-}
-
-/// The set of integer values of column `col` that can satisfy `e`, as far as its top-level
-/// conjuncts say (`col = n`, `col IN (…)`, `col BETWEEN a AND b`, `col <,<=,>,>= n`);
-/// `None` when unconstrained. The full filter still runs afterwards, so this only needs to
-/// be a superset of the matching values.
-pub(crate) fn int_domain(e: &Expr, col: &str, lo: i64, hi: i64) -> Option<Vec<i64>> {
-    let conjuncts: Vec<&Expr> = match &e.kind {
-        ExprKind::And(xs) => xs.iter().collect(),
-        _ => vec![e],
-    };
-    let is_col =
-        |x: &Expr| matches!(&x.kind, ExprKind::Column(c) if c.name.eq_ignore_ascii_case(col));
-    let int = |x: &Expr| match &x.kind {
-        ExprKind::Literal(Lit::Int(i)) => Some(*i),
-        _ => None,
-    };
-    let (mut a, mut b) = (lo, hi);
-    let mut set: Option<Vec<i64>> = None;
-    let mut constrained = false;
-    for c in conjuncts {
-        match &c.kind {
-            ExprKind::Compare { op, left, right } => {
-                let (op, n) = if is_col(left) {
-                    match int(right) {
-                        Some(n) => (*op, n),
-                        None => continue,
-                    }
-                } else if is_col(right) {
-                    match int(left) {
-                        // n < col  ≡  col > n
-                        Some(n) => (
-                            match op {
-                                CmpOp::Lt => CmpOp::Gt,
-                                CmpOp::LtEq => CmpOp::GtEq,
-                                CmpOp::Gt => CmpOp::Lt,
-                                CmpOp::GtEq => CmpOp::LtEq,
-                                o => *o,
-                            },
-                            n,
-                        ),
-                        None => continue,
-                    }
-                } else {
-                    continue;
-                };
-                constrained |= op != CmpOp::NotEq;
-                match op {
-                    CmpOp::Eq => {
-                        a = a.max(n);
-                        b = b.min(n);
-                    }
-                    CmpOp::Lt => b = b.min(n.saturating_sub(1)),
-                    CmpOp::LtEq => b = b.min(n),
-                    CmpOp::Gt => a = a.max(n.saturating_add(1)),
-                    CmpOp::GtEq => a = a.max(n),
-                    CmpOp::NotEq => {}
-                }
-            }
-            ExprKind::Between {
-                expr,
-                low,
-                high,
-                negated: false,
-            } if is_col(expr) => {
-                if let (Some(l), Some(h)) = (int(low), int(high)) {
-                    a = a.max(l);
-                    b = b.min(h);
-                    constrained = true;
-                }
-            }
-            ExprKind::InList {
-                expr,
-                list,
-                negated: false,
-            } if is_col(expr) => {
-                let vals: Option<Vec<i64>> = list.iter().map(int).collect();
-                if let Some(v) = vals {
-                    set = Some(match set {
-                        None => v,
-                        Some(s) => s.into_iter().filter(|x| v.contains(x)).collect(),
-                    });
-                    constrained = true;
-                }
-            }
-            _ => {}
-        }
-    }
-    if !constrained {
-        return None;
-    }
-    let mut out: Vec<i64> = match set {
-        Some(s) => s.into_iter().filter(|x| (a..=b).contains(x)).collect(),
-        None if a <= b => (a..=b).collect(),
-        None => Vec::new(),
-    };
-    out.sort_unstable();
-    out.dedup();
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::value::ValueType;
     use lql_grammar::{Ident, Span};
 
     fn e(kind: ExprKind) -> Expr {
@@ -548,37 +269,6 @@ mod tests {
         assert_eq!(eval(&or, &c, &row).unwrap(), Value::Bool(true));
         let rows = filter(vec![row], &c, &and).unwrap();
         assert!(rows.is_empty());
-    }
-
-    #[test]
-    fn type_errors_carry_spans() {
-        let c = cols();
-        let bad = cmp(CmpOp::Lt, col("name"), int(3));
-        let err = check_predicate(&bad, &c).unwrap_err();
-        assert!(err.message.contains("type mismatch"));
-        assert_eq!(err.span, Some(0..1));
-        assert!(check_predicate(&col("layer"), &c).is_err());
-        assert!(check_predicate(&cmp(CmpOp::Eq, col("layer"), int(3)), &c).is_ok());
-    }
-
-    #[test]
-    fn pushdown_domains() {
-        let p = e(ExprKind::And(vec![
-            cmp(CmpOp::GtEq, col("layer"), int(3)),
-            cmp(CmpOp::Lt, int(1), col("feature")),
-            cmp(CmpOp::LtEq, col("layer"), int(5)),
-        ]));
-        assert_eq!(int_domain(&p, "layer", 0, 29), Some(vec![3, 4, 5]));
-        assert_eq!(int_domain(&p, "feature", 0, 3), Some(vec![2, 3]));
-        assert_eq!(int_domain(&p, "other", 0, 3), None);
-        let or = e(ExprKind::Or(vec![cmp(CmpOp::Eq, col("layer"), int(1))]));
-        assert_eq!(int_domain(&or, "layer", 0, 29), None, "OR is not pushed");
-        let inl = e(ExprKind::InList {
-            expr: Box::new(col("layer")),
-            list: vec![int(7), int(40), int(2)],
-            negated: false,
-        });
-        assert_eq!(int_domain(&inl, "layer", 0, 29), Some(vec![2, 7]));
     }
 
     #[test]

@@ -1,73 +1,227 @@
-//! INFER and GENERATE: run the bound model on a raw prompt (no chat template; BOS as the
-//! tokenizer's `add_bos` says). Both stop early when the interrupt handle is used.
+//! The operators that run the model: Tokenize, Forward, Head, TopK, DecodeLoop and
+//! Detokenize (INFER, GENERATE, TOKENIZE; Forward also serves WALK RESIDUAL and TRACE).
+//! Raw prompts, no chat template; BOS as the tokenizer's `add_bos` says. Every operator
+//! stops early when the interrupt handle is used.
 
 use std::sync::Arc;
 
+use lql_exec::trace::{self, CaptureOptions, TraceCapture};
 use lql_exec::{Control, FinishReason, GenerateOptions, Sampling};
-use lql_planner::{GeneratePlan, InferPlan};
+use lql_planner::{Capture, LayerRange, LogicalPlan, Positions};
+use lql_storage::Model;
 
-use super::Cx;
+use super::datum::Datum;
+use super::interp::{wrong_input, Cost, Mode, Run};
+use super::{columns_of, Cx};
 use crate::error::{Error, Result};
-use crate::rows::{Column, Rows};
-use crate::value::{Value, ValueType};
+use crate::rows::Rows;
+use crate::value::Value;
 
-/// The columns of INFER.
-pub(crate) fn infer_columns() -> Vec<Column> {
-    vec![
-        Column::new("rank", ValueType::Int),
-        Column::new("token", ValueType::Text),
-        Column::new("token_id", ValueType::Int),
-        Column::new("prob", ValueType::Float),
-        Column::new("logit", ValueType::Float),
-    ]
-}
-
-/// The columns of GENERATE.
-pub(crate) fn generate_columns() -> Vec<Column> {
-    vec![
-        Column::new("text", ValueType::Text),
-        Column::new("token_ids", ValueType::List),
-        Column::new("finish_reason", ValueType::Text),
-        Column::new("prompt_tokens", ValueType::Int),
-        Column::new("generated_tokens", ValueType::Int),
-    ]
-}
-
-/// `INFER "prompt" [TOP n]` → (rank, token, token_id, prob, logit).
-pub(crate) fn infer(cx: &mut Cx<'_>, plan: &InferPlan) -> Result<Rows> {
-    let exec = cx.executor()?;
+/// `Tokenize "text"`: the text's ids, with BOS when the tokenizer adds one (TOKENIZE,
+/// INFER, GENERATE, WALK, TRACE); DESCRIBE's entity is tokenized without it.
+pub(crate) fn tokenize(cx: &mut Cx<'_>, text: &str) -> Result<Datum> {
     let tok = cx.tokenizer()?;
-    let ids = prompt_ids(&tok, &plan.prompt)?;
-    let top = exec.infer(&ids, plan.top)?;
-    let mut rows = Rows::new(infer_columns());
-    for t in top {
-        rows.push(vec![
-            Value::from(t.rank),
-            Value::from(tok.token_text(t.token_id)),
-            Value::from(t.token_id),
-            Value::from(t.prob),
-            Value::from(t.logit),
-        ]);
+    let bos = !matches!(cx.plan, LogicalPlan::Describe(_));
+    let ids = tok.encode(text, bos)?;
+    let needs_tokens = !matches!(cx.plan, LogicalPlan::Tokenize { .. });
+    if ids.is_empty() && needs_tokens {
+        return Err(match cx.plan {
+            LogicalPlan::Describe(_) => Error::semantic(format!(
+                "{text:?} tokenizes to no tokens: nothing to describe"
+            )),
+            _ => Error::semantic("the prompt is empty: at least one token is needed"),
+        });
     }
-    Ok(rows)
+    Ok(Datum::Tokens(ids))
 }
 
-/// `GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "…"]`
-/// → one row (text, token_ids, finish_reason, prompt_tokens, generated_tokens).
-pub(crate) fn generate(cx: &mut Cx<'_>, plan: &GeneratePlan) -> Result<Rows> {
+/// Weight bytes and encodings of layers `layers` (every operand the layers own).
+pub(crate) fn layer_cost(model: &Model, layers: LayerRange, cost: &mut Cost) {
+    for (k, op) in &model.operands {
+        if k.layer.is_some_and(|l| layers.contains(l)) {
+            cost.weight_bytes += op.len as u64;
+            cost.encodings.insert(op.dtype.name().to_string());
+        }
+    }
+    cost.layers_run += layers.len();
+}
+
+/// Weight bytes of the head (final norm + output matrix).
+fn head_cost(model: &Model, cost: &mut Cost) {
+    use lql_storage::{OperandKey, Role};
+    for role in [Role::OutputNorm, Role::Output] {
+        if let Some(op) = model.operand(OperandKey::global(role)) {
+            cost.weight_bytes += op.len as u64;
+            cost.encodings.insert(op.dtype.name().to_string());
+        }
+    }
+    if model.surface.tied_head {
+        if let Some(op) = model.operand(OperandKey::global(Role::TokenEmbedding)) {
+            cost.weight_bytes += op.len as u64;
+            cost.encodings.insert(op.dtype.name().to_string());
+        }
+    }
+}
+
+/// `Forward layers=a-b capture=…`: runs exactly those layers over the prompt.
+///
+/// - no capture (INFER, GENERATE): a continuation prefilled through every layer, and the
+///   last position's residual for Head (with EXPLAIN INFER's tap, a trace capture too);
+/// - `ffn_input` (WALK RESIDUAL): layers 0 through the last scanned, capturing each
+///   layer's normed FFN input and activation at the last position; no later layer runs;
+/// - `residual` (TRACE): a trace capture of every layer at the positions asked for.
+pub(crate) fn forward(
+    cx: &mut Cx<'_>,
+    input: Datum,
+    layers: LayerRange,
+    capture: &[Capture],
+    r: &mut Run,
+    cost: &mut Cost,
+) -> Result<Datum> {
+    let Datum::Tokens(ids) = input else {
+        return Err(wrong_input("Forward", &input));
+    };
+    let exec = cx.executor()?;
+    let model = cx.model()?;
+    layer_cost(&model, layers, cost);
+    if capture.contains(&Capture::FfnInput) {
+        let scanned: Vec<usize> = match cx.plan {
+            LogicalPlan::Walk(w) => w.layers.iter().collect(),
+            _ => layers.iter().collect(),
+        };
+        let caps = lql_exec::browse::residual::capture(&exec, &ids, &scanned)
+            .map_err(super::walk::browse_err)?;
+        return Ok(Datum::FfnCaptures {
+            tokens: ids,
+            layers: scanned,
+            caps,
+        });
+    }
+    let n_layers = model.surface.n_layers;
+    if layers.first != 0 || layers.last + 1 != n_layers {
+        return Err(Error::unsupported(format!(
+            "not supported yet: a forward pass over layers {layers} alone (the model has {n_layers})"
+        )));
+    }
+    let capture_opts = if capture.contains(&Capture::Residual) {
+        let positions = match cx.plan {
+            LogicalPlan::Trace(t) if t.positions == Positions::All => trace::Positions::All,
+            _ => trace::Positions::Last,
+        };
+        let save_trace_file = matches!(cx.plan, LogicalPlan::Trace(t)
+            if t.save.as_deref().is_some_and(|p| !p.to_ascii_lowercase().ends_with(".svg")));
+        Some(CaptureOptions {
+            positions,
+            attention: save_trace_file,
+            ffn_activity: save_trace_file,
+        })
+    } else if r.mode == Mode::TapTrace {
+        Some(CaptureOptions {
+            positions: trace::Positions::Last,
+            attention: true,
+            ffn_activity: true,
+        })
+    } else {
+        None
+    };
+    let mut capture = capture_opts.map(TraceCapture::new);
+    let mut session = exec.session();
+    let residual = session.extend_to_residual(
+        &ids,
+        capture.as_mut().map(|c| c as &mut dyn lql_exec::Observer),
+    )?;
+    Ok(Datum::Prefilled {
+        session,
+        residual,
+        capture,
+        tokens: ids,
+    })
+}
+
+/// `Head`: final norm and output projection of the last position.
+pub(crate) fn head(cx: &mut Cx<'_>, input: Datum, r: &mut Run, cost: &mut Cost) -> Result<Datum> {
+    let Datum::Prefilled {
+        residual,
+        capture,
+        tokens,
+        ..
+    } = input
+    else {
+        return Err(wrong_input("Head", &input));
+    };
+    let exec = cx.executor()?;
+    head_cost(cx.model()?.as_ref(), cost);
+    let logits = exec.head(&residual)?;
+    check_finite(&logits.values, "the output head's logits")?;
+    let Some(cap) = capture else {
+        return Ok(Datum::Logits(logits));
+    };
+    let trace = cap
+        .finish(&tokens, logits.values.clone())
+        .map_err(super::trace::trace_err)?;
+    if r.mode == Mode::TapTrace && !matches!(cx.plan, LogicalPlan::Trace(_)) {
+        r.tapped = Some(trace);
+        return Ok(Datum::Logits(logits));
+    }
+    Ok(Datum::Trace {
+        trace,
+        lens: None,
+        decompose: false,
+    })
+}
+
+/// Refuses values that are not finite (NaN or infinite weights, an absurd scale).
+pub(crate) fn check_finite(values: &[f32], what: &str) -> Result<()> {
+    match values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(Error::new(
+            crate::error::ErrorKind::Format,
+            format!(
+                "{what} are not finite (element {i} is {}): the model's weights or scales produce NaN or infinity",
+                values[i]
+            ),
+        )
+        .with_code("LQL-E0801")),
+    }
+}
+
+/// `TopK k softmax`.
+pub(crate) fn top_k(input: Datum, k: usize) -> Result<Datum> {
+    match input {
+        Datum::Logits(l) => Ok(Datum::Top(l.top(k))),
+        other => Err(wrong_input("TopK", &other)),
+    }
+}
+
+/// `DecodeLoop`: head → sample → one more position, until a stop condition.
+pub(crate) fn decode_loop(
+    cx: &mut Cx<'_>,
+    input: Datum,
+    max_tokens: usize,
+    s: &lql_planner::Sampling,
+    stop: &[String],
+    cost: &mut Cost,
+) -> Result<Datum> {
+    let Datum::Prefilled {
+        session, residual, ..
+    } = input
+    else {
+        return Err(wrong_input("DecodeLoop", &input));
+    };
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
-    let ids = prompt_ids(&tok, &plan.prompt)?;
-    let s = &plan.sampling;
+    let model = cx.model()?;
+    let first = exec.head(&residual)?;
+    check_finite(&first.values, "the output head's logits")?;
     let opts = GenerateOptions {
-        max_tokens: plan.max_tokens,
+        max_tokens,
         sampling: Sampling {
             temperature: s.temperature as f32,
             top_k: s.top_k.unwrap_or(0),
             top_p: s.top_p.map_or(1.0, |p| p as f32),
             seed: s.seed.unwrap_or(0),
         },
-        stop: plan.stop.clone(),
+        stop: stop.to_vec(),
         stop_at_eos: true,
         stop_ids: Vec::new(),
         decoder: Some(tok.clone() as Arc<dyn lql_exec::TokenDecoder>),
@@ -83,7 +237,7 @@ pub(crate) fn generate(cx: &mut Cx<'_>, plan: &GeneratePlan) -> Result<Rows> {
         }
         Control::Continue
     };
-    let g = exec.generate(&ids, &opts, &mut on_token)?;
+    let g = exec.generate_from(session, first, &opts, &mut on_token)?;
     if let Some(h) = &handler {
         let rest = stream.flush();
         if !rest.is_empty() {
@@ -93,28 +247,59 @@ pub(crate) fn generate(cx: &mut Cx<'_>, plan: &GeneratePlan) -> Result<Rows> {
     if g.finish_reason == FinishReason::Cancelled {
         return Err(Error::interrupted());
     }
-    let text = match g.text {
-        Some(t) => t,
-        None => tok.decode(&g.token_ids)?,
-    };
-    let mut rows = Rows::new(generate_columns());
-    rows.push(vec![
-        Value::from(text),
-        Value::from(g.token_ids),
-        Value::from(g.finish_reason.as_str()),
-        Value::from(g.prompt_tokens),
-        Value::from(g.generated_tokens),
-    ]);
-    Ok(rows)
+    // Each token after the first is one more pass through every layer; every sampled
+    // token reads the head once.
+    let passes = g.generated_tokens.saturating_sub(1);
+    let all = LayerRange::new(0, model.surface.n_layers.saturating_sub(1));
+    for _ in 0..passes {
+        layer_cost(&model, all, cost);
+    }
+    for _ in 0..=passes {
+        head_cost(&model, cost);
+    }
+    Ok(Datum::Generation(g))
 }
 
-/// The prompt's ids: raw text, BOS when the tokenizer's settings ask for it.
-fn prompt_ids(tok: &lql_exec::tokenizer::Tokenizer, prompt: &str) -> Result<Vec<u32>> {
-    let ids = tok.encode(prompt, true)?;
-    if ids.is_empty() {
-        return Err(Error::semantic(
-            "the prompt is empty: at least one token is needed",
-        ));
+/// `Detokenize`: ids → text, into the statement's rows.
+pub(crate) fn detokenize(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
+    let tok = cx.tokenizer()?;
+    let columns = columns_of(&lql_planner::statement_columns(cx.plan));
+    let mut rows = Rows::new(columns);
+    match input {
+        Datum::Top(top) => {
+            for t in top {
+                rows.push(vec![
+                    Value::from(t.rank),
+                    Value::from(tok.token_text(t.token_id)),
+                    Value::from(t.token_id),
+                    Value::from(t.prob),
+                    Value::from(t.logit),
+                ]);
+            }
+        }
+        Datum::Generation(g) => {
+            let text = match g.text {
+                Some(t) => t,
+                None => tok.decode(&g.token_ids)?,
+            };
+            rows.push(vec![
+                Value::from(text),
+                Value::from(g.token_ids),
+                Value::from(g.finish_reason.as_str()),
+                Value::from(g.prompt_tokens),
+                Value::from(g.generated_tokens),
+            ]);
+        }
+        Datum::Tokens(ids) => {
+            for (i, id) in ids.into_iter().enumerate() {
+                rows.push(vec![
+                    Value::from(i),
+                    Value::from(id),
+                    Value::from(tok.token_text(id)),
+                ]);
+            }
+        }
+        other => return Err(wrong_input("Detokenize", &other)),
     }
-    Ok(ids)
+    Ok(Datum::Rows(rows))
 }

@@ -1,7 +1,9 @@
-//! TRACE: watch the model think, layer by layer.
+//! TRACE's operators — LogitLens, Decompose, SaveTrace — and its rows: watch the model
+//! think, layer by layer.
 //!
 //! `TRACE "prompt" [FOR "token"] [DECOMPOSE] [LAYERS a-b] [POSITIONS LAST | ALL]
-//! [SAVE "file"]` runs the prompt once with a capturing observer and reads the capture:
+//! [SAVE "file"]` runs the prompt once (Forward with a capturing observer, then Head) and
+//! reads the capture:
 //!
 //! - default: the logit lens per layer (top-1 token, id, probability) and the L2 norms of
 //!   the layer's attention and FFN deltas;
@@ -17,15 +19,15 @@
 
 use std::path::Path;
 
-use lql_exec::trace::{
-    self, lens, run_trace, CaptureOptions, LogitLens, Trace, TraceError, TraceFile,
-};
-use lql_planner::{Positions, TracePlan};
+use lql_exec::trace::{self, lens, LogitLens, Trace, TraceError, TraceFile};
+use lql_planner::{LogicalPlan, Positions, TracePlan};
 
+use super::datum::Datum;
+use super::interp::wrong_input;
 use super::Cx;
 use crate::error::{Error, ErrorKind, Result};
 use crate::rows::{Column, Rows};
-use crate::value::{Value, ValueType};
+use crate::value::Value;
 
 /// Maps a trace error to an LQL error.
 pub(crate) fn trace_err(e: TraceError) -> Error {
@@ -37,17 +39,6 @@ pub(crate) fn trace_err(e: TraceError) -> Error {
         TraceError::Internal(m) => Error::internal(m),
         other => Error::internal(other.to_string()),
     }
-}
-
-/// The prompt's ids: raw text, BOS when the tokenizer's settings ask for it.
-pub(crate) fn prompt_ids(tok: &lql_exec::tokenizer::Tokenizer, prompt: &str) -> Result<Vec<u32>> {
-    let ids = tok.encode(prompt, true)?;
-    if ids.is_empty() {
-        return Err(Error::semantic(
-            "the prompt is empty: at least one token is needed",
-        ));
-    }
-    Ok(ids)
 }
 
 /// The single token `text` stands for, or an error naming its pieces.
@@ -85,75 +76,88 @@ fn target_token(tok: &lql_exec::tokenizer::Tokenizer, text: &str) -> Result<u32>
     Err(e)
 }
 
-fn columns(plan: &TracePlan) -> Vec<Column> {
-    let mut c = Vec::new();
-    if plan.positions == Positions::All {
-        c.push(Column::new("position", ValueType::Int));
+/// `LogitLens [for]`: what the residual reads as after each layer (final norm + head),
+/// and the FOR token's trajectory when one is given.
+pub(crate) fn logit_lens(cx: &mut Cx<'_>, input: Datum, target: Option<&str>) -> Result<Datum> {
+    let Datum::Trace {
+        trace, decompose, ..
+    } = input
+    else {
+        return Err(wrong_input("LogitLens", &input));
+    };
+    let exec = cx.executor()?;
+    let tok = cx.tokenizer()?;
+    let target = target.map(|t| target_token(&tok, t)).transpose()?;
+    let lens = lens::logit_lens(&exec, &trace, target).map_err(trace_err)?;
+    Ok(Datum::Trace {
+        trace,
+        lens: Some(lens),
+        decompose,
+    })
+}
+
+/// `Decompose attn/ffn`: the rows gain the delta norms, residual norm and attention share.
+pub(crate) fn decompose(input: Datum) -> Result<Datum> {
+    match input {
+        Datum::Trace { trace, lens, .. } => Ok(Datum::Trace {
+            trace,
+            lens,
+            decompose: true,
+        }),
+        other => Err(wrong_input("Decompose", &other)),
     }
-    c.push(Column::new("layer", ValueType::Any));
-    if plan.target.is_some() {
-        c.push(Column::new("rank", ValueType::Int));
-        c.push(Column::new("prob", ValueType::Float));
-        c.push(Column::new("attn_contrib", ValueType::Float));
-        c.push(Column::new("ffn_contrib", ValueType::Float));
-        c.push(Column::new("contrib", ValueType::Float));
-        c.push(Column::new("who", ValueType::Text));
-    } else if !plan.decompose {
-        c.push(Column::new("top_token", ValueType::Text));
-        c.push(Column::new("top_token_id", ValueType::Int));
-        c.push(Column::new("top_prob", ValueType::Float));
-        c.push(Column::new("attn_delta_norm", ValueType::Float));
-        c.push(Column::new("ffn_delta_norm", ValueType::Float));
-    }
-    if plan.decompose {
-        c.push(Column::new("attn_delta_norm", ValueType::Float));
-        c.push(Column::new("ffn_delta_norm", ValueType::Float));
-        c.push(Column::new("residual_norm", ValueType::Float));
-        c.push(Column::new("attn_share", ValueType::Float));
-    }
-    c
+}
+
+/// `SaveTrace "path"`: `.svg` draws the logit-lens heatmap, any other name writes a
+/// `.trace` file; the trace passes through.
+pub(crate) fn save(cx: &mut Cx<'_>, input: Datum, path: &str) -> Result<Datum> {
+    let Datum::Trace {
+        trace,
+        lens,
+        decompose,
+    } = input
+    else {
+        return Err(wrong_input("SaveTrace", &input));
+    };
+    let LogicalPlan::Trace(plan) = cx.plan else {
+        return Err(Error::internal("SaveTrace outside TRACE"));
+    };
+    let text = cx.token_texts();
+    save_to(cx, plan, &trace, lens.as_ref(), path, &text)?;
+    Ok(Datum::Trace {
+        trace,
+        lens,
+        decompose,
+    })
 }
 
 fn opt(v: Option<f64>) -> Value {
     v.map_or(Value::Null, Value::Float)
 }
 
-/// `TRACE …` → rows (see the module doc).
-pub(crate) fn trace(cx: &mut Cx<'_>, plan: &TracePlan) -> Result<Rows> {
+/// TRACE's rows (see the module doc).
+pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Result<Rows> {
+    let Datum::Trace {
+        trace: tr,
+        lens,
+        decompose,
+    } = input
+    else {
+        return Err(wrong_input("Rows", &input));
+    };
+    let LogicalPlan::Trace(plan) = cx.plan else {
+        return Err(Error::internal("trace rows outside TRACE"));
+    };
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
-    let ids = prompt_ids(&tok, &plan.prompt)?;
     let target = plan
         .target
         .as_deref()
         .map(|t| target_token(&tok, t))
         .transpose()?;
-    let save_svg = plan
-        .save
-        .as_deref()
-        .map(|p| p.to_ascii_lowercase().ends_with(".svg"));
-    let opts = CaptureOptions {
-        positions: match plan.positions {
-            Positions::Last => trace::Positions::Last,
-            Positions::All => trace::Positions::All,
-        },
-        // A saved trace carries everything the capture can give.
-        attention: save_svg == Some(false),
-        ffn_activity: save_svg == Some(false),
-    };
-    cx.check_cancel()?;
-    let tr = run_trace(&exec, &ids, opts).map_err(trace_err)?;
-    cx.check_cancel()?;
-    let need_lens = !plan.decompose || target.is_some() || save_svg == Some(true);
-    let lens = if need_lens {
-        Some(lens::logit_lens(&exec, &tr, target).map_err(trace_err)?)
-    } else {
-        None
-    };
-    cx.check_cancel()?;
     let text = |id: u32| tok.token_text(id).unwrap_or_else(|| format!("<{id}>"));
-
-    let mut rows = Rows::new(columns(plan));
+    let need_lens = || Error::internal("TRACE rows need the logit lens");
+    let mut rows = Rows::new(columns);
     let d = tr.hidden;
     let show = |stage: usize| {
         if stage == 0 {
@@ -163,11 +167,13 @@ pub(crate) fn trace(cx: &mut Cx<'_>, plan: &TracePlan) -> Result<Rows> {
         }
     };
     for (slot, &pos) in tr.positions.iter().enumerate() {
-        let trajectory = match (target, &lens) {
-            (Some(t), Some(l)) => {
+        cx.check_cancel()?;
+        let trajectory = match target {
+            Some(t) => {
+                let l = lens.as_ref().ok_or_else(need_lens)?;
                 Some(lens::target_trajectory(&exec, &tr, l, t, slot).map_err(trace_err)?)
             }
-            _ => None,
+            None => None,
         };
         for stage in 0..=tr.n_layers() {
             if !show(stage) {
@@ -199,18 +205,15 @@ pub(crate) fn trace(cx: &mut Cx<'_>, plan: &TracePlan) -> Result<Rows> {
                     (Some(a), Some(f)) => Value::from(lens::who(a, f)),
                     _ => Value::Null,
                 });
-            } else if !plan.decompose {
-                let cell = lens
-                    .as_ref()
-                    .ok_or_else(|| Error::internal("lens not computed"))?
-                    .cell(stage, slot);
+            } else if !decompose {
+                let cell = lens.as_ref().ok_or_else(need_lens)?.cell(stage, slot);
                 row.push(Value::from(text(cell.top_id)));
                 row.push(Value::from(cell.top_id));
                 row.push(Value::from(cell.top_prob));
                 row.push(opt(attn_norm));
                 row.push(opt(ffn_norm));
             }
-            if plan.decompose {
+            if decompose {
                 let resid = lens::norm(lens::stage_residual(&tr, stage, slot));
                 row.push(opt(attn_norm));
                 row.push(opt(ffn_norm));
@@ -224,14 +227,10 @@ pub(crate) fn trace(cx: &mut Cx<'_>, plan: &TracePlan) -> Result<Rows> {
             rows.push(row);
         }
     }
-
-    if let Some(path) = plan.save.as_deref() {
-        save(cx, plan, &tr, lens.as_ref(), path, &text)?;
-    }
     Ok(rows)
 }
 
-fn save(
+fn save_to(
     cx: &mut Cx<'_>,
     plan: &TracePlan,
     tr: &Trace,
@@ -255,7 +254,7 @@ fn save(
             "prompt": plan.prompt,
             "model": b.name,
             "target": plan.target,
-            "norm_eps": b.model.surface.norm_eps,
+            "norm_eps": b.model().surface.norm_eps,
             "written_by": "lql TRACE",
         });
         TraceFile::from_trace(tr, meta).save(p).map_err(trace_err)

@@ -4,29 +4,40 @@
 
 use std::path::{Path, PathBuf};
 
-use lql_grammar::{Encoding, ExtractFormat};
-use lql_planner::{ExtractPlan, ShowPlan, ShowWhat};
+use lql_grammar::Encoding;
+use lql_planner::{LogicalPlan, ShowPlan, ShowWhat};
 use lql_storage::format::vindex3::{self, ExtractEncoding};
 use lql_storage::model::SourceKind;
 use lql_storage::{catalogue, import};
 
+use super::datum::Datum;
 use super::Cx;
 use crate::error::{Error, Result};
 use crate::progress::{Progress, ProgressUnit};
-use crate::rows::{Column, Rows};
-use crate::value::{Value, ValueType};
+use crate::rows::Rows;
+use crate::value::Value;
 
-/// `EXTRACT MODEL "<gguf | hf folder | catalogue name>" INTO "<dir>" [ENCODING …]`: one
-/// row (path, objects, tensors, payload_bytes, encoding, seconds).
-pub(crate) fn extract(cx: &mut Cx<'_>, plan: &ExtractPlan) -> Result<Rows> {
-    if plan.format == ExtractFormat::Package {
-        return Err(Error::not_supported_yet("EXTRACT … FORMAT PACKAGE"));
-    }
-    if plan.layers.is_some() {
+/// EXTRACT's `Open "source"`: a GGUF file, HF folder, container or catalogue name.
+pub(crate) fn open_source(cx: &mut Cx<'_>, op: &lql_planner::Operator) -> Result<Datum> {
+    let lql_planner::Operator::Open { target, .. } = op else {
+        return Err(Error::internal("open_source needs Open"));
+    };
+    let source = resolve_source(target)?;
+    cx.check_cancel()?;
+    Ok(Datum::Source(Box::new(import::open(&source)?)))
+}
+
+/// `Write VINDEX3 "dir" encoding=…` (EXTRACT): one row (path, objects, tensors,
+/// payload_bytes, encoding, seconds).
+pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) -> Result<Datum> {
+    let Datum::Source(model) = input else {
+        return Err(super::interp::wrong_input("Write", &input));
+    };
+    let LogicalPlan::Extract(plan) = cx.plan else {
         return Err(Error::not_supported_yet(
-            "EXTRACT … LAYERS into a VINDEX3 container (a container holds every layer)",
+            "writing anything but EXTRACT's container",
         ));
-    }
+    };
     let encoding = match plan.encoding {
         Encoding::Source => ExtractEncoding::Source,
         Encoding::F32 => ExtractEncoding::F32,
@@ -34,9 +45,6 @@ pub(crate) fn extract(cx: &mut Cx<'_>, plan: &ExtractPlan) -> Result<Rows> {
         Encoding::Bf16 => ExtractEncoding::BF16,
         Encoding::Q8_0 => ExtractEncoding::Q8_0,
     };
-    let source = resolve_source(&plan.source)?;
-    cx.check_cancel()?;
-    let model = import::open(&source)?;
     let task = format!("extract {}", plan.output);
     let handler = cx.engine.progress.clone();
     let cancel = cx.cancel.clone();
@@ -73,14 +81,7 @@ pub(crate) fn extract(cx: &mut Cx<'_>, plan: &ExtractPlan) -> Result<Rows> {
             finished: true,
         });
     }
-    let mut rows = Rows::new(vec![
-        Column::new("path", ValueType::Text),
-        Column::new("objects", ValueType::Int),
-        Column::new("tensors", ValueType::Int),
-        Column::new("payload_bytes", ValueType::Int),
-        Column::new("encoding", ValueType::Text),
-        Column::new("seconds", ValueType::Float),
-    ]);
+    let mut rows = Rows::new(super::result_columns(cx.plan));
     rows.push(vec![
         Value::from(report.path.display().to_string()),
         Value::from(report.objects),
@@ -89,7 +90,7 @@ pub(crate) fn extract(cx: &mut Cx<'_>, plan: &ExtractPlan) -> Result<Rows> {
         Value::from(report.encoding.name()),
         Value::from(report.seconds),
     ]);
-    Ok(rows)
+    Ok(Datum::Rows(rows))
 }
 
 /// A source path as given, else a catalogue name resolved to its cached file.
@@ -113,7 +114,7 @@ fn container_dir(cx: &Cx<'_>, given: Option<&str>, what: &str) -> Result<PathBuf
         return Ok(PathBuf::from(d));
     }
     let b = cx.bound()?;
-    if b.model.kind != SourceKind::Vindex3 {
+    if b.model().kind != SourceKind::Vindex3 {
         return Err(Error::semantic(format!(
             "{what} reads a VINDEX3 container, and the bound model {} is a {} source",
             b.name, b.facts.source
@@ -123,21 +124,13 @@ fn container_dir(cx: &Cx<'_>, given: Option<&str>, what: &str) -> Result<PathBuf
             b.name
         )));
     }
-    Ok(b.model.path.clone())
+    Ok(b.model().path.clone())
 }
 
 /// `VERIFY ["dir"]`: one row per representation, graph and capability file.
-pub(crate) fn verify(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Rows> {
+pub(crate) fn verify(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Datum> {
     let dir = container_dir(cx, container, "VERIFY")?;
-    let mut rows = Rows::new(vec![
-        Column::new("object", ValueType::Text),
-        Column::new("representation", ValueType::Text),
-        Column::new("encoding", ValueType::Text),
-        Column::new("status", ValueType::Text),
-        Column::new("expected", ValueType::Text),
-        Column::new("actual", ValueType::Text),
-        Column::new("detail", ValueType::Text),
-    ]);
+    let mut rows = Rows::new(super::result_columns(cx.plan));
     for r in vindex3::verify(&dir)? {
         rows.push(vec![
             Value::from(r.object),
@@ -149,7 +142,7 @@ pub(crate) fn verify(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Rows> {
             Value::from(r.detail),
         ]);
     }
-    Ok(rows)
+    Ok(Datum::Rows(rows))
 }
 
 /// `SHOW COMPONENTS | REPRESENTATIONS [LIKE "pattern"]` of the bound container.
@@ -161,15 +154,7 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
     let dir = container_dir(cx, None, word)?;
     let mut rows = match plan.what {
         ShowWhat::Components => {
-            let mut rows = Rows::new(vec![
-                Column::new("component", ValueType::Text),
-                Column::new("role", ValueType::Text),
-                Column::new("layers", ValueType::Int),
-                Column::new("hidden", ValueType::Int),
-                Column::new("operands", ValueType::Int),
-                Column::new("objects", ValueType::Text),
-                Column::new("source", ValueType::Text),
-            ]);
+            let mut rows = Rows::new(super::result_columns(cx.plan));
             for c in vindex3::show_components(&dir)? {
                 rows.push(vec![
                     Value::from(c.id),
@@ -184,17 +169,7 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
             rows
         }
         _ => {
-            let mut rows = Rows::new(vec![
-                Column::new("object", ValueType::Text),
-                Column::new("representation", ValueType::Text),
-                Column::new("encoding", ValueType::Text),
-                Column::new("fidelity", ValueType::Text),
-                Column::new("selected", ValueType::Bool),
-                Column::new("segment", ValueType::Text),
-                Column::new("tensors", ValueType::Int),
-                Column::new("payload_bytes", ValueType::Int),
-                Column::new("payload_sha256", ValueType::Text),
-            ]);
+            let mut rows = Rows::new(super::result_columns(cx.plan));
             for r in vindex3::show_representations(&dir)? {
                 rows.push(vec![
                     Value::from(r.object),

@@ -1,0 +1,142 @@
+//! `Database`: what every connection shares, read-only — mapped model files, tokenizer
+//! snapshots and feature-label caches — as DuckDB's `Database` and SQLite's shared cache
+//! do. Any number of [`Connection`]s on one database run statements concurrently on
+//! different threads, each with its own session (bound model, executor, settings).
+//!
+//! A model opened twice (by two connections, or by USE in one) is mapped once: the
+//! registry keys models by their canonical path and hands out the same
+//! [`SharedModel`] while anyone holds it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use lql_exec::browse::LabelCache;
+use lql_exec::tokenizer::Tokenizer;
+use lql_storage::Model;
+
+use crate::connection::Connection;
+use crate::error::{Error, Result};
+
+/// A model opened once and shared by every connection of a database.
+pub(crate) struct SharedModel {
+    pub model: Arc<Model>,
+    /// Built on first use; an error is kept and returned to every later caller.
+    tokenizer: OnceLock<std::result::Result<Arc<Tokenizer>, Error>>,
+    /// Feature labels computed so far (browse statements fill it lazily).
+    pub labels: Arc<LabelCache>,
+}
+
+impl SharedModel {
+    fn new(model: Model) -> SharedModel {
+        SharedModel {
+            model: Arc::new(model),
+            tokenizer: OnceLock::new(),
+            labels: Arc::new(LabelCache::new()),
+        }
+    }
+
+    /// The model's tokenizer, built once.
+    pub fn tokenizer(&self) -> Result<Arc<Tokenizer>> {
+        self.tokenizer
+            .get_or_init(|| {
+                let spec = self.model.tokenizer_spec()?;
+                Ok(Arc::new(Tokenizer::from_spec_with_special(
+                    &spec,
+                    &self.model.surface.special,
+                )?))
+            })
+            .clone()
+    }
+}
+
+struct Inner {
+    /// Open models by canonical path (weak: a model lives while a binding holds it).
+    models: Mutex<Vec<(PathBuf, Weak<SharedModel>)>>,
+    /// The model `Database::open` bound, handed to each new connection.
+    default: Option<(String, Arc<SharedModel>)>,
+}
+
+/// Shared, read-only state of any number of connections. Cheap to clone.
+#[derive(Clone)]
+pub struct Database {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("default", &self.inner.default.as_ref().map(|d| &d.0))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Database {
+    fn default() -> Self {
+        Database::new()
+    }
+}
+
+impl Database {
+    /// A database with no model; connections bind one with `USE`.
+    pub fn new() -> Database {
+        Database {
+            inner: Arc::new(Inner {
+                models: Mutex::new(Vec::new()),
+                default: None,
+            }),
+        }
+    }
+
+    /// Opens a model (a path, or a catalogue name fetched into the local cache if needed)
+    /// that every connection of this database starts bound to.
+    pub fn open(path_or_name: impl AsRef<str>) -> Result<Database> {
+        let db = Database::new();
+        let probe = db.connect()?;
+        probe.bind(path_or_name.as_ref())?;
+        let (name, shared) = probe
+            .bound_shared()
+            .ok_or_else(|| Error::internal("bound model vanished"))?;
+        Ok(Database {
+            inner: Arc::new(Inner {
+                models: Mutex::new(vec![(shared.model.path.clone(), Arc::downgrade(&shared))]),
+                default: Some((name, shared)),
+            }),
+        })
+    }
+
+    /// A new connection: its own session, bound to the database's model if it has one.
+    pub fn connect(&self) -> Result<Connection> {
+        let conn = Connection::on(self.clone());
+        if let Some((name, shared)) = &self.inner.default {
+            conn.bind_shared(name, shared.clone());
+        }
+        Ok(conn)
+    }
+
+    /// The shared model at `path`, opening it if no connection holds it.
+    pub(crate) fn model(&self, path: &Path) -> Result<Arc<SharedModel>> {
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        {
+            let mut all = self.inner.models.lock().unwrap_or_else(|e| e.into_inner());
+            all.retain(|(_, w)| w.strong_count() > 0);
+            if let Some(m) = all
+                .iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, w)| w.upgrade())
+            {
+                return Ok(m);
+            }
+        }
+        let shared = Arc::new(SharedModel::new(lql_storage::import::open(path)?));
+        let mut all = self.inner.models.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = all
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(m);
+        }
+        all.push((key, Arc::downgrade(&shared)));
+        Ok(shared)
+    }
+}

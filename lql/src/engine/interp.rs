@@ -1,0 +1,211 @@
+//! The interpreter: runs a [`PhysicalPlan`] node by node, inputs first, and measures each
+//! node (rows out, wall time, weight bytes read, encodings read, layers run) for
+//! EXPLAIN ANALYZE. It is the only way a statement runs, so the tree EXPLAIN PLAN prints is
+//! the tree that ran.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use lql_planner::{Operator, PhysicalPlan, PlanNode};
+
+use super::datum::Datum;
+use super::{bind, describe, explain, introspect, run, select, trace, vindex, walk, Cx};
+use crate::error::{Error, Result};
+use crate::rows::Rows;
+
+/// How a plan runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Plain,
+    /// EXPLAIN INFER: the Forward node also captures a trace (attention and FFN activity
+    /// at the last position), kept in [`Executed::tapped`]; the computation is unchanged.
+    TapTrace,
+}
+
+/// What one node did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct NodeStats {
+    pub rows: usize,
+    pub millis: f64,
+    /// Bytes of model weights read by the node.
+    pub weight_bytes: u64,
+    pub encodings: BTreeSet<String>,
+    /// Decoder layers the node ran (Forward, DecodeLoop per token).
+    pub layers_run: usize,
+    /// Whether the node ran (a node whose input failed did not).
+    pub ran: bool,
+}
+
+/// A plan that ran: its rows, and each node's stats in preorder (EXPLAIN's order).
+pub(crate) struct Executed {
+    pub rows: Rows,
+    pub stats: Vec<NodeStats>,
+    /// EXPLAIN INFER's captured trace.
+    pub tapped: Option<lql_exec::trace::Trace>,
+}
+
+/// The interpreter's state during one run.
+pub(crate) struct Run {
+    pub mode: Mode,
+    /// Stats per node, preorder index.
+    pub stats: Vec<NodeStats>,
+    pub tapped: Option<lql_exec::trace::Trace>,
+}
+
+/// What an operator reports besides its output.
+#[derive(Debug, Default)]
+pub(crate) struct Cost {
+    pub weight_bytes: u64,
+    pub encodings: BTreeSet<String>,
+    pub layers_run: usize,
+}
+
+/// Runs `plan`.
+pub(crate) fn run(cx: &mut Cx<'_>, plan: &PhysicalPlan, mode: Mode) -> Result<Executed> {
+    let n = plan.root.preorder().len();
+    let mut r = Run {
+        mode,
+        stats: vec![NodeStats::default(); n],
+        tapped: None,
+    };
+    let mut next = 0usize;
+    let out = node(cx, &plan.root, &mut r, &mut next)?;
+    let rows = match out {
+        Datum::Rows(rows) => rows,
+        other => {
+            return Err(Error::internal(format!(
+                "the plan's root produced {} instead of rows",
+                other.kind()
+            )))
+        }
+    };
+    Ok(Executed {
+        rows,
+        stats: r.stats,
+        tapped: r.tapped,
+    })
+}
+
+fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<Datum> {
+    let id = *next;
+    *next += 1;
+    let mut inputs = Vec::with_capacity(n.inputs.len());
+    for i in &n.inputs {
+        inputs.push(node(cx, i, r, next)?);
+    }
+    cx.check_cancel()?;
+    let t0 = Instant::now();
+    let mut cost = Cost::default();
+    let out = operator(cx, &n.op, inputs, r, &mut cost)?;
+    let s = &mut r.stats[id];
+    s.millis = t0.elapsed().as_secs_f64() * 1e3;
+    s.rows = out.count();
+    s.weight_bytes = cost.weight_bytes;
+    s.encodings = cost.encodings;
+    s.layers_run = cost.layers_run;
+    s.ran = true;
+    Ok(out)
+}
+
+/// The single input of a pipeline operator.
+pub(crate) fn one(inputs: Vec<Datum>, op: &str) -> Result<Datum> {
+    let mut it = inputs.into_iter();
+    match (it.next(), it.next()) {
+        (Some(d), None) => Ok(d),
+        _ => Err(Error::internal(format!("{op} takes exactly one input"))),
+    }
+}
+
+/// The error for an operator given a value it does not take.
+pub(crate) fn wrong_input(op: &str, d: &Datum) -> Error {
+    Error::internal(format!("{op} cannot take {}", d.kind()))
+}
+
+fn operator(
+    cx: &mut Cx<'_>,
+    op: &Operator,
+    inputs: Vec<Datum>,
+    r: &mut Run,
+    cost: &mut Cost,
+) -> Result<Datum> {
+    use Operator as O;
+    match op {
+        O::Open { .. } if matches!(cx.plan, lql_planner::LogicalPlan::Extract(_)) => {
+            vindex::open_source(cx, op)
+        }
+        O::Open { target, .. } => bind::open(cx, target),
+        O::Tokenize { text } => run::tokenize(cx, text),
+        O::EmbedLookup { .. } => walk::embed_lookup(cx, one(inputs, "EmbedLookup")?, cost),
+        O::Forward {
+            layers, capture, ..
+        } => run::forward(cx, one(inputs, "Forward")?, *layers, capture, r, cost),
+        O::Head => run::head(cx, one(inputs, "Head")?, r, cost),
+        O::TopK { k } => run::top_k(one(inputs, "TopK")?, *k),
+        O::DecodeLoop {
+            max_tokens,
+            sampling,
+            stop,
+        } => run::decode_loop(
+            cx,
+            one(inputs, "DecodeLoop")?,
+            *max_tokens,
+            sampling,
+            stop,
+            cost,
+        ),
+        O::Detokenize => run::detokenize(cx, one(inputs, "Detokenize")?),
+        O::GateScan {
+            layers, top, query, ..
+        } => walk::gate_scan(cx, one(inputs, "GateScan")?, *layers, *top, *query, cost),
+        O::FeatureLabels => walk::feature_labels(cx, one(inputs, "FeatureLabels")?),
+        O::DescribeScan {
+            layers,
+            mode,
+            detail,
+            ..
+        } => describe::describe_scan(cx, one(inputs, "DescribeScan")?, *layers, *mode, *detail),
+        O::LogitLens { target } => {
+            trace::logit_lens(cx, one(inputs, "LogitLens")?, target.as_deref())
+        }
+        O::Decompose => trace::decompose(one(inputs, "Decompose")?),
+        O::SaveTrace { path } => trace::save(cx, one(inputs, "SaveTrace")?, path),
+        O::TableScan {
+            table,
+            layers,
+            features,
+            labels,
+        } => select::table_scan(cx, *table, layers.as_deref(), features.as_deref(), *labels),
+        O::Filter { predicate } => select::filter(one(inputs, "Filter")?, predicate),
+        O::Sort { keys } => select::sort(one(inputs, "Sort")?, keys),
+        O::Limit { n } => select::limit(one(inputs, "Limit")?, *n),
+        O::LateLabels => select::late_labels(cx, one(inputs, "LateLabels")?),
+        O::Project { columns } => select::project(one(inputs, "Project")?, columns),
+        O::Write { .. } => vindex::write(cx, one(inputs, "Write")?, op),
+        O::Verify { container } => vindex::verify(cx, container.as_deref()),
+        O::Inspect { .. } => introspect::inspect(cx),
+        O::DescribeTable { table } => introspect::describe_table(cx, *table),
+        O::Rows { columns } => rows(cx, inputs, columns),
+        O::Explain { mode, plan } => explain::explain(cx, *mode, plan),
+        other => Err(Error::not_supported_yet(&other.to_string())),
+    }
+}
+
+/// The root: the statement's rows, in exactly the columns its schema declares.
+fn rows(cx: &mut Cx<'_>, inputs: Vec<Datum>, columns: &[lql_planner::ColumnDef]) -> Result<Datum> {
+    let want = super::columns_of(columns);
+    let rows = match inputs.into_iter().next() {
+        None => Rows::new(want.clone()),
+        Some(Datum::Rows(rows)) => rows,
+        Some(d @ Datum::Labeled { .. }) => walk::rows(cx, d, want.clone())?,
+        Some(d @ Datum::Trace { .. }) => trace::rows(cx, d, want.clone())?,
+        Some(d) => return Err(wrong_input("Rows", &d)),
+    };
+    if rows.columns != want {
+        return Err(Error::internal(format!(
+            "rows of {:?} do not match the declared columns {:?}",
+            rows.column_names(),
+            want.iter().map(|c| c.name.as_str()).collect::<Vec<_>>()
+        )));
+    }
+    Ok(Datum::Rows(rows))
+}

@@ -1,0 +1,182 @@
+//! The planner's pushdown rule: which layers and features of a table scan a WHERE clause
+//! can possibly match, so the scan reads only those. The full filter still runs after the
+//! scan; a domain is a superset of the matching values.
+
+use lql_grammar::{CmpOp, Expr, ExprKind, Value as Lit};
+
+/// Column names an expression reads.
+pub fn columns_in(e: &Expr, out: &mut Vec<String>) {
+    match &e.kind {
+        ExprKind::Column(c) => out.push(c.name.to_ascii_lowercase()),
+        ExprKind::Literal(_) => {}
+        ExprKind::Compare { left, right, .. } => {
+            columns_in(left, out);
+            columns_in(right, out);
+        }
+        ExprKind::Like { expr, pattern, .. } => {
+            columns_in(expr, out);
+            columns_in(pattern, out);
+        }
+        ExprKind::InList { expr, list, .. } => {
+            columns_in(expr, out);
+            list.iter().for_each(|x| columns_in(x, out));
+        }
+        ExprKind::Between {
+            expr, low, high, ..
+        } => {
+            columns_in(expr, out);
+            columns_in(low, out);
+            columns_in(high, out);
+        }
+        ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) => columns_in(expr, out),
+        ExprKind::And(xs) | ExprKind::Or(xs) => xs.iter().for_each(|x| columns_in(x, out)),
+    }
+}
+
+/// The set of integer values of column `col` that can satisfy `e`, as far as its top-level
+/// conjuncts say (`col = n`, `col IN (…)`, `col BETWEEN a AND b`, `col <,<=,>,>= n`);
+/// `None` when unconstrained. The full filter still runs afterwards, so this only needs to
+/// be a superset of the matching values.
+pub fn int_domain(e: &Expr, col: &str, lo: i64, hi: i64) -> Option<Vec<i64>> {
+    let conjuncts: Vec<&Expr> = match &e.kind {
+        ExprKind::And(xs) => xs.iter().collect(),
+        _ => vec![e],
+    };
+    let is_col =
+        |x: &Expr| matches!(&x.kind, ExprKind::Column(c) if c.name.eq_ignore_ascii_case(col));
+    let int = |x: &Expr| match &x.kind {
+        ExprKind::Literal(Lit::Int(i)) => Some(*i),
+        _ => None,
+    };
+    let (mut a, mut b) = (lo, hi);
+    let mut set: Option<Vec<i64>> = None;
+    let mut constrained = false;
+    for c in conjuncts {
+        match &c.kind {
+            ExprKind::Compare { op, left, right } => {
+                let (op, n) = if is_col(left) {
+                    match int(right) {
+                        Some(n) => (*op, n),
+                        None => continue,
+                    }
+                } else if is_col(right) {
+                    match int(left) {
+                        // n < col  ≡  col > n
+                        Some(n) => (
+                            match op {
+                                CmpOp::Lt => CmpOp::Gt,
+                                CmpOp::LtEq => CmpOp::GtEq,
+                                CmpOp::Gt => CmpOp::Lt,
+                                CmpOp::GtEq => CmpOp::LtEq,
+                                o => *o,
+                            },
+                            n,
+                        ),
+                        None => continue,
+                    }
+                } else {
+                    continue;
+                };
+                constrained |= op != CmpOp::NotEq;
+                match op {
+                    CmpOp::Eq => {
+                        a = a.max(n);
+                        b = b.min(n);
+                    }
+                    CmpOp::Lt => b = b.min(n.saturating_sub(1)),
+                    CmpOp::LtEq => b = b.min(n),
+                    CmpOp::Gt => a = a.max(n.saturating_add(1)),
+                    CmpOp::GtEq => a = a.max(n),
+                    CmpOp::NotEq => {}
+                }
+            }
+            ExprKind::Between {
+                expr,
+                low,
+                high,
+                negated: false,
+            } if is_col(expr) => {
+                if let (Some(l), Some(h)) = (int(low), int(high)) {
+                    a = a.max(l);
+                    b = b.min(h);
+                    constrained = true;
+                }
+            }
+            ExprKind::InList {
+                expr,
+                list,
+                negated: false,
+            } if is_col(expr) => {
+                let vals: Option<Vec<i64>> = list.iter().map(int).collect();
+                if let Some(v) = vals {
+                    set = Some(match set {
+                        None => v,
+                        Some(s) => s.into_iter().filter(|x| v.contains(x)).collect(),
+                    });
+                    constrained = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    if !constrained {
+        return None;
+    }
+    let mut out: Vec<i64> = match set {
+        Some(s) => s.into_iter().filter(|x| (a..=b).contains(x)).collect(),
+        None if a <= b => (a..=b).collect(),
+        None => Vec::new(),
+    };
+    out.sort_unstable();
+    out.dedup();
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lql_grammar::{Ident, Span};
+
+    fn e(kind: ExprKind) -> Expr {
+        Expr {
+            kind,
+            span: Span::new(0, 1),
+        }
+    }
+    fn col(n: &str) -> Expr {
+        e(ExprKind::Column(Ident {
+            name: n.into(),
+            span: Span::new(0, 1),
+        }))
+    }
+    fn int(i: i64) -> Expr {
+        e(ExprKind::Literal(Lit::Int(i)))
+    }
+    fn cmp(op: CmpOp, a: Expr, b: Expr) -> Expr {
+        e(ExprKind::Compare {
+            op,
+            left: Box::new(a),
+            right: Box::new(b),
+        })
+    }
+
+    #[test]
+    fn pushdown_domains() {
+        let p = e(ExprKind::And(vec![
+            cmp(CmpOp::GtEq, col("layer"), int(3)),
+            cmp(CmpOp::Lt, int(1), col("feature")),
+            cmp(CmpOp::LtEq, col("layer"), int(5)),
+        ]));
+        assert_eq!(int_domain(&p, "layer", 0, 29), Some(vec![3, 4, 5]));
+        assert_eq!(int_domain(&p, "feature", 0, 3), Some(vec![2, 3]));
+        assert_eq!(int_domain(&p, "other", 0, 3), None);
+        let or = e(ExprKind::Or(vec![cmp(CmpOp::Eq, col("layer"), int(1))]));
+        assert_eq!(int_domain(&or, "layer", 0, 29), None, "OR is not pushed");
+        let inl = e(ExprKind::InList {
+            expr: Box::new(col("layer")),
+            list: vec![int(7), int(40), int(2)],
+            negated: false,
+        });
+        assert_eq!(int_domain(&inl, "layer", 0, 29), Some(vec![2, 7]));
+    }
+}

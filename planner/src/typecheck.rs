@@ -1,0 +1,167 @@
+//! Static types of WHERE expressions, checked by the binder against a table's columns
+//! (so a type error carries the span of the sub-expression at fault and nothing runs).
+
+use lql_grammar::{Expr, ExprKind, Value as Lit};
+
+use crate::error::PlanError;
+use crate::schema::{ColumnDef, ColumnType};
+
+type Result<T> = std::result::Result<T, PlanError>;
+
+/// The static type of an expression (`Null` for a bare NULL literal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Num,
+    Text,
+    Bool,
+    List,
+    Null,
+}
+
+impl Ty {
+    fn of(t: ColumnType) -> Ty {
+        match t {
+            ColumnType::Int | ColumnType::Float => Ty::Num,
+            ColumnType::Text => Ty::Text,
+            ColumnType::Bool => Ty::Bool,
+            ColumnType::List | ColumnType::Any => Ty::List,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Ty::Num => "a number",
+            Ty::Text => "text",
+            Ty::Bool => "a boolean",
+            Ty::List => "a list",
+            Ty::Null => "NULL",
+        }
+    }
+    fn compatible(self, other: Ty) -> bool {
+        self == Ty::Null || other == Ty::Null || (self == other && self != Ty::List)
+    }
+}
+
+fn column_index(cols: &[ColumnDef], name: &str, e: &Expr) -> Result<usize> {
+    cols.iter()
+        .position(|c| c.name.eq_ignore_ascii_case(name))
+        .ok_or_else(|| PlanError::semantic(format!("unknown column `{name}`"), e.span))
+}
+
+fn mismatch(e: &Expr, msg: String) -> PlanError {
+    PlanError::semantic(format!("type mismatch: {msg}"), e.span)
+}
+
+/// Checks `e` against the columns; a WHERE clause must be boolean.
+pub fn check_predicate(e: &Expr, cols: &[ColumnDef]) -> Result<()> {
+    match type_of(e, cols)? {
+        Ty::Bool | Ty::Null => Ok(()),
+        t => Err(mismatch(
+            e,
+            format!("WHERE needs a boolean condition, this is {}", t.name()),
+        )),
+    }
+}
+
+fn type_of(e: &Expr, cols: &[ColumnDef]) -> Result<Ty> {
+    let need = |x: &Expr, want: Ty, ctx: &str| -> Result<()> {
+        let t = type_of(x, cols)?;
+        if t == want || t == Ty::Null {
+            Ok(())
+        } else {
+            Err(mismatch(
+                x,
+                format!("{ctx} needs {}, found {}", want.name(), t.name()),
+            ))
+        }
+    };
+    Ok(match &e.kind {
+        ExprKind::Column(c) => Ty::of(cols[column_index(cols, &c.name, e)?].ty),
+        ExprKind::Literal(l) => match l {
+            Lit::Int(_) | Lit::Float(_) => Ty::Num,
+            Lit::String(_) => Ty::Text,
+            Lit::Bool(_) => Ty::Bool,
+            Lit::Null => Ty::Null,
+        },
+        ExprKind::Compare { op, left, right } => {
+            let (a, b) = (type_of(left, cols)?, type_of(right, cols)?);
+            if a == Ty::List || b == Ty::List {
+                let side = if a == Ty::List { left } else { right };
+                return Err(mismatch(
+                    side,
+                    format!("a list cannot be compared with {}", op.symbol()),
+                ));
+            }
+            if !a.compatible(b) {
+                return Err(mismatch(
+                    e,
+                    format!("cannot compare {} {} {}", a.name(), op.symbol(), b.name()),
+                ));
+            }
+            Ty::Bool
+        }
+        ExprKind::Like { expr, pattern, .. } => {
+            need(expr, Ty::Text, "LIKE")?;
+            need(pattern, Ty::Text, "a LIKE pattern")?;
+            Ty::Bool
+        }
+        ExprKind::InList { expr, list, .. } => {
+            let a = type_of(expr, cols)?;
+            if a == Ty::List {
+                return Err(mismatch(
+                    expr,
+                    "IN needs a single value, found a list".into(),
+                ));
+            }
+            for x in list {
+                let b = type_of(x, cols)?;
+                if !a.compatible(b) {
+                    return Err(mismatch(
+                        x,
+                        format!("IN list item is {}, the value is {}", b.name(), a.name()),
+                    ));
+                }
+            }
+            Ty::Bool
+        }
+        ExprKind::Between {
+            expr, low, high, ..
+        } => {
+            let a = type_of(expr, cols)?;
+            if !matches!(a, Ty::Num | Ty::Text | Ty::Null) {
+                return Err(mismatch(
+                    expr,
+                    format!("BETWEEN needs a number or text, found {}", a.name()),
+                ));
+            }
+            for x in [low, high] {
+                let b = type_of(x, cols)?;
+                if !a.compatible(b) {
+                    return Err(mismatch(
+                        x,
+                        format!("BETWEEN bound is {}, the value is {}", b.name(), a.name()),
+                    ));
+                }
+            }
+            Ty::Bool
+        }
+        ExprKind::IsNull { expr, .. } => {
+            type_of(expr, cols)?;
+            Ty::Bool
+        }
+        ExprKind::Not(x) => {
+            need(x, Ty::Bool, "NOT")?;
+            Ty::Bool
+        }
+        ExprKind::And(xs) | ExprKind::Or(xs) => {
+            let ctx = if matches!(e.kind, ExprKind::And(_)) {
+                "AND"
+            } else {
+                "OR"
+            };
+            for x in xs {
+                need(x, Ty::Bool, ctx)?;
+            }
+            Ty::Bool
+        }
+    })
+}

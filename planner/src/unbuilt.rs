@@ -1,0 +1,73 @@
+//! The one table of what is not built yet: statements and clauses that parse and bind but
+//! that the engine does not run. Each refusal is `not supported yet: …` with the span of the
+//! clause at fault. EXPLAIN PLAN still shows their operator trees.
+
+use lql_grammar::{Span, Statement, StatementKind};
+
+use crate::error::PlanError;
+use crate::logical::{ExplainMode, ExtractFormat, LogicalPlan, ShowWhat};
+
+/// Refuses a statement (or one of its clauses) that is not built yet.
+pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError> {
+    let refuse = |what: &str, span: Span| {
+        Err(PlanError::unsupported(
+            format!("not supported yet: {what}"),
+            span,
+        ))
+    };
+    match (&stmt.kind, plan) {
+        (_, LogicalPlan::Explain(e)) if e.mode == ExplainMode::Plan => Ok(()),
+        (
+            StatementKind::Explain(inner)
+            | StatementKind::ExplainAnalyze(inner)
+            | StatementKind::ExplainPlan(inner),
+            LogicalPlan::Explain(e),
+        ) => check_built(inner, &e.inner),
+        (StatementKind::Use(u), _) => {
+            if let Some(l) = &u.layers {
+                if matches!(plan, LogicalPlan::Use(p) if p.layers.is_some()) {
+                    return refuse(
+                        "USE … LAYERS (binding one stage of a layer package)",
+                        l.span,
+                    );
+                }
+            }
+            match &u.profile {
+                Some(p) => refuse("USE … PROFILE", p.span),
+                None => Ok(()),
+            }
+        }
+        (StatementKind::Extract(x), LogicalPlan::Extract(p)) => {
+            if p.format == ExtractFormat::Package {
+                let span = x.format.as_ref().map_or(stmt.span, |f| f.span);
+                return refuse("EXTRACT … FORMAT PACKAGE", span);
+            }
+            match &x.layers {
+                Some(l) => refuse(
+                    "EXTRACT … LAYERS into a VINDEX3 container (a container holds every layer)",
+                    l.span,
+                ),
+                None => Ok(()),
+            }
+        }
+        (StatementKind::Show(s), LogicalPlan::Show(p))
+            if matches!(p.what, ShowWhat::Profiles | ShowWhat::Patches) =>
+        {
+            refuse(&format!("SHOW {}", p.what), s.what.span)
+        }
+        (
+            _,
+            LogicalPlan::Insert(_)
+            | LogicalPlan::Delete(_)
+            | LogicalPlan::Update(_)
+            | LogicalPlan::BeginPatch { .. }
+            | LogicalPlan::SavePatch
+            | LogicalPlan::ApplyPatch { .. }
+            | LogicalPlan::RemovePatch { .. }
+            | LogicalPlan::Diff(_)
+            | LogicalPlan::Compile(_)
+            | LogicalPlan::Compact { .. },
+        ) => refuse(plan.name(), stmt.span),
+        _ => Ok(()),
+    }
+}
