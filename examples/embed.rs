@@ -36,7 +36,7 @@ fn main() -> Result<(), lql::Error> {
 
     // A prepared statement can be run again; GENERATE returns one row.
     let mut stmt = conn.prepare(&format!("GENERATE {} MAX 12", lql::quote(&prompt)))?;
-    let rows = stmt.query()?;
+    let rows = stmt.query(())?;
     let text: String = rows.row(0).expect("one row").get("text")?;
     println!("greedy continuation: {text:?}");
 

@@ -247,7 +247,7 @@ pub(crate) fn head(
 ) -> Result<Vec<f32>> {
     let s = &plan.surface;
     let d = s.hidden;
-    if d == 0 || x.len() % d != 0 {
+    if d == 0 || !x.len().is_multiple_of(d) {
         return Err(ExecError::Internal(format!(
             "head input of {} floats is not whole rows of {d}",
             x.len()

@@ -365,6 +365,32 @@ fn observer_sees_every_layer_and_does_not_change_results() {
 }
 
 #[test]
+fn a_pass_stopping_early_runs_only_its_layers() {
+    let model = build(
+        &Spec {
+            layers: 4,
+            ..Spec::default()
+        },
+        23,
+    );
+    let exec = Executor::new(arc(model), 2).unwrap();
+    let mut rec = Recorder::default();
+    exec.observe_layers(&IDS, 1, &mut rec).unwrap();
+    assert_eq!(rec.layers, vec![0, 1], "layers 2 and 3 never ran");
+    let mut all = Recorder::default();
+    let whole = exec.observe(&IDS, LogitsWanted::Last, &mut all).unwrap();
+    assert_eq!(all.layers, vec![0, 1, 2, 3]);
+    // The residual after every layer, then the head alone, gives the pass's last-position
+    // logits bit for bit.
+    let residual = exec.session().extend_to_residual(&IDS, None).unwrap();
+    let head = exec.head(&residual).unwrap();
+    assert_eq!(head.values, whole.last().unwrap().values);
+    assert!(exec
+        .observe_layers(&IDS, 4, &mut Recorder::default())
+        .is_err());
+}
+
+#[test]
 fn bad_input_is_refused_with_clear_errors() {
     let exec = Executor::new(arc(build(&Spec::default(), 1)), 1).unwrap();
     assert!(matches!(exec.infer(&[], 5), Err(ExecError::EmptyPrompt)));

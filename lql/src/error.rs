@@ -97,6 +97,13 @@ pub struct Error {
     /// written under its caret (otherwise "here").
     pub labels: Vec<Label>,
     pub help: Vec<String>,
+    /// A specific code and the lower layer's error, when there are (boxed: errors travel in
+    /// every `Result` and stay small).
+    extra: Option<Box<Extra>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Extra {
     /// A code more specific than the kind's default (see [`CODES`]).
     code: Option<&'static str>,
     /// The lower layer's error, when there is one.
@@ -127,14 +134,13 @@ impl Error {
             span: None,
             labels: Vec::new(),
             help: Vec::new(),
-            code: None,
-            source: None,
+            extra: None,
         }
     }
 
     /// The stable code of this error (`LQL-E0201`, …; see [`CODES`]).
     pub fn code(&self) -> &'static str {
-        self.code.unwrap_or(match self.kind {
+        self.extra.as_ref().and_then(|x| x.code).unwrap_or(match self.kind {
             ErrorKind::Syntax => "LQL-E0101",
             ErrorKind::Semantic => "LQL-E0201",
             ErrorKind::Unsupported => "LQL-E0301",
@@ -147,13 +153,13 @@ impl Error {
 
     /// Sets a code more specific than the kind's default.
     pub fn with_code(mut self, code: &'static str) -> Self {
-        self.code = Some(code);
+        self.extra.get_or_insert_with(Default::default).code = Some(code);
         self
     }
 
     /// Keeps `e` as this error's [`std::error::Error::source`].
     pub fn with_source(mut self, e: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(std::sync::Arc::new(e));
+        self.extra.get_or_insert_with(Default::default).source = Some(std::sync::Arc::new(e));
         self
     }
 
@@ -345,8 +351,9 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
+        self.extra
+            .as_ref()
+            .and_then(|x| x.source.as_deref())
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
@@ -378,8 +385,7 @@ fn spanned(
             })
             .collect(),
         help: help.into_iter().collect(),
-        code: None,
-        source: None,
+        extra: None,
     }
 }
 

@@ -162,21 +162,33 @@ impl<'conn> Statement<'conn> {
         self.slots.iter().map(|s| s.index).max().unwrap_or(0)
     }
 
-    /// The columns the statement returns, known before it runs (for a statement with
-    /// parameters: its columns do not depend on them, except SELECT's which are fixed by
-    /// its text; it is bound with NULL-free placeholders to find them).
+    /// The columns the statement returns, known before it runs (a statement's columns do
+    /// not depend on its parameters' values; it is bound with neutral values to find them).
     pub fn columns(&mut self) -> Result<Vec<Column>> {
         if let Some(p) = &self.plan {
             if p.version == self.conn.session_version() {
                 return Ok(crate::engine::columns_of(p.physical.columns()));
             }
         }
-        let text = self.text_with(&self.neutral_values())?;
-        let p = self
-            .conn
-            .prepare_plan(&text)
-            .map_err(|e| e.offset_spans(self.offset))?;
+        let p = self.bind_neutral()?;
         Ok(crate::engine::columns_of(p.physical.columns()))
+    }
+
+    /// Binds the statement with neutral values in its placeholders (NULL, else text, else a
+    /// number: whichever fits where each stands), to learn its plan without running it.
+    fn bind_neutral(&self) -> Result<Prepared> {
+        let n = self.parameter_count();
+        let mut last = None;
+        for neutral in [Value::Null, Value::Text("?".into()), Value::Int(1)] {
+            let text = self.text_with(&vec![neutral; n])?;
+            match self.conn.prepare_plan(&text) {
+                Ok(p) => return Ok(p),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last
+            .unwrap_or_else(|| param_error("the statement does not bind".into()))
+            .without_spans())
     }
 
     /// The column names (as rusqlite's `column_names`).
@@ -208,14 +220,12 @@ impl<'conn> Statement<'conn> {
 
     /// The physical plan, one line per row (as `EXPLAIN PLAN <statement>`).
     pub fn explain(&mut self) -> Result<Rows> {
-        let text = self.text_with(&self.neutral_values())?;
-        self.conn
-            .run_one(&format!("EXPLAIN PLAN {text}"))
-            .map_err(|e| e.without_spans())
-    }
-
-    fn neutral_values(&self) -> Vec<Value> {
-        vec![Value::Text("?".into()); self.parameter_count()]
+        let p = self.bind_neutral()?;
+        let mut rows = Rows::new(vec![Column::new("plan", crate::value::ValueType::Text)]);
+        for l in p.physical.lines() {
+            rows.push(vec![Value::from(l)]);
+        }
+        Ok(rows)
     }
 
     /// The text with every placeholder replaced by its value as a literal.

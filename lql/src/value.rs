@@ -164,6 +164,18 @@ impl From<i64> for Value {
         Value::Int(v)
     }
 }
+/// Small integers convert losslessly (so `params![3]` works without a suffix).
+macro_rules! small_int_into_value {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Value {
+            fn from(v: $t) -> Self {
+                Value::Int(i64::from(v))
+            }
+        }
+    )*};
+}
+small_int_into_value!(i8, i16, i32, u8, u16);
+
 impl From<u32> for Value {
     fn from(v: u32) -> Self {
         Value::Int(v as i64)

@@ -80,8 +80,8 @@ fn prepare_checks_syntax_and_runs_again() {
     let mut stmt = conn
         .prepare("GENERATE 'The capital of France is' MAX 3")
         .unwrap();
-    let a = stmt.query().unwrap();
-    let b = stmt.query().unwrap();
+    let a = stmt.query(()).unwrap();
+    let b = stmt.query(()).unwrap();
     assert_eq!(a, b, "greedy generation is deterministic");
     assert_eq!(a.row(0).unwrap().get::<i64>("generated_tokens").unwrap(), 3);
     assert!(conn.prepare("STATS; STATS").is_err());

@@ -4,7 +4,7 @@
 use crate::catalog::{Catalog, ModelFacts};
 use crate::error::PlanError;
 use crate::logical::*;
-use crate::pushdown::{columns_in, int_domain};
+use crate::pushdown::{columns_in, expr_size, int_domain};
 use crate::schema::{self, ColumnDef};
 use crate::typecheck::check_predicate;
 use lql_grammar::{
@@ -19,6 +19,23 @@ pub const DEFAULT_INFER_TOP: usize = 5;
 pub const DEFAULT_WALK_TOP: usize = 10;
 /// Default MAX for GENERATE.
 pub const DEFAULT_MAX_TOKENS: usize = 64;
+/// Most nodes (columns, literals, operators) a WHERE clause may have.
+pub const MAX_WHERE_NODES: usize = 10_000;
+
+/// Refuses a WHERE clause larger than [`MAX_WHERE_NODES`].
+fn check_where_size(f: &Spanned<Expr>) -> Result<()> {
+    let n = expr_size(&f.value);
+    if n > MAX_WHERE_NODES {
+        return Err(PlanError::semantic(
+            format!("the WHERE clause has {n} terms; at most {MAX_WHERE_NODES} are allowed"),
+            f.span,
+        )
+        .with_help(
+            "split the query, or use a range (BETWEEN) instead of a long IN list or OR chain",
+        ));
+    }
+    Ok(())
+}
 
 /// Binds a parsed statement against the catalog.
 pub fn bind(stmt: &Statement, catalog: &dyn Catalog) -> Result<LogicalPlan> {
@@ -521,6 +538,9 @@ impl Binder {
                 .map(|c| resolve(&schema, table, c).cloned())
                 .collect::<Result<_>>()?,
         };
+        if let Some(f) = &s.filter {
+            check_where_size(f)?;
+        }
         let filter = s
             .filter
             .as_ref()
@@ -699,6 +719,7 @@ impl Binder {
             )
             .with_help("to delete every row, write WHERE TRUE"));
         };
+        check_where_size(f)?;
         Ok(LogicalPlan::Delete(DeletePlan {
             table,
             filter: resolve_expr(&schema, table, &f.value)?,
@@ -727,6 +748,7 @@ impl Binder {
             )
             .with_help("to update every row, write WHERE TRUE"));
         };
+        check_where_size(f)?;
         Ok(LogicalPlan::Update(UpdatePlan {
             table,
             assignments,

@@ -4,6 +4,23 @@
 
 use lql_grammar::{CmpOp, Expr, ExprKind, Value as Lit};
 
+/// Nodes in an expression (every column, literal and operator).
+pub fn expr_size(e: &Expr) -> usize {
+    1 + match &e.kind {
+        ExprKind::Column(_) | ExprKind::Literal(_) => 0,
+        ExprKind::Compare { left, right, .. } => expr_size(left) + expr_size(right),
+        ExprKind::Like { expr, pattern, .. } => expr_size(expr) + expr_size(pattern),
+        ExprKind::InList { expr, list, .. } => {
+            expr_size(expr) + list.iter().map(expr_size).sum::<usize>()
+        }
+        ExprKind::Between {
+            expr, low, high, ..
+        } => expr_size(expr) + expr_size(low) + expr_size(high),
+        ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) => expr_size(expr),
+        ExprKind::And(xs) | ExprKind::Or(xs) => xs.iter().map(expr_size).sum(),
+    }
+}
+
 /// Column names an expression reads.
 pub fn columns_in(e: &Expr, out: &mut Vec<String>) {
     match &e.kind {

@@ -133,7 +133,26 @@ fn defaults_are_filled() {
     };
     assert_eq!(
         (w.top, w.layers, w.mode),
-        (10, LayerRange::new(0, 29), WalkMode::Embedding)
+        (10, LayerRange::new(0, 29), WalkMode::Residual),
+        "the binder picks RESIDUAL when the model can run"
+    );
+    assert_eq!(w.mode_choice, ModeChoice::Default);
+    let browse_only = ModelFacts {
+        can_execute: false,
+        missing_for_execute: vec!["blk.0.attn_q".into()],
+        ..smollm()
+    };
+    let LogicalPlan::Walk(w) = plan("WALK 'France'", &browse_only) else {
+        panic!()
+    };
+    assert_eq!(w.mode, WalkMode::Embedding);
+    assert!(
+        matches!(w.mode_choice, ModeChoice::DefaultBrowseOnly(ref why) if why.contains("blk.0.attn_q"))
+    );
+    refuse(
+        "WALK 'France' «MODE RESIDUAL»",
+        &browse_only,
+        "needs a forward pass",
     );
     let LogicalPlan::Infer(i) = plan("INFER 'x'", &m) else {
         panic!()
@@ -274,7 +293,7 @@ fn counts_are_checked() {
         "SEED has no effect with greedy decoding",
     );
     refuse(
-        "SELECT * FROM edges «LIMIT -1»",
+        "SELECT * FROM features «LIMIT -1»",
         &m,
         "LIMIT must be non-negative",
     );
@@ -332,7 +351,7 @@ fn capability_refusals_name_missing_operands() {
 fn select_resolves_columns() {
     let m = smollm();
     let LogicalPlan::Select(s) = plan(
-        "SELECT Layer, token FROM features WHERE score > 0.5 AND layer BETWEEN 20 AND 29 ORDER BY score DESC LIMIT 10",
+        "SELECT Layer, top_token FROM features WHERE c_score > 0.5 AND layer BETWEEN 20 AND 29 ORDER BY c_score DESC LIMIT 10",
         &m,
     ) else {
         panic!()
@@ -342,55 +361,83 @@ fn select_resolves_columns() {
             .iter()
             .map(|c| c.name.as_str())
             .collect::<Vec<_>>(),
-        ["layer", "token"]
+        ["layer", "top_token"]
     );
     assert_eq!(
         s.order_by,
         vec![SortKey {
-            column: "score".into(),
+            column: "c_score".into(),
             descending: true
         }]
     );
     assert_eq!(s.limit, Some(10));
+    // Pushdown: the layers WHERE allows; labels early because WHERE reads c_score.
+    assert_eq!(s.scan.layers, Some((20..=29).collect()));
+    assert_eq!(s.scan.labels, LabelTiming::Early);
     let LogicalPlan::Select(s) = plan("SELECT * FROM tokens", &m) else {
         panic!()
     };
-    assert_eq!(s.columns.len(), 2);
+    assert_eq!(s.columns.len(), 3);
     let e = refuse(
-        "SELECT «tokn» FROM features",
+        "SELECT «top_tokn» FROM features",
         &m,
-        "unknown column `tokn` in table features",
+        "unknown column `top_tokn` in table features",
     );
-    assert_eq!(e.help.as_deref(), Some("did you mean token?"));
+    assert_eq!(e.help.as_deref(), Some("did you mean top_token?"));
     refuse(
-        "SELECT * FROM edges WHERE «relaton» = 'capital'",
+        "SELECT * FROM features WHERE «relaton» = 'capital'",
         &m,
         "unknown column `relaton`",
     );
-    refuse("SELECT * FROM edges ORDER BY «gatee»", &m, "unknown column");
     refuse(
-        "SELECT * FROM edges WHERE entity = 'a' OR (NOT «zz» IN (1))",
+        "SELECT * FROM features ORDER BY «gatee»",
+        &m,
+        "unknown column",
+    );
+    refuse(
+        "SELECT * FROM features WHERE layer = 1 OR (NOT «zz» IN (1))",
         &m,
         "unknown column `zz`",
+    );
+    // Types are checked by the binder, with the span of the sub-expression at fault.
+    refuse(
+        "SELECT * FROM features WHERE «top_token > 3»",
+        &m,
+        "type mismatch",
     );
 }
 
 #[test]
-fn custom_catalog_schema() {
-    struct Custom;
-    impl Catalog for Custom {
-        fn bound(&self) -> Option<ModelFacts> {
-            Some(smollm())
-        }
-        fn table_columns(&self, _t: Table) -> Vec<ColumnDef> {
-            vec![ColumnDef::new("only", ColumnType::Int)]
-        }
+fn every_schema_comes_from_the_planner() {
+    let m = smollm();
+    // Tables that do not answer SELECT yet are refused at their name, with the ones that do.
+    let e = bind(
+        &lql_grammar::parse_statement("SELECT * FROM edges").unwrap(),
+        &m,
+    )
+    .unwrap_err();
+    assert_eq!(e.kind, PlanErrorKind::Unsupported);
+    assert!(
+        e.message.contains("not supported yet: SELECT FROM edges"),
+        "{e:?}"
+    );
+    assert!(e
+        .help
+        .as_deref()
+        .unwrap_or("")
+        .contains("features, layers, tokens, tensors"));
+    for t in QUERYABLE_TABLES {
+        let cols = table_columns(t).unwrap();
+        let LogicalPlan::Select(s) = plan(&format!("SELECT * FROM {}", t.name()), &m) else {
+            panic!()
+        };
+        assert_eq!(s.columns, cols);
+        assert_eq!(statement_columns(&LogicalPlan::Select(s)), cols);
+        assert!(
+            cols.iter().all(|c| !c.meaning.is_empty()),
+            "{t:?} documents its columns"
+        );
     }
-    assert!(matches!(
-        plan("SELECT only FROM layers", &Custom),
-        LogicalPlan::Select(_)
-    ));
-    refuse("SELECT «layer» FROM layers", &Custom, "unknown column");
 }
 
 #[test]
@@ -448,22 +495,22 @@ fn edits() {
         "DELETE cannot change table tokens",
     );
     let LogicalPlan::Update(u) = plan(
-        "UPDATE features SET token = 'x' WHERE layer = 3 AND feature = 9",
+        "UPDATE features SET top_token = 'x' WHERE layer = 3 AND feature = 9",
         &m,
     ) else {
         panic!()
     };
     assert_eq!(
         u.assignments,
-        vec![("token".to_string(), Value::String("x".into()))]
+        vec![("top_token".to_string(), Value::String("x".into()))]
     );
     refuse(
-        "UPDATE features SET «tokn» = 'x' WHERE layer = 1",
+        "UPDATE features SET «top_tokn» = 'x' WHERE layer = 1",
         &m,
         "unknown column",
     );
     refuse(
-        "UPDATE features SET token = 'x', «token = 'y'» WHERE layer = 1",
+        "UPDATE features SET top_token = 'x', «top_token = 'y'» WHERE layer = 1",
         &m,
         "assigned twice",
     );

@@ -5,6 +5,14 @@ mod common;
 use common::smollm;
 use lql_planner::*;
 
+/// The tree EXPLAIN PLAN shows: the inner statement's lowered plan.
+fn explain_text(plan: &LogicalPlan) -> String {
+    match plan {
+        LogicalPlan::Explain(e) => lower(&e.inner).to_string(),
+        other => lower(other).to_string(),
+    }
+}
+
 fn explain(src: &str) -> String {
     let stmt = lql_grammar::parse_statement(src).unwrap();
     let plan = bind(&stmt, &smollm()).unwrap_or_else(|e| panic!("{src}: {e:?}"));
@@ -20,7 +28,7 @@ fn snap(src: &str, expected: &str) {
 #[test]
 fn walk_embedding() {
     snap(
-        "EXPLAIN WALK 'France' TOP 5 LAYERS 20-29",
+        "EXPLAIN WALK 'France' TOP 5 LAYERS 20-29 MODE EMBEDDING",
         r#"
 Rows [layer, feature, gate, activation, top_token, down_tokens, mode]
   FeatureLabels
@@ -40,7 +48,7 @@ fn walk_residual() {
 Rows [layer, feature, gate, activation, top_token, down_tokens, mode]
   FeatureLabels
     GateScan layers=10-12 top=10 query=residual encoding=Q4_1 bytes/layer=648.0 KiB total=1.9 MiB
-      Forward prefill layers=0-12 capture=ffn_input positions=last
+      Forward layers=0-12 capture=ffn_input positions=last
         Tokenize "France"
 "#
         .trim_start(),
@@ -54,11 +62,10 @@ fn infer() {
         r#"
 Rows [rank, token, token_id, prob, logit]
   Detokenize
-    TopK k=3
-      Softmax
-        Head final_norm+output position=last
-          Forward prefill layers=0-29
-            Tokenize "The capital of France is"
+    TopK k=3 softmax
+      Head final_norm+output position=last
+        Forward layers=0-29
+          Tokenize "The capital of France is"
 "#
         .trim_start(),
     );
@@ -72,7 +79,7 @@ fn generate() {
 Rows [text, token_ids, finish_reason, prompt_tokens, generated_tokens]
   Detokenize
     DecodeLoop max=8 temperature=0.7 top_k=40 seed=1 stop=["\n"]
-      Forward prefill layers=0-29
+      Forward layers=0-29
         Tokenize "Once"
 "#
         .trim_start(),
@@ -82,14 +89,14 @@ Rows [text, token_ids, finish_reason, prompt_tokens, generated_tokens]
 #[test]
 fn select() {
     snap(
-        "EXPLAIN SELECT layer, token FROM features WHERE layer >= 20 AND token LIKE 'Par%' ORDER BY score DESC LIMIT 10",
+        "EXPLAIN SELECT layer, top_token FROM features WHERE layer >= 20 AND top_token LIKE 'Par%' ORDER BY c_score DESC LIMIT 10",
         r#"
-Rows [layer, token]
-  Project layer, token
+Rows [layer, top_token]
+  Project layer, top_token
     Limit 10
-      Sort score DESC
-        Filter layer >= 20 AND token LIKE "Par%"
-          TableScan features
+      Sort c_score DESC
+        Filter layer >= 20 AND top_token LIKE "Par%"
+          TableScan features layers=20-29 labels=early
 "#
         .trim_start(),
     );
@@ -103,15 +110,16 @@ fn trace_and_diff() {
 Rows [position, layer, rank, prob, attn_contrib, ffn_contrib, contrib, who]
   SaveTrace "t.trace"
     LogitLens for="Paris"
-      Forward prefill layers=0-3 capture=residual positions=all
-        Tokenize "x"
+      Head final_norm+output position=last
+        Forward layers=0-29 capture=residual positions=all
+          Tokenize "x"
 "#
         .trim_start(),
     );
     snap(
         "EXPLAIN DIFF 'a.vindex' CURRENT INTO PATCH 'd.vlp'",
         r#"
-Rows [object, layer, role, change, detail]
+Status
   DiffOperands into_patch="d.vlp"
     Open "a.vindex"
     Current base+overlays
@@ -125,8 +133,11 @@ fn explain_plan_itself() {
     let stmt = lql_grammar::parse_statement("EXPLAIN STATS").unwrap();
     let plan = bind(&stmt, &smollm()).unwrap();
     let phys = lower(&plan);
-    assert_eq!(phys.statement, "EXPLAIN");
-    assert_eq!(phys.to_string().trim_end(), "Rows [plan]\n  Explain STATS");
+    assert_eq!(phys.statement, "EXPLAIN PLAN");
+    assert_eq!(
+        phys.to_string().trim_end(),
+        "Rows [plan]\n  Explain plan STATS"
+    );
     assert_eq!(
         explain_text(&plan).trim_end(),
         "Rows [key, value]\n  Inspect STATS"

@@ -166,7 +166,7 @@ impl Session {
         let s = if self.mode.json_errors() {
             format!(
                 "{}\n",
-                serde_json::json!({"error": {"kind": "semantic", "message": msg, "span": null}})
+                serde_json::json!({"error": {"kind": "semantic", "code": "LQL-E0201", "message": msg, "span": null}})
             )
         } else {
             format!("Error: {msg}\n")

@@ -41,7 +41,8 @@ def main(spec_path, out_path):
             regex = kind.split(" ", 1)[1]
             assert p.returncode != 0, (stmt, p.stdout)
             err = json.loads(p.stderr.strip().splitlines()[-1])["error"]
-            assert re.search(regex, err["message"]), (regex, err)
+            assert re.search(regex, err["code"] + " " + err["message"]), (regex, err)
+            assert err["kind"] != "internal", (stmt, err)
             out.append(f"statement error {regex}\n{stmt}"); continue
         assert p.returncode == 0, (stmt, p.stderr)
         last = json.loads(p.stdout.strip().splitlines()[-1])

@@ -27,10 +27,15 @@ impl sqllogictest::DB for LqlDb {
     type ColumnType = DefaultColumnType;
 
     fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SltError> {
-        let rows = self
-            .conn
-            .execute(sql)
-            .map_err(|e| SltError(format!("[{}] {}", e.kind.name(), e.message)))?;
+        let rows = self.conn.execute(sql).map_err(|e| {
+            // No user input in the suites may reach an internal error.
+            assert_ne!(
+                e.kind,
+                lql::ErrorKind::Internal,
+                "internal error on {sql:?}: {e}"
+            );
+            SltError(format!("{} {}", e.code(), e.message))
+        })?;
         if rows.columns.is_empty() {
             return Ok(DBOutput::StatementComplete(0));
         }

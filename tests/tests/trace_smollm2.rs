@@ -381,9 +381,17 @@ fn explain_infer_shows_prediction_lens_features_and_attention() {
     let infer = conn
         .execute(&format!("INFER {} TOP 3", lql::quote(prompt)))
         .unwrap();
+    // The executed tree comes first: INFER's own operators, with their costs.
+    let plan_rows = (0..rows.len())
+        .take_while(|&i| section(i) == "plan")
+        .count();
+    assert_eq!(
+        plan_rows, 6,
+        "Rows, Detokenize, TopK, Head, Forward, Tokenize"
+    );
     for i in 0..3 {
-        assert_eq!(section(i), "prediction");
-        let r = rows.row(i).unwrap();
+        assert_eq!(section(plan_rows + i), "prediction");
+        let r = rows.row(plan_rows + i).unwrap();
         let ir = infer.row(i).unwrap();
         assert_eq!(
             r.get::<String>("item").unwrap(),

@@ -57,10 +57,30 @@ pub(crate) fn explain(cx: &mut Cx<'_>, mode: ExplainMode, plan: &PhysicalPlan) -
                 for l in analyzed_lines(plan, &ran.stats) {
                     rows.push(vec![Value::from(l)]);
                 }
+                rows.push(vec![Value::from(String::new())]);
+                rows.push(vec![Value::from(format!(
+                    "WALK {:?}  mode {}  top {}  layers {}",
+                    w.prompt,
+                    w.mode_choice.describe(w.mode),
+                    w.top,
+                    w.layers
+                ))]);
                 if let lql_planner::ModeChoice::DefaultBrowseOnly(why) = &w.mode_choice {
                     rows.push(vec![Value::from(format!(
-                        "note: MODE EMBEDDING by default: {why}"
+                        "  note: MODE EMBEDDING by default: {why}"
                     ))]);
+                }
+                for ((_, node), s) in plan.root.preorder().into_iter().zip(&ran.stats) {
+                    let op = node.op.to_string();
+                    let name = op.split_whitespace().next().unwrap_or_default();
+                    for note in &s.notes {
+                        let line = if note.starts_with('L') {
+                            format!("  {note}")
+                        } else {
+                            format!("{name:<20}{note}")
+                        };
+                        rows.push(vec![Value::from(line)]);
+                    }
                 }
                 rows.push(vec![Value::from(String::new())]);
                 for line in walk_lines(&ran.rows) {

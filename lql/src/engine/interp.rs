@@ -34,6 +34,8 @@ pub(crate) struct NodeStats {
     pub layers_run: usize,
     /// Whether the node ran (a node whose input failed did not).
     pub ran: bool,
+    /// Details worth showing under the tree (per-layer reads, label sources).
+    pub notes: Vec<String>,
 }
 
 /// A plan that ran: its rows, and each node's stats in preorder (EXPLAIN's order).
@@ -58,6 +60,7 @@ pub(crate) struct Cost {
     pub weight_bytes: u64,
     pub encodings: BTreeSet<String>,
     pub layers_run: usize,
+    pub notes: Vec<String>,
 }
 
 /// Runs `plan`.
@@ -103,6 +106,7 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
     s.weight_bytes = cost.weight_bytes;
     s.encodings = cost.encodings;
     s.layers_run = cost.layers_run;
+    s.notes = cost.notes;
     s.ran = true;
     Ok(out)
 }
@@ -157,7 +161,7 @@ fn operator(
         O::GateScan {
             layers, top, query, ..
         } => walk::gate_scan(cx, one(inputs, "GateScan")?, *layers, *top, *query, cost),
-        O::FeatureLabels => walk::feature_labels(cx, one(inputs, "FeatureLabels")?),
+        O::FeatureLabels => walk::feature_labels(cx, one(inputs, "FeatureLabels")?, cost),
         O::DescribeScan {
             layers,
             mode,
@@ -175,7 +179,7 @@ fn operator(
             features,
             labels,
         } => select::table_scan(cx, *table, layers.as_deref(), features.as_deref(), *labels),
-        O::Filter { predicate } => select::filter(one(inputs, "Filter")?, predicate),
+        O::Filter { predicate } => select::filter(cx, one(inputs, "Filter")?, predicate),
         O::Sort { keys } => select::sort(one(inputs, "Sort")?, keys),
         O::Limit { n } => select::limit(one(inputs, "Limit")?, *n),
         O::LateLabels => select::late_labels(cx, one(inputs, "LateLabels")?),

@@ -158,14 +158,19 @@ pub(crate) fn eval(e: &Expr, cols: &[Column], row: &[Value]) -> Result<Value> {
     })
 }
 
-/// Keeps the rows for which `filter` is true.
+/// Keeps the rows for which `filter` is true; stops with `Interrupted` when `cancel` is set
+/// (polled every row: a WHERE clause may have thousands of terms).
 pub(crate) fn filter(
     rows: Vec<Vec<Value>>,
     cols: &[Column],
     filter: &Expr,
+    cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<Vec<Value>>> {
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::interrupted());
+        }
         if truth(&eval(filter, cols, &r)?) == Some(true) {
             out.push(r);
         }
@@ -267,7 +272,13 @@ mod tests {
         let t = cmp(CmpOp::Eq, int(1), int(1));
         let or = e(ExprKind::Or(vec![p, t]));
         assert_eq!(eval(&or, &c, &row).unwrap(), Value::Bool(true));
-        let rows = filter(vec![row], &c, &and).unwrap();
+        let rows = filter(
+            vec![row],
+            &c,
+            &and,
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .unwrap();
         assert!(rows.is_empty());
     }
 

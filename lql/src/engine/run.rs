@@ -152,7 +152,9 @@ pub(crate) fn head(cx: &mut Cx<'_>, input: Datum, r: &mut Run, cost: &mut Cost) 
     let exec = cx.executor()?;
     head_cost(cx.model()?.as_ref(), cost);
     let logits = exec.head(&residual)?;
-    check_finite(&logits.values, "the output head's logits")?;
+    if let Err(e) = check_finite(&logits.values, "the output head's logits") {
+        return Err(locate_non_finite(&exec, &tokens).unwrap_or(e));
+    }
     let Some(cap) = capture else {
         return Ok(Datum::Logits(logits));
     };
@@ -185,6 +187,52 @@ pub(crate) fn check_finite(values: &[f32], what: &str) -> Result<()> {
     }
 }
 
+/// Finds where a forward pass over `ids` first stops being finite (the embedding, a layer's
+/// attention or FFN block, or the final norm) and words the error after it.
+fn locate_non_finite(exec: &lql_exec::Executor, ids: &[u32]) -> Option<Error> {
+    struct Finder {
+        at: Option<String>,
+    }
+    fn bad(v: &[f32]) -> bool {
+        v.iter().any(|x| !x.is_finite())
+    }
+    impl lql_exec::Observer for Finder {
+        fn on_embedding(&mut self, _: std::ops::Range<usize>, rows: &[f32]) {
+            if self.at.is_none() && bad(rows) {
+                self.at = Some("the token embedding (token_embd × embedding scale)".into());
+            }
+        }
+        fn on_layer(&mut self, r: &lql_exec::LayerRecord<'_>) {
+            if self.at.is_some() {
+                return;
+            }
+            if bad(r.attn_delta) {
+                self.at = Some(format!(
+                    "layer {} attention (attn_norm, attn_q/k/v, attn_output)",
+                    r.layer
+                ));
+            } else if bad(r.ffn_delta) {
+                self.at = Some(format!(
+                    "layer {} FFN (ffn_norm, ffn_gate/up, ffn_down)",
+                    r.layer
+                ));
+            }
+        }
+    }
+    let mut f = Finder { at: None };
+    let n = exec.surface().n_layers.checked_sub(1)?;
+    exec.observe_layers(ids, n, &mut f).ok()?;
+    let at =
+        f.at.unwrap_or_else(|| "the output head (output_norm, output)".into());
+    Some(
+        Error::new(
+            crate::error::ErrorKind::Format,
+            format!("the forward pass stops being finite at {at}: the model's weights or scales produce NaN or infinity"),
+        )
+        .with_code("LQL-E0801"),
+    )
+}
+
 /// `TopK k softmax`.
 pub(crate) fn top_k(input: Datum, k: usize) -> Result<Datum> {
     match input {
@@ -212,7 +260,9 @@ pub(crate) fn decode_loop(
     let tok = cx.tokenizer()?;
     let model = cx.model()?;
     let first = exec.head(&residual)?;
-    check_finite(&first.values, "the output head's logits")?;
+    if let Err(e) = check_finite(&first.values, "the output head's logits") {
+        return Err(locate_non_finite(&exec, session.tokens()).unwrap_or(e));
+    }
     let opts = GenerateOptions {
         max_tokens,
         sampling: Sampling {

@@ -61,9 +61,9 @@ fn table(input: Datum, op: &str) -> Result<(Vec<Column>, Vec<Vec<Value>>)> {
 }
 
 /// `Filter predicate` (SQL three-valued logic; rows whose predicate is true).
-pub(crate) fn filter(input: Datum, predicate: &Expr) -> Result<Datum> {
+pub(crate) fn filter(cx: &Cx<'_>, input: Datum, predicate: &Expr) -> Result<Datum> {
     let (columns, rows) = table(input, "Filter")?;
-    let rows = rowexec::filter(rows, &columns, predicate)?;
+    let rows = rowexec::filter(rows, &columns, predicate, cx.cancel)?;
     Ok(Datum::Table { columns, rows })
 }
 

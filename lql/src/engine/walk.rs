@@ -82,6 +82,15 @@ pub(crate) fn gate_scan(
             },
             GateQuery::Residual,
         ) => {
+            for (l, c) in captured.iter().zip(&caps) {
+                if c.ffn_input.iter().any(|v| !v.is_finite()) {
+                    return Err(Error::new(
+                        ErrorKind::Format,
+                        format!("the residual entering layer {l}'s FFN is not finite: the model's weights or scales produce NaN or infinity"),
+                    )
+                    .with_code("LQL-E0801"));
+                }
+            }
             let at = |l: usize| captured.iter().position(|&x| x == l);
             let missing = list.iter().find(|&&l| at(l).is_none());
             if let Some(l) = missing {
@@ -102,22 +111,33 @@ pub(crate) fn gate_scan(
     for l in &result.layers {
         cost.weight_bytes += l.bytes_read as u64;
         cost.encodings.insert(l.encoding.name().to_string());
+        cost.notes.push(format!(
+            "L{:<3} ffn_gate {} [{}×{}]  {} bytes read",
+            l.layer, l.encoding, model.surface.hidden, l.features, l.bytes_read
+        ));
     }
     result.tokens = tokens;
     Ok(Datum::Hits(result))
 }
 
 /// `FeatureLabels`: each hit's top output tokens, from the binding's label cache.
-pub(crate) fn feature_labels(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
+pub(crate) fn feature_labels(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> Result<Datum> {
     let Datum::Hits(hits) = input else {
         return Err(wrong_input("FeatureLabels", &input));
     };
     let model = cx.model()?;
     let keys: Vec<(usize, usize)> = hits.hits().map(|h| (h.layer, h.feature)).collect();
-    let labels = cx
-        .labels()?
-        .labels(model.as_ref(), &keys)
-        .map_err(browse_err)?;
+    let cache = cx.labels()?;
+    let missing = cache.missing(&keys);
+    let labels = cache.labels(model.as_ref(), &keys).map_err(browse_err)?;
+    let source = browse::LabelSource::open(model.as_ref())
+        .map_err(browse_err)?
+        .describe();
+    let n = labels.len();
+    cost.notes.push(format!(
+        "source {source}; computed lazily and cached per binding: {n} labels, {} from cache, {missing} computed",
+        n - missing.min(n)
+    ));
     Ok(Datum::Labeled { hits, labels })
 }
 

@@ -1,0 +1,128 @@
+//! `Database` + many `Connection`s, prepared statements with parameters, and error codes,
+//! against the real default model (run with `--release`).
+
+use std::sync::Arc;
+
+use lql::{named_params, params, Connection, Database, Value};
+
+const MODEL: &str = "smollm2-135m-instruct";
+
+/// A mix of the statement families a session runs.
+pub const MIX: [&str; 4] = [
+    "INFER 'The capital of France is' TOP 3",
+    "WALK 'The capital of France is' TOP 2 LAYERS 27-29",
+    "SELECT layer, feature, top_token FROM features WHERE layer = 3 AND feature < 4",
+    "TRACE 'The capital of France is' FOR ' Paris' LAYERS 28-29",
+];
+
+#[test]
+fn connections_on_one_database_run_concurrently_and_agree() {
+    let db = Database::open(MODEL).unwrap();
+    let single = db.connect().unwrap();
+    let want: Vec<lql::Rows> = MIX.iter().map(|s| single.execute(s).unwrap()).collect();
+    let want = Arc::new(want);
+    let handles: Vec<_> = (0..3)
+        .map(|t| {
+            let db = db.clone();
+            let want = want.clone();
+            std::thread::spawn(move || {
+                let conn = db.connect().unwrap();
+                assert_eq!(conn.bound_model().as_deref(), Some(MODEL));
+                for i in 0..MIX.len() {
+                    let k = (i + t) % MIX.len();
+                    let got = conn.execute(MIX[k]).unwrap();
+                    assert_eq!(got, want[k], "thread {t}: {}", MIX[k]);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn a_use_on_one_connection_does_not_touch_another() {
+    let db = Database::open(MODEL).unwrap();
+    let a = db.connect().unwrap();
+    let b = Database::new().connect().unwrap();
+    assert!(b.bound_model().is_none());
+    assert!(b.execute("STATS").is_err());
+    assert!(a.execute("STATS").is_ok());
+}
+
+#[test]
+fn prepared_statements_take_parameters() {
+    let conn = Connection::open(MODEL).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT layer, features FROM layers WHERE layer = ?")
+        .unwrap();
+    assert_eq!(stmt.parameter_count(), 1);
+    assert_eq!(stmt.column_names().unwrap(), ["layer", "features"]);
+    for l in [0i64, 7, 29] {
+        let rows = stmt.query(params![l]).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows.row(0).unwrap().get::<i64>("layer").unwrap(), l);
+    }
+    let mut infer = conn.prepare("INFER ? TOP 2").unwrap();
+    let rows = infer.query(params!["The capital of France is"]).unwrap();
+    assert_eq!(
+        rows.row(0).unwrap().get::<String>("token").unwrap(),
+        " Paris"
+    );
+    let mut named = conn.prepare("INFER :prompt TOP :k").unwrap();
+    let rows = named
+        .query(named_params! {":prompt": "The capital of France is", ":k": 4})
+        .unwrap();
+    assert_eq!(rows.len(), 4);
+    let mut numbered = conn
+        .prepare("SELECT layer FROM layers WHERE layer BETWEEN ?1 AND ?2")
+        .unwrap();
+    assert_eq!(numbered.query(params![3, 5]).unwrap().len(), 3);
+
+    // Wrong count, unknown name, wrong type: errors with the parameters' code.
+    let e = stmt.query(params![1, 2]).unwrap_err();
+    assert_eq!(e.code(), "LQL-E0701", "{e}");
+    let e = stmt.query(()).unwrap_err();
+    assert_eq!(e.code(), "LQL-E0701", "{e}");
+    let e = named.query(named_params! {":nope": 1}).unwrap_err();
+    assert_eq!(e.code(), "LQL-E0701", "{e}");
+    let e = infer.query(params![5]).unwrap_err();
+    assert_eq!(e.code(), "LQL-E0701", "{e}");
+    let e = stmt.query(params![Value::List(vec![])]).unwrap_err();
+    assert_eq!(e.code(), "LQL-E0701", "{e}");
+}
+
+#[test]
+fn a_prepared_statement_rebinds_after_use() {
+    let conn = Connection::open_in_memory().unwrap();
+    // Without a model the statement cannot bind.
+    assert!(conn.prepare("STATS").is_err());
+    conn.execute(&format!("USE MODEL {}", lql::quote(MODEL)))
+        .unwrap();
+    let mut stmt = conn
+        .prepare("SELECT layer FROM layers WHERE layer = 1")
+        .unwrap();
+    assert_eq!(stmt.query(()).unwrap().len(), 1);
+    conn.execute(&format!("USE MODEL {}", lql::quote(MODEL)))
+        .unwrap();
+    assert_eq!(stmt.query(()).unwrap().len(), 1, "re-bound after USE");
+}
+
+#[test]
+fn errors_carry_codes_and_sources() {
+    let conn = Connection::open(MODEL).unwrap();
+    let cases = [
+        ("INFER", "LQL-E0101"),
+        ("WALK 'x' LAYERS 40-41", "LQL-E0201"),
+        ("SELECT * FROM edges", "LQL-E0301"),
+        ("USE '/nonexistent/model.gguf'", "LQL-E0401"),
+        ("DIFF CURRENT", "LQL-E0301"),
+    ];
+    for (stmt, code) in cases {
+        let e = conn.execute(stmt).unwrap_err();
+        assert_eq!(e.code(), code, "{stmt}: {e}");
+        assert_eq!(e.to_json()["error"]["code"], code);
+    }
+    assert!(lql::CODES.iter().any(|(c, _)| *c == "LQL-E0701"));
+}

@@ -1,0 +1,171 @@
+//! EXPLAIN shows the tree that runs: for every statement of the tour and of the `.slt`
+//! suites, the tree `EXPLAIN PLAN` prints equals the tree `EXPLAIN ANALYZE` reports having
+//! run (operator by operator, parameters included), and — for WALK and INFER — the tree
+//! `EXPLAIN WALK` / `EXPLAIN INFER` prints above its per-layer trace. The columns a prepared
+//! statement reports before running equal the columns of its result.
+
+use std::path::Path;
+
+use lql::{Connection, Value};
+use lql_tests::{default_model_path, repo_root};
+
+/// Statements worth checking from a `.slt` file or a script: the ones expected to succeed.
+fn statements_of(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    if path.extension().is_some_and(|e| e == "lql") {
+        return lql::split_statements(&text)
+            .into_iter()
+            .map(|s| text[s.range()].trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+    }
+    let mut out = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(l) = lines.next() {
+        let l = l.trim();
+        if l == "statement ok" || l.starts_with("query ") {
+            let mut stmt = Vec::new();
+            while let Some(n) = lines.peek() {
+                if n.trim().is_empty() || n.trim() == "----" {
+                    break;
+                }
+                stmt.push(lines.next().unwrap_or_default().to_string());
+            }
+            out.push(stmt.join("\n"));
+        }
+    }
+    out
+}
+
+fn slt_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            slt_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "slt") {
+            out.push(p);
+        }
+    }
+}
+
+fn lines_of(rows: &lql::Rows, col: usize) -> Vec<String> {
+    rows.rows.iter().map(|r| r[col].to_string()).collect()
+}
+
+/// The tree part of an analyzed line: everything before the `  [stats]` suffix.
+fn strip_stats(l: &str) -> String {
+    match l.rfind("  [") {
+        Some(i) => l[..i].to_string(),
+        None => l.to_string(),
+    }
+}
+
+fn kind_of(stmt: &str) -> String {
+    stmt.split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_ascii_uppercase()
+}
+
+#[test]
+fn explain_plan_equals_the_tree_that_runs() {
+    let root = repo_root();
+    let mut files = vec![root.join("examples/tour.lql")];
+    slt_files(&root.join("tests/slt"), &mut files);
+    files.sort();
+    let model = default_model_path();
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for f in &files {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.bind(model.to_str().unwrap()).unwrap();
+        for stmt in statements_of(f) {
+            let kind = kind_of(&stmt);
+            // EXPLAIN is checked through its inner statements; writes go to a temp dir.
+            if kind == "EXPLAIN" {
+                continue;
+            }
+            let stmt = if kind == "EXTRACT" {
+                let out = dir.path().join(format!("c{checked}"));
+                let src = stmt.split('"').nth(1).unwrap_or_default().to_string();
+                format!(
+                    "EXTRACT MODEL {} INTO {}",
+                    lql::quote(&src),
+                    lql::quote(out.to_str().unwrap())
+                )
+            } else {
+                stmt
+            };
+            let plan = conn
+                .execute(&format!("EXPLAIN PLAN {stmt}"))
+                .unwrap_or_else(|e| panic!("EXPLAIN PLAN {stmt}: {e}"));
+            let plan = lines_of(&plan, 0);
+            // Columns known before running equal the result's.
+            let before = conn.prepare(&stmt).unwrap().column_names().unwrap();
+            let analyzed = conn
+                .execute(&format!("EXPLAIN ANALYZE {stmt}"))
+                .unwrap_or_else(|e| panic!("EXPLAIN ANALYZE {stmt}: {e}"));
+            let ran: Vec<String> = lines_of(&analyzed, 0)
+                .iter()
+                .map(|l| strip_stats(l))
+                .collect();
+            assert_eq!(
+                plan,
+                ran,
+                "{}: EXPLAIN PLAN vs ANALYZE of {stmt}",
+                f.display()
+            );
+            assert!(
+                lines_of(&analyzed, 0).iter().all(|l| l.contains("rows=")),
+                "every node of {stmt} ran and reports its rows"
+            );
+            let result = conn.execute(&stmt).unwrap();
+            let after: Vec<String> = result.columns.iter().map(|c| c.name.clone()).collect();
+            assert_eq!(before, after, "columns before and after running {stmt}");
+            match kind.as_str() {
+                "WALK" => {
+                    let ex = conn.execute(&format!("EXPLAIN {stmt}")).unwrap();
+                    let tree: Vec<String> = lines_of(&ex, 0)
+                        .iter()
+                        .take(plan.len())
+                        .map(|l| strip_stats(l))
+                        .collect();
+                    assert_eq!(plan, tree, "EXPLAIN WALK prints the tree it ran: {stmt}");
+                }
+                "INFER" if !stmt.to_ascii_uppercase().contains(" GENERATE ") => {
+                    let ex = conn.execute(&format!("EXPLAIN {stmt}")).unwrap();
+                    let tree: Vec<String> = ex
+                        .rows
+                        .iter()
+                        .filter(|r| r[0] == Value::from("plan"))
+                        .map(|r| r[2].to_string())
+                        .collect();
+                    assert_eq!(plan, tree, "EXPLAIN INFER prints the tree it ran: {stmt}");
+                }
+                _ => {}
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "only {checked} statements checked");
+}
+
+#[test]
+fn walk_over_layers_20_to_22_runs_23_layers() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let rows = conn
+        .execute("EXPLAIN ANALYZE WALK 'The capital of France is' TOP 3 LAYERS 20-22 MODE RESIDUAL")
+        .unwrap();
+    let lines = lines_of(&rows, 0);
+    let forward = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("Forward"))
+        .expect("a Forward node");
+    assert!(forward.contains("layers=0-22"), "{forward}");
+    assert!(forward.contains("layers_run=23"), "{forward}");
+    let scan = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("GateScan"))
+        .expect("a GateScan node");
+    assert!(scan.contains("rows=9"), "3 layers × top 3: {scan}");
+}
