@@ -136,7 +136,7 @@ pub fn format_float(x: f64) -> String {
 }
 
 /// The `f64` whose shortest form is [`format_float`]'s text: for a widened `f32`, the
-/// decimal the `f32` prints as, so JSON shows `1e-5` rather than the widened digits.
+/// decimal the `f32` prints as, so JSON shows `0.00001` rather than the widened digits.
 fn json_float(x: f64) -> f64 {
     let narrow = x as f32;
     if x.is_finite() && narrow as f64 == x {
@@ -314,7 +314,7 @@ mod tests {
         let stored = 1e-5f32 as f64;
         assert_eq!(stored.to_string(), "0.000009999999747378752");
         assert_eq!(Value::Float(stored).to_string(), "1e-5");
-        assert_eq!(Value::Float(stored).to_json().to_string(), "1e-5");
+        assert_eq!(Value::Float(stored).to_json().to_string(), "0.00001");
         assert_eq!(Value::Float(0.1).to_string(), "0.1");
         assert_eq!(Value::Float(2.0).to_string(), "2.0");
         // Not a widened f32: the f64's own shortest form.

@@ -153,6 +153,9 @@ fn truncate(s: &str, w: usize) -> String {
         out.push(c);
         used += cw;
     }
+    // A cut at a word break shows the ellipsis against the last word.
+    let kept = out.trim_end_matches(' ').len();
+    out.truncate(kept);
     out.push('…');
     out
 }
@@ -248,6 +251,7 @@ mod tests {
             assert!(l.width() <= 60, "line too wide: {l}");
         }
         assert!(s.contains("word word…"), "{s}");
+        assert!(!s.contains(" …"), "{s}");
     }
 
     #[test]
