@@ -319,7 +319,10 @@ mod tests {
         assert_eq!(Value::Float(2.0).to_string(), "2.0");
         // Not a widened f32: the f64's own shortest form.
         assert_eq!(Value::Float(0.123456789).to_string(), "0.123456789");
-        assert_eq!(Value::Float(0.123456789).to_json().to_string(), "0.123456789");
+        assert_eq!(
+            Value::Float(0.123456789).to_json().to_string(),
+            "0.123456789"
+        );
         assert_eq!(Value::Float(0.1f32 as f64).to_json().to_string(), "0.1");
         assert_eq!(Value::Float(f64::INFINITY).to_string(), "inf");
     }

@@ -160,10 +160,12 @@ fn main() -> ExitCode {
         }
     };
     let mut session = Session::new(conn, cli.format.unwrap_or(OutputMode::Table));
-    session.conn.set_progress_handler(Some(progress::handler_with(
-        session.progress_quiet.clone(),
-        session.progress_busy.clone(),
-    )));
+    session
+        .conn
+        .set_progress_handler(Some(progress::handler_with(
+            session.progress_quiet.clone(),
+            session.progress_busy.clone(),
+        )));
     session.color = stderr_tty && std::env::var_os("NO_COLOR").is_none();
     session.track_terminal_width = stdout_tty;
     session.width = if stdout_tty {
@@ -178,9 +180,10 @@ fn main() -> ExitCode {
     session.interactive = interactive;
 
     if let Some(model) = &model {
-        session
-            .progress_quiet
-            .store(session.mode.json_errors(), std::sync::atomic::Ordering::SeqCst);
+        session.progress_quiet.store(
+            session.mode.json_errors(),
+            std::sync::atomic::Ordering::SeqCst,
+        );
         if let Err(e) = session.conn.bind(model) {
             session.report_error(&e, "model", model);
             return ExitCode::FAILURE;

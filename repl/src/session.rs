@@ -334,7 +334,10 @@ impl Session {
         }
         let result = match &mut self.redirect {
             Some(r) => r.file.write_all(s.as_bytes()),
-            None => self.out.write_all(s.as_bytes()).and_then(|_| self.out.flush()),
+            None => self
+                .out
+                .write_all(s.as_bytes())
+                .and_then(|_| self.out.flush()),
         };
         if let Err(e) = result {
             // A closed pipe (`lql … | head`) ends output quietly.

@@ -18,7 +18,13 @@ fn a_model_file_first_binds_it_and_the_next_argument_runs_as_statements() {
         "position,token_id,token\n0,19556,Hello\n1,905,\" world\"\n"
     );
     // A catalogue name binds too; several SQL arguments run in order.
-    let o = lql(&[MODEL, "-noheader", "-csv", "SHOW LAYERS LIKE '29';", "STATS"]);
+    let o = lql(&[
+        MODEL,
+        "-noheader",
+        "-csv",
+        "SHOW LAYERS LIKE '29';",
+        "STATS",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.starts_with("29,Q4_1,"), "{out}");
@@ -51,7 +57,11 @@ fn sqlite_single_dash_options() {
     let o = lql(&["-box", "-c", "SHOW MODELS;"]);
     assert!(stdout(&o).starts_with("┌"), "{}", stdout(&o));
     let o = lql(&["-markdown", "-c", "SHOW MODELS;"]);
-    assert!(stdout(&o).starts_with("|         name          |"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("|         name          |"),
+        "{}",
+        stdout(&o)
+    );
     let o = lql(&["-json", "-c", "SHOW MODELS;"]);
     assert!(stdout(&o).starts_with("[{\"name\":"), "{}", stdout(&o));
     // -cmd runs first; -echo prints each statement; the long spellings still work.
@@ -174,7 +184,10 @@ fn output_once_headers_nullvalue_and_width() {
     let o = lql_in(Some(dir.path()), &[MODEL, "s.lql"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let once = std::fs::read_to_string(dir.path().join("once.csv")).unwrap();
-    assert!(once.starts_with("layer,") && once.contains("\n3,"), "{once}");
+    assert!(
+        once.starts_with("layer,") && once.contains("\n3,"),
+        "{once}"
+    );
     assert!(!once.contains("\n4,"), "{once}");
     let all = std::fs::read_to_string(dir.path().join("all.csv")).unwrap();
     assert!(all.starts_with("5,") && all.contains("\n6,"), "{all}");
@@ -232,14 +245,21 @@ fn floats_lists_and_spaces_print_as_stored() {
     let out = stdout(&o);
     // norm_eps is an f32 1e-5: its shortest form, not 9.999999747378752e-6.
     assert!(out.contains("\nnorm_eps,1e-5\n"), "{out}");
-    assert!(out.contains("\ntoken_embd.weight,\"[576,49152]\"\n"), "{out}");
+    assert!(
+        out.contains("\ntoken_embd.weight,\"[576,49152]\"\n"),
+        "{out}"
+    );
     let o = lql(&[MODEL, "-json", "STATS;"]);
     assert!(stdout(&o).contains("{\"key\":\"norm_eps\",\"value\":0.00001}"));
     // Table mode shows the leading space; csv and json keep the raw text.
     let o = lql(&[MODEL, "TOKENIZE 'Hello world';"]);
     assert!(stdout(&o).contains("┆ ␣world │"), "{}", stdout(&o));
     let o = lql(&[MODEL, "-jsonl", "TOKENIZE 'Hello world';"]);
-    assert!(stdout(&o).contains("\"token\":\" world\""), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("\"token\":\" world\""),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
@@ -250,5 +270,9 @@ fn misplaced_and_missing_arguments_are_named() {
     assert!(stderr(&o).contains("a model goes first"), "{}", stderr(&o));
     let o = lql(&["missing.lql"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("missing.lql: no such file"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("missing.lql: no such file"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -19,7 +19,11 @@ pub fn render(rows: &Rows, o: &RenderOptions<'_>) -> String {
             s.push('\n');
         }
         for (c, v) in rows.columns.iter().zip(r) {
-            s.push_str(&format!("{:>w$} = {}\n", c.name, format_cell(v, o.nullvalue)));
+            s.push_str(&format!(
+                "{:>w$} = {}\n",
+                c.name,
+                format_cell(v, o.nullvalue)
+            ));
         }
     }
     s

@@ -214,10 +214,7 @@ mod tests {
     #[test]
     fn cells_format_lists_nulls_and_f32_floats() {
         assert_eq!(
-            format_cell(
-                &Value::List(vec![Value::Float(0.5), Value::Int(2)]),
-                None
-            ),
+            format_cell(&Value::List(vec![Value::Float(0.5), Value::Int(2)]), None),
             "[0.5, 2]"
         );
         assert_eq!(format_cell(&Value::Null, None), "NULL");
