@@ -60,7 +60,8 @@ struct Cli {
     #[arg(long = "cmd", value_name = "COMMAND", allow_hyphen_values = true)]
     pre: Vec<String>,
 
-    /// Output format (-csv, -json (= array), -jsonl, -line, -box, -markdown, -table too)
+    /// Output mode: table, box, markdown, json, array, jsonl, csv, line (also -csv, -json
+    /// (array), -jsonl, -line, -box, -markdown, -table)
     #[arg(long, short = 'f', value_name = "MODE", value_parser = parse_mode)]
     format: Option<OutputMode>,
 

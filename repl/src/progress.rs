@@ -123,11 +123,19 @@ impl Drop for Spinner {
 }
 
 fn spin(delay: Duration, quiet: &[Arc<AtomicBool>], stop: &(Mutex<bool>, Condvar)) {
+    use std::io::Write;
+    const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+    if !std::io::stderr().is_terminal() {
+        return;
+    }
     let started = Instant::now();
     let (lock, cv) = stop;
     let Ok(mut done) = lock.lock() else { return };
-    let mut bar: Option<ProgressBar> = None;
+    // Drawn by hand (not padded to the terminal's width), so a `^C` the terminal echoes
+    // after it stays on the same line and the final erase takes both.
+    let mut shown = false;
     let mut wait = delay;
+    let mut frame = 0usize;
     loop {
         done = match cv.wait_timeout_while(done, wait, |d| !*d) {
             Ok((d, _)) => d,
@@ -137,26 +145,27 @@ fn spin(delay: Duration, quiet: &[Arc<AtomicBool>], stop: &(Mutex<bool>, Condvar
             break;
         }
         wait = Duration::from_millis(100);
+        let mut err = std::io::stderr().lock();
         if quiet.iter().any(|q| q.load(Ordering::SeqCst)) {
-            if let Some(b) = bar.take() {
-                b.finish_and_clear();
+            if shown {
+                let _ = write!(err, "\r\x1b[2K");
+                shown = false;
             }
             continue;
         }
-        let b = bar.get_or_insert_with(|| {
-            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
-                b.set_style(style);
-            }
-            b
-        });
-        b.set_message(format!(
-            "running {:.1}s (Ctrl-C cancels)",
+        let _ = write!(
+            err,
+            "\r\x1b[2K{} running {:.1}s (Ctrl-C cancels)",
+            FRAMES[frame % FRAMES.len()],
             started.elapsed().as_secs_f64()
-        ));
-        b.tick();
+        );
+        let _ = err.flush();
+        frame += 1;
+        shown = true;
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
+    if shown {
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[2K");
+        let _ = err.flush();
     }
 }

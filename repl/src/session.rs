@@ -424,3 +424,105 @@ fn status_failed(rows: &Rows) -> bool {
             .any(|r| r.get(i).and_then(|v| v.as_str()) == Some("FAILED"))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lql::{Column, Value, ValueType};
+    use std::sync::Mutex;
+
+    /// A writer the test can read back.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn session() -> (Session, Buf, Buf) {
+        let conn = lql::Connection::open_in_memory().unwrap();
+        let mut s = Session::new(conn, OutputMode::Csv);
+        let (out, err) = (Buf::default(), Buf::default());
+        s.out = Box::new(out.clone());
+        s.err = Box::new(err.clone());
+        (s, out, err)
+    }
+
+    fn status_rows(status: &str) -> Rows {
+        let mut r = Rows::new(vec![Column::new("status", ValueType::Text)]);
+        r.push(vec![Value::from(status)]);
+        r
+    }
+
+    #[test]
+    fn faults_count_from_the_flag_or_a_failed_status() {
+        let (mut s, out, _) = session();
+        s.show("VERIFY", &status_rows("ok"));
+        assert!(!s.failed());
+        s.show("VERIFY", &status_rows("FAILED"));
+        assert_eq!(s.faults, 1);
+        let mut flagged = status_rows("ok");
+        flagged.fault = true;
+        assert!(flagged.has_fault());
+        s.show("CHECK", &flagged);
+        assert_eq!(s.faults, 2);
+        assert!(s.failed());
+        assert_eq!(out.text().matches("status\n").count(), 3);
+    }
+
+    #[test]
+    fn errors_continue_unless_bail() {
+        let (mut s, out, err) = session();
+        assert_eq!(
+            s.run_script("FROB;\n.mode csv\nSHOW MODELS;\nFROB;\n", "t"),
+            Outcome::Failed
+        );
+        assert_eq!(s.errors, 2);
+        assert!(out.text().starts_with("name,"), "{}", out.text());
+        assert_eq!(err.text().matches("unknown keyword").count(), 2);
+        let (mut s, out, _) = session();
+        s.bail = true;
+        assert_eq!(s.run_script("FROB;\nSHOW MODELS;\n", "t"), Outcome::Failed);
+        assert_eq!(s.errors, 1);
+        assert_eq!(out.text(), "");
+    }
+
+    #[test]
+    fn use_is_recognised() {
+        assert!(is_use("USE MODEL 'x'"));
+        assert!(is_use("use 'x'"));
+        assert!(!is_use("USER"));
+        assert!(!is_use("STATS"));
+    }
+
+    #[test]
+    fn output_files_appear_whole_on_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("r.csv");
+        let (mut s, out, _) = session();
+        s.redirect(Some(target.to_str().unwrap()), false).unwrap();
+        s.print("a,b\n");
+        // Nothing at the target until the redirection ends.
+        assert!(!target.exists());
+        s.redirect(None, false).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "a,b\n");
+        s.print("back\n");
+        assert_eq!(out.text(), "back\n");
+        let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(leftovers, 1);
+        assert!(s
+            .redirect(Some("/nonexistent-dir/x.csv"), true)
+            .unwrap_err()
+            .contains("/nonexistent-dir"));
+    }
+}

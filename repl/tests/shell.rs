@@ -228,6 +228,13 @@ fn jsonl_rows_carry_their_statement_index_and_use_is_silent() {
     assert!(lines[0].starts_with("{\"stmt\":2,"), "{out}");
     assert!(lines[1].starts_with("{\"stmt\":2,"), "{out}");
     assert!(lines[2].starts_with("{\"stmt\":3,"), "{out}");
+    // csv likewise: only the query's block.
+    let o = lql(&[
+        "-csv",
+        "-c",
+        &format!("USE MODEL '{MODEL}'; SHOW LAYERS LIKE '0';"),
+    ]);
+    assert!(stdout(&o).starts_with("layer,"), "{}", stdout(&o));
     // With echo, USE shows.
     let o = lql(&["-csv", "-echo", "-c", &format!("USE MODEL '{MODEL}';")]);
     assert!(stdout(&o).contains("model,format,"), "{}", stdout(&o));
