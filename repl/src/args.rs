@@ -147,6 +147,28 @@ pub fn is_model(arg: &str) -> bool {
     lql_storage::catalogue::find(arg).is_some()
 }
 
+/// With `--offline`, why binding `model` would need a download: a catalogue name (not a
+/// path here) whose file is not in the cache. `None` when binding needs no network.
+pub fn offline_refusal(model: &str) -> Option<String> {
+    if Path::new(model).exists() {
+        return None;
+    }
+    let entry = lql_storage::catalogue::find(model)?;
+    let list = match lql_storage::catalogue::list() {
+        Ok(l) => l,
+        Err(e) => return Some(format!("--offline: {e}")),
+    };
+    let status = list.into_iter().find(|m| m.name == entry.name)?;
+    (!status.cached).then(|| {
+        format!(
+            "--offline: model {} is not in the cache ({}); run once without --offline \
+             to download it, or place the file there",
+            entry.name,
+            status.path.display()
+        )
+    })
+}
+
 /// One word naming a file (`x.lql`, `dir/x`), not statements (`STATS`, `SHOW MODELS;`).
 fn looks_like_path(arg: &str) -> bool {
     if arg.is_empty() || arg.contains(|c: char| c.is_whitespace() || "';\"".contains(c)) {

@@ -148,6 +148,13 @@ fn main() -> ExitCode {
         (None, b) => b,
     };
 
+    if cli.offline {
+        if let Some(msg) = model.as_deref().and_then(args::offline_refusal) {
+            eprintln!("lql: {msg}");
+            return ExitCode::FAILURE;
+        }
+    }
+
     let stdin_tty = std::io::stdin().is_terminal();
     let stdout_tty = std::io::stdout().is_terminal();
     let stderr_tty = std::io::stderr().is_terminal();

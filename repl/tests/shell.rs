@@ -90,6 +90,29 @@ fn sqlite_single_dash_options() {
 }
 
 #[test]
+fn offline_refuses_a_model_that_is_not_cached() {
+    let home = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lql"))
+        .args(["-offline", MODEL, "STATS;"])
+        .env("LQL_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("--offline: model smollm2-135m-instruct is not in the cache"),
+        "{err}"
+    );
+    // Nothing was fetched.
+    assert!(!home
+        .path()
+        .join("models")
+        .join(format!("{MODEL}.gguf"))
+        .exists());
+}
+
+#[test]
 fn tables_and_schema_list_what_answers() {
     let o = lql(&[MODEL, ".tables"]);
     assert!(o.status.success(), "{}", stderr(&o));
