@@ -207,10 +207,16 @@ fn main() -> ExitCode {
     }
 
     if interactive && !stopped {
-        if let Err(e) = repl::run(&mut session) {
-            session.report_message(&format!("lql: {e}"));
-        }
-        return finish(&mut session);
+        let editor = repl::run(&mut session);
+        let _ = finish(&mut session);
+        // A person saw each error as it happened: only a failing editor fails the session.
+        return match editor {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                session.report_message(&format!("lql: {e}"));
+                ExitCode::FAILURE
+            }
+        };
     }
 
     let mut ran_any = false;

@@ -85,6 +85,8 @@ pub struct Session {
     pub progress_busy: Arc<AtomicBool>,
     /// Nesting depth of `.read`, to refuse a script that reads itself forever.
     pub(crate) read_depth: usize,
+    /// Standard output was closed by its reader (`lql … | head`): the run ends quietly.
+    output_closed: bool,
 }
 
 impl Session {
@@ -112,6 +114,7 @@ impl Session {
             progress_quiet: Arc::new(AtomicBool::new(false)),
             progress_busy: Arc::new(AtomicBool::new(false)),
             read_depth: 0,
+            output_closed: false,
         }
     }
 
@@ -128,6 +131,9 @@ impl Session {
         let mut pos = 0usize;
         let mut pending: Option<usize> = None;
         for line in text.split_inclusive('\n') {
+            if self.output_closed {
+                return Outcome::Quit;
+            }
             let line_start = pos;
             pos += line.len();
             if pending.is_none() {
@@ -167,6 +173,9 @@ impl Session {
                 result = Outcome::Failed;
             }
         }
+        if self.output_closed {
+            return Outcome::Quit;
+        }
         result
     }
 
@@ -180,6 +189,9 @@ impl Session {
     ) -> Outcome {
         let mut outcome = Outcome::Ok;
         for piece in lql::split_statements(&text[range.clone()]) {
+            if self.output_closed {
+                break;
+            }
             let piece = (range.start + piece.start)..(range.start + piece.end);
             if self.run_one(text, piece, source_name) == Outcome::Failed {
                 outcome = Outcome::Failed;
@@ -340,8 +352,10 @@ impl Session {
                 .and_then(|_| self.out.flush()),
         };
         if let Err(e) = result {
-            // A closed pipe (`lql … | head`) ends output quietly.
-            if e.kind() != std::io::ErrorKind::BrokenPipe {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                // A closed pipe (`lql … | head`) ends the run quietly.
+                self.output_closed = true;
+            } else {
                 self.report_message(&format!("writing output: {e}"));
             }
         }
