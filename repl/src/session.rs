@@ -87,6 +87,9 @@ pub struct Session {
     pub(crate) read_depth: usize,
     /// Standard output was closed by its reader (`lql … | head`): the run ends quietly.
     output_closed: bool,
+    /// A statement was cancelled (Ctrl-C): the rest of the text it came from is skipped.
+    /// The REPL clears it before each line it reads.
+    pub cancelled: bool,
 }
 
 impl Session {
@@ -115,6 +118,7 @@ impl Session {
             progress_busy: Arc::new(AtomicBool::new(false)),
             read_depth: 0,
             output_closed: false,
+            cancelled: false,
         }
     }
 
@@ -133,6 +137,9 @@ impl Session {
         for line in text.split_inclusive('\n') {
             if self.output_closed {
                 return Outcome::Quit;
+            }
+            if self.cancelled {
+                return Outcome::Failed;
             }
             let line_start = pos;
             pos += line.len();
@@ -167,7 +174,7 @@ impl Session {
                 }
             }
         }
-        if let Some(start) = pending {
+        if let Some(start) = pending.filter(|_| !self.cancelled) {
             // The last statement may omit its `;`.
             if self.run_statements(text, start..text.len(), source_name) == Outcome::Failed {
                 result = Outcome::Failed;
@@ -189,7 +196,7 @@ impl Session {
     ) -> Outcome {
         let mut outcome = Outcome::Ok;
         for piece in lql::split_statements(&text[range.clone()]) {
-            if self.output_closed {
+            if self.output_closed || self.cancelled {
                 break;
             }
             let piece = (range.start + piece.start)..(range.start + piece.end);
@@ -244,6 +251,7 @@ impl Session {
                 }
             }
             Err(e) => {
+                self.cancelled |= e.kind == lql::ErrorKind::Interrupted;
                 let e = e.offset_spans(range.start);
                 self.report_error(&e, source_name, text);
                 Outcome::Failed

@@ -273,10 +273,10 @@ fn repl_progress_fitting_and_schema_through_tmux() {
     t.wait_for("the visible space", |s| s.contains("␣world"));
 
     // A statement running longer than a second shows a spinner with the elapsed time;
-    // Ctrl-C cancels it.
+    // Ctrl-C cancels it and the statements after it on the line.
     t.clear();
     let before = t.prompts();
-    t.type_text("SELECT * FROM features WHERE top_token = 'Paris' LIMIT 1;");
+    t.type_text("SELECT * FROM features WHERE top_token = 'Paris' LIMIT 1; SHOW MODELS;");
     t.send(&["Enter"]);
     t.wait_for("the spinner", |s| {
         s.contains("running ") && s.contains("(Ctrl-C cancels)")
@@ -285,5 +285,9 @@ fn repl_progress_fitting_and_schema_through_tmux() {
     t.wait_for("the interrupted error and a new prompt", |s| {
         s.contains("interrupted") && s.matches("lql> ").count() > before
     });
+    sleep(Duration::from_millis(500));
+    let s = t.screen();
+    assert!(!s.contains("cached"), "SHOW MODELS ran after Ctrl-C:\n{s}");
+    assert!(!s.contains("running "), "the spinner was not erased:\n{s}");
     t.send(&["C-d"]);
 }
