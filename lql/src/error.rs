@@ -140,15 +140,18 @@ impl Error {
 
     /// The stable code of this error (`LQL-E0201`, …; see [`CODES`]).
     pub fn code(&self) -> &'static str {
-        self.extra.as_ref().and_then(|x| x.code).unwrap_or(match self.kind {
-            ErrorKind::Syntax => "LQL-E0101",
-            ErrorKind::Semantic => "LQL-E0201",
-            ErrorKind::Unsupported => "LQL-E0301",
-            ErrorKind::Io => "LQL-E0401",
-            ErrorKind::Format => "LQL-E0501",
-            ErrorKind::Interrupted => "LQL-E0601",
-            ErrorKind::Internal => "LQL-E0901",
-        })
+        self.extra
+            .as_ref()
+            .and_then(|x| x.code)
+            .unwrap_or(match self.kind {
+                ErrorKind::Syntax => "LQL-E0101",
+                ErrorKind::Semantic => "LQL-E0201",
+                ErrorKind::Unsupported => "LQL-E0301",
+                ErrorKind::Io => "LQL-E0401",
+                ErrorKind::Format => "LQL-E0501",
+                ErrorKind::Interrupted => "LQL-E0601",
+                ErrorKind::Internal => "LQL-E0901",
+            })
     }
 
     /// Sets a code more specific than the kind's default.

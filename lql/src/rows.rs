@@ -25,6 +25,10 @@ impl Column {
 pub struct Rows {
     pub columns: Vec<Column>,
     pub rows: Vec<Vec<Value>>,
+    /// Set by a statement whose rows report a fault it found (VERIFY with a FAILED row, a
+    /// package that does not validate): the statement ran, but what it checked is broken.
+    /// Shells turn it into a non-zero exit code.
+    pub fault: bool,
 }
 
 impl Rows {
@@ -33,6 +37,7 @@ impl Rows {
         Rows {
             columns,
             rows: Vec::new(),
+            fault: false,
         }
     }
 
@@ -45,6 +50,11 @@ impl Rows {
     pub fn push(&mut self, row: Vec<Value>) {
         debug_assert_eq!(row.len(), self.columns.len(), "row width != column count");
         self.rows.push(row);
+    }
+
+    /// Whether the statement reported a fault (see [`Rows::fault`]).
+    pub fn has_fault(&self) -> bool {
+        self.fault
     }
 
     pub fn len(&self) -> usize {

@@ -120,7 +120,7 @@ impl Value {
             Value::Null => serde_json::Value::Null,
             Value::Bool(b) => serde_json::Value::Bool(*b),
             Value::Int(i) => serde_json::Value::from(*i),
-            Value::Float(f) => serde_json::Number::from_f64(*f)
+            Value::Float(f) => serde_json::Number::from_f64(json_float(*f))
                 .map(serde_json::Value::Number)
                 .unwrap_or(serde_json::Value::Null),
             Value::Text(s) => serde_json::Value::String(s.clone()),
@@ -129,16 +129,45 @@ impl Value {
     }
 }
 
-/// Plain text: `NULL`, `true`, integers, floats with Rust's shortest round-trip form, text
-/// verbatim, lists as `[a, b, c]`. Renderers with their own float precision format floats
-/// themselves.
+/// The shortest text that reads back as `x`. Most floats in results were `f32` in the model
+/// (widened to `f64`); when `x` is exactly such a widened `f32`, the `f32`'s shortest form is
+/// printed (`1e-5`, not `9.999999747378752e-6`), otherwise the `f64`'s. Non-finite values
+/// print as `NaN`, `inf`, `-inf`.
+pub fn format_float(x: f64) -> String {
+    if x.is_nan() {
+        return "NaN".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let narrow = x as f32;
+    if narrow as f64 == x {
+        format!("{narrow:?}")
+    } else {
+        format!("{x:?}")
+    }
+}
+
+/// The `f64` whose shortest form is [`format_float`]'s text: for a widened `f32`, the
+/// decimal the `f32` prints as, so JSON shows `0.00001` rather than the widened digits.
+fn json_float(x: f64) -> f64 {
+    let narrow = x as f32;
+    if x.is_finite() && narrow as f64 == x {
+        format!("{narrow:?}").parse::<f64>().unwrap_or(x)
+    } else {
+        x
+    }
+}
+
+/// Plain text: `NULL`, `true`, integers, floats by [`format_float`], text verbatim, lists
+/// as `[a, b, c]`.
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::Null => f.write_str("NULL"),
             Value::Bool(b) => write!(f, "{b}"),
             Value::Int(i) => write!(f, "{i}"),
-            Value::Float(x) => write!(f, "{x:?}"),
+            Value::Float(x) => f.write_str(&format_float(*x)),
             Value::Text(s) => f.write_str(s),
             Value::List(items) => {
                 f.write_str("[")?;
@@ -303,6 +332,24 @@ mod tests {
             Value::from(vec![1i64, 2]).to_json(),
             serde_json::json!([1, 2])
         );
+    }
+
+    #[test]
+    fn floats_print_the_shortest_form_of_the_stored_f32() {
+        let stored = 1e-5f32 as f64;
+        assert_eq!(stored.to_string(), "0.000009999999747378752");
+        assert_eq!(Value::Float(stored).to_string(), "1e-5");
+        assert_eq!(Value::Float(stored).to_json().to_string(), "0.00001");
+        assert_eq!(Value::Float(0.1).to_string(), "0.1");
+        assert_eq!(Value::Float(2.0).to_string(), "2.0");
+        // Not a widened f32: the f64's own shortest form.
+        assert_eq!(Value::Float(0.123456789).to_string(), "0.123456789");
+        assert_eq!(
+            Value::Float(0.123456789).to_json().to_string(),
+            "0.123456789"
+        );
+        assert_eq!(Value::Float(0.1f32 as f64).to_json().to_string(), "0.1");
+        assert_eq!(Value::Float(f64::INFINITY).to_string(), "inf");
     }
 
     #[test]

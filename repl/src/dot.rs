@@ -1,9 +1,12 @@
 //! Dot-commands: ONE table (name, arguments, help, handler); `.help` is generated from it.
 //! A command may be typed by any unique prefix of its name (`.ti on` for `.timer on`).
 //! Commands that inspect the model expand to ordinary statements (`.models` → `SHOW
-//! MODELS`), so `Connection::execute` never sees a dot-command.
+//! MODELS`, `.tables` → `SHOW TABLES`, `.schema` → each table's columns from its prepared `SELECT`), so
+//! `Connection::execute` never sees a dot-command.
 
-use crate::render::{render, OutputMode};
+use lql::ValueType;
+
+use crate::render::OutputMode;
 use crate::session::{Outcome, Session};
 
 /// What the shell does after a dot-command.
@@ -11,6 +14,9 @@ use crate::session::{Outcome, Session};
 pub enum Flow {
     Continue,
     Quit,
+    /// It failed and the failure has been reported already (a statement it ran, a nested
+    /// script), so no second message is printed.
+    Failed,
 }
 
 type Handler = fn(&mut Session, &[String]) -> Result<Flow, String>;
@@ -35,9 +41,51 @@ pub const COMMANDS: &[DotCommand] = &[
     },
     DotCommand {
         name: "mode",
-        args: "table|json|jsonl|csv|line",
+        args: "table|box|markdown|json|array|jsonl|csv|line",
         help: "Set the output mode (no argument: show it)",
         handler: mode,
+    },
+    DotCommand {
+        name: "headers",
+        args: "on|off",
+        help: "Print the header row in csv mode",
+        handler: headers,
+    },
+    DotCommand {
+        name: "nullvalue",
+        args: "TEXT",
+        help: "Show NULL as TEXT (no argument: NULL, empty in csv)",
+        handler: nullvalue,
+    },
+    DotCommand {
+        name: "width",
+        args: "N …",
+        help: "Fix the widths of the first columns in grid modes (0: automatic)",
+        handler: width,
+    },
+    DotCommand {
+        name: "output",
+        args: "[FILE]",
+        help: "Write results to FILE (no argument: back to standard output)",
+        handler: output,
+    },
+    DotCommand {
+        name: "once",
+        args: "FILE",
+        help: "Write the next statement's result to FILE",
+        handler: once,
+    },
+    DotCommand {
+        name: "echo",
+        args: "on|off",
+        help: "Print each statement and command before running it",
+        handler: echo,
+    },
+    DotCommand {
+        name: "bail",
+        args: "on|off",
+        help: "Stop a script at the first error or fault",
+        handler: bail,
     },
     DotCommand {
         name: "timer",
@@ -62,6 +110,18 @@ pub const COMMANDS: &[DotCommand] = &[
         args: "",
         help: "List the catalogue's models (SHOW MODELS)",
         handler: models,
+    },
+    DotCommand {
+        name: "tables",
+        args: "",
+        help: "List the virtual tables the bound model answers",
+        handler: tables,
+    },
+    DotCommand {
+        name: "schema",
+        args: "[TABLE]",
+        help: "Show the columns of a virtual table (all of them without an argument)",
+        handler: schema,
     },
     DotCommand {
         name: "layers",
@@ -218,8 +278,132 @@ fn mode(s: &mut Session, args: &[String]) -> Result<Flow, String> {
         s.print(&format!("{m}\n"));
         return Ok(Flow::Continue);
     }
-    s.mode = one_arg(args, "mode", "table|json|jsonl|csv|line")?.parse::<OutputMode>()?;
+    s.mode = one_arg(args, "mode", &OutputMode::names())?.parse::<OutputMode>()?;
     Ok(Flow::Continue)
+}
+
+fn headers(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    s.headers = on_off(args, "headers")?;
+    Ok(Flow::Continue)
+}
+
+fn echo(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    s.echo = on_off(args, "echo")?;
+    Ok(Flow::Continue)
+}
+
+fn bail(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    s.bail = on_off(args, "bail")?;
+    Ok(Flow::Continue)
+}
+
+fn nullvalue(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    s.nullvalue = match args {
+        [] => None,
+        [one] => Some(one.clone()),
+        _ => return Err("usage: .nullvalue TEXT".into()),
+    };
+    Ok(Flow::Continue)
+}
+
+fn width(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    s.widths = args
+        .iter()
+        .map(|a| {
+            a.parse::<usize>()
+                .ok()
+                .filter(|w| *w <= 10_000)
+                .ok_or_else(|| format!(".width: expected a width from 0 to 10000, found {a:?}"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Flow::Continue)
+}
+
+fn output(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    let path = match args {
+        [] => None,
+        [one] if one == "stdout" => None,
+        [one] => Some(one.as_str()),
+        _ => return Err("usage: .output [FILE]".into()),
+    };
+    s.redirect(path, false)?;
+    Ok(Flow::Continue)
+}
+
+fn once(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    let path = one_arg(args, "once", "FILE")?;
+    s.redirect(Some(path), true)?;
+    Ok(Flow::Continue)
+}
+
+/// The virtual tables that answer SELECT, from the engine's one schema source (`SHOW TABLES`).
+fn table_names(s: &Session) -> Result<Vec<String>, lql::Error> {
+    let rows = s.conn.execute("SHOW TABLES;")?;
+    Ok(rows.rows.iter().map(|r| r[0].to_string()).collect())
+}
+
+/// The columns of `table`, known without running anything (the statement's schema).
+fn table_columns(s: &Session, table: &str) -> Result<Vec<lql::Column>, lql::Error> {
+    s.conn.prepare(&format!("SELECT * FROM {table}"))?.columns()
+}
+
+fn require_model(s: &Session) -> Result<(), String> {
+    match s.conn.bound_model() {
+        Some(_) => Ok(()),
+        None => Err("no model is bound: USE MODEL … or .open one first".into()),
+    }
+}
+
+fn tables(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    no_args(args, "tables")?;
+    require_model(s)?;
+    let names = table_names(s).map_err(|e| format!(".tables: {e}"))?;
+    let mut text = names.join("  ");
+    text.push('\n');
+    s.print(&text);
+    Ok(Flow::Continue)
+}
+
+fn schema(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+    require_model(s)?;
+    let mut text = String::new();
+    match args {
+        [] => {
+            for t in table_names(s).map_err(|e| format!(".schema: {e}"))? {
+                if let Ok(cols) = table_columns(s, &t) {
+                    text.push_str(&create_table(&t, &cols));
+                }
+            }
+        }
+        [one] => {
+            let t = one.to_ascii_lowercase();
+            let cols = table_columns(s, &t).map_err(|e| format!(".schema {one}: {e}"))?;
+            text.push_str(&create_table(&t, &cols));
+        }
+        _ => return Err("usage: .schema [TABLE]".into()),
+    }
+    s.print(&text);
+    Ok(Flow::Continue)
+}
+
+/// A table's columns written as sqlite3's `.schema` writes them.
+fn create_table(name: &str, columns: &[lql::Column]) -> String {
+    let cols: Vec<String> = columns
+        .iter()
+        .map(|c| format!("  {} {}", c.name, sql_type(c.ty)))
+        .collect();
+    format!("CREATE TABLE {name} (\n{}\n);\n", cols.join(",\n"))
+}
+
+fn sql_type(t: ValueType) -> &'static str {
+    match t {
+        ValueType::Bool => "BOOLEAN",
+        ValueType::Int => "INTEGER",
+        ValueType::Float => "REAL",
+        ValueType::Text => "TEXT",
+        ValueType::List => "LIST",
+        ValueType::Any => "ANY",
+    }
 }
 
 fn timer(s: &mut Session, args: &[String]) -> Result<Flow, String> {
@@ -241,8 +425,8 @@ fn read(s: &mut Session, args: &[String]) -> Result<Flow, String> {
     match outcome {
         Outcome::Ok => Ok(Flow::Continue),
         Outcome::Quit => Ok(Flow::Quit),
-        // The error has been reported already; stop the enclosing script too.
-        Outcome::Failed => Err(format!(".read {path} stopped at an error")),
+        // Each error has been reported where it happened, once.
+        Outcome::Failed => Ok(Flow::Failed),
     }
 }
 
@@ -250,8 +434,7 @@ fn open(s: &mut Session, args: &[String]) -> Result<Flow, String> {
     let target = one_arg(args, "open", "PATH|NAME")?;
     match s.conn.bind(target) {
         Ok(rows) => {
-            let out = render(s.mode, &format!(".open {target}"), &rows, s.width);
-            s.print(&out);
+            s.show_bind(&format!(".open {target}"), &rows);
             Ok(Flow::Continue)
         }
         Err(e) => Err(e.to_string()),
@@ -261,7 +444,7 @@ fn open(s: &mut Session, args: &[String]) -> Result<Flow, String> {
 /// Runs a statement the command expands to; its error is reported like a statement's.
 fn expand(s: &mut Session, statement: &str) -> Result<Flow, String> {
     match s.run_script(&format!("{statement};"), statement) {
-        Outcome::Failed => Err(format!("{statement} failed")),
+        Outcome::Failed => Ok(Flow::Failed),
         _ => Ok(Flow::Continue),
     }
 }
@@ -338,7 +521,7 @@ mod tests {
             assert!(h.contains(&format!(".{}", c.name)), "{h}");
             assert!(h.contains(c.help), "{h}");
         }
-        assert!(h.contains(".mode table|json|jsonl|csv|line"));
+        assert!(h.contains(".mode table|box|markdown|json|array|jsonl|csv|line"));
     }
 
     #[test]
@@ -346,6 +529,7 @@ mod tests {
         assert_eq!(lookup("ti").unwrap().name, "timer");
         assert_eq!(lookup("quit").unwrap().name, "quit");
         assert!(lookup("mo").unwrap_err().contains("ambiguous"));
+        assert_eq!(lookup("hea").unwrap().name, "headers");
         assert!(lookup("frob").unwrap_err().contains("unknown command"));
     }
 

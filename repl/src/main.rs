@@ -1,11 +1,18 @@
-//! `lql`: the LQL shell.
+//! `lql`: the LQL shell, invoked as sqlite3 and duckdb are: `lql [OPTIONS] [MODEL] [SQL…]`.
 //!
-//! - `lql` on a terminal: the interactive REPL.
-//! - `lql FILE.lql …`: runs scripts; `lql -c "…"`: runs statements; statements on stdin are
-//!   read when stdin is not a terminal. The first error stops the run with exit code 1 and
-//!   the rendered error on stderr (one JSON line with `--format json`).
+//! - A first argument that is a model (a GGUF file, a container or package folder, a
+//!   catalogue name) is bound first; each further argument is a script file when such a file
+//!   exists, otherwise statements to run. `-c "…"` runs statements too, `-cmd "…"` runs a
+//!   statement or dot-command before the rest.
+//! - Without statements or scripts: the interactive REPL when stdin is a terminal, else the
+//!   statements on stdin.
+//! - Errors go to stderr (one JSON line in the JSON modes) and the run goes on; the exit
+//!   code is 1 when anything failed or reported a fault (`-bail` stops at the first).
+//! - sqlite's single-dash spellings (`-csv`, `-json`, `-header`, `-bail`, …) are accepted
+//!   beside the long options (see [`args::normalize`]).
 //! - `lql bench MODEL`: decode/prefill speed of the CPU backend.
 
+mod args;
 mod bench;
 mod dot;
 mod history;
@@ -16,7 +23,6 @@ mod session;
 mod sigint;
 
 use std::io::{IsTerminal, Read};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -29,26 +35,63 @@ use session::{Outcome, Session};
     name = "lql",
     version,
     about = "LQL: query a language model like a database",
+    override_usage = "lql [OPTIONS] [MODEL] [SQL|SCRIPT]...\n       lql bench MODEL",
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
 
-    /// Script files to run in order (statements and dot-commands)
-    files: Vec<PathBuf>,
+    /// A model to bind first (a GGUF file, a container or package folder, a catalogue
+    /// name), then script files and statements to run in order
+    #[arg(value_name = "MODEL|SQL|SCRIPT")]
+    args: Vec<String>,
 
-    /// Statements to run (after any script files)
-    #[arg(short = 'c', long = "command", value_name = "STATEMENTS")]
+    /// Statements to run (after the positional arguments)
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "STATEMENTS",
+        allow_hyphen_values = true
+    )]
     command: Vec<String>,
 
-    /// Output format
-    #[arg(long, short = 'f', value_name = "table|json|jsonl|csv|line", value_parser = parse_mode)]
+    /// Run a statement or dot-command before the others (sqlite's -cmd)
+    #[arg(long = "cmd", value_name = "COMMAND", allow_hyphen_values = true)]
+    pre: Vec<String>,
+
+    /// Output mode: table, box, markdown, json, array, jsonl, csv, line (also -csv, -json
+    /// (array), -jsonl, -line, -box, -markdown, -table)
+    #[arg(long, short = 'f', value_name = "MODE", value_parser = parse_mode)]
     format: Option<OutputMode>,
 
     /// Bind this model before the first statement (a path, or a catalogue name)
     #[arg(long, short = 'm', value_name = "PATH|NAME")]
     model: Option<String>,
+
+    /// Print the header row in csv (the default; -header)
+    #[arg(long, overrides_with = "no_header")]
+    header: bool,
+
+    /// No header row in csv (-noheader)
+    #[arg(long, overrides_with = "header")]
+    no_header: bool,
+
+    /// Stop at the first error or fault (-bail)
+    #[arg(long)]
+    bail: bool,
+
+    /// Print each statement before running it (-echo)
+    #[arg(long)]
+    echo: bool,
+
+    /// Show NULL as this text (-nullvalue)
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    nullvalue: Option<String>,
+
+    /// Never download: a catalogue model must already be cached (sets LQL_OFFLINE=1)
+    #[arg(long)]
+    offline: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -74,7 +117,7 @@ fn parse_mode(s: &str) -> Result<OutputMode, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args::normalize(std::env::args_os().collect()));
     if let Some(Cmd::Bench {
         model,
         threads,
@@ -84,11 +127,38 @@ fn main() -> ExitCode {
     {
         return bench::run(model, *threads, *reps, *json);
     }
+    if cli.offline {
+        // Before any thread starts; the library reads it when a catalogue name is bound.
+        std::env::set_var("LQL_OFFLINE", "1");
+    }
+
+    let (positional_model, inputs) = match args::classify(&cli.args) {
+        Ok(sorted) => sorted,
+        Err(msg) => {
+            eprintln!("lql: {msg}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let model = match (&cli.model, positional_model) {
+        (Some(a), Some(b)) => {
+            eprintln!("lql: two models given: --model {a} and {b}");
+            return ExitCode::FAILURE;
+        }
+        (Some(a), None) => Some(a.clone()),
+        (None, b) => b,
+    };
+
+    if cli.offline {
+        if let Some(msg) = model.as_deref().and_then(args::offline_refusal) {
+            eprintln!("lql: {msg}");
+            return ExitCode::FAILURE;
+        }
+    }
 
     let stdin_tty = std::io::stdin().is_terminal();
     let stdout_tty = std::io::stdout().is_terminal();
     let stderr_tty = std::io::stderr().is_terminal();
-    let interactive = cli.files.is_empty() && cli.command.is_empty() && stdin_tty;
+    let interactive = inputs.is_empty() && cli.command.is_empty() && stdin_tty;
 
     let conn = match lql::Connection::open_in_memory() {
         Ok(c) => c,
@@ -97,8 +167,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    conn.set_progress_handler(Some(progress::handler()));
     let mut session = Session::new(conn, cli.format.unwrap_or(OutputMode::Table));
+    // Ctrl-C interrupts the running statement in every mode (scripts and -c too): it reports
+    // `interrupted` (JSON on stderr in the JSON modes), cleans its temporaries, and the run
+    // stops with a non-zero exit.
+    if let Err(e) = sigint::install(session.conn.interrupt_handle()) {
+        eprintln!("warning: Ctrl-C handler not installed: {e}");
+    }
+    session
+        .conn
+        .set_progress_handler(Some(progress::handler_with(
+            session.progress_quiet.clone(),
+            session.progress_busy.clone(),
+        )));
     session.color = stderr_tty && std::env::var_os("NO_COLOR").is_none();
     session.track_terminal_width = stdout_tty;
     session.width = if stdout_tty {
@@ -106,62 +187,127 @@ fn main() -> ExitCode {
     } else {
         None
     };
+    session.headers = !cli.no_header;
+    session.bail = cli.bail;
+    session.echo = cli.echo;
+    session.nullvalue = cli.nullvalue.clone();
+    session.interactive = interactive;
 
-    if let Some(model) = &cli.model {
+    if let Some(model) = &model {
+        session.progress_quiet.store(
+            session.mode.json_errors(),
+            std::sync::atomic::Ordering::SeqCst,
+        );
         if let Err(e) = session.conn.bind(model) {
-            session.report_error(&e, "--model", model);
+            session.report_error(&e, "model", model);
             return ExitCode::FAILURE;
         }
     }
 
-    if interactive {
-        return match repl::run(&mut session) {
+    let mut stopped = false;
+    for pre in &cli.pre {
+        if !keep_going(session.bail, session.run_script(pre, "-cmd")) {
+            stopped = true;
+            break;
+        }
+    }
+
+    if interactive && !stopped {
+        let editor = repl::run(&mut session);
+        let _ = finish(&mut session);
+        // A person saw each error as it happened: only a failing editor fails the session.
+        return match editor {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("lql: {e}");
+                session.report_message(&format!("lql: {e}"));
                 ExitCode::FAILURE
             }
         };
     }
 
-    let mut outcome = Outcome::Ok;
-    for file in &cli.files {
-        let name = file.display().to_string();
-        let text = match std::fs::read_to_string(file) {
-            Ok(t) => t,
-            Err(e) => {
-                session.report_error(&lql::Error::io(format!("{name}: {e}")), &name, "");
-                return ExitCode::FAILURE;
+    let mut ran_any = false;
+    if !stopped {
+        for (i, input) in inputs.iter().enumerate() {
+            ran_any = true;
+            let outcome = match input {
+                args::Input::Script(path) => {
+                    let name = path.display().to_string();
+                    match std::fs::read(path).map(String::from_utf8) {
+                        Ok(Ok(text)) => session.run_script(&text, &name),
+                        Ok(Err(_)) => {
+                            session.report_message(&format!(
+                                "{name}: not a UTF-8 text script (a model goes first on the command line)"
+                            ));
+                            Outcome::Failed
+                        }
+                        Err(e) => {
+                            session.report_message(&format!("{name}: {e}"));
+                            Outcome::Failed
+                        }
+                    }
+                }
+                args::Input::Sql(text) => {
+                    let name = if inputs.len() == 1 {
+                        "sql".to_string()
+                    } else {
+                        format!("argument {}", i + 1)
+                    };
+                    session.run_script(text, &name)
+                }
+            };
+            if !keep_going(session.bail, outcome) {
+                stopped = true;
+                break;
             }
-        };
-        outcome = session.run_script(&text, &name);
-        if outcome != Outcome::Ok {
-            break;
         }
     }
-    if outcome == Outcome::Ok {
+    if !stopped {
         for (i, text) in cli.command.iter().enumerate() {
+            ran_any = true;
             let name = if cli.command.len() == 1 {
                 "-c".to_string()
             } else {
                 format!("-c #{}", i + 1)
             };
-            outcome = session.run_script(text, &name);
-            if outcome != Outcome::Ok {
+            if !keep_going(session.bail, session.run_script(text, &name)) {
+                stopped = true;
                 break;
             }
         }
     }
-    if outcome == Outcome::Ok && cli.files.is_empty() && cli.command.is_empty() {
-        let mut text = String::new();
-        if let Err(e) = std::io::stdin().read_to_string(&mut text) {
-            session.report_error(&lql::Error::io(format!("reading stdin: {e}")), "stdin", "");
-            return ExitCode::FAILURE;
+    if !stopped && !ran_any {
+        let mut bytes = Vec::new();
+        match std::io::stdin().read_to_end(&mut bytes) {
+            Ok(_) => match String::from_utf8(bytes) {
+                Ok(text) => {
+                    session.run_script(&text, "stdin");
+                }
+                Err(_) => session.report_message("stdin: not UTF-8 text"),
+            },
+            Err(e) => session.report_message(&format!("reading stdin: {e}")),
         }
-        outcome = session.run_script(&text, "stdin");
     }
+    finish(&mut session)
+}
+
+/// Whether the run goes on after `outcome`: not after `.quit`, nor after a failure with
+/// `bail` on.
+fn keep_going(bail: bool, outcome: Outcome) -> bool {
     match outcome {
-        Outcome::Failed => ExitCode::FAILURE,
-        Outcome::Ok | Outcome::Quit => ExitCode::SUCCESS,
+        Outcome::Ok => true,
+        Outcome::Quit => false,
+        Outcome::Failed => !bail,
+    }
+}
+
+/// Ends any `.output` redirection and turns the session's failures into the exit code.
+fn finish(session: &mut Session) -> ExitCode {
+    if let Err(msg) = session.end_redirect() {
+        session.report_message(&msg);
+    }
+    if session.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

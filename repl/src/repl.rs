@@ -173,6 +173,7 @@ pub fn run(session: &mut Session) -> rustyline::Result<()> {
                 if let Some(p) = &history {
                     save_history(&mut rl, p);
                 }
+                session.cancelled = false;
                 if session.run_script(&line, "input") == Outcome::Quit {
                     break;
                 }

@@ -1,27 +1,45 @@
-//! `Session`: a connection plus the shell's settings (output mode, timer), and the script
-//! runner shared by the REPL, `.read`, script files, `-c` and stdin.
+//! `Session`: a connection plus the shell's settings (output mode, headers, NULL text,
+//! widths, echo, bail, timer, output redirection), and the script runner shared by the
+//! REPL, `.read`, script files, SQL arguments, `-c` and stdin.
 //!
 //! A script is read line by line: a line starting with `.` where no statement is pending is
 //! a dot-command; other lines gather until the statements in them are complete (end with
-//! `;`), then run one at a time, each result printed as soon as it is ready.
+//! `;`), then run one statement at a time, each result printed as soon as it is ready.
+//! After an error the script goes on with the next statement (the error is on stderr and
+//! counted for the exit code); with `bail` it stops there. A result that reports a fault
+//! (`Rows::has_fault`, or a `status` column holding `FAILED`) counts like an error.
 
 use std::io::Write;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use lql::{Connection, Error};
+use lql::{Connection, Error, Rows};
 
 use crate::dot::{self, Flow};
-use crate::render::{render, OutputMode};
+use crate::progress::Spinner;
+use crate::render::{render, OutputMode, RenderOptions};
 
 /// What running some text came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// Everything ran.
     Ok,
-    /// A statement or dot-command failed (the error has been printed).
+    /// Something failed (already reported); with `bail` the text stopped there.
     Failed,
     /// `.quit` / `.exit`.
     Quit,
+}
+
+/// `.output FILE` / `.once FILE`: results go to a temporary file beside `target`, which
+/// replaces `target` (fsync, rename) when the redirection ends; a run that dies midway
+/// leaves no half-written `target`.
+struct Redirect {
+    file: tempfile::NamedTempFile,
+    target: PathBuf,
+    /// `.once`: ends after the next statement's result.
+    once: bool,
 }
 
 pub struct Session {
@@ -35,13 +53,43 @@ pub struct Session {
     /// Re-read the terminal's width before each statement (stdout is a terminal), so
     /// tables follow a resized window.
     pub track_terminal_width: bool,
+    /// Header row in csv (`.headers`).
+    pub headers: bool,
+    /// Text for NULL (`.nullvalue`; `None`: `NULL`, empty in csv).
+    pub nullvalue: Option<String>,
+    /// Fixed column widths in grid modes (`.width`).
+    pub widths: Vec<usize>,
+    /// Print each statement and dot-command before running it (`.echo`, `-echo`).
+    pub echo: bool,
+    /// Stop at the first error or fault (`.bail`, `-bail`).
+    pub bail: bool,
+    /// A person is typing (the REPL): status results always print; long statements show
+    /// a spinner on stderr.
+    pub interactive: bool,
+    /// Errors reported so far.
+    pub errors: usize,
+    /// Results that reported a fault so far.
+    pub faults: usize,
+    /// Statements run so far (jsonl's `stmt` is this count).
+    statements: usize,
     pub out: Box<dyn Write + Send>,
     pub err: Box<dyn Write + Send>,
+    redirect: Option<Redirect>,
     /// Set by the live token printer (interactive sessions): text has been streamed to
     /// stderr and the line must be ended before the result is printed.
-    pub streamed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    pub streamed: Option<Arc<AtomicBool>>,
+    /// Shared with the progress handler: when set, it prints nothing (JSON modes, where
+    /// stderr carries the one-line JSON errors).
+    pub progress_quiet: Arc<AtomicBool>,
+    /// Shared with the progress handler: set while it draws a bar (the spinner hides).
+    pub progress_busy: Arc<AtomicBool>,
     /// Nesting depth of `.read`, to refuse a script that reads itself forever.
     pub(crate) read_depth: usize,
+    /// Standard output was closed by its reader (`lql … | head`): the run ends quietly.
+    output_closed: bool,
+    /// A statement was cancelled (Ctrl-C): the rest of the text it came from is skipped.
+    /// The REPL clears it before each line it reads.
+    pub cancelled: bool,
 }
 
 impl Session {
@@ -53,18 +101,46 @@ impl Session {
             color: false,
             width: None,
             track_terminal_width: false,
+            headers: true,
+            nullvalue: None,
+            widths: Vec::new(),
+            echo: false,
+            bail: false,
+            interactive: false,
+            errors: 0,
+            faults: 0,
+            statements: 0,
             streamed: None,
             out: Box::new(std::io::stdout()),
             err: Box::new(std::io::stderr()),
+            redirect: None,
+            progress_quiet: Arc::new(AtomicBool::new(false)),
+            progress_busy: Arc::new(AtomicBool::new(false)),
             read_depth: 0,
+            output_closed: false,
+            cancelled: false,
         }
     }
 
-    /// Runs a script (statements and dot-commands); stops at the first failure.
+    /// Whether anything failed or reported a fault (the exit code is then 1).
+    pub fn failed(&self) -> bool {
+        self.errors > 0 || self.faults > 0
+    }
+
+    /// Runs a script (statements and dot-commands). A UTF-8 byte order mark at the start
+    /// is skipped. Goes on after a failure unless `bail` is set.
     pub fn run_script(&mut self, text: &str, source_name: &str) -> Outcome {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let mut result = Outcome::Ok;
         let mut pos = 0usize;
         let mut pending: Option<usize> = None;
         for line in text.split_inclusive('\n') {
+            if self.output_closed {
+                return Outcome::Quit;
+            }
+            if self.cancelled {
+                return Outcome::Failed;
+            }
             let line_start = pos;
             pos += line.len();
             if pending.is_none() {
@@ -73,10 +149,16 @@ impl Session {
                     continue;
                 }
                 if t.starts_with('.') {
-                    match self.run_dot(t) {
-                        Outcome::Ok => continue,
-                        other => return other,
+                    if self.echo {
+                        self.print(&format!("{t}\n"));
                     }
+                    match self.run_dot(t) {
+                        Outcome::Ok => {}
+                        Outcome::Quit => return Outcome::Quit,
+                        Outcome::Failed if self.bail => return Outcome::Failed,
+                        Outcome::Failed => result = Outcome::Failed,
+                    }
+                    continue;
                 }
                 pending = Some(line_start);
             }
@@ -84,65 +166,92 @@ impl Session {
                 if lql::is_complete(&text[start..pos]) {
                     pending = None;
                     if self.run_statements(text, start..pos, source_name) == Outcome::Failed {
-                        return Outcome::Failed;
+                        if self.bail {
+                            return Outcome::Failed;
+                        }
+                        result = Outcome::Failed;
                     }
                 }
             }
         }
-        if let Some(start) = pending {
+        if let Some(start) = pending.filter(|_| !self.cancelled) {
             // The last statement may omit its `;`.
-            return self.run_statements(text, start..text.len(), source_name);
+            if self.run_statements(text, start..text.len(), source_name) == Outcome::Failed {
+                result = Outcome::Failed;
+            }
         }
-        Outcome::Ok
+        if self.output_closed {
+            return Outcome::Quit;
+        }
+        result
     }
 
-    /// Runs the statements in `text[range]`, printing each result; errors are rendered
-    /// against the whole `text` so line numbers are the script's.
+    /// Runs the statements in `text[range]` one at a time, printing each result; errors
+    /// are rendered against the whole `text` so line numbers are the script's.
     fn run_statements(
         &mut self,
         text: &str,
         range: std::ops::Range<usize>,
         source_name: &str,
     ) -> Outcome {
-        let chunk = &text[range.clone()];
-        let mode = self.mode;
+        let mut outcome = Outcome::Ok;
+        for piece in lql::split_statements(&text[range.clone()]) {
+            if self.output_closed || self.cancelled {
+                break;
+            }
+            let piece = (range.start + piece.start)..(range.start + piece.end);
+            if self.run_one(text, piece, source_name) == Outcome::Failed {
+                outcome = Outcome::Failed;
+                if self.bail {
+                    break;
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Runs one statement, `text[range]`.
+    fn run_one(&mut self, text: &str, range: std::ops::Range<usize>, source_name: &str) -> Outcome {
+        let stmt = &text[range.clone()];
+        self.statements += 1;
+        if self.echo {
+            self.print(&format!("{};\n", stmt.trim_end().trim_end_matches(';')));
+        }
         if self.track_terminal_width {
             if let Some(w) = comfy_table::Table::new().width() {
                 self.width = Some(w);
             }
         }
-        let width = self.width;
-        let timer = self.timer;
-        let out = &mut self.out;
-        let err = &mut self.err;
-        let streamed = self.streamed.clone();
-        let end_stream = move |err: &mut Box<dyn Write + Send>| {
-            if streamed
-                .as_ref()
-                .is_some_and(|f| f.swap(false, std::sync::atomic::Ordering::SeqCst))
-            {
-                let _ = err.write_all(b"\n");
-                let _ = err.flush();
-            }
+        self.progress_quiet
+            .store(self.mode.json_errors(), Ordering::SeqCst);
+        let started = Instant::now();
+        let result = {
+            let _spinner = self.interactive.then(|| {
+                let mut quiet = vec![self.progress_busy.clone()];
+                quiet.extend(self.streamed.clone());
+                Spinner::start(Duration::from_secs(1), quiet)
+            });
+            self.conn.execute_batch(stmt)
         };
-        let mut started = Instant::now();
-        let result = self.conn.execute_each(chunk, |r| {
-            end_stream(err);
-            let s = render(mode, &r.text, &r.rows, width);
-            // A closed pipe (`lql … | head`) ends output quietly.
-            out.write_all(s.as_bytes())
-                .and_then(|_| out.flush())
-                .map_err(|e| Error::io(format!("writing output: {e}")))?;
-            if timer {
-                let _ = writeln!(err, "Run Time: {:.3}s", started.elapsed().as_secs_f64());
-                started = Instant::now();
-            }
-            Ok(())
-        });
+        self.end_stream();
         match result {
-            Ok(()) => Outcome::Ok,
+            Ok(results) => {
+                let faults = self.faults;
+                for r in results {
+                    self.show(&r.text, &r.rows);
+                }
+                if self.timer {
+                    let secs = started.elapsed().as_secs_f64();
+                    let _ = writeln!(self.err, "Run Time: {secs:.3}s");
+                }
+                if self.faults > faults {
+                    Outcome::Failed
+                } else {
+                    Outcome::Ok
+                }
+            }
             Err(e) => {
-                end_stream(&mut self.err);
+                self.cancelled |= e.kind == lql::ErrorKind::Interrupted;
                 let e = e.offset_spans(range.start);
                 self.report_error(&e, source_name, text);
                 Outcome::Failed
@@ -150,8 +259,56 @@ impl Session {
         }
     }
 
+    /// Prints one statement's result (unless it is a status the mode keeps quiet) and
+    /// counts a fault it reports.
+    fn show(&mut self, stmt: &str, rows: &Rows) {
+        if rows.has_fault() || status_failed(rows) {
+            self.faults += 1;
+        }
+        let quiet_status =
+            !self.interactive && !self.echo && self.mode.is_machine() && is_use(stmt);
+        if !quiet_status {
+            let s = render(self.mode, stmt, rows, &self.render_options());
+            self.print(&s);
+        }
+        self.end_once();
+    }
+
+    /// Shows the result of `.open` like a `USE`'s.
+    pub fn show_bind(&mut self, label: &str, rows: &Rows) {
+        self.statements += 1;
+        let quiet = !self.interactive && !self.echo && self.mode.is_machine();
+        if !quiet {
+            let s = render(self.mode, label, rows, &self.render_options());
+            self.print(&s);
+        }
+    }
+
+    fn render_options(&self) -> RenderOptions<'_> {
+        RenderOptions {
+            width: self.width,
+            headers: self.headers,
+            nullvalue: self.nullvalue.as_deref(),
+            widths: &self.widths,
+            index: self.statements,
+        }
+    }
+
+    /// Ends the live-generation line on stderr, if text was streamed.
+    fn end_stream(&mut self) {
+        if self
+            .streamed
+            .as_ref()
+            .is_some_and(|f| f.swap(false, Ordering::SeqCst))
+        {
+            let _ = self.err.write_all(b"\n");
+            let _ = self.err.flush();
+        }
+    }
+
     /// Prints an error: one JSON line in the JSON modes, an ariadne report otherwise.
     pub fn report_error(&mut self, e: &Error, source_name: &str, text: &str) {
+        self.errors += 1;
         let s = if self.mode.json_errors() {
             format!("{}\n", e.to_json())
         } else {
@@ -163,6 +320,7 @@ impl Session {
 
     /// Prints a message about a dot-command that went wrong.
     pub fn report_message(&mut self, msg: &str) {
+        self.errors += 1;
         let s = if self.mode.json_errors() {
             format!(
                 "{}\n",
@@ -180,6 +338,8 @@ impl Session {
         match dot::run(self, line) {
             Ok(Flow::Continue) => Outcome::Ok,
             Ok(Flow::Quit) => Outcome::Quit,
+            // Reported where it happened (a statement or a nested script).
+            Ok(Flow::Failed) => Outcome::Failed,
             Err(msg) => {
                 self.report_message(&msg);
                 Outcome::Failed
@@ -187,9 +347,204 @@ impl Session {
         }
     }
 
-    /// Writes text to the output.
+    /// Writes text to the output (the redirection file while one is active).
     pub fn print(&mut self, s: &str) {
-        let _ = self.out.write_all(s.as_bytes());
-        let _ = self.out.flush();
+        if s.is_empty() {
+            return;
+        }
+        let result = match &mut self.redirect {
+            Some(r) => r.file.write_all(s.as_bytes()),
+            None => self
+                .out
+                .write_all(s.as_bytes())
+                .and_then(|_| self.out.flush()),
+        };
+        if let Err(e) = result {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                // A closed pipe (`lql … | head`) ends the run quietly.
+                self.output_closed = true;
+            } else {
+                self.report_message(&format!("writing output: {e}"));
+            }
+        }
+    }
+
+    /// Sends results to `path` (`.output FILE`, or `.once FILE` for the next result only);
+    /// `None` returns them to standard output.
+    pub fn redirect(&mut self, path: Option<&str>, once: bool) -> Result<(), String> {
+        self.end_redirect()?;
+        let Some(path) = path else { return Ok(()) };
+        let target = PathBuf::from(path);
+        let dir = match target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = target
+            .file_name()
+            .ok_or_else(|| format!("{path}: not a file name"))?
+            .to_string_lossy()
+            .into_owned();
+        let file = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(&dir)
+            .map_err(|e| format!("{path}: cannot create a file in {}: {e}", dir.display()))?;
+        self.redirect = Some(Redirect { file, target, once });
+        Ok(())
+    }
+
+    /// Ends `.once` after a result.
+    fn end_once(&mut self) {
+        if self.redirect.as_ref().is_some_and(|r| r.once) {
+            if let Err(msg) = self.end_redirect() {
+                self.report_message(&msg);
+            }
+        }
+    }
+
+    /// Finishes the active redirection: flush, fsync, rename over the target.
+    pub fn end_redirect(&mut self) -> Result<(), String> {
+        let Some(mut r) = self.redirect.take() else {
+            return Ok(());
+        };
+        let shown = r.target.display().to_string();
+        r.file
+            .flush()
+            .and_then(|_| r.file.as_file().sync_all())
+            .map_err(|e| format!("{shown}: {e}"))?;
+        r.file
+            .persist(&r.target)
+            .map_err(|e| format!("{shown}: {}", e.error))?;
+        sync_dir(&r.target);
+        Ok(())
+    }
+}
+
+/// Makes a rename durable by syncing the folder (best effort: not every platform can).
+fn sync_dir(target: &Path) {
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Whether a statement is a `USE` (its result is a status, not data).
+fn is_use(stmt: &str) -> bool {
+    stmt.split_whitespace()
+        .next()
+        .is_some_and(|w| w.eq_ignore_ascii_case("USE"))
+}
+
+/// The fallback fault signal: a `status` column holding `FAILED` (VERIFY's rows).
+fn status_failed(rows: &Rows) -> bool {
+    rows.column_index("status").is_some_and(|i| {
+        rows.rows
+            .iter()
+            .any(|r| r.get(i).and_then(|v| v.as_str()) == Some("FAILED"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lql::{Column, Value, ValueType};
+    use std::sync::Mutex;
+
+    /// A writer the test can read back.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn session() -> (Session, Buf, Buf) {
+        let conn = lql::Connection::open_in_memory().unwrap();
+        let mut s = Session::new(conn, OutputMode::Csv);
+        let (out, err) = (Buf::default(), Buf::default());
+        s.out = Box::new(out.clone());
+        s.err = Box::new(err.clone());
+        (s, out, err)
+    }
+
+    fn status_rows(status: &str) -> Rows {
+        let mut r = Rows::new(vec![Column::new("status", ValueType::Text)]);
+        r.push(vec![Value::from(status)]);
+        r
+    }
+
+    #[test]
+    fn faults_count_from_the_flag_or_a_failed_status() {
+        let (mut s, out, _) = session();
+        s.show("VERIFY", &status_rows("ok"));
+        assert!(!s.failed());
+        s.show("VERIFY", &status_rows("FAILED"));
+        assert_eq!(s.faults, 1);
+        let mut flagged = status_rows("ok");
+        flagged.fault = true;
+        assert!(flagged.has_fault());
+        s.show("CHECK", &flagged);
+        assert_eq!(s.faults, 2);
+        assert!(s.failed());
+        assert_eq!(out.text().matches("status\n").count(), 3);
+    }
+
+    #[test]
+    fn errors_continue_unless_bail() {
+        let (mut s, out, err) = session();
+        assert_eq!(
+            s.run_script("FROB;\n.mode csv\nSHOW MODELS;\nFROB;\n", "t"),
+            Outcome::Failed
+        );
+        assert_eq!(s.errors, 2);
+        assert!(out.text().starts_with("name,"), "{}", out.text());
+        assert_eq!(err.text().matches("unknown keyword").count(), 2);
+        let (mut s, out, _) = session();
+        s.bail = true;
+        assert_eq!(s.run_script("FROB;\nSHOW MODELS;\n", "t"), Outcome::Failed);
+        assert_eq!(s.errors, 1);
+        assert_eq!(out.text(), "");
+    }
+
+    #[test]
+    fn use_is_recognised() {
+        assert!(is_use("USE MODEL 'x'"));
+        assert!(is_use("use 'x'"));
+        assert!(!is_use("USER"));
+        assert!(!is_use("STATS"));
+    }
+
+    #[test]
+    fn output_files_appear_whole_on_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("r.csv");
+        let (mut s, out, _) = session();
+        s.redirect(Some(target.to_str().unwrap()), false).unwrap();
+        s.print("a,b\n");
+        // Nothing at the target until the redirection ends.
+        assert!(!target.exists());
+        s.redirect(None, false).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "a,b\n");
+        s.print("back\n");
+        assert_eq!(out.text(), "back\n");
+        let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(leftovers, 1);
+        assert!(s
+            .redirect(Some("/nonexistent-dir/x.csv"), true)
+            .unwrap_err()
+            .contains("/nonexistent-dir"));
     }
 }

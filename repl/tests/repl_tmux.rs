@@ -1,7 +1,9 @@
 //! The interactive REPL, driven through tmux: a multi-line statement shows a table,
 //! `.mode json` switches output, an unknown keyword shows the ariadne error with a caret,
 //! Ctrl-C during a long GENERATE returns to the prompt with the session intact, and history
-//! survives a restart. Skips (with a note) when tmux is not installed. Run with --release.
+//! survives a restart; a long statement shows a spinner with the elapsed time, tables fit a
+//! narrow window with `…`, token spaces are visible, `.tables` lists the tables. Skips (with
+//! a note) when tmux is not installed. Run with --release.
 
 use std::path::Path;
 use std::process::Command;
@@ -14,7 +16,7 @@ struct Tmux {
 }
 
 impl Tmux {
-    fn start(cmd: &str, socket: &str) -> Tmux {
+    fn start(cmd: &str, socket: &str, width: u16) -> Tmux {
         let t = Tmux {
             socket: socket.to_string(),
         };
@@ -25,7 +27,7 @@ impl Tmux {
                 "-s",
                 "lql",
                 "-x",
-                "220",
+                &width.to_string(),
                 "-y",
                 "60",
                 cmd,
@@ -116,12 +118,16 @@ fn have_tmux() -> bool {
 }
 
 fn launch(history: &Path, socket: &str) -> Tmux {
+    launch_with_width(history, socket, 220)
+}
+
+fn launch_with_width(history: &Path, socket: &str, width: u16) -> Tmux {
     let cmd = format!(
         "env NO_COLOR=1 LQL_HISTORY={} {} --model smollm2-135m-instruct",
         history.display(),
         env!("CARGO_BIN_EXE_lql")
     );
-    let t = Tmux::start(&cmd, socket);
+    let t = Tmux::start(&cmd, socket, width);
     t.wait_for("the first prompt", |s| s.contains("lql> "));
     t
 }
@@ -197,9 +203,13 @@ fn repl_session_through_tmux() {
     );
     t.type_text("STATS;");
     t.send(&["Enter"]);
-    t.wait_for("STATS after the interrupt", |s| {
-        s.contains("smollm2-135m-instruct") && s.contains("can_execute")
+    t.wait_for("STATS after the interrupt, then a prompt", |s| {
+        s.contains("smollm2-135m-instruct")
+            && s.contains("can_execute")
+            && s.trim_end().ends_with("lql>")
     });
+    // Ctrl-C is a key only once the editor has the terminal again (else it is SIGINT).
+    sleep(Duration::from_millis(300));
 
     // Ctrl-C at the prompt clears the line.
     t.type_text("SHOW MOD");
@@ -225,5 +235,59 @@ fn repl_session_through_tmux() {
     t.wait_for("the recalled entry", |s| s.contains("lql> .quit"));
     t.send(&["Up"]);
     t.wait_for("the entry before it", |s| s.contains("lql> STATS;"));
+    t.send(&["C-d"]);
+}
+
+#[test]
+fn repl_progress_fitting_and_schema_through_tmux() {
+    if !have_tmux() {
+        eprintln!("note: tmux is not installed; skipping the REPL test (apt-get install tmux)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history");
+    let socket = format!("lql-test-fit-{}", std::process::id());
+    let t = launch_with_width(&history, &socket, 80);
+
+    // .tables lists the tables the model answers.
+    t.type_text(".tables");
+    t.send(&["Enter"]);
+    t.wait_for("the table list", |s| {
+        s.contains("features  layers  tokens  tensors")
+    });
+
+    // A table wider than the window: cells are cut with an ellipsis, rows stay one line.
+    t.clear();
+    t.type_text("SHOW MODELS;");
+    t.send(&["Enter"]);
+    let s = t.wait_for("the models table", |s| s.contains("╰"));
+    let rows: Vec<&str> = s.lines().filter(|l| l.starts_with('│')).collect();
+    assert_eq!(rows.len(), 2, "header and one model, one line each:\n{s}");
+    assert!(rows[1].contains('…'), "{s}");
+    assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
+
+    // Token text keeps its leading space visible.
+    t.clear();
+    t.type_text("TOKENIZE 'Hello world';");
+    t.send(&["Enter"]);
+    t.wait_for("the visible space", |s| s.contains("␣world"));
+
+    // A statement running longer than a second shows a spinner with the elapsed time;
+    // Ctrl-C cancels it and the statements after it on the line.
+    t.clear();
+    let before = t.prompts();
+    t.type_text("SELECT * FROM features WHERE top_token = 'Paris' LIMIT 1; SHOW MODELS;");
+    t.send(&["Enter"]);
+    t.wait_for("the spinner", |s| {
+        s.contains("running ") && s.contains("(Ctrl-C cancels)")
+    });
+    t.send(&["C-c"]);
+    t.wait_for("the interrupted error and a new prompt", |s| {
+        s.contains("interrupted") && s.matches("lql> ").count() > before
+    });
+    sleep(Duration::from_millis(500));
+    let s = t.screen();
+    assert!(!s.contains("cached"), "SHOW MODELS ran after Ctrl-C:\n{s}");
+    assert!(!s.contains("running "), "the spinner was not erased:\n{s}");
     t.send(&["C-d"]);
 }

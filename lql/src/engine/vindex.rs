@@ -142,6 +142,9 @@ pub(crate) fn verify(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Datum> 
             Value::from(r.detail),
         ]);
     }
+    // A FAILED row is a fault the caller must not miss (the shell exits non-zero).
+    let status = rows.column_index("status");
+    rows.fault = status.is_some_and(|i| rows.rows.iter().any(|r| r[i] == Value::from("FAILED")));
     Ok(Datum::Rows(rows))
 }
 

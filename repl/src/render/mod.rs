@@ -1,10 +1,15 @@
 //! Output modes: each renders a statement's [`Rows`] as text. The REPL and batch runner
-//! pick one with `--format` or `.mode`.
+//! pick one with `--format`, the sqlite-style flags (`-csv`, `-box`, …) or `.mode`.
+//!
+//! Human modes (table, box, markdown, line) show NULL as the `.nullvalue` text, lists as
+//! `[a, b]` and, in the grids, control characters escaped and edge spaces visible (`␣Paris`);
+//! machine modes (csv, json, array, jsonl) carry the raw text. Floats print everywhere with
+//! the shortest form of the stored value (`lql::Value`'s `Display`).
 
 mod csv;
+mod grid;
 mod json;
 mod line;
-mod table;
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,22 +19,31 @@ use lql::{Rows, Value};
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
-    /// A box-drawn table fitted to the terminal width (comfy-table).
+    /// A grid with rounded UTF-8 borders fitted to the terminal width (the default).
     Table,
-    /// One JSON object per statement: `{"statement", "columns", "rows"}`.
+    /// A grid with square UTF-8 borders (sqlite3's `.mode box`).
+    Box,
+    /// A Markdown table (sqlite3's `.mode markdown`).
+    Markdown,
+    /// One JSON object per statement: `{"statement", "columns", "rows"}` (LQL's contract).
     Json,
-    /// One JSON object per row, keyed by column name.
+    /// One JSON array of row objects per statement, as sqlite3's and duckdb's `-json`.
+    Array,
+    /// One JSON object per row, keyed by column name, with the statement's index.
     Jsonl,
-    /// RFC 4180 CSV with a header row.
+    /// RFC 4180 CSV (LF line ends) with a header row unless headers are off.
     Csv,
     /// One `column = value` line per cell, rows separated by a blank line.
     Line,
 }
 
 impl OutputMode {
-    pub const ALL: [OutputMode; 5] = [
+    pub const ALL: [OutputMode; 8] = [
         OutputMode::Table,
+        OutputMode::Box,
+        OutputMode::Markdown,
         OutputMode::Json,
+        OutputMode::Array,
         OutputMode::Jsonl,
         OutputMode::Csv,
         OutputMode::Line,
@@ -38,16 +52,37 @@ impl OutputMode {
     pub fn name(self) -> &'static str {
         match self {
             OutputMode::Table => "table",
+            OutputMode::Box => "box",
+            OutputMode::Markdown => "markdown",
             OutputMode::Json => "json",
+            OutputMode::Array => "array",
             OutputMode::Jsonl => "jsonl",
             OutputMode::Csv => "csv",
             OutputMode::Line => "line",
         }
     }
 
+    /// `table|box|…`, for usage lines.
+    pub fn names() -> String {
+        let names: Vec<&str> = OutputMode::ALL.iter().map(|m| m.name()).collect();
+        names.join("|")
+    }
+
     /// Whether errors should be printed as JSON (machine-readable modes).
     pub fn json_errors(self) -> bool {
-        matches!(self, OutputMode::Json | OutputMode::Jsonl)
+        matches!(
+            self,
+            OutputMode::Json | OutputMode::Jsonl | OutputMode::Array
+        )
+    }
+
+    /// Machine-readable modes: a script's output in them is data, so status results (USE)
+    /// stay silent unless echo is on.
+    pub fn is_machine(self) -> bool {
+        matches!(
+            self,
+            OutputMode::Json | OutputMode::Jsonl | OutputMode::Array | OutputMode::Csv
+        )
     }
 }
 
@@ -70,64 +105,58 @@ impl FromStr for OutputMode {
     }
 }
 
+/// The shell settings a renderer needs.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderOptions<'a> {
+    /// Width to fit grids into (`None`: no fitting).
+    pub width: Option<u16>,
+    /// Header rows in csv (`.headers`).
+    pub headers: bool,
+    /// How NULL shows in human modes and csv (`.nullvalue`; default `NULL`, empty in csv).
+    pub nullvalue: Option<&'a str>,
+    /// Fixed column widths in grids (`.width`; 0 or missing: automatic).
+    pub widths: &'a [usize],
+    /// The statement's 1-based index in the run (jsonl's `stmt`).
+    pub index: usize,
+}
+
+impl Default for RenderOptions<'_> {
+    fn default() -> Self {
+        RenderOptions {
+            width: None,
+            headers: true,
+            nullvalue: None,
+            widths: &[],
+            index: 1,
+        }
+    }
+}
+
 /// Renders one statement's result. Results without columns (status-only statements)
 /// render as nothing. The text ends with a newline unless empty.
-pub fn render(mode: OutputMode, statement: &str, rows: &Rows, width: Option<u16>) -> String {
+pub fn render(mode: OutputMode, statement: &str, rows: &Rows, o: &RenderOptions<'_>) -> String {
     if rows.columns.is_empty() {
         return String::new();
     }
     match mode {
-        OutputMode::Table => table::render(rows, width),
+        OutputMode::Table => grid::render(grid::Style::Rounded, rows, o),
+        OutputMode::Box => grid::render(grid::Style::Box, rows, o),
+        OutputMode::Markdown => grid::render(grid::Style::Markdown, rows, o),
         OutputMode::Json => json::render_statement(statement, rows),
-        OutputMode::Jsonl => json::render_lines(rows),
-        OutputMode::Csv => csv::render(rows),
-        OutputMode::Line => line::render(rows),
+        OutputMode::Array => json::render_array(rows),
+        OutputMode::Jsonl => json::render_lines(rows, o.index),
+        OutputMode::Csv => csv::render(rows, o),
+        OutputMode::Line => line::render(rows, o),
     }
 }
 
-/// A float for people: six significant digits, trailing zeros trimmed, at least one
-/// decimal; scientific notation for very large or very small magnitudes.
-pub fn format_float(x: f64) -> String {
-    if x.is_nan() {
-        return "NaN".into();
-    }
-    if x.is_infinite() {
-        return if x > 0.0 { "inf" } else { "-inf" }.into();
-    }
-    if x == 0.0 {
-        return "0.0".into();
-    }
-    let mag = x.abs();
-    if !(1e-4..1e15).contains(&mag) {
-        let s = format!("{x:.5e}");
-        // Trim zeros of the mantissa: 1.50000e-7 → 1.5e-7.
-        return match s.split_once('e') {
-            Some((m, e)) => {
-                let m = m.trim_end_matches('0');
-                let m = m.strip_suffix('.').unwrap_or(m);
-                format!("{m}e{e}")
-            }
-            None => s,
-        };
-    }
-    let int_digits = mag.log10().floor() as i32 + 1;
-    let decimals = (6 - int_digits).clamp(1, 12) as usize;
-    let s = format!("{x:.decimals$}");
-    let s = s.trim_end_matches('0');
-    if s.ends_with('.') {
-        format!("{s}0")
-    } else {
-        s.to_string()
-    }
-}
-
-/// A cell for people (table and line modes): NULL, floats by [`format_float`], lists
-/// as `[a, b, c]`.
-pub fn format_cell(v: &Value) -> String {
+/// A cell for people (grid and line modes): NULL as `nullvalue` (default `NULL`), lists as
+/// `[a, b, c]`, everything else as its `Display`.
+pub fn format_cell(v: &Value, nullvalue: Option<&str>) -> String {
     match v {
-        Value::Float(x) => format_float(*x),
+        Value::Null => nullvalue.unwrap_or("NULL").to_string(),
         Value::List(items) => {
-            let inner: Vec<String> = items.iter().map(format_cell).collect();
+            let inner: Vec<String> = items.iter().map(|i| format_cell(i, None)).collect();
             format!("[{}]", inner.join(", "))
         }
         other => other.to_string(),
@@ -162,36 +191,34 @@ mod tests {
     }
 
     #[test]
-    fn floats_are_readable() {
-        assert_eq!(format_float(0.123456789), "0.123457");
-        assert_eq!(format_float(15.23456789), "15.2346");
-        assert_eq!(format_float(2.0), "2.0");
-        assert_eq!(format_float(-3.5), "-3.5");
-        assert_eq!(format_float(0.0), "0.0");
-        assert_eq!(format_float(1.5e-7), "1.5e-7");
-        assert_eq!(format_float(123456.7), "123456.7");
-        assert_eq!(format_float(f64::NAN), "NaN");
-    }
-
-    #[test]
     fn modes_parse_by_name() {
         assert_eq!("JSON".parse::<OutputMode>().unwrap(), OutputMode::Json);
+        assert_eq!("box".parse::<OutputMode>().unwrap(), OutputMode::Box);
         assert!("xml".parse::<OutputMode>().is_err());
+        assert_eq!(
+            OutputMode::names(),
+            "table|box|markdown|json|array|jsonl|csv|line"
+        );
     }
 
     #[test]
     fn status_results_render_nothing() {
         for m in OutputMode::ALL {
-            assert_eq!(render(m, "USE 'x'", &Rows::empty(), None), "");
+            assert_eq!(
+                render(m, "USE 'x'", &Rows::empty(), &RenderOptions::default()),
+                ""
+            );
         }
     }
 
     #[test]
-    fn cells_format_lists_and_nulls() {
+    fn cells_format_lists_nulls_and_f32_floats() {
         assert_eq!(
-            format_cell(&Value::List(vec![Value::Float(0.5), Value::Int(2)])),
+            format_cell(&Value::List(vec![Value::Float(0.5), Value::Int(2)]), None),
             "[0.5, 2]"
         );
-        assert_eq!(format_cell(&Value::Null), "NULL");
+        assert_eq!(format_cell(&Value::Null, None), "NULL");
+        assert_eq!(format_cell(&Value::Null, Some("-")), "-");
+        assert_eq!(format_cell(&Value::Float(1e-5f32 as f64), None), "1e-5");
     }
 }
