@@ -59,6 +59,36 @@ pub fn check_surface(path: &Path, s: &ExecutionSurface) -> Result<()> {
     Ok(())
 }
 
+/// Refuse a layer count the file cannot hold: every layer needs
+/// `required_layer_roles().len()` tensors, so `n_layers` may not exceed what the tensor
+/// table (`n_tensors` entries) has room for. Runs before anything is sized by the count;
+/// `field` names where the count was read (`llama.block_count`, `num_hidden_layers`, …).
+pub fn check_layer_count(
+    path: &Path,
+    field: &str,
+    s: &ExecutionSurface,
+    n_tensors: usize,
+) -> Result<()> {
+    let per_layer = s.required_layer_roles().len();
+    let globals = s.required_global_roles().len();
+    let need = s
+        .n_layers
+        .checked_mul(per_layer)
+        .and_then(|n| n.checked_add(globals));
+    match need {
+        Some(n) if n <= n_tensors => Ok(()),
+        _ => Err(StorageError::Format {
+            path: path.to_path_buf(),
+            offset: 0,
+            field: field.to_string(),
+            message: format!(
+                "{} layers need at least {per_layer} tensors each, but the file holds {n_tensors} tensors",
+                s.n_layers
+            ),
+        }),
+    }
+}
+
 /// Every required operand present (`name_of` gives the source name of a missing one),
 /// every operand shaped as the surface says, nothing extra.
 pub fn check_operands(
@@ -67,6 +97,7 @@ pub fn check_operands(
     operands: &BTreeMap<OperandKey, Operand>,
     name_of: impl Fn(OperandKey) -> String,
 ) -> Result<()> {
+    check_layer_count(path, "layer count", s, operands.len())?;
     let required = s.required_keys();
     for key in &required {
         if !operands.contains_key(key) {
@@ -80,8 +111,9 @@ pub fn check_operands(
             });
         }
     }
+    let required_set: std::collections::BTreeSet<OperandKey> = required.into_iter().collect();
     for (key, op) in operands {
-        if !required.contains(key) {
+        if !required_set.contains(key) {
             return Err(StorageError::Tensor {
                 path: path.to_path_buf(),
                 tensor: op.source_name.clone(),

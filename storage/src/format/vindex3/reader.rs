@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use super::graph::SystemGraph;
 use super::index::{read_index, read_json, resolve, ContainerShape, Vindex3Index};
@@ -199,11 +198,9 @@ pub fn open_model(dir: &Path) -> Result<Model> {
             ))
         })?;
         let path = resolve(dir, &entry.segment, "representations.segment")?;
-        let file = std::fs::File::open(&path).map_err(|e| StorageError::io(&path, e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| StorageError::io(&path, e))?
-            .len();
+        // Regular files only, fingerprinted and registered (see `crate::mapped`).
+        let map = crate::mapped::map_file(&path, "segment")?;
+        let len = map.len() as u64;
         if let Some(want) = entry.segment_bytes {
             if len != want {
                 return Err(StorageError::Format {
@@ -221,9 +218,6 @@ pub fn open_model(dir: &Path) -> Result<Model> {
                 });
             }
         }
-        // SAFETY: the file is opened read-only; containers are immutable once written
-        // (writers replace files by rename, never in place).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| StorageError::io(&path, e))?;
         let parsed = parse_header(&path, &map, len)?;
         if parsed.header.representation != rep_id {
             return Err(StorageError::Format {
@@ -236,7 +230,7 @@ pub fn open_model(dir: &Path) -> Result<Model> {
                 ),
             });
         }
-        backings.push(Backing::Mmap(Arc::new(map)));
+        backings.push(Backing::Mmap(map));
         mapped.insert(
             b.object.clone(),
             Mapped {
@@ -344,6 +338,13 @@ fn check_closure(
             ),
         }
     };
+    // The layer count must fit the operand table before anything is sized by it.
+    crate::import::validate::check_layer_count(
+        &c.dir.join("system_graph.json"),
+        &format!("components[{}].execution_surface.n_layers", comp.id),
+        s,
+        comp.operands.len(),
+    )?;
     for key in s.required_keys() {
         let shape = s.operand_shape(key.role);
         let op = ops.get(&key).ok_or_else(|| missing(key))?;
@@ -382,18 +383,7 @@ fn tokenizer_slot(dir: &Path, index: &Vindex3Index) -> TokenizerSlot {
         }
     };
     TokenizerSlot::lazy(move || {
-        let len = std::fs::metadata(&path)
-            .map_err(|e| StorageError::io(&path, e))?
-            .len();
-        if len > MAX_CAPABILITY_BYTES {
-            return Err(StorageError::Format {
-                path: path.clone(),
-                offset: 0,
-                field: "file size".into(),
-                message: format!("{len} bytes exceeds the {MAX_CAPABILITY_BYTES}-byte limit"),
-            });
-        }
-        let bytes = std::fs::read(&path).map_err(|e| StorageError::io(&path, e))?;
+        let bytes = crate::fsutil::read_capped(&path, "tokenizer spec", MAX_CAPABILITY_BYTES)?;
         // Straight into the struct: no intermediate `Value` tree.
         serde_json::from_slice(&bytes).map_err(|e| StorageError::Format {
             path: path.clone(),
