@@ -40,7 +40,8 @@ pub fn detect(path: &Path) -> Result<SourceFormat> {
         )));
     }
     let mut magic = [0u8; 4];
-    let mut f = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
+    // A regular file only: a FIFO or a device is refused before a byte is read.
+    let (mut f, _) = crate::fsutil::open_regular(path, "model file")?;
     let n = f.read(&mut magic).map_err(|e| StorageError::io(path, e))?;
     if n == 4 && magic == crate::format::gguf::MAGIC {
         return Ok(SourceFormat::Gguf);

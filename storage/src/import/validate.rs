@@ -59,34 +59,31 @@ pub fn check_surface(path: &Path, s: &ExecutionSurface) -> Result<()> {
     Ok(())
 }
 
-/// Refuse a layer count the file cannot hold: every layer needs
-/// `required_layer_roles().len()` tensors, so `n_layers` may not exceed what the tensor
-/// table (`n_tensors` entries) has room for. Runs before anything is sized by the count;
-/// `field` names where the count was read (`llama.block_count`, `num_hidden_layers`, …).
+/// Refuse a layer count the file cannot hold, before anything is sized by it: every layer
+/// needs tensors of its own, so `n_layers` may not exceed the `n_tensors` entries of the
+/// tensor table. (A count within that bound but short of a few tensors gets the precise
+/// "missing" error of [`check_operands`], which then allocates at most
+/// `required_layer_roles().len()` keys per table entry.) `field` names where the count was
+/// read (`llama.block_count`, `num_hidden_layers`, …).
 pub fn check_layer_count(
     path: &Path,
     field: &str,
     s: &ExecutionSurface,
     n_tensors: usize,
 ) -> Result<()> {
-    let per_layer = s.required_layer_roles().len();
-    let globals = s.required_global_roles().len();
-    let need = s
-        .n_layers
-        .checked_mul(per_layer)
-        .and_then(|n| n.checked_add(globals));
-    match need {
-        Some(n) if n <= n_tensors => Ok(()),
-        _ => Err(StorageError::Format {
-            path: path.to_path_buf(),
-            offset: 0,
-            field: field.to_string(),
-            message: format!(
-                "{} layers need at least {per_layer} tensors each, but the file holds {n_tensors} tensors",
-                s.n_layers
-            ),
-        }),
+    if s.n_layers <= n_tensors {
+        return Ok(());
     }
+    let per_layer = s.required_layer_roles().len();
+    Err(StorageError::Format {
+        path: path.to_path_buf(),
+        offset: 0,
+        field: field.to_string(),
+        message: format!(
+            "{} layers (each needs {per_layer} tensors), but the file holds only {n_tensors} tensors",
+            s.n_layers
+        ),
+    })
 }
 
 /// Every required operand present (`name_of` gives the source name of a missing one),

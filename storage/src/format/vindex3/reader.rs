@@ -50,6 +50,9 @@ impl Container {
             }
             _ => None,
         };
+        if let Some(g) = &graph {
+            check_unique_ids(dir, g)?;
+        }
         Ok(Container {
             dir: dir.to_path_buf(),
             index,
@@ -102,6 +105,38 @@ impl Container {
         let o = g.objects.iter().find(|o| o.id == object)?;
         o.representations.first().map(|r| r.id.clone())
     }
+}
+
+/// Refuse a graph that names a component, an object or one object's representation twice
+/// (a reader would otherwise silently take one of them).
+fn check_unique_ids(dir: &Path, g: &SystemGraph) -> Result<()> {
+    let dup = |field: String, id: &str| StorageError::Format {
+        path: dir.join("system_graph.json"),
+        offset: 0,
+        field,
+        message: format!("id {id:?} appears twice"),
+    };
+    let mut seen = std::collections::HashSet::new();
+    for c in &g.components {
+        if !seen.insert(c.id.as_str()) {
+            return Err(dup("components".into(), &c.id));
+        }
+    }
+    seen.clear();
+    for o in &g.objects {
+        if !seen.insert(o.id.as_str()) {
+            return Err(dup("objects".into(), &o.id));
+        }
+    }
+    for o in &g.objects {
+        let mut reps = std::collections::HashSet::new();
+        for r in &o.representations {
+            if !reps.insert(r.id.as_str()) {
+                return Err(dup(format!("objects[{}].representations", o.id), &r.id));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn bank_refusal(dir: &Path) -> StorageError {
