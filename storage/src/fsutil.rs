@@ -171,7 +171,7 @@ pub fn resolve_inside(root: &Path, rel: &str, index: &Path, field: &str) -> Resu
             offset: 0,
             field: field.into(),
             message: format!(
-                "path {rel:?} is not a plain relative path inside {}",
+                "path {rel:?} is not a plain container-relative path (relative, without `..`) inside {}",
                 root.display()
             ),
         });
