@@ -359,7 +359,8 @@ fn hostile_corpus() {
     std::fs::write(&victim, b"keep").unwrap();
     let link = tmp.join("out.trace");
     std::os::unix::fs::symlink(&victim, &link).unwrap();
-    let tiny = q(&fx.join("tiny.gguf"));
+    // TRACE needs a working tokenizer: the real default model (from the catalogue cache).
+    let tiny = "MODEL \"smollm2-135m-instruct\"".to_string();
     case(
         "TRACE SAVE onto a symlink",
         format!("USE {tiny}; TRACE \"ab\" SAVE {};", q(&link)),

@@ -39,5 +39,5 @@ fn fuzz_lyrw() {
     for s in &seeds {
         parse(Path::new("seed"), s).unwrap();
     }
-    fuzz_support::fuzz("lyrw", 500, fuzz_support::mutated_bytes(seeds), check);
+    fuzz_support::fuzz("lyrw", 5000, fuzz_support::mutated_bytes(seeds), check);
 }

@@ -68,7 +68,7 @@ fn fuzz_safetensors_header() {
         fuzz_support::mutated_bytes(weights),
         fuzz_support::mutated_json(configs),
     );
-    fuzz_support::fuzz("safetensors", 200, strategy, move |(w, c)| {
+    fuzz_support::fuzz("safetensors", 600, strategy, move |(w, c)| {
         std::fs::write(d.join("config.json"), &c).unwrap();
         std::fs::write(d.join("model.safetensors"), &w).unwrap();
         if let Ok(f) = HfFolder::open(&d) {

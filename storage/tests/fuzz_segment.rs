@@ -64,5 +64,5 @@ fn fuzz_segment_header() {
         fuzz_support::mutated_bytes(seeds),
         prop::sample::select(&fuzz_support::HOSTILE[..]),
     );
-    fuzz_support::fuzz("segment", 400, strategy, check);
+    fuzz_support::fuzz("segment", 3000, strategy, check);
 }

@@ -60,7 +60,7 @@ fn fuzz_index_and_graph() {
             fuzz_support::mutated_json(graph.clone())
         ),
     ];
-    fuzz_support::fuzz("vindex3_index", 150, strategy, move |(i, g)| {
+    fuzz_support::fuzz("vindex3_index", 300, strategy, move |(i, g)| {
         std::fs::write(c.join("index.json"), &i).unwrap();
         std::fs::write(c.join("system_graph.json"), &g).unwrap();
         if let Ok(m) = open_model(&c) {

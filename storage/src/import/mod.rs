@@ -28,10 +28,13 @@ pub enum SourceFormat {
 pub fn detect(path: &Path) -> Result<SourceFormat> {
     let meta = std::fs::metadata(path).map_err(|e| StorageError::io(path, e))?;
     if meta.is_dir() {
-        if path.join("index.json").is_file() {
+        // Presence decides the kind; the reader then refuses a FIFO, a directory or a
+        // symlink out of the folder by name.
+        let present = |name: &str| std::fs::symlink_metadata(path.join(name)).is_ok();
+        if present("index.json") {
             return Ok(SourceFormat::Vindex3);
         }
-        if path.join("config.json").is_file() {
+        if present("config.json") {
             return Ok(SourceFormat::HfFolder);
         }
         return Err(StorageError::Unsupported(format!(

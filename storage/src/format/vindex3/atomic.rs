@@ -19,7 +19,8 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
 /// Refuse `out` unless it is absent or an empty directory; create its parent. Returns the
 /// sibling temporary directory (created) the container is built in.
 pub(crate) fn claim_target(out: &Path) -> Result<PathBuf> {
-    match std::fs::metadata(out) {
+    // `symlink_metadata`: a symlink at the target is refused, never followed.
+    match std::fs::symlink_metadata(out) {
         Ok(m) if m.is_dir() => {
             let mut it = std::fs::read_dir(out).map_err(|e| StorageError::io(out, e))?;
             if it.next().is_some() {
