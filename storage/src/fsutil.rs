@@ -417,7 +417,7 @@ mod tests {
         let target = d.path().join("new.trace");
         for name in [
             format!(".new.trace.tmp-{}", std::process::id()),
-            format!(".new.trace.tmp"),
+            ".new.trace.tmp".to_string(),
         ] {
             std::os::unix::fs::symlink(&victim, d.path().join(name)).unwrap();
         }
