@@ -252,6 +252,11 @@ fn verified_in_this_process(path: &Path, stamp: Stamp) -> bool {
     v.iter().any(|(p, s)| p == path && *s == stamp)
 }
 
+/// Cached files smaller than this are hashed without progress reports (a streaming SHA-256
+/// of the 98 MB default model takes well under a second; a progress line for it would only
+/// add noise to every process start).
+const QUIET_VERIFY_BELOW: u64 = 1 << 30;
+
 /// Check a cached file: a regular file of the right size whose content hash matches,
 /// hashed unless this process already hashed this very version of it. Returns why it is
 /// not intact.
@@ -280,11 +285,13 @@ fn check_cached(
         }
         h.update(&buf[..n]);
         done += n as u64;
-        progress(Progress {
-            stage: Stage::Verifying,
-            done,
-            total: Some(len),
-        });
+        if len >= QUIET_VERIFY_BELOW {
+            progress(Progress {
+                stage: Stage::Verifying,
+                done,
+                total: Some(len),
+            });
+        }
     }
     let got = hex(&h.finalize());
     if got != entry.sha256 {
