@@ -1,7 +1,6 @@
 //! Builds the held-out hostile corpus under `tests/fixtures/hostile/` (run by
 //! `repl/tests/hostile_corpus.rs` through the `lql` binary) with the project's own writers,
-//! and checks the committed copy is what the writers make. `LQL_WRITE_HOSTILE_FIXTURES=1`
-//! rewrites it. Symlinks and FIFOs are planted by the corpus test at run time (they do not
+//! and checks the committed copy is present. `LQL_WRITE_HOSTILE_FIXTURES=1` rewrites it. Symlinks and FIFOs are planted by the corpus test at run time (they do not
 //! travel through git).
 
 mod vindex3_support;
