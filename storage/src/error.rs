@@ -27,6 +27,17 @@ pub enum StorageError {
         tensor: String,
         message: String,
     },
+    /// A file larger than the documented cap for its kind (docs/security.md).
+    #[error("{path}: {field}: {size} bytes exceeds the {limit}-byte limit")]
+    TooLarge {
+        path: PathBuf,
+        field: String,
+        size: u64,
+        limit: u64,
+    },
+    /// A mapped model file changed (size, mtime or inode) since it was opened.
+    #[error("{path}: model file changed since USE: re-bind ({what})")]
+    Changed { path: PathBuf, what: String },
     /// The model catalogue could not provide a model (download, checksum, cache).
     #[error("model {name}: {message}")]
     Catalogue { name: String, message: String },

@@ -14,13 +14,19 @@
 //! - [`format`]: the file formats (GGUF reader/writer, safetensors, VINDEX3).
 //! - [`import`]: architecture judgement, source → [`model::Model`].
 //! - [`catalogue`]: named models and the local cache.
+//! - [`fsutil`]: file-access rules (regular files only, size caps, paths resolved inside
+//!   their root, exclusive temporary files renamed into place).
+//! - [`mapped`]: mapped model files, their fingerprints and the SIGBUS reporter.
 
 pub mod catalogue;
 pub mod codec;
 pub mod dtype;
 pub mod error;
 pub mod format;
+pub mod fsutil;
 pub mod import;
+pub mod json_strict;
+pub mod mapped;
 pub mod model;
 pub mod surface;
 pub mod tokenizer_spec;

@@ -258,6 +258,13 @@ impl Model {
         crate::import::open(path)
     }
 
+    /// Refuse when a file this model maps changed (size, mtime or inode) since it was
+    /// opened: "model file changed since USE: re-bind", naming the file. Call it before
+    /// each statement that reads operands.
+    pub fn check_unchanged(&self) -> Result<(), StorageError> {
+        crate::mapped::check_backings(&self.backings)
+    }
+
     /// The tokenizer spec (decoded from the source on first call, then shared).
     pub fn tokenizer_spec(&self) -> Result<Arc<TokenizerSpec>, StorageError> {
         self.tokenizer.get()

@@ -20,8 +20,7 @@
 //! Loading never trusts a size it has not checked against the file's length. Saving writes
 //! a temporary file beside the target, syncs it and renames it last.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +35,8 @@ pub const VERSION: u32 = 1;
 const ALIGN: usize = 64;
 /// A header longer than this is refused (it describes a few dozen arrays).
 const MAX_HEADER: u64 = 16 << 20;
+/// Largest `.trace` file read.
+const MAX_FILE: u64 = 4 << 30;
 
 /// Picks one matrix of a layer's capture.
 type Pick = for<'c> fn(&'c LayerCapture) -> Option<&'c Vec<f32>>;
@@ -77,13 +78,6 @@ fn fmt_err(path: &Path, what: impl Into<String>) -> TraceError {
     TraceError::Format {
         path: path.to_path_buf(),
         what: what.into(),
-    }
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TraceError + '_ {
-    move |source| TraceError::Io {
-        path: path.to_path_buf(),
-        source,
     }
 }
 
@@ -216,7 +210,9 @@ impl TraceFile {
 
     /// Reads and checks a `.trace` file.
     pub fn load(path: &Path) -> Result<TraceFile> {
-        let bytes = std::fs::read(path).map_err(io_err(path))?;
+        // A regular file only (a FIFO would hang the read), under a size cap.
+        let bytes =
+            lql_storage::fsutil::read_capped(path, "trace file", MAX_FILE).map_err(from_storage)?;
         TraceFile::from_bytes(path, &bytes)
     }
 
@@ -367,16 +363,18 @@ impl TraceFile {
     }
 }
 
-/// A temporary name beside `path`.
-fn temp_name(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "trace".into());
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+/// A storage-layer failure as a trace error (the I/O cause kept).
+fn from_storage(e: lql_storage::StorageError) -> TraceError {
+    match e {
+        lql_storage::StorageError::Io { path, source } => TraceError::Io { path, source },
+        other => TraceError::Invalid(other.to_string()),
+    }
 }
 
-/// Writes `bytes` to a temporary name beside `path`, syncs, renames it over `path`.
+/// Writes `bytes` to `path` the way every LQL writer does (`lql_storage::fsutil`): an
+/// exclusive temporary file with an unpredictable name beside `path` (a planted symlink is
+/// never followed), synced, renamed over `path` only when `path` is absent or a regular
+/// file (a device, a directory or a symlink is refused), then the folder synced.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     if path.file_name().is_none() {
         return Err(TraceError::Invalid(format!(
@@ -384,18 +382,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
             path.display()
         )));
     }
-    let tmp = temp_name(path);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(io_err(path))?;
-        f.write_all(bytes).map_err(io_err(path))?;
-        f.sync_all().map_err(io_err(path))?;
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(io_err(path))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    lql_storage::fsutil::write_atomic(path, bytes).map_err(from_storage)
 }
 
 #[cfg(test)]
@@ -482,9 +469,45 @@ mod tests {
         let leftovers: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
             .collect();
         assert!(leftovers.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Regression (issue 20, item 2): the temporary name was `.<name>.tmp-<pid>`, created
+    /// with `File::create`, and the rename replaced anything at the path.
+    #[test]
+    fn save_never_follows_planted_links_or_replaces_non_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let p = dir.path().join("t.trace");
+        std::os::unix::fs::symlink(
+            &victim,
+            dir.path()
+                .join(format!(".t.trace.tmp-{}", std::process::id())),
+        )
+        .unwrap();
+        let f = TraceFile::from_trace(&tiny(), serde_json::Value::Null);
+        f.save(&p).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(TraceFile::load(&p).unwrap(), f);
+        // A symlink at the target itself, a directory, a device: refused, left alone.
+        let link = dir.path().join("l.trace");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let e = f.save(&link).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert!(f.save(dir.path()).is_err());
+        let e = f.save(Path::new("/dev/null")).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        {
+            use std::os::unix::fs::FileTypeExt;
+            assert!(std::fs::metadata("/dev/null")
+                .unwrap()
+                .file_type()
+                .is_char_device());
+        }
     }
 }

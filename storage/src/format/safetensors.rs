@@ -6,14 +6,14 @@
 //! `config.json` is read in both spellings transformers has used: classic (`rope_theta`,
 //! `torch_dtype`) and 5.x (`rope_parameters: {rope_theta}`, `dtype`).
 
-use std::fs::File;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::dtype::DType;
 use crate::error::{Result, StorageError};
+use crate::fsutil;
 use crate::model::{Backing, TensorView};
 
 /// The fields of `config.json` the importers use.
@@ -166,24 +166,20 @@ pub struct HfFolder {
     pub tensors: Vec<StTensor>,
 }
 
-fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| StorageError::io(path, e))
-}
-
 impl HfFolder {
     /// Open a folder holding `config.json` and safetensors weights.
     pub fn open(dir: &Path) -> Result<HfFolder> {
-        let cfg_path = dir.join("config.json");
-        let config = HfConfig::parse(&cfg_path, &read_text(&cfg_path)?)?;
+        let cfg_path = fsutil::resolve_inside(dir, "config.json", dir, "config.json")?;
+        let text = fsutil::read_capped_text(&cfg_path, "config.json", fsutil::limits::CONFIG_JSON)?;
+        let config = HfConfig::parse(&cfg_path, &text)?;
         let files = weight_files(dir)?;
         let mut backings = Vec::with_capacity(files.len());
         let mut tensors = Vec::new();
+        // Names seen in earlier files: one hash lookup per tensor (a header may list 100k).
+        let mut seen: HashSet<String> = HashSet::new();
         for (fi, path) in files.iter().enumerate() {
-            let file = File::open(path).map_err(|e| StorageError::io(path, e))?;
-            // SAFETY: read-only map; the file must not be truncated while open.
-            let map =
-                unsafe { memmap2::Mmap::map(&file) }.map_err(|e| StorageError::io(path, e))?;
-            let backing = Backing::Mmap(Arc::new(map));
+            let map = crate::mapped::map_file(path, "safetensors file")?;
+            let backing = Backing::Mmap(map);
             {
                 let bytes = backing.bytes();
                 let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| {
@@ -212,7 +208,7 @@ impl HfFolder {
                     }
                     let data = view.data();
                     let offset = data.as_ptr() as usize - bytes.as_ptr() as usize;
-                    if tensors.iter().any(|t: &StTensor| t.name == name) {
+                    if !seen.insert(name.to_string()) {
                         return Err(StorageError::Format {
                             path: path.clone(),
                             offset: 0,
@@ -265,14 +261,20 @@ impl HfFolder {
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     let mut out: Vec<PathBuf> = Vec::new();
-    if index.is_file() {
-        let v: Value =
-            serde_json::from_str(&read_text(&index)?).map_err(|e| StorageError::Format {
-                path: index.clone(),
-                offset: 0,
-                field: "model.safetensors.index.json".into(),
-                message: e.to_string(),
-            })?;
+    if std::fs::symlink_metadata(&index).is_ok() {
+        let index = fsutil::resolve_inside(dir, "model.safetensors.index.json", dir, "index")?;
+        let text = fsutil::read_capped_text(
+            &index,
+            "model.safetensors.index.json",
+            fsutil::limits::SAFETENSORS_INDEX,
+        )?;
+        let mut distinct: HashSet<PathBuf> = HashSet::new();
+        let v: Value = serde_json::from_str(&text).map_err(|e| StorageError::Format {
+            path: index.clone(),
+            offset: 0,
+            field: "model.safetensors.index.json".into(),
+            message: e.to_string(),
+        })?;
         let map = v
             .get("weight_map")
             .and_then(Value::as_object)
@@ -299,8 +301,8 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
                     message: format!("{file} is not a plain file name in the folder"),
                 });
             }
-            let p = dir.join(name);
-            if !out.contains(&p) {
+            let p = fsutil::resolve_inside(dir, name, &index, &format!("weight_map.{tensor}"))?;
+            if distinct.insert(p.clone()) {
                 out.push(p);
             }
         }
@@ -309,8 +311,13 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
         for entry in rd {
             let entry = entry.map_err(|e| StorageError::io(dir, e))?;
             let p = entry.path();
-            if p.extension().is_some_and(|e| e == "safetensors") && p.is_file() {
-                out.push(p);
+            if p.extension().is_some_and(|e| e == "safetensors") {
+                // Symlinks are followed only to files inside the folder.
+                let name = entry.file_name();
+                let real =
+                    fsutil::resolve_inside(dir, &name.to_string_lossy(), dir, "weight file")?;
+                fsutil::require_regular(&real, "safetensors file")?;
+                out.push(real);
             }
         }
         out.sort();

@@ -211,6 +211,7 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
         special,
     };
     validate::check_surface(&path, &surface)?;
+    validate::check_layer_count(&path, &k("block_count"), &surface, file.tensors().len())?;
     validate::check_operands(&path, &surface, &operands, tensor_name)?;
 
     Ok(Model {

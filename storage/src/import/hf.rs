@@ -179,6 +179,12 @@ pub fn open(dir: &Path) -> Result<Model> {
         special,
     };
     validate::check_surface(dir, &surface)?;
+    validate::check_layer_count(
+        &cfg_path,
+        "num_hidden_layers",
+        &surface,
+        folder.tensors.len(),
+    )?;
     validate::check_operands(dir, &surface, &operands, tensor_name)?;
     Ok(Model {
         path: dir.to_path_buf(),
@@ -193,18 +199,20 @@ pub fn open(dir: &Path) -> Result<Model> {
 /// Special tokens from config.json, tokenizer_config.json and tokenizer.json; the spec is
 /// tokenizer.json verbatim (read now: HF folders are not on the fast-open path).
 fn tokenizer(dir: &Path, cfg: &HfConfig, vocab: usize) -> Result<(SpecialTokens, TokenizerSlot)> {
+    use crate::fsutil::{limits, read_optional_inside};
     let tc_path = dir.join("tokenizer_config.json");
-    let tc: Option<Value> = match std::fs::read_to_string(&tc_path) {
-        Ok(t) => Some(serde_json::from_str(&t).map_err(|e| StorageError::Format {
-            path: tc_path.clone(),
-            offset: 0,
-            field: "tokenizer_config.json".into(),
-            message: e.to_string(),
-        })?),
-        Err(_) => None,
-    };
+    let tc: Option<Value> =
+        match read_optional_inside(dir, "tokenizer_config.json", limits::TOKENIZER_CONFIG_JSON)? {
+            Some(t) => Some(serde_json::from_str(&t).map_err(|e| StorageError::Format {
+                path: tc_path.clone(),
+                offset: 0,
+                field: "tokenizer_config.json".into(),
+                message: e.to_string(),
+            })?),
+            None => None,
+        };
     let tj_path = dir.join("tokenizer.json");
-    let json = std::fs::read_to_string(&tj_path).ok();
+    let json = read_optional_inside(dir, "tokenizer.json", limits::TOKENIZER_JSON)?;
     let added: Vec<(u32, String)> = match &json {
         Some(text) => {
             let v: Value = serde_json::from_str(text).map_err(|e| StorageError::Format {
@@ -268,8 +276,11 @@ fn tokenizer(dir: &Path, cfg: &HfConfig, vocab: usize) -> Result<(SpecialTokens,
         .as_ref()
         .and_then(|v| v.get("chat_template"))
         .and_then(Value::as_str)
-        .map(str::to_string)
-        .or_else(|| std::fs::read_to_string(dir.join("chat_template.jinja")).ok());
+        .map(str::to_string);
+    let chat_template = match chat_template {
+        Some(t) => Some(t),
+        None => read_optional_inside(dir, "chat_template.jinja", limits::CHAT_TEMPLATE)?,
+    };
     let spec = match json {
         Some(json) => TokenizerSpec::Json {
             json,

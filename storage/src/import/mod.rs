@@ -28,10 +28,13 @@ pub enum SourceFormat {
 pub fn detect(path: &Path) -> Result<SourceFormat> {
     let meta = std::fs::metadata(path).map_err(|e| StorageError::io(path, e))?;
     if meta.is_dir() {
-        if path.join("index.json").is_file() {
+        // Presence decides the kind; the reader then refuses a FIFO, a directory or a
+        // symlink out of the folder by name.
+        let present = |name: &str| std::fs::symlink_metadata(path.join(name)).is_ok();
+        if present("index.json") {
             return Ok(SourceFormat::Vindex3);
         }
-        if path.join("config.json").is_file() {
+        if present("config.json") {
             return Ok(SourceFormat::HfFolder);
         }
         return Err(StorageError::Unsupported(format!(
@@ -40,7 +43,8 @@ pub fn detect(path: &Path) -> Result<SourceFormat> {
         )));
     }
     let mut magic = [0u8; 4];
-    let mut f = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
+    // A regular file only: a FIFO or a device is refused before a byte is read.
+    let (mut f, _) = crate::fsutil::open_regular(path, "model file")?;
     let n = f.read(&mut magic).map_err(|e| StorageError::io(path, e))?;
     if n == 4 && magic == crate::format::gguf::MAGIC {
         return Ok(SourceFormat::Gguf);

@@ -59,6 +59,33 @@ pub fn check_surface(path: &Path, s: &ExecutionSurface) -> Result<()> {
     Ok(())
 }
 
+/// Refuse a layer count the file cannot hold, before anything is sized by it: every layer
+/// needs tensors of its own, so `n_layers` may not exceed the `n_tensors` entries of the
+/// tensor table. (A count within that bound but short of a few tensors gets the precise
+/// "missing" error of [`check_operands`], which then allocates at most
+/// `required_layer_roles().len()` keys per table entry.) `field` names where the count was
+/// read (`llama.block_count`, `num_hidden_layers`, …).
+pub fn check_layer_count(
+    path: &Path,
+    field: &str,
+    s: &ExecutionSurface,
+    n_tensors: usize,
+) -> Result<()> {
+    if s.n_layers <= n_tensors {
+        return Ok(());
+    }
+    let per_layer = s.required_layer_roles().len();
+    Err(StorageError::Format {
+        path: path.to_path_buf(),
+        offset: 0,
+        field: field.to_string(),
+        message: format!(
+            "{} layers (each needs {per_layer} tensors), but the file holds only {n_tensors} tensors",
+            s.n_layers
+        ),
+    })
+}
+
 /// Every required operand present (`name_of` gives the source name of a missing one),
 /// every operand shaped as the surface says, nothing extra.
 pub fn check_operands(
@@ -67,6 +94,7 @@ pub fn check_operands(
     operands: &BTreeMap<OperandKey, Operand>,
     name_of: impl Fn(OperandKey) -> String,
 ) -> Result<()> {
+    check_layer_count(path, "layer count", s, operands.len())?;
     let required = s.required_keys();
     for key in &required {
         if !operands.contains_key(key) {
@@ -80,8 +108,9 @@ pub fn check_operands(
             });
         }
     }
+    let required_set: std::collections::BTreeSet<OperandKey> = required.into_iter().collect();
     for (key, op) in operands {
-        if !required.contains(key) {
+        if !required_set.contains(key) {
             return Err(StorageError::Tensor {
                 path: path.to_path_buf(),
                 tensor: op.source_name.clone(),

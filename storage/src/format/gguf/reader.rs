@@ -4,9 +4,7 @@
 //! borrows it from the backing buffer.
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::error::{Result, StorageError};
@@ -61,11 +59,9 @@ pub struct GgufFile {
 impl GgufFile {
     /// Map and parse a GGUF file.
     pub fn open(path: &Path) -> Result<GgufFile> {
-        let file = File::open(path).map_err(|e| StorageError::io(path, e))?;
-        // SAFETY: the map is read-only; like every mmap-based reader we rely on the file
-        // not being truncated while it is open.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| StorageError::io(path, e))?;
-        GgufFile::from_bytes(path, Backing::Mmap(Arc::new(map)))
+        // Regular files only, fingerprinted and registered (see `crate::mapped`).
+        let map = crate::mapped::map_file(path, "model file")?;
+        GgufFile::from_bytes(path, Backing::Mmap(map))
     }
 
     /// Parse a GGUF held in `backing`; `path` is only used in error messages.

@@ -237,36 +237,14 @@ impl<'a> GgufWriter<'a> {
     }
 }
 
-/// Write `path` through a temporary sibling, synced and renamed into place; the temporary
-/// file is removed on failure.
+/// Write `path` through an exclusive temporary sibling, synced and renamed into place
+/// (see [`crate::fsutil::AtomicFile`]); the temporary file is removed on failure and a
+/// target that is not a regular file is refused.
 pub(crate) fn write_atomically(
     path: &Path,
-    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+    body: impl FnOnce(&mut std::io::BufWriter<&mut std::fs::File>) -> std::io::Result<()>,
 ) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let base = path
-        .file_name()
-        .ok_or_else(|| StorageError::Invalid(format!("{} is not a file path", path.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        base.to_string_lossy(),
-        std::process::id()
-    ));
-    let run = || -> std::io::Result<()> {
-        let f = std::fs::File::create(&tmp)?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-        body(&mut w)?;
-        let f = w.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    run().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        StorageError::io(path, e)
-    })
+    crate::fsutil::write_atomic_with(path, body)
 }
 
 #[cfg(test)]

@@ -1,47 +1,26 @@
-//! Crash-safe file primitives: write to a temporary name, fsync, rename; fsync directories;
-//! claim a sibling temporary directory for a container being built.
+//! Crash-safe container primitives: files are written through [`crate::fsutil`]
+//! (exclusive temporary file, fsync, rename, fsync of the folder); a container is built in
+//! a sibling temporary directory, claimed exclusively, and renamed into place last.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StorageError};
 
-/// The temporary name a file is written under before being renamed into place.
-pub(crate) fn temp_name(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
-}
-
-/// Write `bytes` to `path` through a temporary name, fsync, rename.
+/// Write `bytes` to `path` through an exclusive temporary file, fsync, rename.
 pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = temp_name(path);
-    let res = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(StorageError::io(path, e));
-    }
-    Ok(())
+    crate::fsutil::write_atomic(path, bytes)
 }
 
 /// fsync a directory so the renames inside it are durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| StorageError::io(dir, e))
+    crate::fsutil::sync_dir(dir)
 }
 
 /// Refuse `out` unless it is absent or an empty directory; create its parent. Returns the
 /// sibling temporary directory (created) the container is built in.
 pub(crate) fn claim_target(out: &Path) -> Result<PathBuf> {
-    match std::fs::metadata(out) {
+    // `symlink_metadata`: a symlink at the target is refused, never followed.
+    match std::fs::symlink_metadata(out) {
         Ok(m) if m.is_dir() => {
             let mut it = std::fs::read_dir(out).map_err(|e| StorageError::io(out, e))?;
             if it.next().is_some() {

@@ -167,19 +167,16 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// Read a small JSON file with a size cap; names the file on every failure.
+/// Read a small JSON file with a size cap: a regular file only (a FIFO is refused before
+/// it is opened for reading), strict JSON (a repeated key is refused); names the file on
+/// every failure.
 pub(crate) fn read_json(path: &Path, max: u64) -> Result<Value> {
-    let meta = std::fs::metadata(path).map_err(|e| StorageError::io(path, e))?;
-    if meta.len() > max {
-        return Err(StorageError::Format {
-            path: path.to_path_buf(),
-            offset: 0,
-            field: "file size".into(),
-            message: format!("{} bytes exceeds the {max}-byte limit", meta.len()),
-        });
-    }
-    let bytes = std::fs::read(path).map_err(|e| StorageError::io(path, e))?;
-    serde_json::from_slice(&bytes).map_err(|e| StorageError::Format {
+    let what = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "JSON file".into());
+    let bytes = crate::fsutil::read_capped(path, &what, max)?;
+    crate::json_strict::parse(&bytes).map_err(|e| StorageError::Format {
         path: path.to_path_buf(),
         offset: 0,
         field: format!("JSON (line {}, column {})", e.line(), e.column()),
@@ -191,12 +188,13 @@ pub(crate) fn read_json(path: &Path, max: u64) -> Result<Value> {
 /// unknown or missing versions by name. Reads nothing but `index.json`.
 pub fn read_index(dir: &Path) -> Result<(Vindex3Index, ContainerShape)> {
     let path = dir.join("index.json");
-    if !path.is_file() {
+    if std::fs::symlink_metadata(&path).is_err() {
         return Err(StorageError::Invalid(format!(
             "{}: not a container (no index.json)",
             dir.display()
         )));
     }
+    let path = crate::fsutil::resolve_inside(dir, "index.json", &path, "index.json")?;
     let root = read_json(&path, MAX_INDEX_BYTES)?;
     if !root.is_object() {
         return Err(StorageError::Format {
@@ -236,20 +234,9 @@ pub fn detect(dir: &Path) -> Result<ContainerShape> {
     read_index(dir).map(|(_, s)| s)
 }
 
-/// Resolve a container-relative path from the index or graph, refusing absolute paths and
-/// `..` components (a hostile index must not reach outside the container).
+/// Resolve a container-relative path from the index or graph: plain relative components
+/// only, and after following symlinks still inside the container (a hostile index or a
+/// planted symlink must not reach outside it). The target must exist.
 pub(crate) fn resolve(dir: &Path, rel: &str, field: &str) -> Result<PathBuf> {
-    let p = Path::new(rel);
-    let ok = !rel.is_empty()
-        && p.components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
-    if !ok {
-        return Err(StorageError::Format {
-            path: dir.join("index.json"),
-            offset: 0,
-            field: field.into(),
-            message: format!("path {rel:?} is not a plain container-relative path"),
-        });
-    }
-    Ok(dir.join(p))
+    crate::fsutil::resolve_inside(dir, rel, &dir.join("index.json"), field)
 }

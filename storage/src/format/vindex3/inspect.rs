@@ -165,7 +165,7 @@ fn bank_regions(c: &Container) -> Result<Vec<TensorRow>> {
     for rel in bank_files(c) {
         let f = lyrw::read(&resolve(&c.dir, rel, "segments")?)?;
         for seg in &f.segments {
-            let Some(bank) = f.banks.iter().find(|b| b.bank_id == seg.bank_id) else {
+            let Some(bank) = f.bank(seg.bank_id) else {
                 continue;
             };
             let per = bank.schemas.len().max(1);

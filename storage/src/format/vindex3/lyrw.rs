@@ -76,6 +76,18 @@ pub struct LyrwFile {
     pub banks: Vec<Bank>,
     pub segments: Vec<SegmentDescriptor>,
     pub file_len: u64,
+    /// `(bank_id, index into banks)`, sorted: O(log n) lookup by id.
+    bank_index: Vec<(u16, usize)>,
+}
+
+impl LyrwFile {
+    /// The bank with id `bank_id`.
+    pub fn bank(&self, bank_id: u16) -> Option<&Bank> {
+        self.bank_index
+            .binary_search_by_key(&bank_id, |&(id, _)| id)
+            .ok()
+            .map(|i| &self.banks[self.bank_index[i].1])
+    }
 }
 
 /// Registered role name (§6.5), or `role <n>` for an unknown tag.
@@ -268,11 +280,28 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LyrwFile> {
             });
         }
     }
+    // Banks by id, sorted: each segment finds its bank in O(log n) (a file may declare
+    // 65,535 banks and as many segments). A repeated id is refused.
+    let mut bank_index: Vec<(u16, usize)> = banks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b.bank_id, i))
+        .collect();
+    bank_index.sort_unstable();
+    if let Some(w) = bank_index.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(StorageError::Format {
+            path: path.to_path_buf(),
+            offset: (HEADER + w[1].1 * BANK) as u64,
+            field: "bank_id".into(),
+            message: format!("bank id {} appears twice", w[0].0),
+        });
+    }
     let file_len = bytes.len() as u64;
     for seg in &mut segments {
-        let bank = banks
-            .iter()
-            .find(|b| b.bank_id == seg.bank_id)
+        let bank = bank_index
+            .binary_search_by_key(&seg.bank_id, |&(id, _)| id)
+            .ok()
+            .map(|i| &banks[bank_index[i].1])
             .ok_or_else(|| StorageError::Format {
                 path: path.to_path_buf(),
                 offset: c.at as u64,
@@ -319,14 +348,13 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LyrwFile> {
         banks,
         segments,
         file_len,
+        bank_index,
     })
 }
 
 /// Map and parse a LYRW v2 file.
 pub fn read(path: &Path) -> Result<LyrwFile> {
-    let file = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
-    // SAFETY: read-only map of a container file, only read during this call.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| StorageError::io(path, e))?;
+    let map = crate::mapped::map_file(path, "LYRW bank file")?;
     parse(path, &map)
 }
 

@@ -28,8 +28,9 @@
 //!   `tensor_sha256` (one per tensor) lets VERIFY name the tensor and byte range that drifted.
 //! - **Crash safety.** EXTRACT refuses a target that exists and is not an empty directory.
 //!   It builds the container in a sibling `<out>.tmp-<pid>-<nanos>` directory (segments,
-//!   then the graph, then `index.json`, each written to a temporary name, fsynced and
-//!   renamed), fsyncs it and renames the directory to `<out>` last. A crash leaves either no
+//!   then the graph, then `index.json`, each written through `fsutil::AtomicFile`: an
+//!   exclusive temporary file, fsynced and renamed), fsyncs it and renames the directory to
+//!   `<out>` last. A crash leaves either no
 //!   `<out>` or a complete one; the leftover temporary directory has no `index.json` unless
 //!   it is itself complete.
 //! - **Bank shape.** A container whose index names `moe_manifest` and no graph is

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use super::graph::SystemGraph;
 use super::index::{read_index, read_json, resolve, ContainerShape, Vindex3Index};
@@ -51,6 +50,9 @@ impl Container {
             }
             _ => None,
         };
+        if let Some(g) = &graph {
+            check_unique_ids(dir, g)?;
+        }
         Ok(Container {
             dir: dir.to_path_buf(),
             index,
@@ -103,6 +105,38 @@ impl Container {
         let o = g.objects.iter().find(|o| o.id == object)?;
         o.representations.first().map(|r| r.id.clone())
     }
+}
+
+/// Refuse a graph that names a component, an object or one object's representation twice
+/// (a reader would otherwise silently take one of them).
+fn check_unique_ids(dir: &Path, g: &SystemGraph) -> Result<()> {
+    let dup = |field: String, id: &str| StorageError::Format {
+        path: dir.join("system_graph.json"),
+        offset: 0,
+        field,
+        message: format!("id {id:?} appears twice"),
+    };
+    let mut seen = std::collections::HashSet::new();
+    for c in &g.components {
+        if !seen.insert(c.id.as_str()) {
+            return Err(dup("components".into(), &c.id));
+        }
+    }
+    seen.clear();
+    for o in &g.objects {
+        if !seen.insert(o.id.as_str()) {
+            return Err(dup("objects".into(), &o.id));
+        }
+    }
+    for o in &g.objects {
+        let mut reps = std::collections::HashSet::new();
+        for r in &o.representations {
+            if !reps.insert(r.id.as_str()) {
+                return Err(dup(format!("objects[{}].representations", o.id), &r.id));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn bank_refusal(dir: &Path) -> StorageError {
@@ -199,11 +233,9 @@ pub fn open_model(dir: &Path) -> Result<Model> {
             ))
         })?;
         let path = resolve(dir, &entry.segment, "representations.segment")?;
-        let file = std::fs::File::open(&path).map_err(|e| StorageError::io(&path, e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| StorageError::io(&path, e))?
-            .len();
+        // Regular files only, fingerprinted and registered (see `crate::mapped`).
+        let map = crate::mapped::map_file(&path, "segment")?;
+        let len = map.len() as u64;
         if let Some(want) = entry.segment_bytes {
             if len != want {
                 return Err(StorageError::Format {
@@ -221,9 +253,6 @@ pub fn open_model(dir: &Path) -> Result<Model> {
                 });
             }
         }
-        // SAFETY: the file is opened read-only; containers are immutable once written
-        // (writers replace files by rename, never in place).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| StorageError::io(&path, e))?;
         let parsed = parse_header(&path, &map, len)?;
         if parsed.header.representation != rep_id {
             return Err(StorageError::Format {
@@ -236,7 +265,7 @@ pub fn open_model(dir: &Path) -> Result<Model> {
                 ),
             });
         }
-        backings.push(Backing::Mmap(Arc::new(map)));
+        backings.push(Backing::Mmap(map));
         mapped.insert(
             b.object.clone(),
             Mapped {
@@ -344,6 +373,13 @@ fn check_closure(
             ),
         }
     };
+    // The layer count must fit the operand table before anything is sized by it.
+    crate::import::validate::check_layer_count(
+        &c.dir.join("system_graph.json"),
+        &format!("components[{}].execution_surface.n_layers", comp.id),
+        s,
+        comp.operands.len(),
+    )?;
     for key in s.required_keys() {
         let shape = s.operand_shape(key.role);
         let op = ops.get(&key).ok_or_else(|| missing(key))?;
@@ -382,18 +418,7 @@ fn tokenizer_slot(dir: &Path, index: &Vindex3Index) -> TokenizerSlot {
         }
     };
     TokenizerSlot::lazy(move || {
-        let len = std::fs::metadata(&path)
-            .map_err(|e| StorageError::io(&path, e))?
-            .len();
-        if len > MAX_CAPABILITY_BYTES {
-            return Err(StorageError::Format {
-                path: path.clone(),
-                offset: 0,
-                field: "file size".into(),
-                message: format!("{len} bytes exceeds the {MAX_CAPABILITY_BYTES}-byte limit"),
-            });
-        }
-        let bytes = std::fs::read(&path).map_err(|e| StorageError::io(&path, e))?;
+        let bytes = crate::fsutil::read_capped(&path, "tokenizer spec", MAX_CAPABILITY_BYTES)?;
         // Straight into the struct: no intermediate `Value` tree.
         serde_json::from_slice(&bytes).map_err(|e| StorageError::Format {
             path: path.clone(),

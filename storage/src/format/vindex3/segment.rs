@@ -113,7 +113,7 @@ pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<ParsedSe
             path,
             0,
             "header length",
-            format!("{hlen} bytes exceeds the {MAX_HEADER_BYTES}-byte limit"),
+            format!("the length word exceeds the {MAX_HEADER_BYTES}-byte header limit"),
         ));
     }
     let payload_start = 8 + hlen;
@@ -122,7 +122,10 @@ pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<ParsedSe
             path,
             0,
             "header length",
-            format!("segment is truncated: header claims {hlen} bytes but the file has {file_len}"),
+            format!(
+                "segment is truncated: the header length word runs past the end of the \
+                 {file_len}-byte file"
+            ),
         ));
     }
     let header: SegmentHeader = serde_json::from_slice(&bytes[8..payload_start as usize])
@@ -217,8 +220,8 @@ pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<ParsedSe
 /// reader parses the mapped bytes instead).
 pub fn read_header(path: &Path) -> Result<ParsedSegment> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
-    let file_len = f.metadata().map_err(|e| StorageError::io(path, e))?.len();
+    let (mut f, meta) = crate::fsutil::open_regular(path, "segment")?;
+    let file_len = meta.len();
     let mut word = [0u8; 8];
     let got = read_up_to(&mut f, &mut word).map_err(|e| StorageError::io(path, e))?;
     if got < 8 {

@@ -50,8 +50,16 @@ fn hex(d: impl AsRef<[u8]>) -> String {
     d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
-    let mut f = std::fs::File::open(path)?;
+fn hash_file(path: &Path) -> Result<(String, u64)> {
+    let (mut f, _) = crate::fsutil::open_regular(path, "file")?;
+    hash_open(path, &mut f)
+}
+
+fn hash_open(path: &Path, f: &mut std::fs::File) -> Result<(String, u64)> {
+    hash_stream(f).map_err(|e| crate::error::StorageError::io(path, e))
+}
+
+fn hash_stream(f: &mut std::fs::File) -> std::io::Result<(String, u64)> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
@@ -77,17 +85,38 @@ pub fn verify(dir: &Path) -> Result<Vec<VerifyRow>> {
     c.require_graph()?;
     let mut rows = Vec::new();
     if let (Some(rel), Some(want)) = (&c.index.system_graph, &c.index.system_graph_sha256) {
-        let path = resolve(dir, rel, "system_graph")?;
-        rows.push(file_row("graph", rel, &path, want));
+        rows.push(resolved_file_row(dir, "graph", rel, "system_graph", want));
     }
     for (id, e) in &c.index.representations {
         rows.push(verify_representation(dir, id, e));
     }
     for cap in c.index.capabilities.values() {
-        let path = resolve(dir, &cap.file, "capabilities")?;
-        rows.push(file_row("capability", &cap.file, &path, &cap.sha256));
+        rows.push(resolved_file_row(
+            dir,
+            "capability",
+            &cap.file,
+            "capabilities",
+            &cap.sha256,
+        ));
     }
     Ok(rows)
+}
+
+/// The row of a file the index names: refused (not read) when its path leaves the
+/// container, hashed otherwise.
+fn resolved_file_row(dir: &Path, object: &str, rel: &str, field: &str, want: &str) -> VerifyRow {
+    match resolve(dir, rel, field) {
+        Ok(path) => file_row(object, rel, &path, want),
+        Err(e) => VerifyRow {
+            object: object.into(),
+            representation: rel.into(),
+            encoding: String::new(),
+            status: VerifyStatus::Failed,
+            expected: want.into(),
+            actual: String::new(),
+            detail: e.to_string(),
+        },
+    }
 }
 
 fn file_row(object: &str, name: &str, path: &Path, want: &str) -> VerifyRow {
@@ -128,8 +157,7 @@ fn verify_representation(dir: &Path, id: &str, e: &super::index::RepresentationE
             return row;
         }
     };
-    let map = match std::fs::File::open(&path).and_then(|f| unsafe { memmap2::Mmap::map(&f) }) {
-        // SAFETY: read-only map of a container file, only read while this function runs.
+    let map = match crate::mapped::map_file(&path, "segment") {
         Ok(m) => m,
         Err(err) => {
             row.detail = format!("segment {}: {err}", e.segment);

@@ -8,7 +8,6 @@
 //! (see the module docs of [`super`]).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -183,7 +182,7 @@ fn tensor_names(model: &Model, keys: &[OperandKey]) -> (String, Vec<String>) {
 
 /// Hashers and file of the segment being written.
 struct SegmentSink {
-    file: File,
+    file: crate::fsutil::AtomicFile,
     path: PathBuf,
     segment: Sha256,
     payload: Sha256,
@@ -338,8 +337,8 @@ fn write_segment(
     };
     let rel = format!("segments/{object}.bin");
     let path = dir.join(&rel);
-    let tmp = atomic::temp_name(&path);
-    let file = File::create(&tmp).map_err(|e| StorageError::io(&tmp, e))?;
+    let file = crate::fsutil::AtomicFile::create(&path)?;
+    let tmp = file.temp_path().to_path_buf();
     let mut sink = SegmentSink {
         file,
         path: tmp.clone(),
@@ -406,9 +405,7 @@ fn write_segment(
         written,
         ..
     } = sink;
-    file.sync_all().map_err(|e| StorageError::io(&tmp, e))?;
-    drop(file);
-    std::fs::rename(&tmp, &path).map_err(|e| StorageError::io(&path, e))?;
+    file.commit()?;
     let payload_sha256 = hex(payload.finalize());
     if !many {
         if let Some(p) = planned.first() {
