@@ -113,29 +113,29 @@ impl Database {
         Ok(conn)
     }
 
-    /// The shared model at `path`, opening it if no connection holds it.
+    /// The shared model at `path`, opening it if no connection holds it (or if the files
+    /// of the one held changed since they were mapped).
     pub(crate) fn model(&self, path: &Path) -> Result<Arc<SharedModel>> {
         let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let current = |all: &[(PathBuf, Weak<SharedModel>)]| {
+            all.iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, w)| w.upgrade())
+                .filter(|m| m.model.check_unchanged().is_ok())
+        };
         {
             let mut all = self.inner.models.lock().unwrap_or_else(|e| e.into_inner());
             all.retain(|(_, w)| w.strong_count() > 0);
-            if let Some(m) = all
-                .iter()
-                .find(|(k, _)| *k == key)
-                .and_then(|(_, w)| w.upgrade())
-            {
+            if let Some(m) = current(&all) {
                 return Ok(m);
             }
         }
         let shared = Arc::new(SharedModel::new(lql_storage::import::open(path)?));
         let mut all = self.inner.models.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = all
-            .iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, w)| w.upgrade())
-        {
+        if let Some(m) = current(&all) {
             return Ok(m);
         }
+        all.retain(|(k, _)| *k != key);
         all.push((key, Arc::downgrade(&shared)));
         Ok(shared)
     }

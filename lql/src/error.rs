@@ -420,7 +420,13 @@ impl From<lql_storage::StorageError> for Error {
             S::Internal(_) => ErrorKind::Internal,
             _ => ErrorKind::Format,
         };
-        Error::new(kind, e.to_string()).with_source(e)
+        let changed = matches!(e, S::Changed { .. });
+        let err = Error::new(kind, e.to_string()).with_source(e);
+        if changed {
+            err.with_code("LQL-E0502")
+        } else {
+            err
+        }
     }
 }
 

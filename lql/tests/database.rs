@@ -126,3 +126,33 @@ fn errors_carry_codes_and_sources() {
     }
     assert!(lql::CODES.iter().any(|(c, _)| *c == "LQL-E0701"));
 }
+
+#[test]
+fn a_model_file_changed_since_use_is_refused_by_name() {
+    let src = lql_storage::catalogue::resolve(MODEL, &mut |_| {}).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("m.gguf");
+    std::fs::copy(&src, &copy).unwrap();
+    let conn = Connection::open(copy.to_str().unwrap()).unwrap();
+    assert!(conn
+        .execute("INFER 'The capital of France is' TOP 1")
+        .is_ok());
+    // Grow the file (what an overwrite in place does): the next statement refuses.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&copy)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"x").unwrap();
+    drop(f);
+    let e = conn
+        .execute("INFER 'The capital of France is' TOP 1")
+        .unwrap_err();
+    assert_eq!(e.code(), "LQL-E0502", "{e}");
+    assert!(e.message.contains("changed since USE"), "{e}");
+    assert!(e.message.contains("m.gguf"), "{e}");
+    // Binding again works.
+    conn.execute(&format!("USE {}", lql::quote(copy.to_str().unwrap())))
+        .unwrap();
+    let again = conn.execute("INFER 'The capital of France is' TOP 1");
+    assert!(again.is_ok(), "{again:?}");
+}

@@ -550,3 +550,19 @@ fn names_for_unsupported_messages() {
     let e = PlanError::unsupported("not supported yet: INSERT", lql_grammar::Span::new(0, 6));
     assert_eq!(e.kind, PlanErrorKind::Unsupported);
 }
+
+#[test]
+fn a_where_clause_has_a_size_cap() {
+    let m = smollm();
+    let terms: Vec<String> = (0..6000).map(|i| format!("feature = {i}")).collect();
+    let src = format!("SELECT * FROM features WHERE {}", terms.join(" OR "));
+    let e = bind(&lql_grammar::parse_statement(&src).unwrap(), &m).unwrap_err();
+    assert!(e.message.contains("at most 10000"), "{e:?}");
+    let list: Vec<String> = (0..20_000).map(|i| i.to_string()).collect();
+    let src = format!(
+        "SELECT * FROM features WHERE feature IN ({})",
+        list.join(", ")
+    );
+    let e = bind(&lql_grammar::parse_statement(&src).unwrap(), &m).unwrap_err();
+    assert!(e.message.contains("terms"), "{e:?}");
+}

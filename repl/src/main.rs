@@ -117,6 +117,9 @@ fn parse_mode(s: &str) -> Result<OutputMode, String> {
 }
 
 fn main() -> ExitCode {
+    // A model file truncated under a running statement: a clear fatal message naming the
+    // file instead of a bare SIGBUS (docs/security.md).
+    lql_storage::mapped::install_sigbus_reporter();
     let cli = Cli::parse_from(args::normalize(std::env::args_os().collect()));
     if let Some(Cmd::Bench {
         model,

@@ -150,8 +150,10 @@ pub fn map_file(path: &Path, what: &str) -> Result<Arc<Mmap>> {
 /// The path and fingerprint a mapping was registered with.
 pub fn registered(map: &Arc<Mmap>) -> Option<(PathBuf, Fingerprint)> {
     let reg = lock();
+    // Only a live entry can be this mapping: a dead one may share its address.
     reg.iter()
-        .find(|e| std::ptr::eq(e.map.as_ptr(), Arc::as_ptr(map)))
+        .rev()
+        .find(|e| e.map.upgrade().is_some_and(|m| Arc::ptr_eq(&m, map)))
         .map(|e| (e.path.clone(), e.fingerprint))
 }
 

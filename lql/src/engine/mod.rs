@@ -253,6 +253,16 @@ impl Engine {
     ) -> Result<Rows> {
         let span = p.stmt.span.range();
         lql_planner::check_built(&p.stmt, &p.logical)?;
+        // A mapped file replaced or truncated since USE would give wrong answers or SIGBUS.
+        if let Some(b) = &self.bound {
+            if !matches!(p.logical, LogicalPlan::Use(_)) {
+                b.model().check_unchanged().map_err(|e| {
+                    Error::from(e)
+                        .with_code("LQL-E0502")
+                        .with_help("bind it again: USE the same path or name")
+                })?;
+            }
+        }
         let mut cx = Cx {
             engine: self,
             cancel,
