@@ -252,24 +252,18 @@ impl Backend for CpuBackend {
             }
             None => {
                 if parallel {
-                    self.pool.install(|| {
-                        out.par_chunks_mut(hd)
-                            .enumerate()
-                            .for_each_init(Vec::new, |s, (idx, o)| attend(step, idx, o, None, s))
-                    });
+                    self.pool
+                        .install(|| super::attention::attend_tiled(step, out, true));
                 } else {
-                    let mut s = Vec::with_capacity(total);
-                    for (idx, o) in out.chunks_mut(hd).enumerate() {
-                        attend(step, idx, o, None, &mut s);
-                    }
+                    super::attention::attend_tiled(step, out, false);
                 }
             }
         }
     }
 }
 
-/// One query head at one position: scores against every visible key, softmax, weighted
-/// sum of values. Compiled twice: with AVX2 + FMA where the CPU has them, and portable.
+/// One query head at one position when its softmax weights are wanted too: scores against
+/// every visible key, softmax, weighted sum of values. Compiled twice: with AVX2 + FMA where the CPU has them, and portable.
 fn attend(
     step: &AttnStep<'_>,
     idx: usize,
