@@ -24,13 +24,13 @@ const DIRECT_ROWS: usize = 12;
 /// `acc += Σ_j p[j] · v_j` for `H`-wide value rows `stride` apart, the accumulator held
 /// in registers across the keys.
 #[inline(always)]
-fn accumulate<const H: usize>(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+fn accumulate<const H: usize, F: MulAdd>(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
     let mut a = [0.0f32; H];
     a.copy_from_slice(&acc[..H]);
     for (j, &pj) in p.iter().enumerate() {
         let vj: &[f32; H] = v[j * stride..j * stride + H].try_into().expect("H values");
         for d in 0..H {
-            a[d] += pj * vj[d];
+            a[d] = F::mul_add(pj, vj[d], a[d]);
         }
     }
     acc[..H].copy_from_slice(&a);
@@ -38,13 +38,13 @@ fn accumulate<const H: usize>(acc: &mut [f32], p: &[f32], v: &[f32], stride: usi
 
 /// `a · b` over the first `H` values, eight lanes (one vector register) at a time.
 #[inline(always)]
-fn dot_fixed<const H: usize>(a: &[f32], b: &[f32]) -> f32 {
+fn dot_fixed<const H: usize, F: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
     let a: &[f32; H] = a[..H].try_into().expect("H values");
     let b: &[f32; H] = b[..H].try_into().expect("H values");
     let mut lanes = [0.0f32; 8];
     for c in 0..H / 8 {
         for l in 0..8 {
-            lanes[l] += a[8 * c + l] * b[8 * c + l];
+            lanes[l] = F::mul_add(a[8 * c + l], b[8 * c + l], lanes[l]);
         }
     }
     (lanes[0] + lanes[4]) + (lanes[1] + lanes[5]) + (lanes[2] + lanes[6]) + (lanes[3] + lanes[7])
@@ -87,19 +87,49 @@ fn block(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
         // SAFETY: AVX2 and FMA are present (checked at run time).
         return unsafe { block_avx2(step, kh, i0, i1) };
     }
-    block_body(step, kh, i0, i1)
+    // aarch64 has fused multiply-add in every core; elsewhere keep to plain arithmetic
+    // (`mul_add` without hardware support is a slow library call).
+    if cfg!(target_arch = "aarch64") {
+        block_body::<Fused>(step, kh, i0, i1)
+    } else {
+        block_body::<Plain>(step, kh, i0, i1)
+    }
+}
+
+/// How the kernel multiplies and adds: fused where the hardware does it in one step.
+trait MulAdd {
+    /// `a * b + c`.
+    fn mul_add(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// One rounding (`f32::mul_add`), for builds with fused multiply-add enabled.
+struct Fused;
+impl MulAdd for Fused {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+/// Multiply, then add.
+struct Plain;
+impl MulAdd for Plain {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn block_avx2(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
-    block_body(step, kh, i0, i1)
+    block_body::<Fused>(step, kh, i0, i1)
 }
 
 /// Positions `i0 .. i1` of the step, the query heads of kv head `kh`: rows ordered
 /// position-major, `[(i1 − i0) × group × head_dim]`.
 #[inline(always)]
-fn block_body(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
+fn block_body<F: MulAdd>(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
     let g = step.geom;
     let (hd, nh) = (g.head_dim, g.n_heads);
     let group = nh / g.n_kv_heads;
@@ -147,7 +177,7 @@ fn block_body(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> 
                 for (j, sj) in s[..visible].iter_mut().enumerate() {
                     let k = &step.k_cache[(j0 + j) * kv_dim + kh * hd..][..hd];
                     *sj = if hd == 64 {
-                        dot_fixed::<64>(qr, k)
+                        dot_fixed::<64, F>(qr, k)
                     } else {
                         kernels::dot(qr, k)
                     };
@@ -157,7 +187,7 @@ fn block_body(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> 
                 for (d, &qd) in qr.iter().enumerate() {
                     let kr = &kt[d * KB..d * KB + KB];
                     for (sj, kj) in s.iter_mut().zip(kr) {
-                        *sj += qd * kj;
+                        *sj = F::mul_add(qd, *kj, *sj);
                     }
                 }
             }
@@ -193,12 +223,12 @@ fn block_body(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> 
             }
             let base = j0 * kv_dim + kh * hd;
             if hd == 64 {
-                accumulate::<64>(ar, &s[..visible], &step.v_cache[base..], kv_dim);
+                accumulate::<64, F>(ar, &s[..visible], &step.v_cache[base..], kv_dim);
             } else {
                 for (j, &p) in s[..visible].iter().enumerate() {
                     let v = &step.v_cache[base + j * kv_dim..][..hd];
                     for (a, vv) in ar.iter_mut().zip(v) {
-                        *a += p * vv;
+                        *a = F::mul_add(p, *vv, *a);
                     }
                 }
             }

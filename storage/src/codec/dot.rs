@@ -79,11 +79,18 @@ pub fn dot_rows_using(
     let x = &x[..row_len.min(x.len())];
     let n_rows = out.len().min(rows_bytes.len().checked_div(rb).unwrap_or(0));
     let kernels = kernels.min(super::cpu::best());
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if kernels >= Kernels::Avx2 && row_len > 0 && row_len.is_multiple_of(32) && x.len() == row_len {
-        done = dot_rows_x86(kernels, dtype, rows_bytes, rb, x, &mut out[..n_rows]);
-    }
+    let done = if kernels >= Kernels::Avx2
+        && row_len > 0
+        && row_len.is_multiple_of(32)
+        && x.len() == row_len
+    {
+        dot_rows_x86(kernels, dtype, rows_bytes, rb, x, &mut out[..n_rows])
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for j in done..n_rows {
         let row = &rows_bytes[j * rb..(j + 1) * rb];
         out[j] = if kernels == Kernels::Scalar
