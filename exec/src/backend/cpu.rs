@@ -249,33 +249,37 @@ impl Backend for CpuBackend {
         let total = step.p0 + step.n;
         let work = step.n * g.n_heads * total * hd;
         let parallel = work >= 1 << 16;
-        // Task `idx` = (query position i, head h), writing out chunk `idx` (and weights row).
-        match weights {
-            Some(wts) => {
-                if parallel {
-                    self.pool.install(|| {
-                        out.par_chunks_mut(hd)
-                            .zip(wts.par_chunks_mut(total))
-                            .enumerate()
-                            .for_each_init(Vec::new, |s, (idx, (o, w))| {
-                                attend(step, idx, o, Some(w), s)
-                            })
-                    });
-                } else {
-                    let mut s = Vec::with_capacity(total);
-                    for (idx, (o, w)) in out.chunks_mut(hd).zip(wts.chunks_mut(total)).enumerate() {
-                        attend(step, idx, o, Some(w), &mut s);
-                    }
+        // The output always comes from the tiled kernel, so observing the weights never
+        // changes a result; the weights come from the per-query path (task `idx` = query
+        // position i, head h, writing weights row `idx` and a scratch output chunk).
+        if let Some(wts) = weights {
+            let mut scratch = vec![0.0f32; out.len()];
+            if parallel {
+                self.pool.install(|| {
+                    scratch
+                        .par_chunks_mut(hd)
+                        .zip(wts.par_chunks_mut(total))
+                        .enumerate()
+                        .for_each_init(Vec::new, |s, (idx, (o, w))| {
+                            attend(step, idx, o, Some(w), s)
+                        })
+                });
+            } else {
+                let mut s = Vec::with_capacity(total);
+                for (idx, (o, w)) in scratch
+                    .chunks_mut(hd)
+                    .zip(wts.chunks_mut(total))
+                    .enumerate()
+                {
+                    attend(step, idx, o, Some(w), &mut s);
                 }
             }
-            None => {
-                if parallel {
-                    self.pool
-                        .install(|| super::attention::attend_tiled(step, out, true));
-                } else {
-                    super::attention::attend_tiled(step, out, false);
-                }
-            }
+        }
+        if parallel {
+            self.pool
+                .install(|| super::attention::attend_tiled(step, out, true));
+        } else {
+            super::attention::attend_tiled(step, out, false);
         }
     }
 }
