@@ -1,5 +1,7 @@
 //! `lql bench MODEL`: prefill and decode throughput of the CPU backend on a model (a path
-//! or a catalogue name), as a short report or one JSON object.
+//! or a catalogue name), with the kernel path and thread count that produced them, as a
+//! short report or one JSON object. (`lql-bench` adds `--prompt-tokens` and the
+//! `--peer llama.cpp` side-by-side run.)
 
 use std::process::ExitCode;
 
@@ -15,12 +17,15 @@ pub fn run(model: &str, threads: Option<usize>, reps: usize, json: bool) -> Exit
     if json {
         let mut v = serde_json::json!({
             "model": model,
+            "kernels": report.kernels,
             "threads": report.threads,
             "reps": report.reps,
             "prompt_tokens": report.prompt_tokens,
             "decode_tokens": report.generated.len(),
             "prefill_tok_s": report.prefill_tok_s,
             "decode_tok_s": report.decode_tok_s,
+            "prefill_cpu_s": report.prefill_cpu_s,
+            "decode_cpu_s": report.decode_cpu_s,
         });
         if report.peak_rss_mb.is_finite() {
             v["peak_rss_mb"] = serde_json::json!(report.peak_rss_mb);
@@ -28,6 +33,7 @@ pub fn run(model: &str, threads: Option<usize>, reps: usize, json: bool) -> Exit
         println!("{v}");
     } else {
         println!("model     {model}");
+        println!("kernels   {}", report.kernels);
         println!("threads   {}", report.threads);
         println!(
             "prefill   {:.1} tok/s ({} prompt tokens, median of {})",

@@ -1,5 +1,7 @@
 //! The CPU backend: fused dot products on encoded rows for single tokens, decoded tiles
-//! times the activation block (faer GEMM) for batches, rayon across rows and heads.
+//! times the activation block (faer GEMM, written in place) for batches, rayon across rows
+//! and heads; attention tiled with an online softmax (`attention`) unless its weights are
+//! wanted.
 
 use std::cell::RefCell;
 
@@ -91,8 +93,10 @@ impl CpuBackend {
         (total_rows / (self.threads * 4)).clamp(16, TILE_ROWS) / 8 * 8
     }
 
-    /// Batched products on decoded tiles, all matrices in one parallel dispatch:
-    /// `out_t[r, t] = W.row(r) · x[t]` per tile (faer GEMM), then transposed into `outs`.
+    /// Batched products on decoded tiles, all matrices in one parallel dispatch: each task
+    /// decodes `tr` rows of one matrix once and multiplies the whole activation block by
+    /// them (faer GEMM), writing its columns of the output in place
+    /// (`out[t, r0..r0 + nr] = x[t] · tile`), so no transposed copy is made.
     fn matmul_tiles(
         &self,
         ws: &[TensorView<'_>],
@@ -102,41 +106,55 @@ impl CpuBackend {
     ) -> Result<()> {
         let total: usize = ws.iter().map(|w| w.rows()).sum();
         let tr = self.tile_rows(total);
-        let mut outs_t: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; w.rows() * n]).collect();
-        let mut tasks: Vec<(&TensorView<'_>, usize, &mut [f32])> = Vec::new();
-        for (w, ot) in ws.iter().zip(outs_t.iter_mut()) {
-            for (bi, chunk) in ot.chunks_mut(tr * n).enumerate() {
-                tasks.push((w, bi * tr, chunk));
+        let targets: Vec<OutPtr> = outs
+            .iter_mut()
+            .map(|o| OutPtr(o.as_mut_ptr(), o.len()))
+            .collect();
+        let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
+        for (wi, w) in ws.iter().enumerate() {
+            for r0 in (0..w.rows()).step_by(tr) {
+                tasks.push((wi, r0, tr.min(w.rows() - r0)));
             }
         }
         self.pool.install(|| {
-            tasks.into_par_iter().try_for_each(|(w, r0, ot)| {
-                let (rl, rb) = (w.row_len(), w.row_bytes());
-                let xt = MatRef::from_column_major_slice(x, rl, n);
-                let nr = ot.len() / n;
+            tasks.into_par_iter().try_for_each(|(wi, r0, nr)| {
+                let w = &ws[wi];
+                let (rl, rb, rows) = (w.row_len(), w.row_bytes(), w.rows());
+                let target = &targets[wi];
+                assert!(
+                    r0 + nr <= rows && target.1 == n * rows,
+                    "tile within its output"
+                );
                 TILE.with(|tile| {
                     let mut tile = tile.borrow_mut();
                     tile.resize(nr * rl, 0.0);
                     encoded::decode_rows(w.dtype, &w.bytes[r0 * rb..(r0 + nr) * rb], rl, &mut tile)
                         .map_err(|m| codec_err(w, m))?;
-                    let a = MatRef::from_row_major_slice(&tile[..], nr, rl);
-                    let c = MatMut::from_row_major_slice_mut(ot, nr, n);
-                    gemm(c, Accum::Replace, a, xt, 1.0f32, Par::Seq);
+                    let a = MatRef::from_row_major_slice(x, n, rl);
+                    let b = MatRef::from_row_major_slice(&tile[..], nr, rl).transpose();
+                    // SAFETY: `target` is the output of matrix `wi`, `n * rows` floats (checked
+                    // above); this view covers elements t * rows + r0 + c for t < n, c < nr,
+                    // all within it, and the tasks of one matrix cover disjoint column ranges
+                    // r0 .. r0 + nr, so no two tasks write the same element and nothing reads
+                    // the outputs until the dispatch is over.
+                    let c = unsafe {
+                        MatMut::from_raw_parts_mut(target.0.add(r0), n, nr, rows as isize, 1)
+                    };
+                    gemm(c, Accum::Replace, a, b, 1.0f32, Par::Seq);
                     Ok::<(), ExecError>(())
                 })
             })
-        })?;
-        for ((w, out), out_t) in ws.iter().zip(outs.iter_mut()).zip(&outs_t) {
-            let rows = w.rows();
-            for (t, orow) in out.chunks_exact_mut(rows).enumerate() {
-                for (r, o) in orow.iter_mut().enumerate() {
-                    *o = out_t[r * n + t];
-                }
-            }
-        }
-        Ok(())
+        })
     }
 }
+
+/// An output buffer shared by the tasks of one dispatch (each writes its own columns).
+struct OutPtr(*mut f32, usize);
+// SAFETY: the pointer is only written through disjoint views (see `matmul_tiles`) while
+// the `&mut` it came from is held by the dispatching call.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
 
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
@@ -231,45 +249,43 @@ impl Backend for CpuBackend {
         let total = step.p0 + step.n;
         let work = step.n * g.n_heads * total * hd;
         let parallel = work >= 1 << 16;
-        // Task `idx` = (query position i, head h), writing out chunk `idx` (and weights row).
-        match weights {
-            Some(wts) => {
-                if parallel {
-                    self.pool.install(|| {
-                        out.par_chunks_mut(hd)
-                            .zip(wts.par_chunks_mut(total))
-                            .enumerate()
-                            .for_each_init(Vec::new, |s, (idx, (o, w))| {
-                                attend(step, idx, o, Some(w), s)
-                            })
-                    });
-                } else {
-                    let mut s = Vec::with_capacity(total);
-                    for (idx, (o, w)) in out.chunks_mut(hd).zip(wts.chunks_mut(total)).enumerate() {
-                        attend(step, idx, o, Some(w), &mut s);
-                    }
+        // The output always comes from the tiled kernel, so observing the weights never
+        // changes a result; the weights come from the per-query path (task `idx` = query
+        // position i, head h, writing weights row `idx` and a scratch output chunk).
+        if let Some(wts) = weights {
+            let mut scratch = vec![0.0f32; out.len()];
+            if parallel {
+                self.pool.install(|| {
+                    scratch
+                        .par_chunks_mut(hd)
+                        .zip(wts.par_chunks_mut(total))
+                        .enumerate()
+                        .for_each_init(Vec::new, |s, (idx, (o, w))| {
+                            attend(step, idx, o, Some(w), s)
+                        })
+                });
+            } else {
+                let mut s = Vec::with_capacity(total);
+                for (idx, (o, w)) in scratch
+                    .chunks_mut(hd)
+                    .zip(wts.chunks_mut(total))
+                    .enumerate()
+                {
+                    attend(step, idx, o, Some(w), &mut s);
                 }
             }
-            None => {
-                if parallel {
-                    self.pool.install(|| {
-                        out.par_chunks_mut(hd)
-                            .enumerate()
-                            .for_each_init(Vec::new, |s, (idx, o)| attend(step, idx, o, None, s))
-                    });
-                } else {
-                    let mut s = Vec::with_capacity(total);
-                    for (idx, o) in out.chunks_mut(hd).enumerate() {
-                        attend(step, idx, o, None, &mut s);
-                    }
-                }
-            }
+        }
+        if parallel {
+            self.pool
+                .install(|| super::attention::attend_tiled(step, out, true));
+        } else {
+            super::attention::attend_tiled(step, out, false);
         }
     }
 }
 
-/// One query head at one position: scores against every visible key, softmax, weighted
-/// sum of values. Compiled twice: with AVX2 + FMA where the CPU has them, and portable.
+/// One query head at one position when its softmax weights are wanted too: scores against
+/// every visible key, softmax, weighted sum of values. Compiled twice: with AVX2 + FMA where the CPU has them, and portable.
 fn attend(
     step: &AttnStep<'_>,
     idx: usize,

@@ -2,6 +2,7 @@
 //! weights ([`TensorView`]) and f32 activations. The CPU backend ([`cpu::CpuBackend`]) is
 //! the one verified here; another device would implement the same trait.
 
+pub mod attention;
 pub mod cpu;
 pub mod encoded;
 

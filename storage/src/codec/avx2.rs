@@ -200,45 +200,6 @@ pub unsafe fn dot_q4_1(row: *const u8, x: *const f32, nb: usize) -> f32 {
     hsum(_mm256_add_ps(acc, accm))
 }
 
-/// Q4_1, four rows against one x: x is loaded and summed once per block for all four.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4_q4_1(rows: [*const u8; 4], x: *const f32, nb: usize) -> [f32; 4] {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut accm = [_mm256_setzero_ps(); 4];
-    let mask = _mm_set1_epi8(0x0F);
-    for b in 0..nb {
-        let xp = x.add(b * 32);
-        let x0 = _mm256_loadu_ps(xp);
-        let x1 = _mm256_loadu_ps(xp.add(8));
-        let x2 = _mm256_loadu_ps(xp.add(16));
-        let x3 = _mm256_loadu_ps(xp.add(24));
-        let xs = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));
-        for r in 0..4 {
-            let blk = rows[r].add(b * 20);
-            let (d, m) = bcast_f16_pair(blk);
-            let qs = _mm_loadu_si128(blk.add(4) as *const __m128i);
-            let lo = _mm_and_si128(qs, mask);
-            let hi = _mm_and_si128(_mm_srli_epi16(qs, 4), mask);
-            let q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-            let q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-            let q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-            let q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
-            let s = _mm256_mul_ps(q0, x0);
-            let s = _mm256_fmadd_ps(q1, x1, s);
-            let s = _mm256_fmadd_ps(q2, x2, s);
-            let s = _mm256_fmadd_ps(q3, x3, s);
-            acc[r] = _mm256_fmadd_ps(d, s, acc[r]);
-            accm[r] = _mm256_fmadd_ps(m, xs, accm[r]);
-        }
-    }
-    [
-        hsum(_mm256_add_ps(acc[0], accm[0])),
-        hsum(_mm256_add_ps(acc[1], accm[1])),
-        hsum(_mm256_add_ps(acc[2], accm[2])),
-        hsum(_mm256_add_ps(acc[3], accm[3])),
-    ]
-}
-
 /// Q4_0: Σ_blocks d·Σ((q−8)·x).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_0(row: *const u8, x: *const f32, nb: usize) -> f32 {

@@ -6,6 +6,7 @@ const UNKNOWN: u8 = 0;
 const SCALAR: u8 = 1;
 const AVX2: u8 = 2;
 const AVX512: u8 = 3;
+const NEON: u8 = 4;
 
 static LEVEL: AtomicU8 = AtomicU8::new(UNKNOWN);
 
@@ -14,6 +15,9 @@ static LEVEL: AtomicU8 = AtomicU8::new(UNKNOWN);
 pub enum Kernels {
     /// Portable Rust, every CPU.
     Scalar,
+    /// NEON (aarch64): fused dot kernels for Q4_0, Q4_1 and Q8_0. On x86-64 it runs the
+    /// scalar kernels (ordered below the x86 families so it never selects them).
+    Neon,
     /// AVX2 + FMA + F16C.
     Avx2,
     /// AVX-512F/BW on top of [`Kernels::Avx2`] (the multi-row Q4_1 and Q8_0 dot kernels).
@@ -22,7 +26,12 @@ pub enum Kernels {
 
 impl Kernels {
     /// Every family, most portable first.
-    pub const ALL: [Kernels; 3] = [Kernels::Scalar, Kernels::Avx2, Kernels::Avx512];
+    pub const ALL: [Kernels; 4] = [
+        Kernels::Scalar,
+        Kernels::Neon,
+        Kernels::Avx2,
+        Kernels::Avx512,
+    ];
 }
 
 /// The widest kernel family this CPU runs (detected once).
@@ -39,8 +48,15 @@ pub fn best() -> Kernels {
     match l {
         AVX512 => Kernels::Avx512,
         AVX2 => Kernels::Avx2,
+        NEON => Kernels::Neon,
         _ => Kernels::Scalar,
     }
+}
+
+/// True when the NEON kernels run (aarch64, not forced to scalar).
+#[inline]
+pub fn has_neon() -> bool {
+    best() == Kernels::Neon
 }
 
 /// True when the AVX2 + FMA + F16C kernels may run on this CPU.
@@ -78,6 +94,11 @@ fn detect() -> u8 {
             return AVX2;
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        return NEON;
+    }
+    #[allow(unreachable_code)]
     SCALAR
 }
 
@@ -86,6 +107,7 @@ pub fn kernel_name() -> &'static str {
     match best() {
         Kernels::Avx512 => "avx512+avx2+fma+f16c",
         Kernels::Avx2 => "avx2+fma+f16c",
+        Kernels::Neon => "neon",
         Kernels::Scalar => "scalar",
     }
 }

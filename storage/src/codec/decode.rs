@@ -44,9 +44,9 @@ pub fn decode_rows(
 
 /// Decodes with lengths already checked (`src.len()` = encoded size of `out.len()`).
 pub(crate) fn decode_unchecked(dtype: DType, src: &[u8], out: &mut [f32]) {
-    let nb = out.len() / dtype.block_elems();
     #[cfg(target_arch = "x86_64")]
     if super::cpu::has_avx2() {
+        let nb = out.len() / dtype.block_elems();
         // SAFETY: AVX2/FMA/F16C present; lengths checked by the caller.
         unsafe {
             match dtype {

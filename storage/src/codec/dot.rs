@@ -29,7 +29,31 @@ pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     if super::cpu::has_avx2() {
         return dot_avx2(dtype, &row[..nb * bb], &x[..n]);
     }
+    #[cfg(target_arch = "aarch64")]
+    if super::cpu::has_neon() {
+        if let Some(v) = dot_neon(dtype, &row[..nb * bb], &x[..n]) {
+            return v;
+        }
+    }
     dot_scalar(dtype, &row[..nb * bb], &x[..n])
+}
+
+/// The NEON kernel of `dtype`, when there is one (`row`/`x` whole blocks, as sliced by
+/// [`dot_row`]).
+#[cfg(target_arch = "aarch64")]
+fn dot_neon(dtype: DType, row: &[u8], x: &[f32]) -> Option<f32> {
+    use super::neon;
+    let nb = x.len() / dtype.block_elems();
+    // SAFETY: NEON is baseline on aarch64; row holds exactly nb whole blocks and x exactly
+    // nb * block_elems values (sliced in dot_row).
+    unsafe {
+        match dtype {
+            DType::Q4_0 => Some(neon::dot_q4_0(row.as_ptr(), x.as_ptr(), nb)),
+            DType::Q4_1 => Some(neon::dot_q4_1(row.as_ptr(), x.as_ptr(), nb)),
+            DType::Q8_0 => Some(neon::dot_q8_0(row.as_ptr(), x.as_ptr(), nb)),
+            _ => None,
+        }
+    }
 }
 
 /// `out[i] = row_i · x` for consecutive encoded rows of `row_len` elements in `rows_bytes`
@@ -55,14 +79,23 @@ pub fn dot_rows_using(
     let x = &x[..row_len.min(x.len())];
     let n_rows = out.len().min(rows_bytes.len().checked_div(rb).unwrap_or(0));
     let kernels = kernels.min(super::cpu::best());
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if kernels >= Kernels::Avx2 && row_len > 0 && row_len.is_multiple_of(32) && x.len() == row_len {
-        done = dot_rows_x86(kernels, dtype, rows_bytes, rb, x, &mut out[..n_rows]);
-    }
+    let done = if kernels >= Kernels::Avx2
+        && row_len > 0
+        && row_len.is_multiple_of(32)
+        && x.len() == row_len
+    {
+        dot_rows_x86(kernels, dtype, rows_bytes, rb, x, &mut out[..n_rows])
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for j in done..n_rows {
         let row = &rows_bytes[j * rb..(j + 1) * rb];
-        out[j] = if kernels == Kernels::Scalar {
+        out[j] = if kernels == Kernels::Scalar
+            || (kernels == Kernels::Neon && !cfg!(target_arch = "aarch64"))
+        {
             let nb = (x.len() / dtype.block_elems()).min(row.len() / dtype.block_bytes());
             dot_scalar(
                 dtype,
@@ -76,9 +109,10 @@ pub fn dot_rows_using(
 }
 
 /// The multi-row kernels (`out.len()` rows of `rb` bytes, `x.len()` a multiple of 32,
-/// `kernels` at least AVX2 and supported by this CPU): Q4_1 in groups of four rows, Q8_0
-/// row by row with AVX-512; returns how many leading rows it computed (0 when no kernel
-/// here fits `dtype`).
+/// `kernels` at least AVX2 and supported by this CPU), in groups of four rows: AVX-512 for
+/// Q4_1 (and Q8_0 row by row) where chosen, AVX2 ([`super::avx2_rows`]) for Q4_0, Q4_1,
+/// Q5_0, Q5_1 (and Q8_0 row by row, one prefetched stream); returns how many leading rows it computed (0 when no kernel here
+/// fits `dtype`).
 #[cfg(target_arch = "x86_64")]
 fn dot_rows_x86(
     kernels: Kernels,
@@ -88,6 +122,7 @@ fn dot_rows_x86(
     x: &[f32],
     out: &mut [f32],
 ) -> usize {
+    use super::avx2_rows as a2;
     let nb = x.len() / 32;
     if kernels == Kernels::Avx512 && dtype == DType::Q8_0 {
         for (o, row) in out.iter_mut().zip(rows_bytes.chunks_exact(rb)) {
@@ -97,20 +132,49 @@ fn dot_rows_x86(
         }
         return out.len();
     }
-    type Dot4 = unsafe fn([*const u8; 4], *const f32, usize) -> [f32; 4];
-    let kernel: Dot4 = match (kernels, dtype) {
-        (Kernels::Avx512, DType::Q4_1) => super::avx512::dot4_q4_1,
-        (_, DType::Q4_1) => super::avx2::dot4_q4_1,
+    if dtype == DType::Q8_0 {
+        for (o, row) in out.iter_mut().zip(rows_bytes.chunks_exact(rb)) {
+            // SAFETY: AVX2 present (`kernels` is clamped to `cpu::best()`); `row` holds
+            // rb = nb * 34 bytes (a whole chunk) and x holds nb*32 values.
+            *o = unsafe { a2::dot1_q8_0(row.as_ptr(), x.as_ptr(), nb) };
+        }
+        return out.len();
+    }
+    type Dot4 = unsafe fn([*const u8; 4], *const f32, *const f32, usize) -> [f32; 4];
+    unsafe fn q4_1_512(r: [*const u8; 4], x: *const f32, _s: *const f32, nb: usize) -> [f32; 4] {
+        super::avx512::dot4_q4_1(r, x, nb)
+    }
+    let (kernel, needs_sums): (Dot4, bool) = match (kernels, dtype) {
+        (Kernels::Avx512, DType::Q4_1) => (q4_1_512, false),
+        (_, DType::Q4_1) => (a2::dot4_q4_1, true),
+        (_, DType::Q4_0) => (a2::dot4_q4_0, true),
+        (_, DType::Q5_0) => (a2::dot4_q5_0, true),
+        (_, DType::Q5_1) => (a2::dot4_q5_1, true),
         _ => return 0,
     };
+    let mut sums = [0.0f32; 2 * a2::MAX_BLOCKS];
+    if needs_sums {
+        if nb > a2::MAX_BLOCKS {
+            return 0;
+        }
+        // SAFETY: AVX2 present; x holds nb*32 values and sums 2*MAX_BLOCKS >= 2*nb.
+        unsafe { a2::block_sums(x.as_ptr(), nb, sums.as_mut_ptr()) };
+    }
     let groups = out.len() / 4;
     for (g, o) in out.chunks_exact_mut(4).take(groups).enumerate() {
         let p = rows_bytes[g * 4 * rb..(g + 1) * 4 * rb].as_ptr();
         // SAFETY: the kernel's CPU features are present (`kernels` is clamped to
         // `cpu::best()` and matched above); the four rows lie within
         // `rows_bytes[4g*rb..4(g+1)*rb]` (sliced, so bounds-checked) and each holds nb
-        // blocks; x holds nb*32 values.
-        let r = unsafe { kernel([p, p.add(rb), p.add(2 * rb), p.add(3 * rb)], x.as_ptr(), nb) };
+        // blocks; x holds nb*32 values; sums holds 2*nb values where the kernel reads them.
+        let r = unsafe {
+            kernel(
+                [p, p.add(rb), p.add(2 * rb), p.add(3 * rb)],
+                x.as_ptr(),
+                sums.as_ptr(),
+                nb,
+            )
+        };
         o.copy_from_slice(&r);
     }
     groups * 4

@@ -13,7 +13,9 @@
 //! - [`dot`]: [`dot_row`] / [`dot_rows`], the executor's decode hot path.
 //! - `avx2`: AVX2 + FMA + F16C kernels, chosen at run time ([`cpu`]), scalar fallback
 //!   everywhere else; `avx512`: AVX-512 dot kernels for Q4_1 (four rows at a time) and Q8_0
-//!   on top ([`dot_rows_using`] picks a family for tests and benchmarks).
+//!   on top ([`dot_rows_using`] picks a family for tests and benchmarks); `avx2_rows`: the
+//!   AVX2 four-row kernels of the 32-element block encodings (per-block Σx folded once per
+//!   call); `neon`: the aarch64 dot kernels of Q4_0, Q4_1 and Q8_0.
 //!
 //! Rows are whole blocks: a row of `n` elements is `n / block_elems` blocks of
 //! `block_bytes` each ([`DType::bytes_for`]).
@@ -27,7 +29,11 @@ pub mod encode;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_rows;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 pub use decode::{decode_row, decode_rows};
 pub use dot::{dot_row, dot_rows, dot_rows_using};

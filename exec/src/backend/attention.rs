@@ -1,0 +1,324 @@
+//! Tiled causal attention for the CPU backend (no weights asked for): the queries of a
+//! block of positions that share a key/value head meet the keys in blocks of [`KB`], with
+//! an online softmax (running maximum and sum per query), so memory stays
+//! `O(block × head_dim)` whatever the prompt length, and the inner loops are
+//! vectorisable runs over keys (scores) and over head dimensions (values).
+//!
+//! Arithmetic: scores, exponentials ([`kernels::exp`]) and sums in f32; the result equals
+//! the two-pass softmax up to rounding (the running rescale). When the softmax weights
+//! themselves are wanted (TRACE, observers) the backend uses its per-query path instead.
+
+use rayon::prelude::*;
+
+use super::AttnStep;
+use crate::kernels;
+
+/// Keys per block (scores of one block stay in L1).
+pub const KB: usize = 64;
+/// Query positions per task (times the query heads sharing one key/value head).
+pub const QB: usize = 16;
+
+/// Below this many query rows per task, scores are direct dot products (no transpose).
+const DIRECT_ROWS: usize = 12;
+
+/// `acc += Σ_j p[j] · v_j` for `H`-wide value rows `stride` apart, the accumulator held
+/// in registers across the keys.
+#[inline(always)]
+fn accumulate<const H: usize, F: MulAdd>(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+    let mut a = [0.0f32; H];
+    a.copy_from_slice(&acc[..H]);
+    for (j, &pj) in p.iter().enumerate() {
+        let vj: &[f32; H] = v[j * stride..j * stride + H].try_into().expect("H values");
+        for d in 0..H {
+            a[d] = F::mul_add(pj, vj[d], a[d]);
+        }
+    }
+    acc[..H].copy_from_slice(&a);
+}
+
+/// `a · b` over the first `H` values, eight lanes (one vector register) at a time.
+#[inline(always)]
+fn dot_fixed<const H: usize, F: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
+    let a: &[f32; H] = a[..H].try_into().expect("H values");
+    let b: &[f32; H] = b[..H].try_into().expect("H values");
+    let mut lanes = [0.0f32; 8];
+    for c in 0..H / 8 {
+        for l in 0..8 {
+            lanes[l] = F::mul_add(a[8 * c + l], b[8 * c + l], lanes[l]);
+        }
+    }
+    (lanes[0] + lanes[4]) + (lanes[1] + lanes[5]) + (lanes[2] + lanes[6]) + (lanes[3] + lanes[7])
+}
+
+/// One task's output: `(first position, kv head, rows [positions × group × head_dim])`.
+type Piece = (usize, usize, Vec<f32>);
+
+/// Causal attention of `step` into `out = [n × n_heads × head_dim]`, tasks spread over
+/// the current rayon pool when `parallel`.
+pub fn attend_tiled(step: &AttnStep<'_>, out: &mut [f32], parallel: bool) {
+    let g = step.geom;
+    let tasks: Vec<(usize, usize)> = (0..step.n)
+        .step_by(QB)
+        .flat_map(|i0| (0..g.n_kv_heads).map(move |kh| (i0, kh)))
+        .collect();
+    let run = |&(i0, kh): &(usize, usize)| -> Piece {
+        let i1 = (i0 + QB).min(step.n);
+        (i0, kh, block(step, kh, i0, i1))
+    };
+    let pieces: Vec<Piece> = if parallel {
+        tasks.par_iter().map(run).collect()
+    } else {
+        tasks.iter().map(run).collect()
+    };
+    let (hd, nh) = (g.head_dim, g.n_heads);
+    let group = nh / g.n_kv_heads;
+    for (i0, kh, rows) in pieces {
+        for (r, row) in rows.chunks_exact(hd).enumerate() {
+            let (i, hh) = (i0 + r / group, r % group);
+            let h = kh * group + hh;
+            out[(i * nh + h) * hd..(i * nh + h + 1) * hd].copy_from_slice(row);
+        }
+    }
+}
+
+fn block(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if lql_storage::codec::cpu::has_avx2() {
+        // SAFETY: AVX2 and FMA are present (checked at run time).
+        return unsafe { block_avx2(step, kh, i0, i1) };
+    }
+    // aarch64 has fused multiply-add in every core; elsewhere keep to plain arithmetic
+    // (`mul_add` without hardware support is a slow library call).
+    if cfg!(target_arch = "aarch64") {
+        block_body::<Fused>(step, kh, i0, i1)
+    } else {
+        block_body::<Plain>(step, kh, i0, i1)
+    }
+}
+
+/// How the kernel multiplies and adds: fused where the hardware does it in one step.
+trait MulAdd {
+    /// `a * b + c`.
+    fn mul_add(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// One rounding (`f32::mul_add`), for builds with fused multiply-add enabled.
+struct Fused;
+impl MulAdd for Fused {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+/// Multiply, then add.
+struct Plain;
+impl MulAdd for Plain {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_avx2(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
+    block_body::<Fused>(step, kh, i0, i1)
+}
+
+/// Positions `i0 .. i1` of the step, the query heads of kv head `kh`: rows ordered
+/// position-major, `[(i1 − i0) × group × head_dim]`.
+#[inline(always)]
+fn block_body<F: MulAdd>(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
+    let g = step.geom;
+    let (hd, nh) = (g.head_dim, g.n_heads);
+    let group = nh / g.n_kv_heads;
+    let kv_dim = g.n_kv_heads * hd;
+    let rows = (i1 - i0) * group;
+    let scale = 1.0 / (hd as f32).sqrt();
+    // Queries, pre-scaled; the last visible key of each row.
+    let mut q = vec![0.0f32; rows * hd];
+    let mut last = vec![0usize; rows];
+    for r in 0..rows {
+        let (i, h) = (i0 + r / group, kh * group + r % group);
+        let src = &step.q[(i * nh + h) * hd..(i * nh + h + 1) * hd];
+        for (d, s) in q[r * hd..(r + 1) * hd].iter_mut().zip(src) {
+            *d = s * scale;
+        }
+        last[r] = step.p0 + i;
+    }
+    let mut acc = vec![0.0f32; rows * hd];
+    let mut m = vec![f32::NEG_INFINITY; rows];
+    let mut l = vec![0.0f32; rows];
+    let mut kt = vec![0.0f32; hd * KB];
+    let mut s = [0.0f32; KB];
+    let keys = step.p0 + i1;
+    let mut j0 = 0;
+    while j0 < keys {
+        let jn = KB.min(keys - j0);
+        // Few rows (decoding): scores as direct dot products; many rows (prefill): keys
+        // of the block transposed once, kt[d][j], and scores as runs over keys.
+        let direct = rows < DIRECT_ROWS;
+        if !direct {
+            for j in 0..jn {
+                let k = &step.k_cache[(j0 + j) * kv_dim + kh * hd..][..hd];
+                for (d, kv) in k.iter().enumerate() {
+                    kt[d * KB + j] = *kv;
+                }
+            }
+        }
+        for r in 0..rows {
+            if last[r] < j0 {
+                continue;
+            }
+            let visible = (last[r] + 1 - j0).min(jn);
+            let qr = &q[r * hd..(r + 1) * hd];
+            if direct {
+                for (j, sj) in s[..visible].iter_mut().enumerate() {
+                    let k = &step.k_cache[(j0 + j) * kv_dim + kh * hd..][..hd];
+                    *sj = if hd == 64 {
+                        dot_fixed::<64, F>(qr, k)
+                    } else {
+                        kernels::dot(qr, k)
+                    };
+                }
+            } else {
+                s.fill(0.0);
+                for (d, &qd) in qr.iter().enumerate() {
+                    let kr = &kt[d * KB..d * KB + KB];
+                    for (sj, kj) in s.iter_mut().zip(kr) {
+                        *sj = F::mul_add(qd, *kj, *sj);
+                    }
+                }
+            }
+            // Whole-block passes (fixed length, eight lanes): hidden keys score −∞ → 0.
+            s[visible..].fill(f32::NEG_INFINITY);
+            let mut lanes = [f32::NEG_INFINITY; 8];
+            for c in s.chunks_exact(8) {
+                for (m8, v) in lanes.iter_mut().zip(c) {
+                    *m8 = m8.max(*v);
+                }
+            }
+            let bmax = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let m_new = m[r].max(bmax);
+            let corr = kernels::exp(m[r] - m_new);
+            for sj in s.iter_mut() {
+                *sj = kernels::exp(*sj - m_new);
+            }
+            let mut lanes = [0.0f32; 8];
+            for c in s.chunks_exact(8) {
+                for (a, v) in lanes.iter_mut().zip(c) {
+                    *a += v;
+                }
+            }
+            let sum = (lanes[0] + lanes[4])
+                + (lanes[1] + lanes[5])
+                + (lanes[2] + lanes[6])
+                + (lanes[3] + lanes[7]);
+            l[r] = l[r] * corr + sum;
+            m[r] = m_new;
+            let ar = &mut acc[r * hd..(r + 1) * hd];
+            if corr != 1.0 {
+                ar.iter_mut().for_each(|a| *a *= corr);
+            }
+            let base = j0 * kv_dim + kh * hd;
+            if hd == 64 {
+                accumulate::<64, F>(ar, &s[..visible], &step.v_cache[base..], kv_dim);
+            } else {
+                for (j, &p) in s[..visible].iter().enumerate() {
+                    let v = &step.v_cache[base + j * kv_dim..][..hd];
+                    for (a, vv) in ar.iter_mut().zip(v) {
+                        *a = F::mul_add(p, *vv, *a);
+                    }
+                }
+            }
+        }
+        j0 += jn;
+    }
+    for (ar, &lr) in acc.chunks_exact_mut(hd).zip(&l) {
+        let inv = 1.0 / lr;
+        ar.iter_mut().for_each(|a| *a *= inv);
+    }
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::AttnGeometry;
+
+    /// Two-pass softmax attention in f64, the reference.
+    fn naive(step: &AttnStep<'_>) -> Vec<f32> {
+        let g = step.geom;
+        let (hd, nh) = (g.head_dim, g.n_heads);
+        let kv_dim = g.n_kv_heads * hd;
+        let mut out = vec![0.0f32; step.n * nh * hd];
+        for i in 0..step.n {
+            for h in 0..nh {
+                let kh = h / (nh / g.n_kv_heads);
+                let q = &step.q[(i * nh + h) * hd..][..hd];
+                let len = step.p0 + i + 1;
+                let sc: Vec<f64> = (0..len)
+                    .map(|j| {
+                        let k = &step.k_cache[j * kv_dim + kh * hd..][..hd];
+                        q.iter()
+                            .zip(k)
+                            .map(|(a, b)| *a as f64 * *b as f64)
+                            .sum::<f64>()
+                            / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let mx = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for d in 0..hd {
+                    let v: f64 = (0..len)
+                        .map(|j| e[j] * step.v_cache[j * kv_dim + kh * hd + d] as f64)
+                        .sum();
+                    out[(i * nh + h) * hd + d] = (v / z) as f32;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn tiled_equals_two_pass_softmax() {
+        let geom = AttnGeometry {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 16,
+        };
+        let kv_dim = geom.n_kv_heads * geom.head_dim;
+        let val = |i: usize| ((i as f32 * 0.618).fract() - 0.5) * 4.0;
+        for (p0, n) in [
+            (0usize, 1usize),
+            (0, 5),
+            (3, 1),
+            (70, 1),
+            (0, 150),
+            (37, 40),
+        ] {
+            let total = p0 + n;
+            let q: Vec<f32> = (0..n * geom.n_heads * geom.head_dim).map(val).collect();
+            let k: Vec<f32> = (0..total * kv_dim).map(|i| val(i + 7)).collect();
+            let v: Vec<f32> = (0..total * kv_dim).map(|i| val(i + 13)).collect();
+            let step = AttnStep {
+                q: &q,
+                k_cache: &k,
+                v_cache: &v,
+                p0,
+                n,
+                geom,
+            };
+            let want = naive(&step);
+            for parallel in [false, true] {
+                let mut got = vec![f32::NAN; want.len()];
+                attend_tiled(&step, &mut got, parallel);
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b).abs() <= 1e-5, "p0 {p0} n {n}: {a} vs {b}");
+                }
+            }
+        }
+    }
+}

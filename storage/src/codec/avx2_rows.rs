@@ -1,0 +1,300 @@
+//! AVX2 + FMA + F16C multi-row dot kernels (x86-64): four encoded rows against one f32
+//! vector, the executor's matrix-vector hot path for the 32-element block encodings
+//! (Q4_0, Q4_1, Q5_0, Q5_1), and one Q8_0 row at a time.
+//!
+//! What makes them faster than one row at a time ([`super::avx2`]):
+//! - x is loaded once per block for four rows;
+//! - nibbles are widened straight from memory (`vpmovzxbd` of 8 bytes gives elements
+//!   `j` and `j + 16` in one register: a mask and a shift split them, no byte shuffles);
+//! - the minimum / offset term of a block (`m·Σx` for Q4_1/Q5_1, `−8·d·Σx` for Q4_0,
+//!   `−16·d·Σx` for Q5_0) uses the per-block sums Σx computed once per call
+//!   ([`block_sums`]), folded with one 4-lane FMA on the f16 pair `[d, m]` as converted.
+//!
+//! Results differ from "decode, then dot" only by rounding (x stays f32, never
+//! quantised). Every function is `unsafe` for two reasons only: it must run on a CPU with
+//! AVX2, FMA and F16C (the caller checks [`super::cpu::has_avx2`]), and it reads the whole
+//! blocks the caller has sized (each row pointer covers `nb` blocks, `x` covers `nb * 32`
+//! values, `sums` covers `2 * nb` values).
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::arch::x86_64::*;
+
+/// Longest row, in 32-element blocks, the kernels with per-block sums take (the sums of
+/// one call live on the caller's stack: `2 * MAX_BLOCKS` floats).
+pub const MAX_BLOCKS: usize = 512;
+
+/// `sums[2b] = sums[2b + 1] = Σ x[32b .. 32b + 32]` for `b < nb` (a pair, so one 8-byte
+/// load lines it up against both halves of a converted `[d, m]` f16 pair).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn block_sums(x: *const f32, nb: usize, sums: *mut f32) {
+    for b in 0..nb {
+        let xp = x.add(b * 32);
+        let s = _mm256_add_ps(
+            _mm256_add_ps(_mm256_loadu_ps(xp), _mm256_loadu_ps(xp.add(8))),
+            _mm256_add_ps(_mm256_loadu_ps(xp.add(16)), _mm256_loadu_ps(xp.add(24))),
+        );
+        let v = hsum(s);
+        *sums.add(2 * b) = v;
+        *sums.add(2 * b + 1) = v;
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let sh = _mm_movehdup_ps(s);
+    let s = _mm_add_ps(s, sh);
+    let sh = _mm_movehl_ps(sh, s);
+    _mm_cvtss_f32(_mm_add_ss(s, sh))
+}
+
+/// The two f16 at `p` (`[d, m]`) as `[d, m, 0, 0]`.
+#[inline(always)]
+unsafe fn f16_pair(p: *const u8) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
+}
+
+/// The f16 at `p` as `[d, 0, 0, 0]`.
+#[inline(always)]
+unsafe fn f16_one(p: *const u8) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const u16).read_unaligned() as i32))
+}
+
+/// The pair `[Σx_b, Σx_b]` as the low half of a vector.
+#[inline(always)]
+unsafe fn sum_pair(sums: *const f32, b: usize) -> __m128 {
+    _mm_castpd_ps(_mm_load_sd(sums.add(2 * b) as *const f64))
+}
+
+/// Eight bytes at `p` zero-extended to eight i32 lanes.
+#[inline(always)]
+unsafe fn widen_u8(p: *const u8) -> __m256i {
+    _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i))
+}
+
+/// Eight bytes at `p` sign-extended to eight i32 lanes, as f32.
+#[inline(always)]
+unsafe fn widen_i8_ps(p: *const u8) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)))
+}
+
+/// The 32 unsigned nibble codes of a split-half block (`qs`, 16 bytes) as four vectors
+/// of elements 0..8, 8..16, 16..24, 24..32 (still i32).
+#[inline(always)]
+unsafe fn nibble_codes(qs: *const u8) -> [__m256i; 4] {
+    let mask = _mm256_set1_epi32(0x0F);
+    let v0 = widen_u8(qs);
+    let v1 = widen_u8(qs.add(8));
+    [
+        _mm256_and_si256(v0, mask),
+        _mm256_and_si256(v1, mask),
+        _mm256_srli_epi32(v0, 4),
+        _mm256_srli_epi32(v1, 4),
+    ]
+}
+
+/// The 32 five-bit codes of a Q5 block: nibbles as [`nibble_codes`], bit `j` of `qh` as
+/// bit 4 of element `j`.
+#[inline(always)]
+unsafe fn q5_codes(qs: *const u8, qh: u32) -> [__m256i; 4] {
+    let n = nibble_codes(qs);
+    let sixteen = _mm256_set1_epi32(16);
+    let s_lo = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let s_hi = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+    // Bit j of each 16-bit half lands on bit 4 after a right shift by j.
+    let h0 = _mm256_set1_epi32(((qh & 0xFFFF) << 4) as i32);
+    let h1 = _mm256_set1_epi32(((qh >> 16) << 4) as i32);
+    let bit = |h: __m256i, s: __m256i| _mm256_and_si256(_mm256_srlv_epi32(h, s), sixteen);
+    [
+        _mm256_or_si256(n[0], bit(h0, s_lo)),
+        _mm256_or_si256(n[1], bit(h0, s_hi)),
+        _mm256_or_si256(n[2], bit(h1, s_lo)),
+        _mm256_or_si256(n[3], bit(h1, s_hi)),
+    ]
+}
+
+/// Σ q·x over one block for codes `q` (i32) and the block's x in four vectors.
+#[inline(always)]
+unsafe fn codes_dot(q: [__m256i; 4], x: &[__m256; 4]) -> __m256 {
+    let s = _mm256_mul_ps(_mm256_cvtepi32_ps(q[0]), x[0]);
+    let s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[1]), x[1], s);
+    let s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[2]), x[2], s);
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[3]), x[3], s)
+}
+
+#[inline(always)]
+unsafe fn load_x(x: *const f32, b: usize) -> [__m256; 4] {
+    let xp = x.add(b * 32);
+    [
+        _mm256_loadu_ps(xp),
+        _mm256_loadu_ps(xp.add(8)),
+        _mm256_loadu_ps(xp.add(16)),
+        _mm256_loadu_ps(xp.add(24)),
+    ]
+}
+
+/// Final sums: `hsum(acc[r]) + k · accm[r][lane]`.
+#[inline(always)]
+unsafe fn finish<const LANE: i32>(acc: [__m256; 4], accm: [__m128; 4], k: f32) -> [f32; 4] {
+    let mut out = [0.0f32; 4];
+    for r in 0..4 {
+        let m = f32::from_bits(_mm_extract_ps::<LANE>(accm[r]) as u32);
+        out[r] = hsum(acc[r]) + k * m;
+    }
+    out
+}
+
+/// Q4_1, four rows: Σ_b d·Σ(q·x) + m·Σx_b.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_q4_1(
+    rows: [*const u8; 4],
+    x: *const f32,
+    sums: *const f32,
+    nb: usize,
+) -> [f32; 4] {
+    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut accm = [_mm_setzero_ps(); 4];
+    for b in 0..nb {
+        // The group is one run of 4 rows; fetch the next group's bytes at the same pace.
+        prefetch(rows[3].wrapping_add(rb + b * 80));
+        prefetch(rows[3].wrapping_add(rb + b * 80 + 64));
+        let xv = load_x(x, b);
+        let sp = sum_pair(sums, b);
+        for r in 0..4 {
+            let blk = rows[r].add(b * 20);
+            let dm = f16_pair(blk);
+            let s = codes_dot(nibble_codes(blk.add(4)), &xv);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), s, acc[r]);
+            accm[r] = _mm_fmadd_ps(dm, sp, accm[r]);
+        }
+    }
+    finish::<1>(acc, accm, 1.0)
+}
+
+/// Q4_0, four rows: Σ_b d·Σ(q·x) − 8·d·Σx_b (q the unsigned nibble).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_q4_0(
+    rows: [*const u8; 4],
+    x: *const f32,
+    sums: *const f32,
+    nb: usize,
+) -> [f32; 4] {
+    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut accm = [_mm_setzero_ps(); 4];
+    for b in 0..nb {
+        // The group is one run of 4 rows; fetch the next group's bytes at the same pace.
+        prefetch(rows[3].wrapping_add(rb + b * 72));
+        prefetch(rows[3].wrapping_add(rb + b * 72 + 64));
+        let xv = load_x(x, b);
+        let sp = sum_pair(sums, b);
+        for r in 0..4 {
+            let blk = rows[r].add(b * 18);
+            let d = f16_one(blk);
+            let s = codes_dot(nibble_codes(blk.add(2)), &xv);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), s, acc[r]);
+            accm[r] = _mm_fmadd_ps(d, sp, accm[r]);
+        }
+    }
+    finish::<0>(acc, accm, -8.0)
+}
+
+/// Q5_0, four rows: Σ_b d·Σ(q5·x) − 16·d·Σx_b.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_q5_0(
+    rows: [*const u8; 4],
+    x: *const f32,
+    sums: *const f32,
+    nb: usize,
+) -> [f32; 4] {
+    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut accm = [_mm_setzero_ps(); 4];
+    for b in 0..nb {
+        // The group is one run of 4 rows; fetch the next group's bytes at the same pace.
+        prefetch(rows[3].wrapping_add(rb + b * 88));
+        prefetch(rows[3].wrapping_add(rb + b * 88 + 64));
+        let xv = load_x(x, b);
+        let sp = sum_pair(sums, b);
+        for r in 0..4 {
+            let blk = rows[r].add(b * 22);
+            let d = f16_one(blk);
+            let qh = (blk.add(2) as *const u32).read_unaligned();
+            let s = codes_dot(q5_codes(blk.add(6), qh), &xv);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), s, acc[r]);
+            accm[r] = _mm_fmadd_ps(d, sp, accm[r]);
+        }
+    }
+    finish::<0>(acc, accm, -16.0)
+}
+
+/// Q5_1, four rows: Σ_b d·Σ(q5·x) + m·Σx_b.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_q5_1(
+    rows: [*const u8; 4],
+    x: *const f32,
+    sums: *const f32,
+    nb: usize,
+) -> [f32; 4] {
+    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut accm = [_mm_setzero_ps(); 4];
+    for b in 0..nb {
+        // The group is one run of 4 rows; fetch the next group's bytes at the same pace.
+        prefetch(rows[3].wrapping_add(rb + b * 96));
+        prefetch(rows[3].wrapping_add(rb + b * 96 + 64));
+        let xv = load_x(x, b);
+        let sp = sum_pair(sums, b);
+        for r in 0..4 {
+            let blk = rows[r].add(b * 24);
+            let dm = f16_pair(blk);
+            let qh = (blk.add(4) as *const u32).read_unaligned();
+            let s = codes_dot(q5_codes(blk.add(8), qh), &xv);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), s, acc[r]);
+            accm[r] = _mm_fmadd_ps(dm, sp, accm[r]);
+        }
+    }
+    finish::<1>(acc, accm, 1.0)
+}
+
+/// Q8_0, one row: Σ_b d·Σ(q·x), two blocks per step on independent accumulators.
+///
+/// One row at a time on purpose: Q8_0 is the embedding/head of most downloads, a matrix
+/// that streams from RAM, and a single sequential stream (prefetched a few lines ahead)
+/// measured faster than four interleaved ones.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot1_q8_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let block = |b: usize| -> __m256 {
+        let xv = load_x(x, b);
+        let blk = row.add(b * 34);
+        let q = blk.add(2);
+        let s = _mm256_mul_ps(widen_i8_ps(q), xv[0]);
+        let s = _mm256_fmadd_ps(widen_i8_ps(q.add(8)), xv[1], s);
+        let s = _mm256_fmadd_ps(widen_i8_ps(q.add(16)), xv[2], s);
+        let s = _mm256_fmadd_ps(widen_i8_ps(q.add(24)), xv[3], s);
+        _mm256_mul_ps(_mm256_broadcastss_ps(f16_one(blk)), s)
+    };
+    let mut b = 0;
+    while b + 2 <= nb {
+        prefetch(row.wrapping_add(b * 34 + PREFETCH_AHEAD));
+        acc[0] = _mm256_add_ps(acc[0], block(b));
+        acc[1] = _mm256_add_ps(acc[1], block(b + 1));
+        b += 2;
+    }
+    if b < nb {
+        acc[0] = _mm256_add_ps(acc[0], block(b));
+    }
+    hsum(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// How far ahead of the bytes in use the kernels prefetch.
+const PREFETCH_AHEAD: usize = 512;
+
+/// Prefetches the cache line at `p` (a hint: never faults, whatever the address).
+#[inline(always)]
+unsafe fn prefetch(p: *const u8) {
+    _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+}
