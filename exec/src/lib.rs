@@ -28,6 +28,7 @@ pub mod observer;
 pub mod plan;
 pub mod sample;
 pub mod session;
+pub mod stage;
 pub mod tokenizer;
 pub mod trace;
 

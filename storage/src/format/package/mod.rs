@@ -11,8 +11,10 @@
 //! - [`integrity`]: SHA-256 of artifacts and the checksum cache.
 //! - [`loader`]: selecting and mapping the fragments of a layer range into a [`crate::Model`].
 //! - [`hf`]: `hf://org/repo[:rev|@rev]` references resolved from the local package cache.
+//! - [`activation`]: the activation files stages hand each other.
 //! - [`against`]: checking a package against its source GGUF (every tensor once, same bytes).
 
+pub mod activation;
 pub mod against;
 pub mod classify;
 pub mod generation;
