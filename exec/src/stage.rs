@@ -38,7 +38,24 @@ pub struct StageRunner {
 impl StageRunner {
     /// Prepare `pkg`'s stage (its model shared as `model`) on `threads` CPU threads.
     pub fn new(pkg: &PackageModel, model: Arc<Model>, threads: usize) -> Result<StageRunner> {
-        let span = pkg.span;
+        StageRunner::with_identity(
+            model,
+            pkg.span,
+            pkg.manifest.model_id.clone(),
+            pkg.manifest_sha256.clone(),
+            threads,
+        )
+    }
+
+    /// Prepare the stage `span` of `model`, which was loaded from the package identified by
+    /// `model_id` and the SHA-256 of its manifest.
+    pub fn with_identity(
+        model: Arc<Model>,
+        span: StageSpan,
+        model_id: String,
+        manifest_sha256: String,
+        threads: usize,
+    ) -> Result<StageRunner> {
         let source: Arc<dyn OperandSource> = model;
         let exec = Executor::for_stage(
             source,
@@ -53,8 +70,8 @@ impl StageRunner {
         Ok(StageRunner {
             exec,
             span,
-            model_id: pkg.manifest.model_id.clone(),
-            manifest_sha256: pkg.manifest_sha256.clone(),
+            model_id,
+            manifest_sha256,
         })
     }
 

@@ -24,14 +24,6 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             LogicalPlan::Explain(e),
         ) => check_built(inner, &e.inner),
         (StatementKind::Use(u), _) => {
-            if let Some(l) = &u.layers {
-                if matches!(plan, LogicalPlan::Use(p) if p.layers.is_some()) {
-                    return refuse(
-                        "USE … LAYERS (binding one stage of a layer package)",
-                        l.span,
-                    );
-                }
-            }
             match &u.profile {
                 Some(p) => refuse("USE … PROFILE", p.span),
                 None => Ok(()),
