@@ -310,3 +310,12 @@ fn untied_head_final_stage_does_not_select_embeddings() {
     let last = open_package(&dir, Some((2, 3)), &VerifyMode::SizeOnly).unwrap();
     assert!(last.selected_paths().contains(&"shared/embeddings.gguf"));
 }
+
+#[test]
+fn an_invalid_generation_map_is_refused_at_load() {
+    let (_t, dir) = package(false);
+    edit(&dir, |m| {
+        m["generation"] = serde_json::json!({"speculative_decoding": {"default": "ghost", "strategies": {}}})
+    });
+    assert_refused(&dir, "missing_speculative_default_strategy");
+}
