@@ -112,7 +112,7 @@ impl Pass<'_> {
         let n = match input {
             PassInput::Tokens(ids) => ids.len(),
             PassInput::Hidden(h) => {
-                if d == 0 || h.len() % d != 0 {
+                if d == 0 || !h.len().is_multiple_of(d) {
                     return Err(ExecError::InvalidOption(format!(
                         "hidden states of {} floats are not whole rows of {d}",
                         h.len()
@@ -307,7 +307,7 @@ pub(crate) fn head(
 ) -> Result<Vec<f32>> {
     let s = &plan.surface;
     let d = s.hidden;
-    if d == 0 || x.len() % d != 0 {
+    if d == 0 || !x.len().is_multiple_of(d) {
         return Err(ExecError::Internal(format!(
             "head input of {} floats is not whole rows of {d}",
             x.len()

@@ -108,7 +108,10 @@ impl StageRunner {
                 "not supported yet: activations that continue an earlier stage run (position_start > 0)".into(),
             ));
         }
-        self.run(PassInput::Hidden(&frame.data), frame.header.token_ids.clone())
+        self.run(
+            PassInput::Hidden(&frame.data),
+            frame.header.token_ids.clone(),
+        )
     }
 
     fn run(&self, input: PassInput<'_>, token_ids: Vec<u32>) -> Result<StageOutput> {

@@ -282,7 +282,9 @@ impl Connection {
     /// The package artifacts the bound layer package mapped (repository-relative, in
     /// selection order); `None` when what is bound is not a package.
     pub fn bound_package_files(&self) -> Option<Vec<String>> {
-        self.engine().ok().and_then(|e| crate::engine::bound_files(&e))
+        self.engine()
+            .ok()
+            .and_then(|e| crate::engine::bound_files(&e))
     }
 
     fn engine(&self) -> Result<MutexGuard<'_, Engine>> {

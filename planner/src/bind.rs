@@ -79,8 +79,11 @@ impl Binder {
                     output: path(&c.output, "output path")?,
                 })
             }
-            K::Extract(e) if e.format.as_ref().is_none_or(|f| f.value != ExtractFormat::Package)
-                && (e.model_id.is_some() || e.source_revision.is_some()) =>
+            K::Extract(e)
+                if e.format
+                    .as_ref()
+                    .is_none_or(|f| f.value != ExtractFormat::Package)
+                    && (e.model_id.is_some() || e.source_revision.is_some()) =>
             {
                 let sp = e
                     .model_id

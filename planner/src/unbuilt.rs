@@ -23,12 +23,10 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             | StatementKind::ExplainPlan(inner),
             LogicalPlan::Explain(e),
         ) => check_built(inner, &e.inner),
-        (StatementKind::Use(u), _) => {
-            match &u.profile {
-                Some(p) => refuse("USE … PROFILE", p.span),
-                None => Ok(()),
-            }
-        }
+        (StatementKind::Use(u), _) => match &u.profile {
+            Some(p) => refuse("USE … PROFILE", p.span),
+            None => Ok(()),
+        },
         (StatementKind::Extract(x), LogicalPlan::Extract(p)) => {
             if p.format == ExtractFormat::Package {
                 return match &x.layers {

@@ -67,18 +67,28 @@ fn native_mtp_layer_indices_must_be_package_layers() {
 
 #[test]
 fn ngram_history_scope_must_be_request() {
-    let p = json!({"type": "ngram-cache", "ngram_min": 2, "ngram_max": 4, "history_scope": "global"});
-    let g = spec("c", json!({"c": p}), json!({"c": {"type": "ngram-cache", "proposer": "c"}}));
+    let p =
+        json!({"type": "ngram-cache", "ngram_min": 2, "ngram_max": 4, "history_scope": "global"});
+    let g = spec(
+        "c",
+        json!({"c": p}),
+        json!({"c": {"type": "ngram-cache", "proposer": "c"}}),
+    );
     assert_eq!(check_of(&g).as_deref(), Some("ngram_history_scope"));
 }
 
 #[test]
 fn ngram_cache_max_is_at_most_4() {
-    let ok = json!({"type": "ngram-cache", "ngram_min": 2, "ngram_max": 4, "history_scope": "request"});
-    let bad = json!({"type": "ngram-cache", "ngram_min": 2, "ngram_max": 5, "history_scope": "request"});
+    let ok =
+        json!({"type": "ngram-cache", "ngram_min": 2, "ngram_max": 4, "history_scope": "request"});
+    let bad =
+        json!({"type": "ngram-cache", "ngram_min": 2, "ngram_max": 5, "history_scope": "request"});
     let st = json!({"c": {"type": "ngram-cache", "proposer": "c"}});
     assert_eq!(check_of(&spec("c", json!({"c": ok}), st.clone())), None);
-    assert_eq!(check_of(&spec("c", json!({"c": bad}), st)).as_deref(), Some("ngram_bounds"));
+    assert_eq!(
+        check_of(&spec("c", json!({"c": bad}), st)).as_deref(),
+        Some("ngram_bounds")
+    );
 }
 
 #[test]
@@ -98,29 +108,54 @@ fn ngram_suffix_bounds_are_3_to_64() {
 
 #[test]
 fn composite_needs_an_mtp_primary_and_an_ngram_extender() {
-    let cache = json!({"type": "ngram-cache", "ngram_min": 2, "ngram_max": 3, "history_scope": "request"});
+    let cache =
+        json!({"type": "ngram-cache", "ngram_min": 2, "ngram_max": 3, "history_scope": "request"});
     let props = json!({"mtp": mtp(), "cache": cache});
     let bad_primary = json!({"x": {"type": "composite", "primary": "cache", "extender": "cache"}});
-    assert_eq!(check_of(&spec("x", props.clone(), bad_primary)).as_deref(), Some("composite_strategy"));
+    assert_eq!(
+        check_of(&spec("x", props.clone(), bad_primary)).as_deref(),
+        Some("composite_strategy")
+    );
     let bad_ext = json!({"x": {"type": "composite", "primary": "mtp", "extender": "mtp"}});
-    assert_eq!(check_of(&spec("x", props.clone(), bad_ext)).as_deref(), Some("composite_strategy"));
+    assert_eq!(
+        check_of(&spec("x", props.clone(), bad_ext)).as_deref(),
+        Some("composite_strategy")
+    );
     let bad_policy = json!({"x": {"type": "composite", "primary": "mtp", "extender": "cache",
         "extension_policy": {"initial_tokens": 9, "max_tokens": 8}}});
-    assert_eq!(check_of(&spec("x", props.clone(), bad_policy)).as_deref(), Some("composite_strategy"));
+    assert_eq!(
+        check_of(&spec("x", props.clone(), bad_policy)).as_deref(),
+        Some("composite_strategy")
+    );
     let undeclared = json!({"x": {"type": "composite", "primary": "nope", "extender": "cache"}});
-    assert_eq!(check_of(&spec("x", props, undeclared)).as_deref(), Some("speculative_proposer_ref"));
+    assert_eq!(
+        check_of(&spec("x", props, undeclared)).as_deref(),
+        Some("speculative_proposer_ref")
+    );
 }
 
 #[test]
 fn window_policy_bounds_are_checked() {
     for (w, check) in [
-        (json!({"min_window": 3, "max_window": 2}), "invalid_window_policy_bounds"),
-        (json!({"initial_window": 5, "min_window": 1, "max_window": 2}), "invalid_window_policy_initial"),
-        (json!({"pipeline_depth": 0}), "invalid_window_policy_pipeline_depth"),
+        (
+            json!({"min_window": 3, "max_window": 2}),
+            "invalid_window_policy_bounds",
+        ),
+        (
+            json!({"initial_window": 5, "min_window": 1, "max_window": 2}),
+            "invalid_window_policy_initial",
+        ),
+        (
+            json!({"pipeline_depth": 0}),
+            "invalid_window_policy_pipeline_depth",
+        ),
     ] {
         let mut s = mtp();
         s["window_policy"] = w;
-        assert_eq!(check_of(&spec("mtp", json!({}), json!({"mtp": s}))).as_deref(), Some(check));
+        assert_eq!(
+            check_of(&spec("mtp", json!({}), json!({"mtp": s}))).as_deref(),
+            Some(check)
+        );
     }
 }
 
@@ -152,12 +187,18 @@ fn the_default_must_name_a_declared_strategy() {
 
 #[test]
 fn policy_fields_must_be_strings() {
-    assert_eq!(check_of(&json!({"policy": {"decode": 3}})).as_deref(), Some("generation_policy"));
+    assert_eq!(
+        check_of(&json!({"policy": {"decode": 3}})).as_deref(),
+        Some("generation_policy")
+    );
     assert_eq!(
         check_of(&json!({"policy": {"experimental": {"selected_row_flash": true}}})).as_deref(),
         Some("generation_policy")
     );
-    assert_eq!(check_of(&json!({"thresholds": 7})).as_deref(), Some("generation_thresholds"));
+    assert_eq!(
+        check_of(&json!({"thresholds": 7})).as_deref(),
+        Some("generation_thresholds")
+    );
     assert_eq!(check_of(&json!([1])).as_deref(), Some("generation"));
 }
 
@@ -169,7 +210,11 @@ fn unknown_policy_values_are_reported_not_reinterpreted() {
         "speculative_decoding": {"default": "mtp", "strategies": {"mtp": mtp()}}});
     assert_eq!(check_of(&g), None);
     let r = resolve(Some(&g));
-    let by = |f: &str| r.iter().find(|x| x.field == f).unwrap_or_else(|| panic!("{f}: {r:#?}"));
+    let by = |f: &str| {
+        r.iter()
+            .find(|x| x.field == f)
+            .unwrap_or_else(|| panic!("{f}: {r:#?}"))
+    };
     assert_eq!(by("policy.profile").status, "unsupported");
     assert_eq!(by("policy.decode").status, "unsupported");
     assert_eq!(by("policy.short_prefill").status, "used");

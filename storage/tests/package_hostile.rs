@@ -38,7 +38,11 @@ fn manifest(dir: &Path) -> Value {
 }
 
 fn save(dir: &Path, v: &Value) {
-    std::fs::write(dir.join(MANIFEST_NAME), serde_json::to_vec_pretty(v).unwrap()).unwrap();
+    std::fs::write(
+        dir.join(MANIFEST_NAME),
+        serde_json::to_vec_pretty(v).unwrap(),
+    )
+    .unwrap();
 }
 
 fn edit(dir: &Path, f: impl FnOnce(&mut Value)) {
@@ -314,8 +318,12 @@ fn untied_head_final_stage_does_not_select_embeddings() {
 #[test]
 fn an_invalid_generation_map_is_refused_at_load() {
     let (_t, dir) = package(false);
-    edit(&dir, |m| {
-        m["generation"] = serde_json::json!({"speculative_decoding": {"default": "ghost", "strategies": {}}})
-    });
+    edit(
+        &dir,
+        |m| {
+            m["generation"] =
+                serde_json::json!({"speculative_decoding": {"default": "ghost", "strategies": {}}})
+        },
+    );
     assert_refused(&dir, "missing_speculative_default_strategy");
 }

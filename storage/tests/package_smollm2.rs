@@ -74,7 +74,10 @@ fn fragments_carry_the_slice_keys_and_all_source_metadata() {
     }
     assert_eq!(f.get_u64("skippy.slice.layer_start").unwrap(), Some(12));
     assert_eq!(f.get_u64("skippy.slice.layer_end").unwrap(), Some(13));
-    assert_eq!(f.get_bool("skippy.slice.include_output").unwrap(), Some(false));
+    assert_eq!(
+        f.get_bool("skippy.slice.include_output").unwrap(),
+        Some(false)
+    );
     assert!(f.tensors().iter().all(|t| t.name.starts_with("blk.12.")));
 }
 
@@ -95,7 +98,11 @@ fn middle_stage_maps_only_its_fragments() {
     want.extend((10..=19).map(|i| format!("layers/layer-{i:05}.gguf")));
     assert_eq!(p.selected_paths(), want);
     assert_eq!(p.model.backings.len(), 11);
-    assert!(p.model.operands.keys().all(|k| k.layer.is_some_and(|l| (10..=19).contains(&l))));
+    assert!(p
+        .model
+        .operands
+        .keys()
+        .all(|k| k.layer.is_some_and(|l| (10..=19).contains(&l))));
     let first = open_package(package(), Some((0, 9)), &VerifyMode::SizeOnly).unwrap();
     assert_eq!(first.selected_paths()[1], "shared/embeddings.gguf");
     let last = open_package(package(), Some((20, 29)), &VerifyMode::SizeOnly).unwrap();
@@ -112,9 +119,15 @@ fn checksum_cache_hits_on_the_second_load_and_stores_no_paths() {
     };
     use lql_storage::format::package::integrity::Verified;
     let a = open_package(package(), Some((0, 2)), &mode).unwrap();
-    assert!(a.selected.iter().all(|s| s.verified == Some(Verified::Hashed)));
+    assert!(a
+        .selected
+        .iter()
+        .all(|s| s.verified == Some(Verified::Hashed)));
     let b = open_package(package(), Some((0, 2)), &mode).unwrap();
-    assert!(b.selected.iter().all(|s| s.verified == Some(Verified::Cached)));
+    assert!(b
+        .selected
+        .iter()
+        .all(|s| s.verified == Some(Verified::Cached)));
     let root = package().to_string_lossy().into_owned();
     for e in std::fs::read_dir(cache.path()).unwrap() {
         let body = std::fs::read_to_string(e.unwrap().path()).unwrap();
@@ -167,7 +180,9 @@ fn an_independent_reader_confirms_the_package() {
         return;
     }
     let Some(py) = gguf_python() else {
-        eprintln!("skipped: no ~/.cache/lql-tools/venv with gguf-py (run ../shared/tools/pyenv.sh)");
+        eprintln!(
+            "skipped: no ~/.cache/lql-tools/venv with gguf-py (run ../shared/tools/pyenv.sh)"
+        );
         return;
     };
     let out = std::process::Command::new(py)

@@ -34,7 +34,8 @@ fn q(p: &Path) -> String {
 #[test]
 fn use_layers_maps_only_the_stage() {
     let c = Connection::open_in_memory().unwrap();
-    c.execute(&format!("USE {} LAYERS 10-19", q(package()))).unwrap();
+    c.execute(&format!("USE {} LAYERS 10-19", q(package())))
+        .unwrap();
     let mut want = vec!["shared/metadata.gguf".to_string()];
     want.extend((10..=19).map(|i| format!("layers/layer-{i:05}.gguf")));
     assert_eq!(c.bound_package_files().unwrap(), want);
@@ -58,14 +59,18 @@ fn run_stage_chains_three_connections() {
     let (h1, h2) = (t.path().join("h1.bin"), t.path().join("h2.bin"));
     let stage = |layers: &str| {
         let c = Connection::open_in_memory().unwrap();
-        c.execute(&format!("USE {} LAYERS {layers}", q(package()))).unwrap();
+        c.execute(&format!("USE {} LAYERS {layers}", q(package())))
+            .unwrap();
         c
     };
     let prompt = "The capital of France is";
     let r = stage("0-9")
         .run_stage(StageInput::Prompt(prompt), Some(&h1))
         .unwrap();
-    assert!(matches!(r, StageResult::Activations { layer_end: 10, .. }), "{r:?}");
+    assert!(
+        matches!(r, StageResult::Activations { layer_end: 10, .. }),
+        "{r:?}"
+    );
     stage("10-19")
         .run_stage(StageInput::Activations(&h1), Some(&h2))
         .unwrap();
@@ -83,7 +88,10 @@ fn run_stage_chains_three_connections() {
         panic!("a whole binding gives logits");
     };
     assert_eq!(got.len(), 49152);
-    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(got
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
     // Activations at the wrong boundary are refused by name.
     let err = stage("20-29")
         .run_stage(StageInput::Activations(&h1), None)
@@ -96,10 +104,7 @@ fn verify_reports_every_check_of_a_package() {
     let c = Connection::open_in_memory().unwrap();
     let rows = c.execute(&format!("VERIFY {}", q(package()))).unwrap();
     assert_eq!(rows.rows.len(), 1 + 33 * 2);
-    assert!(rows
-        .rows
-        .iter()
-        .all(|r| r[3] == lql::Value::from("ok")));
+    assert!(rows.rows.iter().all(|r| r[3] == lql::Value::from("ok")));
 }
 
 #[test]

@@ -14,7 +14,10 @@ fn hf_references_resolve_from_the_local_cache_and_are_verified() {
     let reference = "hf://meshllm/SmolLM2-135M-Instruct-Q4_1-layers@v1";
     let c = Connection::open_in_memory().unwrap();
 
-    let err = c.execute(&format!("USE \"{reference}\"")).unwrap_err().to_string();
+    let err = c
+        .execute(&format!("USE \"{reference}\""))
+        .unwrap_err()
+        .to_string();
     let dir = home
         .path()
         .join("packages/meshllm/SmolLM2-135M-Instruct-Q4_1-layers/v1");
@@ -43,10 +46,13 @@ fn hf_references_resolve_from_the_local_cache_and_are_verified() {
         .to_string();
     assert!(err.contains("artifact_sha256"), "{err}");
     std::fs::write(&f, &good).unwrap();
-    c.execute(&format!("USE \"{reference}\" LAYERS 10-19")).unwrap();
+    c.execute(&format!("USE \"{reference}\" LAYERS 10-19"))
+        .unwrap();
     assert_eq!(c.bound_package_files().unwrap().len(), 11);
     // A cache hit of the checksum cache is still a verified load.
     c.execute(&format!("USE \"{reference}\"")).unwrap();
-    let rows = c.execute("INFER \"The capital of France is\" TOP 1").unwrap();
+    let rows = c
+        .execute("INFER \"The capital of France is\" TOP 1")
+        .unwrap();
     assert_eq!(rows.rows.len(), 1);
 }

@@ -57,7 +57,11 @@ fn stage_worker() {
         return;
     };
     let env = |k: &str| std::env::var(k).ok();
-    let (a, b) = env("LQL_STAGE_LAYERS").unwrap().split_once('-').map(|(a, b)| (a.parse().unwrap(), b.parse().unwrap())).unwrap();
+    let (a, b) = env("LQL_STAGE_LAYERS")
+        .unwrap()
+        .split_once('-')
+        .map(|(a, b)| (a.parse().unwrap(), b.parse().unwrap()))
+        .unwrap();
     let p = open_package(Path::new(&pkg), Some((a, b)), &VerifyMode::SizeOnly).unwrap();
     let model = Arc::new(p.model.clone());
     let runner = StageRunner::new(&p, model, THREADS).unwrap();
@@ -89,14 +93,21 @@ fn stage_worker() {
 
 fn worker(pkg: &Path, layers: &str, input: (&str, String), out: &Path) -> (u64, u64) {
     let o = Command::new(std::env::current_exe().unwrap())
-        .args(["stage_worker", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "stage_worker",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("LQL_STAGE_WORKER", pkg)
         .env("LQL_STAGE_LAYERS", layers)
         .env(input.0, input.1)
         .env("LQL_STAGE_OUT", out)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "stage {layers}: {text}");
     let line = text
         .lines()
@@ -120,11 +131,9 @@ fn stages_in_three_processes_match_the_whole_model() {
     write(&src, &pkg, "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1");
 
     let whole = Arc::new(Model::open(&src).unwrap());
-    let tok = Tokenizer::from_spec_with_special(
-        &whole.tokenizer_spec().unwrap(),
-        &whole.surface.special,
-    )
-    .unwrap();
+    let tok =
+        Tokenizer::from_spec_with_special(&whole.tokenizer_spec().unwrap(), &whole.surface.special)
+            .unwrap();
     let exec = Executor::new(whole.clone(), THREADS).unwrap();
     let mut peaks = Vec::new();
     for (n, prompt) in PROMPTS.iter().enumerate() {
@@ -135,8 +144,18 @@ fn stages_in_three_processes_match_the_whole_model() {
         let lg = t.path().join(format!("logits-{n}.bin"));
         let csv = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
         let s0 = worker(&pkg, "0-9", ("LQL_STAGE_IDS", csv), &h1);
-        let s1 = worker(&pkg, "10-19", ("LQL_STAGE_IN", h1.display().to_string()), &h2);
-        let s2 = worker(&pkg, "20-29", ("LQL_STAGE_IN", h2.display().to_string()), &lg);
+        let s1 = worker(
+            &pkg,
+            "10-19",
+            ("LQL_STAGE_IN", h1.display().to_string()),
+            &h2,
+        );
+        let s2 = worker(
+            &pkg,
+            "20-29",
+            ("LQL_STAGE_IN", h2.display().to_string()),
+            &lg,
+        );
         peaks.push((s0, s1, s2));
         let got: Vec<f32> = std::fs::read(&lg)
             .unwrap()
@@ -149,14 +168,22 @@ fn stages_in_three_processes_match_the_whole_model() {
             .zip(&want)
             .filter(|(a, b)| a.to_bits() != b.to_bits())
             .count();
-        assert_eq!(differing, 0, "prompt {n}: {differing} logits differ in bits");
+        assert_eq!(
+            differing, 0,
+            "prompt {n}: {differing} logits differ in bits"
+        );
     }
 
     // Resident memory: the middle stage against a binding of the whole package, each
     // measured after running the first prompt.
     let ids = tok.encode(PROMPTS[0], true).unwrap();
     let csv = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    let whole_pkg = worker(&pkg, "0-29", ("LQL_STAGE_IDS", csv), &t.path().join("w.bin"));
+    let whole_pkg = worker(
+        &pkg,
+        "0-29",
+        ("LQL_STAGE_IDS", csv),
+        &t.path().join("w.bin"),
+    );
     let middle = peaks[0].1;
     eprintln!(
         "RSS after a run: layers 10-19 {} KiB, whole package {} KiB ({:.2}×)",
@@ -188,7 +215,10 @@ fn a_stage_refuses_another_packages_activations() {
     }
     let m = std::fs::read_to_string(a.join("model-package.json"))
         .unwrap()
-        .replace("SmolLM2-135M-Instruct-GGUF:Q4_1", "SmolLM2-135M-Instruct-GGUF:other");
+        .replace(
+            "SmolLM2-135M-Instruct-GGUF:Q4_1",
+            "SmolLM2-135M-Instruct-GGUF:other",
+        );
     std::fs::write(b.join("model-package.json"), m).unwrap();
 
     let stage = |dir: &Path, first, last| {
@@ -203,12 +233,18 @@ fn a_stage_refuses_another_packages_activations() {
     match err {
         lql_exec::ExecError::Storage(StorageError::Package { check, message, .. }) => {
             assert_eq!(check, "activation_package", "{message}");
-            assert!(message.contains("SmolLM2-135M-Instruct-GGUF:other"), "{message}");
+            assert!(
+                message.contains("SmolLM2-135M-Instruct-GGUF:other"),
+                "{message}"
+            );
         }
         other => panic!("{other}"),
     }
     // The right package but the wrong boundary is refused too.
-    let err = stage(&b, 20, 29).from_frame(&frame).unwrap_err().to_string();
+    let err = stage(&b, 20, 29)
+        .from_frame(&frame)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("activation_boundary"), "{err}");
     // A prompt given to a middle stage is refused.
     assert!(stage(&a, 10, 19).from_tokens(&[1, 2]).is_err());

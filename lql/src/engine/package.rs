@@ -121,11 +121,15 @@ pub(crate) fn run_stage(
     out: Option<&Path>,
 ) -> Result<StageResult> {
     let b = engine.bound.as_ref().ok_or_else(|| {
-        Error::semantic("no model is bound").with_help("bind a package stage: USE \"dir\" LAYERS 0-9")
+        Error::semantic("no model is bound")
+            .with_help("bind a package stage: USE \"dir\" LAYERS 0-9")
     })?;
     let st = b.stage.as_ref().ok_or_else(|| {
-        Error::semantic(format!("{} is not a layer package; stages run on packages", b.name))
-            .with_help("write one: EXTRACT MODEL \"m.gguf\" INTO \"dir\" FORMAT PACKAGE")
+        Error::semantic(format!(
+            "{} is not a layer package; stages run on packages",
+            b.name
+        ))
+        .with_help("write one: EXTRACT MODEL \"m.gguf\" INTO \"dir\" FORMAT PACKAGE")
     })?;
     let runner = StageRunner::with_identity(
         b.model().clone(),
@@ -181,7 +185,9 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: super::datum::Datum) -> Result<super
         Error::semantic("a layer package needs MODEL_ID \"org/repo:distribution\" (a model coordinate, not a file name)")
     })?;
     let source_revision = plan.source_revision.clone().ok_or_else(|| {
-        Error::semantic("a layer package from a local file needs SOURCE_REVISION \"<commit or tag>\"")
+        Error::semantic(
+            "a layer package from a local file needs SOURCE_REVISION \"<commit or tag>\"",
+        )
     })?;
     let t0 = std::time::Instant::now();
     let w = pkg::writer::write_package(&pkg::writer::WriteOptions {

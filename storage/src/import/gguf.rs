@@ -228,8 +228,8 @@ pub fn from_parts(
         },
     };
     // A stage that does not hold the output boundary cannot tell; it never runs the head.
-    let tied_head = !operands.contains_key(&OperandKey::global(Role::Output))
-        && span.is_none_or(|s| s.output);
+    let tied_head =
+        !operands.contains_key(&OperandKey::global(Role::Output)) && span.is_none_or(|s| s.output);
     let attn_bias = family.bias_required || operand_table::has_attn_bias(&operands);
 
     let (special, slot) = tokenizer(file, vocab)?;

@@ -79,7 +79,11 @@ pub fn check_operands_where(
     name_of: impl Fn(OperandKey) -> String,
     wanted: impl Fn(&OperandKey) -> bool,
 ) -> Result<()> {
-    let required: Vec<OperandKey> = s.required_keys().into_iter().filter(|k| wanted(k)).collect();
+    let required: Vec<OperandKey> = s
+        .required_keys()
+        .into_iter()
+        .filter(|k| wanted(k))
+        .collect();
     for key in &required {
         if !operands.contains_key(key) {
             return Err(StorageError::Tensor {

@@ -145,7 +145,8 @@ impl ActivationFrame {
             ));
         }
         let mut raw = vec![0u8; payload.unwrap_or(0) as usize];
-        f.read_exact(&mut raw).map_err(|e| StorageError::io(path, e))?;
+        f.read_exact(&mut raw)
+            .map_err(|e| StorageError::io(path, e))?;
         let data = raw
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))

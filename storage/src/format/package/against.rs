@@ -68,7 +68,12 @@ pub fn verify(dir: &Path, source: Option<&Path>) -> Result<Vec<CheckRow>> {
     ));
     let mut arts: Vec<(String, &'static str, Option<u64>, &Artifact)> = vec![
         ("metadata".into(), "metadata", None, &m.shared.metadata),
-        ("embeddings".into(), "embeddings", None, &m.shared.embeddings),
+        (
+            "embeddings".into(),
+            "embeddings",
+            None,
+            &m.shared.embeddings,
+        ),
         ("output".into(), "output", None, &m.shared.output),
     ];
     for l in &m.layers {

@@ -228,7 +228,9 @@ fn check_proposer(
                     _ => {
                         return Err(bad(
                             "native_mtp_layer_indices",
-                            format!("{what}: layer index {v} is not a package layer (0..{layer_count})"),
+                            format!(
+                                "{what}: layer index {v} is not a package layer (0..{layer_count})"
+                            ),
                         ))
                     }
                 }
@@ -257,7 +259,9 @@ fn check_proposer(
             if ty == "ngram-cache" && hi > 4 {
                 return Err(bad(
                     "ngram_bounds",
-                    format!("{what}: ngram-cache ngram_max {hi} exceeds the cache match window of 4"),
+                    format!(
+                        "{what}: ngram-cache ngram_max {hi} exceeds the cache match window of 4"
+                    ),
                 ));
             }
             if ty == "ngram-suffix" && !(3..=64).contains(&lo) || hi > 64 {
@@ -284,11 +288,7 @@ fn check_proposer(
     Ok(())
 }
 
-fn composite(
-    st: &Map<String, Value>,
-    what: &str,
-    proposers: &Map<String, Value>,
-) -> Result<()> {
+fn composite(st: &Map<String, Value>, what: &str, proposers: &Map<String, Value>) -> Result<()> {
     let kind_of = |field: &str| -> Result<String> {
         let id = st.get(field).and_then(Value::as_str).ok_or_else(|| {
             bad(
@@ -302,7 +302,10 @@ fn composite(
                 format!("{what}.{field} refers to undeclared proposer {id:?}"),
             )
         })?;
-        Ok(p.get("type").and_then(Value::as_str).unwrap_or("").to_string())
+        Ok(p.get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string())
     };
     if kind_of("primary")? != "native-mtp" {
         return Err(bad(

@@ -113,8 +113,18 @@ mod tests {
             parse("hf://a/b:8f4c2d1").unwrap().revision.as_deref(),
             Some("8f4c2d1")
         );
-        assert_eq!(parse("hf://a/b@main").unwrap().revision.as_deref(), Some("main"));
-        for bad in ["hf://a", "hf://a/b/c", "hf://a/b@", "hf://../b", "hf:///b", "x://a/b"] {
+        assert_eq!(
+            parse("hf://a/b@main").unwrap().revision.as_deref(),
+            Some("main")
+        );
+        for bad in [
+            "hf://a",
+            "hf://a/b/c",
+            "hf://a/b@",
+            "hf://../b",
+            "hf:///b",
+            "x://a/b",
+        ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
     }

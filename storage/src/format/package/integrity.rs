@@ -66,7 +66,9 @@ fn cache_key(manifest_sha: &str, id: &ArtifactId<'_>) -> String {
     k.push(0);
     k.extend_from_slice(id.role.as_bytes());
     k.push(0);
-    let li = id.layer_index.map_or(u32::MAX, |i| i.min(u32::MAX as u64) as u32);
+    let li = id
+        .layer_index
+        .map_or(u32::MAX, |i| i.min(u32::MAX as u64) as u32);
     k.extend_from_slice(&li.to_le_bytes());
     k.push(0);
     k.extend_from_slice(id.artifact.path.as_bytes());

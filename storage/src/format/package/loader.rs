@@ -41,9 +41,7 @@ impl VerifyMode {
     /// Hash, with the default checksum cache.
     pub fn hashed() -> VerifyMode {
         VerifyMode::Sha256 {
-            cache_dir: super::hf::lql_home()
-                .ok()
-                .map(|h| h.join("package-verify")),
+            cache_dir: super::hf::lql_home().ok().map(|h| h.join("package-verify")),
         }
     }
 }

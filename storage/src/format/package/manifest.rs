@@ -11,7 +11,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{refuse, FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, MAX_MANIFEST_DEPTH, SCHEMA_VERSION};
+use super::{
+    refuse, FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, MAX_MANIFEST_DEPTH, SCHEMA_VERSION,
+};
 use crate::error::{Result, StorageError};
 
 /// One artifact (a file of the package).
@@ -236,9 +238,7 @@ fn check_depth(bytes: &[u8]) -> Result<()> {
                     return Err(refuse(
                         "manifest_depth",
                         MANIFEST_NAME,
-                        format!(
-                            "nesting deeper than {MAX_MANIFEST_DEPTH} levels at byte {i}"
-                        ),
+                        format!("nesting deeper than {MAX_MANIFEST_DEPTH} levels at byte {i}"),
                     ));
                 }
             }

@@ -83,11 +83,16 @@ pub fn abi(v: &str) -> Result<()> {
     };
     let major = part(it.next().filter(|s| !s.is_empty()), "major")?
         .ok_or_else(|| bad("package ABI version is missing a major version".into()))?;
-    let minor = part(it.next(), "minor")?
-        .ok_or_else(|| bad(format!("package ABI version {v:?} is missing a minor version")))?;
+    let minor = part(it.next(), "minor")?.ok_or_else(|| {
+        bad(format!(
+            "package ABI version {v:?} is missing a minor version"
+        ))
+    })?;
     part(it.next(), "patch")?;
     if it.next().is_some() {
-        return Err(bad(format!("package ABI version {v:?} has more than three parts")));
+        return Err(bad(format!(
+            "package ABI version {v:?} has more than three parts"
+        )));
     }
     if major != RUNTIME_ABI.0 || minor > RUNTIME_ABI.1 {
         return Err(bad(format!(
@@ -187,7 +192,9 @@ pub fn entry(role: &str, a: &Artifact) -> Result<()> {
     if a.tensor_count > 0 && a.tensor_bytes == 0 {
         return Err(bad(
             "tensor_bytes",
-            format!("package {role} tensor_bytes must be greater than zero when tensors are present"),
+            format!(
+                "package {role} tensor_bytes must be greater than zero when tensors are present"
+            ),
         ));
     }
     if a.tensor_bytes > a.artifact_bytes {
@@ -208,7 +215,10 @@ fn layers(m: &Manifest) -> Result<()> {
         return Err(refuse(
             "layer_count",
             "model-package.json",
-            format!("layer_count {n} must be between 1 and {}", super::MAX_LAYERS),
+            format!(
+                "layer_count {n} must be between 1 and {}",
+                super::MAX_LAYERS
+            ),
         ));
     }
     let mut seen = BTreeSet::new();
@@ -218,7 +228,10 @@ fn layers(m: &Manifest) -> Result<()> {
             return Err(refuse(
                 "layer_index_range",
                 l.artifact.path.clone(),
-                format!("package layer index {} exceeds layer_count {n}", l.layer_index),
+                format!(
+                    "package layer index {} exceeds layer_count {n}",
+                    l.layer_index
+                ),
             ));
         }
         entry(&format!("layer {}", l.layer_index), &l.artifact)?;

@@ -52,8 +52,7 @@ pub fn parse_coordinate(id: &str) -> Option<(String, Option<String>)> {
     let (org, name) = repo.split_once('/')?;
     let ok = |s: &str| {
         !s.is_empty()
-            && s
-                .bytes()
+            && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
     };
     if !ok(org) || !ok(name) || dist.is_some_and(|d| !ok(d)) {
@@ -184,7 +183,10 @@ pub fn write_package(opts: &WriteOptions) -> Result<Written> {
         });
     }
 
-    let arch = src.get_str("general.architecture")?.unwrap_or("").to_string();
+    let arch = src
+        .get_str("general.architecture")?
+        .unwrap_or("")
+        .to_string();
     let activation_width = src.get_u64(&format!("{arch}.embedding_length"))?;
     let source_sha = sha256_file(&opts.source)?;
     let source_len = std::fs::metadata(&opts.source)
@@ -319,7 +321,10 @@ fn write_fragment(src: &GgufFile, slice: Slice, dir: &Path, rel: &str) -> Result
             w.set_kv("general.alignment", src.alignment().max(1) as u32)?;
         }
     }
-    w.add_kv("skippy.slice.stage_index", MetaValue::I32(slice.stage_index))?;
+    w.add_kv(
+        "skippy.slice.stage_index",
+        MetaValue::I32(slice.stage_index),
+    )?;
     w.add_kv(
         "skippy.slice.layer_start",
         MetaValue::I32(slice.layer_start as i32),
