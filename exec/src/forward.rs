@@ -25,6 +25,18 @@ pub enum LogitsWanted {
     /// No logits: the residual stream of the last new position after the last layer run
     /// (before the final norm), `[hidden]`; the head is left to [`head`].
     Residual,
+    /// No logits: the residual stream of every new position after the last layer run,
+    /// `[m × hidden]` (what a pipeline stage hands to the next one).
+    Hidden,
+}
+
+/// What a pass starts from.
+#[derive(Debug, Clone, Copy)]
+pub enum PassInput<'a> {
+    /// Token ids, embedded by the pass (the model or stage owns the input boundary).
+    Tokens(&'a [u32]),
+    /// Hidden states `[m × hidden]` handed over by the previous pipeline stage.
+    Hidden(&'a [f32]),
 }
 
 /// Everything a pass reads.
@@ -63,11 +75,22 @@ impl Pass<'_> {
         want: LogitsWanted,
         observer: Option<&mut dyn Observer>,
     ) -> Result<Vec<f32>> {
+        self.run_from(kv, PassInput::Tokens(ids), want, observer)
+    }
+
+    /// [`Pass::run`] from token ids or from the hidden states of a previous stage.
+    pub fn run_from(
+        &self,
+        kv: &mut KvCache,
+        input: PassInput<'_>,
+        want: LogitsWanted,
+        observer: Option<&mut dyn Observer>,
+    ) -> Result<Vec<f32>> {
         let start = kv.len();
         let mut result = Err(ExecError::Internal("forward pass did not run".into()));
         let mut observer = observer;
         self.backend.scope(&mut || {
-            result = self.run_inner(kv, ids, want, observer.take());
+            result = self.run_inner(kv, input, want, observer.take());
         });
         if result.is_err() {
             kv.truncate(start);
@@ -78,57 +101,92 @@ impl Pass<'_> {
     fn run_inner(
         &self,
         kv: &mut KvCache,
-        ids: &[u32],
+        input: PassInput<'_>,
         want: LogitsWanted,
         mut obs: Option<&mut dyn Observer>,
     ) -> Result<Vec<f32>> {
         let plan = self.plan;
         let s = &plan.surface;
         let be = self.backend;
-        let n = ids.len();
+        let d = s.hidden;
+        let n = match input {
+            PassInput::Tokens(ids) => ids.len(),
+            PassInput::Hidden(h) => {
+                if d == 0 || !h.len().is_multiple_of(d) {
+                    return Err(ExecError::InvalidOption(format!(
+                        "hidden states of {} floats are not whole rows of {d}",
+                        h.len()
+                    )));
+                }
+                h.len() / d
+            }
+        };
         if n == 0 {
             return Err(ExecError::EmptyPrompt);
         }
         let p0 = kv.len();
-        let n_layers = plan.layers.len();
-        if self.last_layer >= n_layers {
+        let first_layer = plan.stage.first;
+        let end = first_layer + plan.layers.len();
+        if self.last_layer < first_layer || self.last_layer >= end {
             return Err(ExecError::Internal(format!(
-                "pass asked to stop after layer {} of a {n_layers}-layer model",
-                self.last_layer
+                "pass asked to stop after layer {} of a plan holding layers {first_layer}-{}",
+                self.last_layer,
+                end.saturating_sub(1)
             )));
         }
-        let partial = self.last_layer + 1 < n_layers;
+        let partial = self.last_layer + 1 < end || !plan.stage.output;
         if partial && matches!(want, LogitsWanted::Last | LogitsWanted::All) {
             return Err(ExecError::Internal(
                 "logits need every layer; this pass stops early".into(),
             ));
         }
-        for (i, &id) in ids.iter().enumerate() {
-            if id as usize >= s.vocab {
-                return Err(ExecError::TokenOutOfRange {
-                    id,
-                    position: p0 + i,
-                    vocab: s.vocab,
-                });
+        if let PassInput::Tokens(ids) = input {
+            for (i, &id) in ids.iter().enumerate() {
+                if id as usize >= s.vocab {
+                    return Err(ExecError::TokenOutOfRange {
+                        id,
+                        position: p0 + i,
+                        vocab: s.vocab,
+                    });
+                }
             }
         }
         kv.reserve(n)?;
-        let (d, qd, kvd, ff) = (s.hidden, plan.q_dim, plan.kv_dim, s.ffn);
+        let (qd, kvd, ff) = (plan.q_dim, plan.kv_dim, s.ffn);
         let positions = p0..p0 + n;
 
-        // Embedding.
-        let emb = view(self.source, plan.embedding)?;
-        let mut x = vec![0.0f32; n * d];
-        for (row, &id) in x.chunks_exact_mut(d).zip(ids) {
-            encoded::decode_row(emb.dtype, emb.row(id as usize), row)
-                .map_err(ExecError::Unsupported)?;
-            if s.embedding_scale != 1.0 {
-                row.iter_mut().for_each(|v| *v *= s.embedding_scale);
+        let mut x = match input {
+            PassInput::Tokens(ids) => {
+                if !plan.stage.input {
+                    return Err(ExecError::InvalidOption(format!(
+                        "this stage starts at layer {first_layer}: it takes hidden states, not tokens"
+                    )));
+                }
+                // Embedding.
+                let emb = view(self.source, plan.embedding)?;
+                let mut x = vec![0.0f32; n * d];
+                for (row, &id) in x.chunks_exact_mut(d).zip(ids) {
+                    encoded::decode_row(emb.dtype, emb.row(id as usize), row)
+                        .map_err(ExecError::Unsupported)?;
+                    if s.embedding_scale != 1.0 {
+                        row.iter_mut().for_each(|v| *v *= s.embedding_scale);
+                    }
+                }
+                if let Some(o) = obs.as_deref_mut() {
+                    o.on_embedding(positions.clone(), &x);
+                }
+                x
             }
-        }
-        if let Some(o) = obs.as_deref_mut() {
-            o.on_embedding(positions.clone(), &x);
-        }
+            PassInput::Hidden(h) => {
+                if plan.stage.input {
+                    return Err(ExecError::InvalidOption(
+                        "this stage owns the input boundary: it takes tokens, not hidden states"
+                            .into(),
+                    ));
+                }
+                h.to_vec()
+            }
+        };
 
         let table = RopeTable::new(p0, n, s.head_dim, s.rope_theta);
         let geom = AttnGeometry {
@@ -154,11 +212,12 @@ impl Pass<'_> {
             Vec::new()
         };
 
-        for lp in &plan.layers[..=self.last_layer] {
+        for lp in &plan.layers[..=self.last_layer - first_layer] {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(ExecError::Cancelled);
             }
             let l = lp.index;
+            let kl = l - first_layer;
             // Attention block.
             be.rmsnorm(&x, &lp.attn_norm, s.norm_eps, &mut h);
             let (wq, wk, wv) = (
@@ -172,8 +231,8 @@ impl Pass<'_> {
             add_bias_rows(&mut v, lp.v_bias.as_ref());
             be.rope(&mut q, s.n_heads, s.head_dim, &table, s.rope_pairing);
             be.rope(&mut k, s.n_kv_heads, s.head_dim, &table, s.rope_pairing);
-            kv.append(l, &k, &v);
-            let (kc, vc) = kv.layer(l);
+            kv.append(kl, &k, &v);
+            let (kc, vc) = kv.layer(kl);
             let step = AttnStep {
                 q: &q,
                 k_cache: kc,
@@ -221,6 +280,7 @@ impl Pass<'_> {
         let first = match want {
             LogitsWanted::None => return Ok(Vec::new()),
             LogitsWanted::Residual => return Ok(x[(n - 1) * d..].to_vec()),
+            LogitsWanted::Hidden => return Ok(x),
             LogitsWanted::Last => n - 1,
             LogitsWanted::All => 0,
         };

@@ -1,7 +1,8 @@
 //! Continuation state: the key/value cache, per layer `[positions × kv_heads × head_dim]`.
 //!
 //! Grown on demand (never the whole context up front) and bounded by the model's context
-//! length.
+//! length. A pipeline stage's cache holds only the stage's layers: slot `i` is the stage's
+//! `i`-th layer (the forward pass subtracts the stage's first layer).
 
 use crate::error::{ExecError, Result};
 

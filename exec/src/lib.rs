@@ -28,15 +28,16 @@ pub mod observer;
 pub mod plan;
 pub mod sample;
 pub mod session;
+pub mod stage;
 pub mod tokenizer;
 pub mod trace;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::Backend;
 pub use error::{ExecError, Result};
-pub use forward::LogitsWanted;
+pub use forward::{LogitsWanted, PassInput};
 pub use generate::{Control, FinishReason, GenerateOptions, Generation, TokenDecoder};
 pub use observer::{LayerRecord, Observer};
-pub use plan::Plan;
+pub use plan::{Plan, StageRange};
 pub use sample::{Sampler, Sampling};
 pub use session::{Executor, Logits, Session, TopToken};

@@ -46,19 +46,63 @@ pub struct Plan {
     pub output_norm: Vec<f32>,
     /// The head matrix: the token embedding when the head is tied, else `output`.
     pub head: OperandKey,
+    /// The part of the model this plan runs (the whole model unless built for a stage).
+    pub stage: StageRange,
+}
+
+/// The layers and boundaries a plan runs: the whole model, or one pipeline stage of a
+/// layer package (layers `first..=last`, with the embedding when it owns the input
+/// boundary and the final norm and head when it owns the output boundary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageRange {
+    pub first: usize,
+    pub last: usize,
+    pub input: bool,
+    pub output: bool,
+}
+
+impl StageRange {
+    /// Whether this is the whole model.
+    pub fn is_whole(&self, n_layers: usize) -> bool {
+        self.first == 0 && self.last + 1 == n_layers && self.input && self.output
+    }
 }
 
 impl Plan {
     /// Validate `source` against its surface and build the plan.
     pub fn build(source: &dyn OperandSource) -> Result<Plan> {
+        let n = source.surface().n_layers;
+        Plan::build_stage(
+            source,
+            StageRange {
+                first: 0,
+                last: n.saturating_sub(1),
+                input: true,
+                output: true,
+            },
+        )
+    }
+
+    /// Validate the operands of `stage` only and build its plan: layers
+    /// `stage.first..=stage.last`, the embedding if `stage.input`, the final norm and head
+    /// if `stage.output`.
+    pub fn build_stage(source: &dyn OperandSource, stage: StageRange) -> Result<Plan> {
         let s = source.surface().clone();
         check_surface(&s)?;
+        if stage.first > stage.last || stage.last >= s.n_layers {
+            return Err(ExecError::Surface(format!(
+                "stage layers {}-{} are not inside the model's {} layers",
+                stage.first, stage.last, s.n_layers
+            )));
+        }
         let q_dim = s.n_heads * s.head_dim;
         let kv_dim = s.n_kv_heads * s.head_dim;
         let embedding = OperandKey::global(Role::TokenEmbedding);
-        matrix(source, embedding, s.hidden, s.vocab)?;
-        let mut layers = Vec::with_capacity(s.n_layers);
-        for l in 0..s.n_layers {
+        if stage.input || (stage.output && s.tied_head) {
+            matrix(source, embedding, s.hidden, s.vocab)?;
+        }
+        let mut layers = Vec::with_capacity(stage.last - stage.first + 1);
+        for l in stage.first..=stage.last {
             let key = |role| OperandKey::layer(l, role);
             let bias = |role, len| -> Result<Option<Vec<f32>>> {
                 if s.attn_bias {
@@ -84,11 +128,16 @@ impl Plan {
             };
             layers.push(lp);
         }
-        let output_norm = vector(source, OperandKey::global(Role::OutputNorm), s.hidden)?;
-        let head = if s.tied_head {
-            embedding
+        let (output_norm, head) = if stage.output {
+            let norm = vector(source, OperandKey::global(Role::OutputNorm), s.hidden)?;
+            let head = if s.tied_head {
+                embedding
+            } else {
+                matrix(source, OperandKey::global(Role::Output), s.hidden, s.vocab)?
+            };
+            (norm, head)
         } else {
-            matrix(source, OperandKey::global(Role::Output), s.hidden, s.vocab)?
+            (Vec::new(), OperandKey::global(Role::Output))
         };
         Ok(Plan {
             surface: s,
@@ -98,6 +147,7 @@ impl Plan {
             layers,
             output_norm,
             head,
+            stage,
         })
     }
 

@@ -10,10 +10,10 @@ use lql_storage::surface::ExecutionSurface;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::error::{ExecError, Result};
-use crate::forward::{LogitsWanted, Pass};
+use crate::forward::{LogitsWanted, Pass, PassInput};
 use crate::kv::KvCache;
 use crate::observer::Observer;
-use crate::plan::Plan;
+use crate::plan::{Plan, StageRange};
 
 /// One ranked next-token candidate.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,6 +113,29 @@ impl Executor {
         })
     }
 
+    /// Validate only the operands of `stage` and prepare to run it (one pipeline stage of
+    /// a layer package) on the CPU with `threads` threads. Its sessions hold key/value rows
+    /// for the stage's layers only.
+    pub fn for_stage(
+        source: Arc<dyn OperandSource>,
+        threads: usize,
+        stage: StageRange,
+    ) -> Result<Executor> {
+        let backend: Arc<dyn Backend> = Arc::new(CpuBackend::new(threads)?);
+        let plan = Arc::new(Plan::build_stage(source.as_ref(), stage)?);
+        Ok(Executor {
+            source,
+            plan,
+            backend,
+            cancel: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// The part of the model this executor runs.
+    pub fn stage(&self) -> StageRange {
+        self.plan.stage
+    }
+
     /// Use `flag` as the cancellation flag (checked between layers and tokens; setting it
     /// makes a running pass stop with [`ExecError::Cancelled`]). The caller clears it.
     pub fn with_cancel_flag(mut self, flag: Arc<AtomicBool>) -> Executor {
@@ -146,7 +169,7 @@ impl Executor {
         let s = &self.plan.surface;
         Session {
             exec: self.clone(),
-            kv: KvCache::new(s.n_layers, self.plan.kv_dim, s.context_length),
+            kv: KvCache::new(self.plan.layers.len(), self.plan.kv_dim, s.context_length),
             tokens: Vec::new(),
         }
     }
@@ -237,8 +260,7 @@ impl Session {
         want: LogitsWanted,
         observer: Option<&mut dyn Observer>,
     ) -> Result<Vec<Logits>> {
-        let last = self.exec.plan.layers.len().saturating_sub(1);
-        let flat = self.run_pass(ids, want, observer, last)?;
+        let flat = self.run_pass(ids, want, observer, self.last_layer())?;
         let vocab = self.exec.plan.surface.vocab;
         Ok(flat
             .chunks_exact(vocab)
@@ -253,8 +275,49 @@ impl Session {
         ids: &[u32],
         observer: Option<&mut dyn Observer>,
     ) -> Result<Vec<f32>> {
-        let last = self.exec.plan.layers.len().saturating_sub(1);
-        self.run_pass(ids, LogitsWanted::Residual, observer, last)
+        self.run_pass(ids, LogitsWanted::Residual, observer, self.last_layer())
+    }
+
+    /// The last layer this session's plan holds.
+    fn last_layer(&self) -> usize {
+        let p = &self.exec.plan;
+        (p.stage.first + p.layers.len()).saturating_sub(1)
+    }
+
+    /// Run one pipeline stage over new positions: from token ids (a stage owning the input
+    /// boundary) or from the previous stage's hidden states `[m × hidden]`, through the
+    /// stage's layers. Returns the hidden states of every new position after the stage's
+    /// last layer, `[m × hidden]`.
+    pub fn stage_hidden(&mut self, input: PassInput<'_>) -> Result<Vec<f32>> {
+        self.stage_pass(input, LogitsWanted::Hidden)
+    }
+
+    /// Run the final stage (it owns the output boundary) over new positions; the logits of
+    /// the last one. Bit-identical to the whole model's logits for the same positions.
+    pub fn stage_logits(&mut self, input: PassInput<'_>) -> Result<Logits> {
+        let mut v = self.stage_pass(input, LogitsWanted::Last)?;
+        let vocab = self.exec.plan.surface.vocab;
+        if v.len() != vocab {
+            return Err(ExecError::Internal("no logits".into()));
+        }
+        Ok(Logits {
+            values: std::mem::take(&mut v),
+        })
+    }
+
+    fn stage_pass(&mut self, input: PassInput<'_>, want: LogitsWanted) -> Result<Vec<f32>> {
+        let pass = Pass {
+            source: self.exec.source.as_ref(),
+            plan: &self.exec.plan,
+            backend: self.exec.backend.as_ref(),
+            cancel: &self.exec.cancel,
+            last_layer: self.last_layer(),
+        };
+        let out = pass.run_from(&mut self.kv, input, want, None)?;
+        if let PassInput::Tokens(ids) = input {
+            self.tokens.extend_from_slice(ids);
+        }
+        Ok(out)
     }
 
     fn run_pass(

@@ -387,6 +387,10 @@ pub struct Extract {
     pub format: Option<Spanned<ExtractFormat>>,
     pub encoding: Option<Spanned<Encoding>>,
     pub layers: Option<Spanned<LayerSpec>>,
+    /// `MODEL_ID "org/repo:dist"` (layer packages).
+    pub model_id: Option<Spanned<String>>,
+    /// `SOURCE_REVISION "commit"` (layer packages).
+    pub source_revision: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -679,7 +683,9 @@ fields!(Extract {
     output,
     format,
     encoding,
-    layers
+    layers,
+    model_id,
+    source_revision
 });
 fields!(Compact { container, into });
 fields!(Show { what, like });

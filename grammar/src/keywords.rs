@@ -71,6 +71,8 @@ pub const KEYWORDS: &[&str] = &[
     "EXTRACT",
     "FORMAT",
     "ENCODING",
+    "MODEL_ID",
+    "SOURCE_REVISION",
     "COMPACT",
     "VERIFY",
     "SHOW",

@@ -463,6 +463,12 @@ impl Display for StatementKind {
                 if let Some(x) = &e.encoding {
                     write!(f, " ENCODING {}", x.value)?;
                 }
+                if let Some(x) = &e.model_id {
+                    write!(f, " MODEL_ID {}", Q(&x.value))?;
+                }
+                if let Some(x) = &e.source_revision {
+                    write!(f, " SOURCE_REVISION {}", Q(&x.value))?;
+                }
                 layers(f, &e.layers)
             }
             StatementKind::Compact(c) => {

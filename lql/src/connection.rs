@@ -264,6 +264,29 @@ impl Connection {
         self.engine().ok().and_then(|e| e.bound_name())
     }
 
+    /// Runs the bound layer-package stage (`USE "dir" LAYERS a-b`) from a prompt (a stage
+    /// starting at layer 0) or from the previous stage's activation file. A stage that
+    /// ends before the last layer writes its hidden states to `out` (an activation file,
+    /// format in docs/packages.md); the last stage returns the last position's logits,
+    /// bit-identical to INFER on the whole model.
+    pub fn run_stage(
+        &self,
+        input: crate::engine::StageInput<'_>,
+        out: Option<&std::path::Path>,
+    ) -> Result<crate::engine::StageResult> {
+        let mut engine = self.engine()?;
+        self.interrupt.store(false, Ordering::SeqCst);
+        crate::engine::run_stage(&mut engine, input, out)
+    }
+
+    /// The package artifacts the bound layer package mapped (repository-relative, in
+    /// selection order); `None` when what is bound is not a package.
+    pub fn bound_package_files(&self) -> Option<Vec<String>> {
+        self.engine()
+            .ok()
+            .and_then(|e| crate::engine::bound_files(&e))
+    }
+
     fn engine(&self) -> Result<MutexGuard<'_, Engine>> {
         self.engine.lock().map_err(|_| {
             Error::internal("a statement panicked earlier; the connection is unusable")

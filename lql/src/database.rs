@@ -27,7 +27,7 @@ pub(crate) struct SharedModel {
 }
 
 impl SharedModel {
-    fn new(model: Model) -> SharedModel {
+    pub(crate) fn new(model: Model) -> SharedModel {
         SharedModel {
             model: Arc::new(model),
             tokenizer: OnceLock::new(),

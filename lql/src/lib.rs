@@ -37,6 +37,7 @@ mod value;
 
 pub use connection::{BenchReport, Connection, InterruptHandle, StatementResult};
 pub use database::Database;
+pub use engine::{StageInput, StageResult};
 pub use error::{Error, ErrorKind, Label, Result, CODES};
 pub use progress::{Progress, ProgressHandler, ProgressUnit, TokenHandler};
 pub use rows::{Column, Row, RowIndex, Rows};

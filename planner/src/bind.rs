@@ -96,6 +96,22 @@ impl Binder {
                     output: path(&c.output, "output path")?,
                 })
             }
+            K::Extract(e)
+                if e.format
+                    .as_ref()
+                    .is_none_or(|f| f.value != ExtractFormat::Package)
+                    && (e.model_id.is_some() || e.source_revision.is_some()) =>
+            {
+                let sp = e
+                    .model_id
+                    .as_ref()
+                    .or(e.source_revision.as_ref())
+                    .map_or(self.stmt_span, |s| s.span);
+                return Err(PlanError::semantic(
+                    "MODEL_ID and SOURCE_REVISION describe a layer package: add FORMAT PACKAGE",
+                    sp,
+                ));
+            }
             K::Extract(e) => LogicalPlan::Extract(ExtractPlan {
                 source: path(&e.source, "source")?,
                 output: path(&e.output, "output path")?,
@@ -105,6 +121,8 @@ impl Binder {
                     .map_or(ExtractFormat::Vindex3, |f| f.value),
                 encoding: e.encoding.as_ref().map_or(Encoding::Source, |x| x.value),
                 layers: e.layers.as_ref().map(unchecked_layers).transpose()?,
+                model_id: e.model_id.as_ref().map(|s| s.value.clone()),
+                source_revision: e.source_revision.as_ref().map(|s| s.value.clone()),
             }),
             K::Compact(c) => LogicalPlan::Compact {
                 container: path(&c.container, "container path")?,

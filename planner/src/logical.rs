@@ -268,6 +268,9 @@ pub struct ExtractPlan {
     /// Default SOURCE (keep each tensor's stored encoding).
     pub encoding: Encoding,
     pub layers: Option<LayerRange>,
+    /// Layer packages: the model coordinate and source revision recorded in the manifest.
+    pub model_id: Option<String>,
+    pub source_revision: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

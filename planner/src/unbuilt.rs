@@ -23,24 +23,19 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             | StatementKind::ExplainPlan(inner),
             LogicalPlan::Explain(e),
         ) => check_built(inner, &e.inner),
-        (StatementKind::Use(u), _) => {
-            if let Some(l) = &u.layers {
-                if matches!(plan, LogicalPlan::Use(p) if p.layers.is_some()) {
-                    return refuse(
-                        "USE … LAYERS (binding one stage of a layer package)",
-                        l.span,
-                    );
-                }
-            }
-            match &u.profile {
-                Some(p) => refuse("USE … PROFILE", p.span),
-                None => Ok(()),
-            }
-        }
+        (StatementKind::Use(u), _) => match &u.profile {
+            Some(p) => refuse("USE … PROFILE", p.span),
+            None => Ok(()),
+        },
         (StatementKind::Extract(x), LogicalPlan::Extract(p)) => {
             if p.format == ExtractFormat::Package {
-                let span = x.format.as_ref().map_or(stmt.span, |f| f.span);
-                return refuse("EXTRACT … FORMAT PACKAGE", span);
+                return match &x.layers {
+                    Some(l) => refuse(
+                        "EXTRACT … FORMAT PACKAGE LAYERS (a package holds every layer; bind a range with USE … LAYERS)",
+                        l.span,
+                    ),
+                    None => Ok(()),
+                };
             }
             match &x.layers {
                 Some(l) => refuse(

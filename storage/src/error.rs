@@ -47,6 +47,13 @@ pub enum StorageError {
     MissingOperand { key: String },
     #[error("{0}")]
     Invalid(String),
+    /// A layer package refused by one named check of its validation (seed 000).
+    #[error("layer package check {check} failed for {artifact}: {message}")]
+    Package {
+        check: &'static str,
+        artifact: String,
+        message: String,
+    },
     #[error("internal error (this is a bug): {0}")]
     Internal(String),
 }

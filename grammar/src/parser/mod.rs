@@ -789,9 +789,16 @@ fn compile_stmt(p: Pair<Rule>) -> Result<StatementKind> {
 fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut strings = Vec::new();
     let (mut format, mut encoding, mut layers) = (None, None, None);
+    let (mut model_id, mut source_revision) = (None, None);
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_extract | Rule::kw_model | Rule::kw_into => {}
+            Rule::model_id_clause => set(&mut model_id, string(last_child(q)?)?, "MODEL_ID")?,
+            Rule::source_revision_clause => set(
+                &mut source_revision,
+                string(last_child(q)?)?,
+                "SOURCE_REVISION",
+            )?,
             Rule::string => strings.push(string(q)?),
             Rule::format_clause => {
                 let sp = span(&q);
@@ -834,6 +841,8 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             format,
             encoding,
             layers,
+            model_id,
+            source_revision,
         })),
         _ => Err(SyntaxError::new("incomplete EXTRACT", Span::default())),
     }

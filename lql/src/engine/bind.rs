@@ -34,6 +34,12 @@ pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
             target: BindTarget::Catalogue(n),
             ..
         }) => bind_catalogue(cx, n),
+        LogicalPlan::Use(UsePlan { layers, .. })
+            if layers.is_some() || super::package::is_package(target) =>
+        {
+            let layers = *layers;
+            super::package::bind(cx, target, layers)
+        }
         _ => bind_path(cx, target, None),
     };
     rows.map(Datum::Rows).map_err(at)
@@ -42,6 +48,9 @@ pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
 /// Binds a path that exists as a file or folder, else a catalogue name (as
 /// `Connection::open` does).
 pub(crate) fn bind_any(cx: &mut Cx<'_>, path_or_name: &str) -> Result<Rows> {
+    if super::package::is_package(path_or_name) {
+        return super::package::bind(cx, path_or_name, None);
+    }
     let p = Path::new(path_or_name);
     let looks_like_path =
         path_or_name.contains(std::path::MAIN_SEPARATOR) || p.extension().is_some();

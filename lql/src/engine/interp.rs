@@ -9,7 +9,7 @@ use std::time::Instant;
 use lql_planner::{Operator, PhysicalPlan, PlanNode};
 
 use super::datum::Datum;
-use super::{bind, describe, explain, introspect, run, select, trace, vindex, walk, Cx};
+use super::{bind, describe, explain, introspect, package, run, select, trace, vindex, walk, Cx};
 use crate::error::{Error, Result};
 use crate::rows::Rows;
 
@@ -184,6 +184,7 @@ fn operator(
         O::Limit { n } => select::limit(one(inputs, "Limit")?, *n),
         O::LateLabels => select::late_labels(cx, one(inputs, "LateLabels")?),
         O::Project { columns } => select::project(one(inputs, "Project")?, columns),
+        O::Write { kind, .. } if kind == "PACKAGE" => package::write(cx, one(inputs, "Write")?),
         O::Write { .. } => vindex::write(cx, one(inputs, "Write")?, op),
         O::Verify { container } => vindex::verify(cx, container.as_deref()),
         O::Inspect { .. } => introspect::inspect(cx),

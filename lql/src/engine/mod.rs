@@ -20,6 +20,7 @@ mod describe;
 mod explain;
 mod interp;
 mod introspect;
+mod package;
 mod rowexec;
 mod run;
 mod select;
@@ -41,6 +42,8 @@ use crate::progress::ProgressHandler;
 use crate::rows::{Column, Rows};
 
 pub(crate) use catalog::EngineCatalog;
+pub(crate) use package::{bound_files, run_stage};
+pub use package::{StageInput, StageResult};
 
 /// A bound model and what the session derived from it: the shared model (mapped files,
 /// tokenizer, label cache) and this connection's executor, built on first use.
@@ -51,6 +54,8 @@ pub(crate) struct Bound {
     /// The planner's view of it.
     pub facts: lql_planner::ModelFacts,
     pub executor: Option<lql_exec::Executor>,
+    /// When a layer package was bound: its identity and the stage's layers.
+    pub stage: Option<package::StageBinding>,
 }
 
 impl Bound {
@@ -61,6 +66,7 @@ impl Bound {
             shared,
             facts,
             executor: None,
+            stage: None,
         }
     }
 
@@ -117,6 +123,14 @@ impl Cx<'_> {
             .bound
             .as_mut()
             .ok_or_else(|| Error::internal("bound model vanished"))?;
+        if let Some(st) = b.stage.as_ref().filter(|s| !s.span.is_whole()) {
+            return Err(Error::semantic(format!(
+                "{} is bound as layers {}-{} of a {}-layer package; INFER and GENERATE need every layer",
+                b.name, st.span.first, st.span.last, st.span.n_layers
+            ))
+            .with_span(0..text_len)
+            .with_help("run the stage with Connection::run_stage, or bind the whole package: USE \"dir\""));
+        }
         if !b.facts.can_execute {
             return Err(Error::semantic(format!(
                 "{} cannot run: operands missing: {}",

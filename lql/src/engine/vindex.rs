@@ -129,6 +129,9 @@ fn container_dir(cx: &Cx<'_>, given: Option<&str>, what: &str) -> Result<PathBuf
 
 /// `VERIFY ["dir"]`: one row per representation, graph and capability file.
 pub(crate) fn verify(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Datum> {
+    if let Some(d) = container.filter(|d| super::package::is_package(d)) {
+        return super::package::verify(cx, Path::new(d), None).map(Datum::Rows);
+    }
     let dir = container_dir(cx, container, "VERIFY")?;
     let mut rows = Rows::new(super::result_columns(cx.plan));
     for r in vindex3::verify(&dir)? {

