@@ -5,6 +5,7 @@
 //!   read when stdin is not a terminal. The first error stops the run with exit code 1 and
 //!   the rendered error on stderr (one JSON line with `--format json`).
 //! - `lql bench MODEL`: decode/prefill speed of the CPU backend.
+//! - `lql serve MODEL`: the HTTP server of `lql-serve` (OpenAI-compatible API, LQL over HTTP).
 
 mod bench;
 mod dot;
@@ -67,6 +68,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Serve a model over HTTP: the OpenAI-compatible API and LQL (docs/serve.md)
+    Serve(lql_serve::ServeArgs),
 }
 
 fn parse_mode(s: &str) -> Result<OutputMode, String> {
@@ -83,6 +86,15 @@ fn main() -> ExitCode {
     }) = &cli.cmd
     {
         return bench::run(model, *threads, *reps, *json);
+    }
+    if let Some(Cmd::Serve(args)) = &cli.cmd {
+        return match lql_serve::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lql serve: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
 
     let stdin_tty = std::io::stdin().is_terminal();
