@@ -26,7 +26,10 @@ pub enum Access {
     /// Edits the connection's overlay (INSERT/DELETE/UPDATE): no file.
     Session,
     /// Reads and writes these files.
-    Files { read: Vec<String>, write: Vec<String> },
+    Files {
+        read: Vec<String>,
+        write: Vec<String>,
+    },
     /// Writes to the patch file BEGIN PATCH named (checked then).
     SavePatch,
     /// Not allowed over HTTP at all.
@@ -52,7 +55,9 @@ fn classify_kind(kind: &StatementKind) -> Access {
     let mut read = Vec::new();
     let mut write = Vec::new();
     match kind {
-        StatementKind::Use(_) => return Access::Refused("USE over HTTP: the served model is fixed"),
+        StatementKind::Use(_) => {
+            return Access::Refused("USE over HTTP: the served model is fixed")
+        }
         StatementKind::Insert(_) | StatementKind::Delete(_) | StatementKind::Update(_) => {
             return Access::Session
         }
@@ -136,7 +141,11 @@ pub fn outside(dir: &Path, path: &str) -> Option<String> {
     if full.starts_with(dir) {
         None
     } else {
-        Some(format!("{path:?} resolves to {} outside {}", full.display(), dir.display()))
+        Some(format!(
+            "{path:?} resolves to {} outside {}",
+            full.display(),
+            dir.display()
+        ))
     }
 }
 
@@ -191,9 +200,15 @@ mod tests {
         assert!(matches!(classify("USE \"x.gguf\""), Access::Refused(_)));
         assert_eq!(
             classify("EXTRACT MODEL \"a.gguf\" INTO \"out.vindex\""),
-            Access::Files { read: vec!["a.gguf".into()], write: vec!["out.vindex".into()] }
+            Access::Files {
+                read: vec!["a.gguf".into()],
+                write: vec!["out.vindex".into()]
+            }
         );
-        assert!(matches!(classify("TRACE 'a' SAVE \"t.svg\""), Access::Files { .. }));
+        assert!(matches!(
+            classify("TRACE 'a' SAVE \"t.svg\""),
+            Access::Files { .. }
+        ));
         assert_eq!(classify("not a statement"), Access::Read);
     }
 

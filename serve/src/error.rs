@@ -98,7 +98,9 @@ impl ApiError {
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limit_error",
             "server_busy",
-            format!("the server is busy: every slot is decoding and {queue} requests wait; retry later"),
+            format!(
+                "the server is busy: every slot is decoding and {queue} requests wait; retry later"
+            ),
         )
     }
 

@@ -91,7 +91,9 @@ impl LogSoftmax {
     }
 
     pub fn of(&self, values: &[f32], id: u32) -> f64 {
-        values.get(id as usize).map_or(f64::NEG_INFINITY, |&x| x as f64 - self.lse)
+        values
+            .get(id as usize)
+            .map_or(f64::NEG_INFINITY, |&x| x as f64 - self.lse)
     }
 }
 

@@ -73,7 +73,11 @@ fn params_of(v: Option<Json>) -> Result<Option<Params>, ApiError> {
         Some(Json::Object(o)) => Ok(Some(Params::Named(NamedParams(
             o.iter()
                 .map(|(k, v)| {
-                    let name = if k.starts_with(':') { k.clone() } else { format!(":{k}") };
+                    let name = if k.starts_with(':') {
+                        k.clone()
+                    } else {
+                        format!(":{k}")
+                    };
                     Ok((name, to_value(v)?))
                 })
                 .collect::<Result<_, ApiError>>()?,
@@ -97,13 +101,18 @@ impl Drop for InterruptOnDrop {
 }
 
 /// `POST /v1/lql`.
-pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: JsonBody) -> Response {
+pub async fn post(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: JsonBody,
+) -> Response {
     let is_json = body
         .content_type
         .as_deref()
         .is_none_or(|c| c.starts_with("application/json"));
     let parsed = if is_json {
-        body.parse::<PostBody>().and_then(|b| Ok((b.statements, params_of(b.params)?)))
+        body.parse::<PostBody>()
+            .and_then(|b| Ok((b.statements, params_of(b.params)?)))
     } else {
         body.bytes.clone().and_then(|b| {
             String::from_utf8(b.to_vec())
@@ -121,7 +130,11 @@ pub async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
 }
 
 /// `GET /v1/lql?q=…`.
-pub async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(q): Query<GetQuery>) -> Response {
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<GetQuery>,
+) -> Response {
     match q.q {
         Some(text) => run(state, &headers, text, None, true).await,
         None => {
@@ -156,7 +169,10 @@ async fn run_inner(
     read_only: bool,
 ) -> Response {
     let conn: Arc<Connection> = match headers.get(SESSION_HEADER) {
-        Some(v) => match v.to_str().map_err(|_| ApiError::invalid_param("X-LQL-Session", "not ASCII")) {
+        Some(v) => match v
+            .to_str()
+            .map_err(|_| ApiError::invalid_param("X-LQL-Session", "not ASCII"))
+        {
             Ok(id) => match state.sessions.get(&state.db, id) {
                 Ok(c) => c,
                 Err(e) => return e.into_response(),
@@ -227,7 +243,10 @@ async fn run_inner(
     });
     let (result, done) = match job.await {
         Ok(r) => r,
-        Err(e) => return ApiError::internal(format!("the statement's thread failed: {e}")).into_response(),
+        Err(e) => {
+            return ApiError::internal(format!("the statement's thread failed: {e}"))
+                .into_response()
+        }
     };
     let mut guard = guard;
     guard.0 = None;

@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Upper bounds (seconds) of the latency histogram buckets.
-const BUCKETS: [f64; 12] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const BUCKETS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 /// A cumulative histogram of durations.
 #[derive(Default)]
@@ -28,11 +30,19 @@ impl Histogram {
 
     fn render(&self, name: &str, labels: &str, out: &mut String) {
         for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{b}\"}} {}", self.counts[i]);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}le=\"{b}\"}} {}",
+                self.counts[i]
+            );
         }
         let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count);
         let l = labels.trim_end_matches(',');
-        let l = if l.is_empty() { String::new() } else { format!("{{{l}}}") };
+        let l = if l.is_empty() {
+            String::new()
+        } else {
+            format!("{{{l}}}")
+        };
         let _ = writeln!(out, "{name}_sum{l} {}", self.sum);
         let _ = writeln!(out, "{name}_count{l} {}", self.count);
     }
@@ -84,7 +94,8 @@ impl Metrics {
     }
 
     pub fn tokens(&self, prompt: usize, completion: usize) {
-        self.prompt_tokens.fetch_add(prompt as u64, Ordering::Relaxed);
+        self.prompt_tokens
+            .fetch_add(prompt as u64, Ordering::Relaxed);
         self.completion_tokens
             .fetch_add(completion as u64, Ordering::Relaxed);
     }
@@ -104,20 +115,48 @@ impl Metrics {
         let mut s = String::new();
         s.push_str("# HELP lql_requests_total Requests answered, by route.\n# TYPE lql_requests_total counter\n");
         for (i, r) in ROUTES.iter().enumerate() {
-            let _ = writeln!(s, "lql_requests_total{{route=\"{r}\"}} {}", self.requests[i].load(Ordering::Relaxed));
+            let _ = writeln!(
+                s,
+                "lql_requests_total{{route=\"{r}\"}} {}",
+                self.requests[i].load(Ordering::Relaxed)
+            );
         }
         s.push_str("# HELP lql_request_errors_total Requests answered with an error status, by route.\n# TYPE lql_request_errors_total counter\n");
         for (i, r) in ROUTES.iter().enumerate() {
-            let _ = writeln!(s, "lql_request_errors_total{{route=\"{r}\"}} {}", self.errors[i].load(Ordering::Relaxed));
+            let _ = writeln!(
+                s,
+                "lql_request_errors_total{{route=\"{r}\"}} {}",
+                self.errors[i].load(Ordering::Relaxed)
+            );
         }
         let counters = [
-            ("lql_rejected_busy_total", "Requests refused with 429 (queue full).", &self.rejected_busy),
-            ("lql_prompt_tokens_total", "Prompt tokens prefilled.", &self.prompt_tokens),
-            ("lql_completion_tokens_total", "Tokens generated.", &self.completion_tokens),
-            ("lql_cancelled_total", "Generations stopped early (client gone or shutdown).", &self.cancelled),
+            (
+                "lql_rejected_busy_total",
+                "Requests refused with 429 (queue full).",
+                &self.rejected_busy,
+            ),
+            (
+                "lql_prompt_tokens_total",
+                "Prompt tokens prefilled.",
+                &self.prompt_tokens,
+            ),
+            (
+                "lql_completion_tokens_total",
+                "Tokens generated.",
+                &self.completion_tokens,
+            ),
+            (
+                "lql_cancelled_total",
+                "Generations stopped early (client gone or shutdown).",
+                &self.cancelled,
+            ),
         ];
         for (name, help, v) in counters {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
+            let _ = writeln!(
+                s,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
         }
         let gauges = [
             ("lql_slots_busy", "Requests decoding now.", busy),
@@ -131,7 +170,11 @@ impl Metrics {
         s.push_str("# HELP lql_request_duration_seconds Request latency, by route.\n# TYPE lql_request_duration_seconds histogram\n");
         if let Ok(h) = self.latency.lock() {
             for (i, r) in ROUTES.iter().enumerate() {
-                h[i].render("lql_request_duration_seconds", &format!("route=\"{r}\","), &mut s);
+                h[i].render(
+                    "lql_request_duration_seconds",
+                    &format!("route=\"{r}\","),
+                    &mut s,
+                );
             }
         }
         s.push_str("# HELP lql_time_to_first_token_seconds Time from request to first streamed token.\n# TYPE lql_time_to_first_token_seconds histogram\n");

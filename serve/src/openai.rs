@@ -174,10 +174,16 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
     let job = (|| {
         let req: CompletionRequest = body.parse()?;
         if req.echo {
-            return Err(ApiError::not_supported("echo", "echo (the prompt in the completion)"));
+            return Err(ApiError::not_supported(
+                "echo",
+                "echo (the prompt in the completion)",
+            ));
         }
         if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
-            return Err(ApiError::not_supported("suffix", "suffix (fill in the middle)"));
+            return Err(ApiError::not_supported(
+                "suffix",
+                "suffix (fill in the middle)",
+            ));
         }
         if req.best_of.is_some_and(|b| b > 1) {
             return Err(ApiError::not_supported("best_of", "best_of above 1"));
@@ -190,12 +196,22 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
                 format!("prompts × n must be at most {}", state.config.max_n),
             ));
         }
-        let max_tokens = wire::max_tokens(req.max_tokens, 16, state.config.max_tokens_limit, "max_tokens")?;
+        let max_tokens = wire::max_tokens(
+            req.max_tokens,
+            16,
+            state.config.max_tokens_limit,
+            "max_tokens",
+        )?;
         let stop = wire::stop(req.stop)?;
         let logprobs = match req.logprobs {
             None => None,
             Some(k) if (0..=20).contains(&k) => Some(k as usize),
-            Some(k) => return Err(ApiError::invalid_param("logprobs", format!("logprobs {k} must be between 0 and 20"))),
+            Some(k) => {
+                return Err(ApiError::invalid_param(
+                    "logprobs",
+                    format!("logprobs {k} must be between 0 and 20"),
+                ))
+            }
         };
         let mut reqs = Vec::new();
         for ids in &prompts {
@@ -251,7 +267,9 @@ fn render_chat(state: &AppState, messages: &[Message]) -> Result<Vec<u32>, ApiEr
             "chat for a model without a chat template (tokenizer.chat_template); use /v1/completions",
         )
     })?;
-    let text = t.render(messages).map_err(|e| ApiError::invalid_param("messages", e))?;
+    let text = t
+        .render(messages)
+        .map_err(|e| ApiError::invalid_param("messages", e))?;
     encode(state, &text, "messages")
 }
 
@@ -262,7 +280,10 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
         let req: ChatRequest = body.parse()?;
         refuse_unbuilt(&req.tools, req.response_format.as_ref())?;
         if req.functions.is_some() {
-            return Err(ApiError::not_supported("functions", "functions (tool-call output)"));
+            return Err(ApiError::not_supported(
+                "functions",
+                "functions (tool-call output)",
+            ));
         }
         if req.messages.is_empty() {
             return Err(ApiError::invalid_param("messages", "messages is empty"));
@@ -292,12 +313,18 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
         let logprobs = match (req.logprobs, req.top_logprobs) {
             (false, None) => None,
             (false, Some(_)) => {
-                return Err(ApiError::invalid_param("top_logprobs", "top_logprobs needs logprobs: true"))
+                return Err(ApiError::invalid_param(
+                    "top_logprobs",
+                    "top_logprobs needs logprobs: true",
+                ))
             }
             (true, None) => Some(0),
             (true, Some(k)) if (0..=20).contains(&k) => Some(k as usize),
             (true, Some(k)) => {
-                return Err(ApiError::invalid_param("top_logprobs", format!("top_logprobs {k} must be between 0 and 20")))
+                return Err(ApiError::invalid_param(
+                    "top_logprobs",
+                    format!("top_logprobs {k} must be between 0 and 20"),
+                ))
             }
         };
         let mut reqs = Vec::new();
@@ -329,34 +356,68 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
         let req: ResponsesRequest = body.parse()?;
         refuse_unbuilt(&req.tools, req.text.as_ref().and_then(|t| t.get("format")))?;
         if req.stream {
-            return Err(ApiError::not_supported("stream", "stream: true on /v1/responses; use /v1/chat/completions to stream"));
+            return Err(ApiError::not_supported(
+                "stream",
+                "stream: true on /v1/responses; use /v1/chat/completions to stream",
+            ));
         }
         if req.previous_response_id.is_some() {
-            return Err(ApiError::not_supported("previous_response_id", "stored responses (previous_response_id)"));
+            return Err(ApiError::not_supported(
+                "previous_response_id",
+                "stored responses (previous_response_id)",
+            ));
         }
         let mut messages = Vec::new();
         if let Some(sys) = &req.instructions {
-            messages.push(Message { role: "system".into(), content: sys.clone() });
+            messages.push(Message {
+                role: "system".into(),
+                content: sys.clone(),
+            });
         }
         match &req.input {
-            Value::String(s) => messages.push(Message { role: "user".into(), content: s.clone() }),
+            Value::String(s) => messages.push(Message {
+                role: "user".into(),
+                content: s.clone(),
+            }),
             Value::Array(items) => {
                 for (i, it) in items.iter().enumerate() {
                     let ty = it.get("type").and_then(Value::as_str).unwrap_or("message");
                     let role = it.get("role").and_then(Value::as_str);
                     match (ty, role) {
                         ("message", Some(role)) => messages.push(Message {
-                            role: if role == "developer" { "system".into() } else { role.to_string() },
-                            content: wire::content_text(it.get("content").unwrap_or(&Value::Null), &format!("input[{i}].content"))?,
+                            role: if role == "developer" {
+                                "system".into()
+                            } else {
+                                role.to_string()
+                            },
+                            content: wire::content_text(
+                                it.get("content").unwrap_or(&Value::Null),
+                                &format!("input[{i}].content"),
+                            )?,
                         }),
-                        _ => return Err(ApiError::not_supported("input", format!("input items of type {ty:?} (only messages are read)"))),
+                        _ => {
+                            return Err(ApiError::not_supported(
+                                "input",
+                                format!("input items of type {ty:?} (only messages are read)"),
+                            ))
+                        }
                     }
                 }
             }
-            _ => return Err(ApiError::invalid_param("input", "input must be a string or a list of messages")),
+            _ => {
+                return Err(ApiError::invalid_param(
+                    "input",
+                    "input must be a string or a list of messages",
+                ))
+            }
         }
         let ids = render_chat(&state, &messages)?;
-        let max_tokens = wire::max_tokens(req.max_output_tokens, state.config.max_tokens_limit, state.config.max_tokens_limit, "max_output_tokens")?;
+        let max_tokens = wire::max_tokens(
+            req.max_output_tokens,
+            state.config.max_tokens_limit,
+            state.config.max_tokens_limit,
+            "max_output_tokens",
+        )?;
         Ok(Job {
             reqs: vec![generate::Request {
                 prompt_ids: ids.clone(),
@@ -381,11 +442,16 @@ async fn run_job(state: Arc<AppState>, job: Result<Job, ApiError>, t0: Instant) 
     let job = match job {
         Ok(j) => j,
         Err(e) => {
-            state.metrics.request(route, false, t0.elapsed().as_secs_f64());
+            state
+                .metrics
+                .request(route, false, t0.elapsed().as_secs_f64());
             return e.into_response();
         }
     };
-    if state.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+    if state
+        .shutting_down
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
         return ApiError::shutting_down().into_response();
     }
     let slot = match state.pool.acquire().await {
@@ -394,7 +460,9 @@ async fn run_job(state: Arc<AppState>, job: Result<Job, ApiError>, t0: Instant) 
             if e.status == StatusCode::TOO_MANY_REQUESTS {
                 state.metrics.rejected_busy();
             }
-            state.metrics.request(route, false, t0.elapsed().as_secs_f64());
+            state
+                .metrics
+                .request(route, false, t0.elapsed().as_secs_f64());
             return e.into_response();
         }
     };
@@ -411,7 +479,12 @@ async fn run_job(state: Arc<AppState>, job: Result<Job, ApiError>, t0: Instant) 
 
 /// Runs every choice on the slot's executor in a blocking thread; the slot is freed when
 /// the thread ends. A closed channel (client gone) stops generation at the next token.
-fn spawn_generation(state: Arc<AppState>, slot: Slot, reqs: Vec<generate::Request>, tx: mpsc::Sender<Ev>) {
+fn spawn_generation(
+    state: Arc<AppState>,
+    slot: Slot,
+    reqs: Vec<generate::Request>,
+    tx: mpsc::Sender<Ev>,
+) {
     tokio::task::spawn_blocking(move || {
         let Some(exec) = slot.executor() else {
             let _ = tx.blocking_send(Ev::Failed("no executor in the slot".into()));
@@ -495,7 +568,12 @@ fn completion_logprobs(lps: &[TokenLogprob], mut offset: usize) -> Value {
 }
 
 /// Waits for every choice and answers one JSON object.
-async fn collect(state: Arc<AppState>, job: Job, mut rx: mpsc::Receiver<Ev>, t0: Instant) -> Response {
+async fn collect(
+    state: Arc<AppState>,
+    job: Job,
+    mut rx: mpsc::Receiver<Ev>,
+    t0: Instant,
+) -> Response {
     let route = job.shape.route();
     let mut outcomes: Vec<Option<Outcome>> = vec![None; job.reqs.len()];
     while let Some(ev) = rx.recv().await {
@@ -507,14 +585,18 @@ async fn collect(state: Arc<AppState>, job: Job, mut rx: mpsc::Receiver<Ev>, t0:
                 }
             }
             Ev::Failed(msg) => {
-                state.metrics.request(route, false, t0.elapsed().as_secs_f64());
+                state
+                    .metrics
+                    .request(route, false, t0.elapsed().as_secs_f64());
                 return ApiError::internal(format!("generation failed: {msg}")).into_response();
             }
         }
     }
     let outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
     if outcomes.len() != job.reqs.len() {
-        state.metrics.request(route, false, t0.elapsed().as_secs_f64());
+        state
+            .metrics
+            .request(route, false, t0.elapsed().as_secs_f64());
         return ApiError::shutting_down().into_response();
     }
     state.metrics.tokens(job.prompt_tokens, 0);
@@ -577,7 +659,9 @@ async fn collect(state: Arc<AppState>, job: Job, mut rx: mpsc::Receiver<Ev>, t0:
             })
         }
     };
-    state.metrics.request(route, true, t0.elapsed().as_secs_f64());
+    state
+        .metrics
+        .request(route, true, t0.elapsed().as_secs_f64());
     (StatusCode::OK, Json(body)).into_response()
 }
 
@@ -591,7 +675,11 @@ async fn stream_events(
     t0: Instant,
 ) {
     let route = job.shape.route();
-    let id = new_id(if job.shape == Shape::Chat { "chatcmpl" } else { "cmpl" });
+    let id = new_id(if job.shape == Shape::Chat {
+        "chatcmpl"
+    } else {
+        "cmpl"
+    });
     let created = now_secs();
     let model = state.model_id.clone();
     let chunk = |choice: Value, usage: Option<Value>| {
@@ -614,7 +702,9 @@ async fn stream_events(
         for index in 0..job.reqs.len() {
             let c = json!({"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null});
             if tx.send(Item::Json(chunk(c, None))).await.is_err() {
-                state.metrics.request(route, false, t0.elapsed().as_secs_f64());
+                state
+                    .metrics
+                    .request(route, false, t0.elapsed().as_secs_f64());
                 return;
             }
         }
@@ -622,7 +712,11 @@ async fn stream_events(
     let mut ok = true;
     while let Some(ev) = rx.recv().await {
         let item = match ev {
-            Ev::Delta { index, text, logprobs } => {
+            Ev::Delta {
+                index,
+                text,
+                logprobs,
+            } => {
                 if first {
                     state.metrics.first_token(t0.elapsed().as_secs_f64());
                     first = false;
@@ -658,13 +752,20 @@ async fn stream_events(
         };
         if tx.send(Item::Json(item)).await.is_err() {
             // The client is gone: dropping `rx` stops the generation.
-            state.metrics.request(route, false, t0.elapsed().as_secs_f64());
+            state
+                .metrics
+                .request(route, false, t0.elapsed().as_secs_f64());
             return;
         }
     }
     state.metrics.tokens(job.prompt_tokens, 0);
     if job.include_usage {
-        let _ = tx.send(Item::Json(chunk(Value::Null, Some(usage(&job, completion))))).await;
+        let _ = tx
+            .send(Item::Json(chunk(
+                Value::Null,
+                Some(usage(&job, completion)),
+            )))
+            .await;
     }
     let _ = tx.send(Item::Done).await;
     state.metrics.request(route, ok, t0.elapsed().as_secs_f64());

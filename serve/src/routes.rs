@@ -39,8 +39,13 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .map_or(usize::MAX, |l| l.0);
         let bytes = match Bytes::from_request(req, state).await {
             Ok(b) => Ok(b),
-            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::too_large(limit)),
-            Err(r) => Err(ApiError::invalid(format!("reading the request body: {}", r.body_text()))),
+            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::too_large(limit))
+            }
+            Err(r) => Err(ApiError::invalid(format!(
+                "reading the request body: {}",
+                r.body_text()
+            ))),
         };
         Ok(JsonBody {
             bytes,
@@ -55,11 +60,15 @@ impl JsonBody {
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
         let bytes = self.bytes.as_ref().map_err(Clone::clone)?;
         if bytes.is_empty() {
-            return Err(ApiError::bad_json("the request body is empty; a JSON object is expected"));
+            return Err(ApiError::bad_json(
+                "the request body is empty; a JSON object is expected",
+            ));
         }
         serde_json::from_slice(bytes).map_err(|e| {
             if e.is_data() {
-                ApiError::invalid(format!("the request body does not match the expected fields: {e}"))
+                ApiError::invalid(format!(
+                    "the request body does not match the expected fields: {e}"
+                ))
             } else {
                 ApiError::bad_json(format!("the request body is not valid JSON: {e}"))
             }
@@ -73,7 +82,9 @@ struct BodyLimit(usize);
 
 async fn health(State(state): State<Arc<AppState>>) -> Response {
     state.metrics.request("health", true, 0.0);
-    let shutting = state.shutting_down.load(std::sync::atomic::Ordering::SeqCst);
+    let shutting = state
+        .shutting_down
+        .load(std::sync::atomic::Ordering::SeqCst);
     let body = Json(json!({
         "status": if shutting { "shutting_down" } else { "ok" },
         "model": state.model_id,
@@ -97,7 +108,10 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         state.sessions.len(),
     );
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response()

@@ -144,7 +144,9 @@ impl Server {
             let _ = tx.send(());
         }
         match self.thread.take() {
-            Some(t) => t.join().unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
             None => Ok(()),
         }
     }
@@ -186,7 +188,11 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         eprintln!(
             "lql serve: warning: binding {} makes the server reachable from other machines{}",
             config.host,
-            if config.api_key.is_none() { " without an API key" } else { "" }
+            if config.api_key.is_none() {
+                " without an API key"
+            } else {
+                ""
+            }
         );
     }
     let state = Arc::new(AppState::open(config)?);

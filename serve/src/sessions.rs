@@ -58,7 +58,10 @@ impl Sessions {
                 map.remove(&oldest);
             }
         }
-        let conn = Arc::new(db.connect().map_err(|e| ApiError::internal(e.to_string()))?);
+        let conn = Arc::new(
+            db.connect()
+                .map_err(|e| ApiError::internal(e.to_string()))?,
+        );
         map.insert(id.to_string(), (conn.clone(), Instant::now()));
         Ok(conn)
     }

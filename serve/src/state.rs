@@ -65,9 +65,10 @@ impl AppState {
             None => None,
         };
         let write_dir = match &config.allow_writes {
-            Some(d) => Some(std::fs::canonicalize(d).map_err(|e| {
-                format!("--allow-writes {}: {e}", d.display())
-            })?),
+            Some(d) => Some(
+                std::fs::canonicalize(d)
+                    .map_err(|e| format!("--allow-writes {}: {e}", d.display()))?,
+            ),
             None => None,
         };
         let pool = Pool::new(

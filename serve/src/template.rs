@@ -77,8 +77,16 @@ mod tests {
                 content: " hi ".into(),
             }])
             .unwrap();
-        assert_eq!(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-        let bad = ChatTemplate::new("{{ raise_exception('no system role') }}", String::new(), String::new()).unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let bad = ChatTemplate::new(
+            "{{ raise_exception('no system role') }}",
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
         let e = bad.render(&[]).unwrap_err();
         assert!(e.contains("no system role"), "{e}");
     }

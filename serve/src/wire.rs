@@ -179,7 +179,12 @@ pub fn sampling(f: &SamplingFields, choice: usize) -> Result<lql_exec::Sampling,
 }
 
 /// `max_tokens`, checked against the server's limit (`default` when absent).
-pub fn max_tokens(v: Option<i64>, default: usize, limit: usize, param: &str) -> Result<usize, ApiError> {
+pub fn max_tokens(
+    v: Option<i64>,
+    default: usize,
+    limit: usize,
+    param: &str,
+) -> Result<usize, ApiError> {
     match v {
         None => Ok(default.min(limit)),
         Some(n) if n >= 0 && (n as u64) <= limit as u64 => Ok(n as usize),

@@ -81,12 +81,23 @@ fn api_key_is_enforced() {
     let r = common::client().get(&url).send().unwrap();
     assert_eq!(r.status().as_u16(), 401);
     assert_standard_error(&r.json().unwrap());
-    let r = common::client().get(&url).bearer_auth("wrong").send().unwrap();
+    let r = common::client()
+        .get(&url)
+        .bearer_auth("wrong")
+        .send()
+        .unwrap();
     assert_eq!(r.status().as_u16(), 401);
-    let r = common::client().get(&url).bearer_auth("sekrit").send().unwrap();
+    let r = common::client()
+        .get(&url)
+        .bearer_auth("sekrit")
+        .send()
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     // /health answers without a key (for probes).
-    let r = common::client().get(format!("{}/health", s.url())).send().unwrap();
+    let r = common::client()
+        .get(format!("{}/health", s.url()))
+        .send()
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
 }
 
@@ -114,7 +125,11 @@ fn start_stream(addr: std::net::SocketAddr) -> TcpStream {
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&seen).contains("data: {") {
         let n = s.read(&mut buf).unwrap();
-        assert!(n > 0, "stream ended early: {}", String::from_utf8_lossy(&seen));
+        assert!(
+            n > 0,
+            "stream ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
         seen.extend_from_slice(&buf[..n]);
     }
     s
@@ -129,22 +144,39 @@ fn full_queue_is_429_and_a_killed_client_frees_its_slot() {
     let url = s.url();
     let stream = start_stream(s.addr);
     assert_eq!(health(&url)["slots_busy"], 1);
-    let (st, v) = common::post(&format!("{url}/v1/completions"), json!({"prompt": "x", "max_tokens": 1}));
+    let (st, v) = common::post(
+        &format!("{url}/v1/completions"),
+        json!({"prompt": "x", "max_tokens": 1}),
+    );
     assert_eq!(st, 429, "{v}");
     assert_standard_error(&v);
     // Kill the client: the slot is free again within a second.
     drop(stream);
     let t = Instant::now();
     while health(&url)["slots_busy"] != 0 {
-        assert!(t.elapsed() < Duration::from_secs(1), "the slot was not freed within 1 s");
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "the slot was not freed within 1 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (st, _) = common::post(&format!("{url}/v1/completions"), json!({"prompt": "x", "max_tokens": 1}));
+    let (st, _) = common::post(
+        &format!("{url}/v1/completions"),
+        json!({"prompt": "x", "max_tokens": 1}),
+    );
     assert_eq!(st, 200);
-    let m = common::client().get(format!("{url}/metrics")).send().unwrap().text().unwrap();
+    let m = common::client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
     assert!(m.contains("lql_rejected_busy_total 1"), "{m}");
     assert!(m.contains("lql_cancelled_total 1"), "{m}");
-    assert!(m.contains("lql_request_duration_seconds_bucket{route=\"completions\",le=\"+Inf\"}"), "{m}");
+    assert!(
+        m.contains("lql_request_duration_seconds_bucket{route=\"completions\",le=\"+Inf\"}"),
+        "{m}"
+    );
     assert!(m.contains("# TYPE lql_queue_depth gauge"), "{m}");
 }
 
@@ -153,7 +185,10 @@ fn unknown_routes_and_prompts_over_the_limit() {
     let mut c = common::config();
     c.max_prompt_tokens = 8;
     let s = common::start(c);
-    let r = common::client().get(format!("{}/v2/nothing", s.url())).send().unwrap();
+    let r = common::client()
+        .get(format!("{}/v2/nothing", s.url()))
+        .send()
+        .unwrap();
     assert_eq!(r.status().as_u16(), 404);
     assert_standard_error(&r.json().unwrap());
     let (st, v) = common::post(

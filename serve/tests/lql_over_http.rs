@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-const STATEMENTS: &str = "INFER \"The capital of France is\" TOP 3; TOKENIZE \"Hello world\"; SHOW LAYERS";
+const STATEMENTS: &str =
+    "INFER \"The capital of France is\" TOP 3; TOKENIZE \"Hello world\"; SHOW LAYERS";
 
 fn post_text(url: &str, text: &str, session: Option<&str>) -> (u16, String) {
     let mut r = common::client()
@@ -83,7 +84,11 @@ fn results_are_the_cli_contract_byte_for_byte() {
 #[test]
 fn errors_are_the_cli_error_object_with_a_code() {
     let s = common::start(common::config());
-    let (st, body) = post_text(&s.url(), "TOKENIZE \"a\"; INFER \"x\" TOP; SHOW LAYERS", None);
+    let (st, body) = post_text(
+        &s.url(),
+        "TOKENIZE \"a\"; INFER \"x\" TOP; SHOW LAYERS",
+        None,
+    );
     assert_eq!(st, 400, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"]["kind"], "syntax");
@@ -92,7 +97,10 @@ fn errors_are_the_cli_error_object_with_a_code() {
     // The statement before the error ran; its result is kept.
     assert_eq!(v["results"].as_array().unwrap().len(), 1);
     // Parameters of the wrong count.
-    let (st, v) = common::post(&format!("{}/v1/lql", s.url()), json!({"statements": "INFER ? TOP 3", "params": []}));
+    let (st, v) = common::post(
+        &format!("{}/v1/lql", s.url()),
+        json!({"statements": "INFER ? TOP 3", "params": []}),
+    );
     assert_eq!(st, 400);
     assert_eq!(v["error"]["code"], "LQL-E0701");
     // Invalid JSON: the standard shape.
@@ -113,12 +121,18 @@ fn writes_are_refused_without_allow_writes_and_outside_its_folder() {
     let other = tempfile::tempdir().unwrap();
     let s = common::start(common::config());
     let target = dir.path().join("t.svg");
-    let stmt = format!("TRACE \"The capital of France is\" SAVE {}", lql::quote(&target.display().to_string()));
+    let stmt = format!(
+        "TRACE \"The capital of France is\" SAVE {}",
+        lql::quote(&target.display().to_string())
+    );
     let (st, body) = post_text(&s.url(), &stmt, None);
     assert_eq!(st, 403, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"]["code"], lql_serve::access::REFUSED_CODE);
-    assert!(v["error"]["message"].as_str().unwrap().contains("--allow-writes"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--allow-writes"));
     assert!(!target.exists());
     // USE is refused: the served model is fixed.
     let (st, _) = post_text(&s.url(), "USE \"/etc/passwd\"", None);
@@ -133,7 +147,10 @@ fn writes_are_refused_without_allow_writes_and_outside_its_folder() {
         other.path().join("t.svg").display().to_string(),
         format!("{}/../t.svg", dir.path().display()),
     ] {
-        let stmt = format!("TRACE \"The capital of France is\" SAVE {}", lql::quote(&bad));
+        let stmt = format!(
+            "TRACE \"The capital of France is\" SAVE {}",
+            lql::quote(&bad)
+        );
         let (st, body) = post_text(&s.url(), &stmt, None);
         assert_eq!(st, 403, "{body}");
         assert!(body.contains(lql_serve::access::REFUSED_CODE));
@@ -158,8 +175,16 @@ fn sessions_are_kept_per_client_and_bounded() {
     c.max_sessions = 2;
     let s = common::start(c);
     let metric = |url: &str| -> String {
-        let m = common::client().get(format!("{url}/metrics")).send().unwrap().text().unwrap();
-        m.lines().find(|l| l.starts_with("lql_sessions ")).unwrap().to_string()
+        let m = common::client()
+            .get(format!("{url}/metrics"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        m.lines()
+            .find(|l| l.starts_with("lql_sessions "))
+            .unwrap()
+            .to_string()
     };
     for id in ["alice", "bob", "alice", "carol"] {
         let (st, _) = post_text(&s.url(), "STATS", Some(id));

@@ -54,8 +54,13 @@ fn greedy_completion_equals_generate_and_logprobs_equal_infer() {
     for row in infer.iter() {
         let token: String = row.get("token").unwrap();
         let prob: f64 = row.get("prob").unwrap();
-        let got = top[&token].as_f64().unwrap_or_else(|| panic!("{token:?} in {top:?}"));
-        assert!((got - prob.ln()).abs() < 1e-4, "{token:?}: {got} vs ln {prob}");
+        let got = top[&token]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{token:?} in {top:?}"));
+        assert!(
+            (got - prob.ln()).abs() < 1e-4,
+            "{token:?}: {got} vs ln {prob}"
+        );
         let rank: i64 = row.get("rank").unwrap();
         if rank == 1 {
             assert_eq!(lp["tokens"][0], token);
@@ -82,7 +87,10 @@ fn greedy_chat_equals_generate_on_the_rendered_template_and_streams_the_same() {
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
     assert_eq!(v["choices"][0]["message"]["content"], want);
     let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
-    assert_eq!(content.len(), v["usage"]["completion_tokens"].as_u64().unwrap() as usize);
+    assert_eq!(
+        content.len(),
+        v["usage"]["completion_tokens"].as_u64().unwrap() as usize
+    );
     assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 3);
     // The same request streamed: the deltas concatenate to the same text.
     let mut sbody = body;
@@ -100,7 +108,9 @@ fn greedy_chat_equals_generate_on_the_rendered_template_and_streams_the_same() {
     let mut usage = None;
     let mut done = false;
     for line in text.lines() {
-        let Some(data) = line.strip_prefix("data: ") else { continue };
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
         if data == "[DONE]" {
             done = true;
             continue;
@@ -133,8 +143,15 @@ fn stop_n_seed_and_sampling_params() {
     let prompt = "One, two, three, four,";
     let full = common::generate_greedy(&conn, prompt, 12);
     let stop = full.trim_start().chars().take(2).collect::<String>();
-    let cut = full.find(&stop).map(|i| &full[..i]).unwrap_or(&full).to_string();
-    let (st, v) = common::post(&url, json!({"prompt": prompt, "max_tokens": 12, "temperature": 0, "stop": [stop]}));
+    let cut = full
+        .find(&stop)
+        .map(|i| &full[..i])
+        .unwrap_or(&full)
+        .to_string();
+    let (st, v) = common::post(
+        &url,
+        json!({"prompt": prompt, "max_tokens": 12, "temperature": 0, "stop": [stop]}),
+    );
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["choices"][0]["text"], cut);
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
@@ -163,15 +180,27 @@ fn unbuilt_features_are_refused_by_name() {
     let s = common::start(common::config());
     let url = format!("{}/v1/chat/completions", s.url());
     let msgs = json!([{"role": "user", "content": "hi"}]);
-    let (st, e) = common::post(&url, json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f"}}]}));
+    let (st, e) = common::post(
+        &url,
+        json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f"}}]}),
+    );
     assert_eq!(st, 400);
     assert_eq!(e["error"]["code"], "not_supported");
     assert_eq!(e["error"]["param"], "tools");
-    assert!(e["error"]["message"].as_str().unwrap().starts_with("not supported yet: tools"));
-    let (st, e) = common::post(&url, json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}));
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("not supported yet: tools"));
+    let (st, e) = common::post(
+        &url,
+        json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}),
+    );
     assert_eq!(st, 400);
     assert_eq!(e["error"]["param"], "response_format");
-    assert!(e["error"]["message"].as_str().unwrap().contains("json_schema"));
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("json_schema"));
 }
 
 #[test]

@@ -26,7 +26,12 @@ fn the_official_openai_client_works_and_agrees_with_the_engine() {
         .execute(&format!("INFER {} TOP 5", lql::quote(prompt)))
         .unwrap()
         .iter()
-        .map(|r| (r.get::<String>("token").unwrap(), r.get::<f64>("prob").unwrap()))
+        .map(|r| {
+            (
+                r.get::<String>("token").unwrap(),
+                r.get::<f64>("prob").unwrap(),
+            )
+        })
         .collect();
     let expect = serde_json::json!({
         "prompt": prompt,
@@ -39,7 +44,10 @@ fn the_official_openai_client_works_and_agrees_with_the_engine() {
     let path = dir.path().join("expect.json");
     std::fs::write(&path, expect.to_string()).unwrap();
     let s = common::start(common::config());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/openai_client_check.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/openai_client_check.py"
+    );
     let out = Command::new("python3")
         .args([script, &s.url(), &path.display().to_string()])
         .output()

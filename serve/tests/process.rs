@@ -12,13 +12,25 @@ use std::time::{Duration, Instant};
 #[test]
 fn sigterm_during_load_exits_0() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lql-serve"))
-        .args([&common::model(), "--port", "0", "--parallel", "2", "--threads", "1", "--shutdown-grace", "2"])
+        .args([
+            &common::model(),
+            "--port",
+            "0",
+            "--parallel",
+            "2",
+            "--threads",
+            "1",
+            "--shutdown-grace",
+            "2",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let addr = line.trim().strip_prefix("http://").unwrap().to_string();
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
     // Four streaming clients, two decoding and two queued.
@@ -45,7 +57,10 @@ fn sigterm_during_load_exits_0() {
         if let Some(st) = child.try_wait().unwrap() {
             break st;
         }
-        assert!(t.elapsed() < Duration::from_secs(60), "the server did not stop");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the server did not stop"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(0));

@@ -6,7 +6,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "lql-serve", about = "Serve a model over HTTP (OpenAI-compatible API and LQL)")]
+#[command(
+    name = "lql-serve",
+    about = "Serve a model over HTTP (OpenAI-compatible API and LQL)"
+)]
 struct Cli {
     #[command(flatten)]
     args: lql_serve::ServeArgs,
