@@ -161,6 +161,8 @@ async fn run(
     answer
 }
 
+// The closures handed to the connection return `lql::Error`, whose size is the engine's.
+#[allow(clippy::result_large_err)]
 async fn run_inner(
     state: &Arc<AppState>,
     headers: &HeaderMap,

@@ -597,7 +597,14 @@ async fn collect(
         state
             .metrics
             .request(route, false, t0.elapsed().as_secs_f64());
-        return ApiError::shutting_down().into_response();
+        if state
+            .shutting_down
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return ApiError::shutting_down().into_response();
+        }
+        return ApiError::internal("the generation ended before every choice was answered")
+            .into_response();
     }
     state.metrics.tokens(job.prompt_tokens, 0);
     let completion: usize = outcomes.iter().map(|o| o.completion_tokens).sum();

@@ -1,6 +1,6 @@
 //! JSON modes: the statement-level contract (`json`) and one object per row (`jsonl`).
 
-use lql::{Rows, Value};
+use lql::Rows;
 
 /// `{"statement": "<text>", "columns": ["…"], "rows": [[…], …]}` on one line.
 pub fn render_statement(statement: &str, rows: &Rows) -> String {
