@@ -107,8 +107,13 @@ def main():
     out = {"clients": a.clients, "requests_per_client": a.requests, "max_tokens": a.max_tokens,
            "parallel": a.parallel, "deadline_s": a.seconds}
     try:
-        # Warm-up, then the single-stream baseline.
-        stream_request(port, body, a.timeout)
+        # Warm-up: every slot decodes once (its executor, threads and cache grown), then
+        # the single-stream baseline.
+        warm = [threading.Thread(target=stream_request, args=(port, body, a.timeout)) for _ in range(a.parallel)]
+        for t in warm:
+            t.start()
+        for t in warm:
+            t.join()
         out["rss_after_warmup_kib"] = rss_kib(pid) if pid else None
         t0 = time.monotonic()
         toks = 0
