@@ -140,3 +140,23 @@ impl Database {
         Ok(shared)
     }
 }
+
+/// What an embedder running its own decode loops over the database's model needs (the HTTP
+/// server's completions): the mapped model and its shared tokenizer.
+impl Database {
+    /// The model every new connection starts bound to (`None` for [`Database::new`]).
+    pub fn default_model(&self) -> Option<(String, Arc<Model>)> {
+        self.inner
+            .default
+            .as_ref()
+            .map(|(name, shared)| (name.clone(), shared.model.clone()))
+    }
+
+    /// The default model's tokenizer, built once and shared with every connection.
+    pub fn default_tokenizer(&self) -> Result<Arc<Tokenizer>> {
+        match &self.inner.default {
+            Some((_, shared)) => shared.tokenizer(),
+            None => Err(Error::semantic("the database has no default model")),
+        }
+    }
+}

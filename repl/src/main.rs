@@ -11,6 +11,7 @@
 //! - sqlite's single-dash spellings (`-csv`, `-json`, `-header`, `-bail`, …) are accepted
 //!   beside the long options (see [`args::normalize`]).
 //! - `lql bench MODEL`: decode/prefill speed of the CPU backend.
+//! - `lql serve MODEL`: the HTTP server of `lql-serve` (OpenAI-compatible API, LQL over HTTP).
 
 mod args;
 mod bench;
@@ -110,6 +111,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Serve a model over HTTP: the OpenAI-compatible API and LQL (docs/serve.md)
+    Serve(lql_serve::ServeArgs),
 }
 
 fn parse_mode(s: &str) -> Result<OutputMode, String> {
@@ -129,6 +132,15 @@ fn main() -> ExitCode {
     }) = &cli.cmd
     {
         return bench::run(model, *threads, *reps, *json);
+    }
+    if let Some(Cmd::Serve(args)) = &cli.cmd {
+        return match lql_serve::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lql serve: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if cli.offline {
         // Before any thread starts; the library reads it when a catalogue name is bound.

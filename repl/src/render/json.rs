@@ -5,23 +5,7 @@ use lql::{Rows, Value};
 
 /// `{"statement": "<text>", "columns": ["…"], "rows": [[…], …]}` on one line.
 pub fn render_statement(statement: &str, rows: &Rows) -> String {
-    let mut obj = serde_json::Map::new();
-    obj.insert("statement".into(), statement.into());
-    obj.insert(
-        "columns".into(),
-        rows.columns
-            .iter()
-            .map(|c| serde_json::Value::from(c.name.clone()))
-            .collect(),
-    );
-    obj.insert(
-        "rows".into(),
-        rows.rows
-            .iter()
-            .map(|r| r.iter().map(Value::to_json).collect::<serde_json::Value>())
-            .collect(),
-    );
-    let mut s = serde_json::Value::Object(obj).to_string();
+    let mut s = lql::statement_json(statement, rows).to_string();
     s.push('\n');
     s
 }

@@ -1,0 +1,67 @@
+//! The server's settings (the `lql serve` flags) and their defaults.
+
+use std::path::PathBuf;
+
+/// Settings of one server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// A model path or catalogue name.
+    pub model: String,
+    /// Address to bind (127.0.0.1 by default).
+    pub host: String,
+    /// Port (0: any free port).
+    pub port: u16,
+    /// Requests that decode at once.
+    pub parallel: usize,
+    /// Requests that may wait for a slot; one more is answered 429.
+    pub queue: usize,
+    /// When set, every route but `/health` needs `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// Statements that write files run over HTTP only when set, and only under this folder.
+    pub allow_writes: Option<PathBuf>,
+    /// Largest request body accepted (413 above).
+    pub max_body_bytes: usize,
+    /// Most prompt tokens accepted (400 above); 0: the model's context length.
+    pub max_prompt_tokens: usize,
+    /// Most completion tokens one request may ask for.
+    pub max_tokens_limit: usize,
+    /// Most `n` (choices) one request may ask for.
+    pub max_n: usize,
+    /// Most `X-LQL-Session` sessions kept (the least recently used is dropped).
+    pub max_sessions: usize,
+    /// Seconds in-flight requests get to finish after SIGTERM before they are cancelled.
+    pub shutdown_grace_s: u64,
+    /// Worker threads per decoding slot (0: cores / parallel, at least 1).
+    pub threads_per_slot: usize,
+}
+
+impl Config {
+    /// Defaults for serving `model`.
+    pub fn new(model: impl Into<String>) -> Config {
+        Config {
+            model: model.into(),
+            host: "127.0.0.1".into(),
+            port: 8080,
+            parallel: 4,
+            queue: 64,
+            api_key: None,
+            allow_writes: None,
+            max_body_bytes: 4 << 20,
+            max_prompt_tokens: 0,
+            max_tokens_limit: 4096,
+            max_n: 8,
+            max_sessions: 64,
+            shutdown_grace_s: 30,
+            threads_per_slot: 0,
+        }
+    }
+
+    /// Threads each slot's backend gets.
+    pub fn slot_threads(&self) -> usize {
+        if self.threads_per_slot > 0 {
+            return self.threads_per_slot;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / self.parallel.max(1)).max(1)
+    }
+}

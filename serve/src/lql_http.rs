@@ -1,0 +1,279 @@
+//! LQL over HTTP: `POST /v1/lql` (a JSON body `{"statements": "…", "params": […] or {…}}`,
+//! or the statements as `text/plain`) and `GET /v1/lql?q=…` (read-only statements).
+//!
+//! Statements run on a connection of the served database: a new one per request, or the
+//! one of the client's `X-LQL-Session` (its overlays persist across its requests and never
+//! reach another client). The answer is `{"results": [R, …]}`, each `R` exactly the line the
+//! CLI prints with `--format json` for that statement; a failing statement answers the
+//! CLI's error object `{"error": {kind, code, message, span, labels, help}}` (plus the
+//! `results` of the statements before it) with a 4xx status. Request-level failures (body
+//! size, JSON, API key, busy) use the standard error shape of [`crate::error::ApiError`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value as Json;
+
+use lql::{Connection, InterruptHandle, NamedParams, Value};
+
+use crate::error::{lql_status, ApiError};
+use crate::routes::JsonBody;
+use crate::state::AppState;
+
+/// The session header.
+pub const SESSION_HEADER: &str = "x-lql-session";
+
+#[derive(Deserialize)]
+struct PostBody {
+    statements: String,
+    #[serde(default)]
+    params: Option<Json>,
+}
+
+/// `GET /v1/lql?q=…`.
+#[derive(Deserialize)]
+pub struct GetQuery {
+    q: Option<String>,
+}
+
+/// Parameters of a prepared statement.
+enum Params {
+    Positional(Vec<Value>),
+    Named(NamedParams),
+}
+
+fn to_value(v: &Json) -> Result<Value, ApiError> {
+    Ok(match v {
+        Json::Null => Value::Null,
+        Json::Bool(b) => Value::Bool(*b),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int(i),
+            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::Text(s.clone()),
+        _ => {
+            return Err(ApiError::invalid_param(
+                "params",
+                "a parameter must be null, a boolean, a number or a string",
+            ))
+        }
+    })
+}
+
+fn params_of(v: Option<Json>) -> Result<Option<Params>, ApiError> {
+    match v {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::Array(a)) => Ok(Some(Params::Positional(
+            a.iter().map(to_value).collect::<Result<_, _>>()?,
+        ))),
+        Some(Json::Object(o)) => Ok(Some(Params::Named(NamedParams(
+            o.iter()
+                .map(|(k, v)| {
+                    let name = if k.starts_with(':') {
+                        k.clone()
+                    } else {
+                        format!(":{k}")
+                    };
+                    Ok((name, to_value(v)?))
+                })
+                .collect::<Result<_, ApiError>>()?,
+        )))),
+        Some(_) => Err(ApiError::invalid_param(
+            "params",
+            "params must be a list (for ? and ?NNN) or an object (for :name)",
+        )),
+    }
+}
+
+/// Interrupts the connection's statement if the request is dropped (client gone).
+struct InterruptOnDrop(Option<InterruptHandle>);
+
+impl Drop for InterruptOnDrop {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.interrupt();
+        }
+    }
+}
+
+/// `POST /v1/lql`.
+pub async fn post(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: JsonBody,
+) -> Response {
+    let is_json = body
+        .content_type
+        .as_deref()
+        .is_none_or(|c| c.starts_with("application/json"));
+    let parsed = if is_json {
+        body.parse::<PostBody>()
+            .and_then(|b| Ok((b.statements, params_of(b.params)?)))
+    } else {
+        body.bytes.clone().and_then(|b| {
+            String::from_utf8(b.to_vec())
+                .map(|s| (s, None))
+                .map_err(|_| ApiError::invalid("the statements are not UTF-8 text"))
+        })
+    };
+    match parsed {
+        Ok((text, params)) => run(state, &headers, text, params, false).await,
+        Err(e) => {
+            state.metrics.request("lql", false, 0.0);
+            e.into_response()
+        }
+    }
+}
+
+/// `GET /v1/lql?q=…`.
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<GetQuery>,
+) -> Response {
+    match q.q {
+        Some(text) => run(state, &headers, text, None, true).await,
+        None => {
+            state.metrics.request("lql", false, 0.0);
+            ApiError::invalid_param("q", "GET /v1/lql needs ?q=STATEMENTS").into_response()
+        }
+    }
+}
+
+async fn run(
+    state: Arc<AppState>,
+    headers: &HeaderMap,
+    text: String,
+    params: Option<Params>,
+    read_only: bool,
+) -> Response {
+    let t0 = Instant::now();
+    let answer = run_inner(&state, headers, text, params, read_only).await;
+    state.metrics.request(
+        "lql",
+        answer.status().is_success(),
+        t0.elapsed().as_secs_f64(),
+    );
+    answer
+}
+
+// The closures handed to the connection return `lql::Error`, whose size is the engine's.
+#[allow(clippy::result_large_err)]
+async fn run_inner(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    text: String,
+    params: Option<Params>,
+    read_only: bool,
+) -> Response {
+    let conn: Arc<Connection> = match headers.get(SESSION_HEADER) {
+        Some(v) => match v
+            .to_str()
+            .map_err(|_| ApiError::invalid_param("X-LQL-Session", "not ASCII"))
+        {
+            Ok(id) => match state.sessions.get(&state.db, id) {
+                Ok(c) => c,
+                Err(e) => return e.into_response(),
+            },
+            Err(e) => return e.into_response(),
+        },
+        None => match state.db.connect() {
+            Ok(c) => Arc::new(c),
+            Err(e) => return ApiError::internal(e.to_string()).into_response(),
+        },
+    };
+    // Check every statement before running any.
+    let pieces = lql::split_statements(&text);
+    for piece in &pieces {
+        let r = piece.range();
+        if let Err(why) = crate::access::check(
+            &text[r.clone()],
+            state.write_dir.as_deref(),
+            read_only,
+            params.is_some(),
+        ) {
+            let e = lql::Error::new(lql::ErrorKind::Semantic, why)
+                .with_code(crate::access::REFUSED_CODE)
+                .with_span(r);
+            return lql_error(&e, &[]);
+        }
+    }
+    if params.is_some() && pieces.len() != 1 {
+        let e = lql::Error::semantic(format!(
+            "params need exactly one statement; the text holds {}",
+            pieces.len()
+        ))
+        .with_code("LQL-E0701");
+        return lql_error(&e, &[]);
+    }
+    let slot = match state.pool.acquire().await {
+        Ok(s) => s,
+        Err(e) => {
+            if e.status == StatusCode::TOO_MANY_REQUESTS {
+                state.metrics.rejected_busy();
+            }
+            return e.into_response();
+        }
+    };
+    let guard = InterruptOnDrop(Some(conn.interrupt_handle()));
+    let job = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        let mut done: Vec<String> = Vec::new();
+        let result = match params {
+            Some(p) => {
+                let piece = &pieces[0];
+                let stmt_text = &text[piece.range()];
+                conn.prepare(&text).and_then(|mut st| {
+                    let rows = match p {
+                        Params::Positional(v) => st.query(v),
+                        Params::Named(n) => st.query(n),
+                    }?;
+                    done.push(lql::statement_json(stmt_text, &rows).to_string());
+                    Ok(())
+                })
+            }
+            None => conn.execute_each(&text, |r| {
+                done.push(lql::statement_json(&r.text, &r.rows).to_string());
+                Ok(())
+            }),
+        };
+        (result, done)
+    });
+    let (result, done) = match job.await {
+        Ok(r) => r,
+        Err(e) => {
+            return ApiError::internal(format!("the statement's thread failed: {e}"))
+                .into_response()
+        }
+    };
+    let mut guard = guard;
+    guard.0 = None;
+    match result {
+        Ok(()) => {
+            let body = format!("{{\"results\":[{}]}}", done.join(","));
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response()
+        }
+        Err(e) => lql_error(&e, &done),
+    }
+}
+
+/// The CLI's error object, with the results of the statements that ran before it.
+fn lql_error(e: &lql::Error, done: &[String]) -> Response {
+    let mut body = e.to_json().to_string();
+    body.pop(); // the closing brace
+    body.push_str(&format!(",\"results\":[{}]}}", done.join(",")));
+    (
+        lql_status(e),
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}

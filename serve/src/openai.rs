@@ -1,0 +1,779 @@
+//! The OpenAI-compatible routes: `/v1/models`, `/v1/completions`, `/v1/chat/completions`
+//! and `/v1/responses`, answered in OpenAI's wire shapes (JSON, or server-sent events with
+//! `stream: true`). Prompts are tokenized as `GENERATE` tokenizes them; chat messages go
+//! through the model's own chat template first. `tools` and `response_format` with a JSON
+//! schema are refused with the standard error shape (not built yet).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::error::ApiError;
+use crate::generate::{self, Finish, Outcome, TokenLogprob};
+use crate::pool::Slot;
+use crate::routes::JsonBody;
+use crate::sse::{self, Item};
+use crate::state::{now_secs, AppState};
+use crate::template::Message;
+use crate::wire::{self, ChatRequest, CompletionRequest, ResponsesRequest};
+
+/// What the generating thread reports.
+enum Ev {
+    Delta {
+        index: usize,
+        text: String,
+        logprobs: Vec<TokenLogprob>,
+    },
+    Done {
+        index: usize,
+        outcome: Outcome,
+    },
+    Failed(String),
+}
+
+/// Which wire shape a generation answers in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Completion,
+    Chat,
+    Responses,
+}
+
+impl Shape {
+    fn route(self) -> &'static str {
+        match self {
+            Shape::Completion => "completions",
+            Shape::Chat => "chat_completions",
+            Shape::Responses => "responses",
+        }
+    }
+}
+
+/// A checked generation: one request per choice, and the prompt each choice belongs to.
+struct Job {
+    reqs: Vec<generate::Request>,
+    /// Prompt tokens, counted once per distinct prompt.
+    prompt_tokens: usize,
+    stream: bool,
+    include_usage: bool,
+    shape: Shape,
+    /// Chat: `logprobs` was asked for.
+    want_logprobs: bool,
+}
+
+fn new_id(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{prefix}-{:x}{:04x}",
+        now_secs(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `GET /v1/models`.
+pub async fn models(State(state): State<Arc<AppState>>) -> Response {
+    state.metrics.request("models", true, 0.0);
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.model_id,
+            "object": "model",
+            "created": state.started,
+            "owned_by": "lql",
+            "context_length": state.model.surface.context_length,
+        }]
+    }))
+    .into_response()
+}
+
+/// Token ids of a prompt, bounded.
+fn encode(state: &AppState, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
+    let ids = state
+        .tokenizer
+        .encode(text, true)
+        .map_err(|e| ApiError::invalid_param(param, format!("tokenizing the prompt: {e}")))?;
+    check_prompt(state, ids, param)
+}
+
+fn check_prompt(state: &AppState, ids: Vec<u32>, param: &str) -> Result<Vec<u32>, ApiError> {
+    if ids.is_empty() {
+        return Err(ApiError::invalid_param(
+            param,
+            "the prompt is empty: at least one token is needed",
+        ));
+    }
+    let limit = state.prompt_limit();
+    if ids.len() > limit {
+        let mut e = ApiError::invalid_param(
+            param,
+            format!(
+                "the prompt is {} tokens; this server accepts at most {limit}",
+                ids.len()
+            ),
+        );
+        e.code = "context_length_exceeded";
+        return Err(e);
+    }
+    Ok(ids)
+}
+
+/// The prompts of `/v1/completions`: a string, a list of strings, a list of token ids or a
+/// list of such lists.
+fn completion_prompts(state: &AppState, prompt: &Value) -> Result<Vec<Vec<u32>>, ApiError> {
+    let vocab = state.tokenizer.vocab_size();
+    let ids_of = |v: &[Value]| -> Result<Vec<u32>, ApiError> {
+        v.iter()
+            .map(|x| match x.as_u64() {
+                Some(i) if (i as usize) < vocab => Ok(i as u32),
+                _ => Err(ApiError::invalid_param(
+                    "prompt",
+                    format!("token ids must be integers below the vocabulary size {vocab}"),
+                )),
+            })
+            .collect()
+    };
+    let out = match prompt {
+        Value::String(s) => vec![encode(state, s, "prompt")?],
+        Value::Array(items) if items.iter().all(Value::is_string) && !items.is_empty() => items
+            .iter()
+            .map(|s| encode(state, s.as_str().unwrap_or(""), "prompt"))
+            .collect::<Result<_, _>>()?,
+        Value::Array(items) if items.iter().all(Value::is_number) && !items.is_empty() => {
+            vec![check_prompt(state, ids_of(items)?, "prompt")?]
+        }
+        Value::Array(items) if items.iter().all(Value::is_array) && !items.is_empty() => items
+            .iter()
+            .map(|v| check_prompt(state, ids_of(v.as_array().map_or(&[], |a| a))?, "prompt"))
+            .collect::<Result<_, _>>()?,
+        _ => {
+            return Err(ApiError::invalid_param(
+                "prompt",
+                "prompt must be a string, a list of strings, a list of token ids or a list of such lists",
+            ))
+        }
+    };
+    if out.len() > state.config.max_n {
+        return Err(ApiError::invalid_param(
+            "prompt",
+            format!("at most {} prompts per request", state.config.max_n),
+        ));
+    }
+    Ok(out)
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> Response {
+    let t0 = Instant::now();
+    let job = (|| {
+        let req: CompletionRequest = body.parse()?;
+        if req.echo {
+            return Err(ApiError::not_supported(
+                "echo",
+                "echo (the prompt in the completion)",
+            ));
+        }
+        if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::not_supported(
+                "suffix",
+                "suffix (fill in the middle)",
+            ));
+        }
+        if req.best_of.is_some_and(|b| b > 1) {
+            return Err(ApiError::not_supported("best_of", "best_of above 1"));
+        }
+        let prompts = completion_prompts(&state, &req.prompt)?;
+        let n = wire::choices(req.n, state.config.max_n)?;
+        if prompts.len() * n > state.config.max_n {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!("prompts × n must be at most {}", state.config.max_n),
+            ));
+        }
+        let max_tokens = wire::max_tokens(
+            req.max_tokens,
+            16,
+            state.config.max_tokens_limit,
+            "max_tokens",
+        )?;
+        let stop = wire::stop(req.stop)?;
+        let logprobs = match req.logprobs {
+            None => None,
+            Some(k) if (0..=20).contains(&k) => Some(k as usize),
+            Some(k) => {
+                return Err(ApiError::invalid_param(
+                    "logprobs",
+                    format!("logprobs {k} must be between 0 and 20"),
+                ))
+            }
+        };
+        let mut reqs = Vec::new();
+        for ids in &prompts {
+            for i in 0..n {
+                reqs.push(generate::Request {
+                    prompt_ids: ids.clone(),
+                    max_tokens,
+                    sampling: wire::sampling(&req.sampling, i)?,
+                    stop: stop.clone(),
+                    logprobs,
+                });
+            }
+        }
+        Ok(Job {
+            reqs,
+            prompt_tokens: prompts.iter().map(Vec::len).sum(),
+            stream: req.stream,
+            include_usage: req.stream_options.is_some_and(|o| o.include_usage),
+            shape: Shape::Completion,
+            want_logprobs: logprobs.is_some(),
+        })
+    })();
+    run_job(state, job, t0).await
+}
+
+/// Refuses what this server does not build: tool calls and schema-constrained output.
+fn refuse_unbuilt(tools: &Option<Value>, response_format: Option<&Value>) -> Result<(), ApiError> {
+    if tools
+        .as_ref()
+        .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty()))
+    {
+        return Err(ApiError::not_supported(
+            "tools",
+            "tools (tool-call output); send the request without `tools`",
+        ));
+    }
+    if let Some(rf) = response_format {
+        let ty = rf.get("type").and_then(Value::as_str).unwrap_or("");
+        if ty != "text" {
+            return Err(ApiError::not_supported(
+                "response_format",
+                format!("response_format {ty:?} (constrained decoding to JSON or a JSON schema); only \"text\" is served"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn render_chat(state: &AppState, messages: &[Message]) -> Result<Vec<u32>, ApiError> {
+    let t = state.template.as_ref().ok_or_else(|| {
+        ApiError::not_supported(
+            "messages",
+            "chat for a model without a chat template (tokenizer.chat_template); use /v1/completions",
+        )
+    })?;
+    let text = t
+        .render(messages)
+        .map_err(|e| ApiError::invalid_param("messages", e))?;
+    encode(state, &text, "messages")
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Response {
+    let t0 = Instant::now();
+    let job = (|| {
+        let req: ChatRequest = body.parse()?;
+        refuse_unbuilt(&req.tools, req.response_format.as_ref())?;
+        if req.functions.is_some() {
+            return Err(ApiError::not_supported(
+                "functions",
+                "functions (tool-call output)",
+            ));
+        }
+        if req.messages.is_empty() {
+            return Err(ApiError::invalid_param("messages", "messages is empty"));
+        }
+        let mut messages = Vec::with_capacity(req.messages.len());
+        for (i, m) in req.messages.iter().enumerate() {
+            if m.role == "tool" || m.tool_calls.is_some() {
+                return Err(ApiError::not_supported(
+                    "messages",
+                    "tool messages and tool calls in the conversation",
+                ));
+            }
+            messages.push(Message {
+                role: m.role.clone(),
+                content: wire::content_text(&m.content, &format!("messages[{i}].content"))?,
+            });
+        }
+        let ids = render_chat(&state, &messages)?;
+        let n = wire::choices(req.n, state.config.max_n)?;
+        let max_tokens = wire::max_tokens(
+            req.max_completion_tokens.or(req.max_tokens),
+            state.config.max_tokens_limit,
+            state.config.max_tokens_limit,
+            "max_tokens",
+        )?;
+        let stop = wire::stop(req.stop)?;
+        let logprobs = match (req.logprobs, req.top_logprobs) {
+            (false, None) => None,
+            (false, Some(_)) => {
+                return Err(ApiError::invalid_param(
+                    "top_logprobs",
+                    "top_logprobs needs logprobs: true",
+                ))
+            }
+            (true, None) => Some(0),
+            (true, Some(k)) if (0..=20).contains(&k) => Some(k as usize),
+            (true, Some(k)) => {
+                return Err(ApiError::invalid_param(
+                    "top_logprobs",
+                    format!("top_logprobs {k} must be between 0 and 20"),
+                ))
+            }
+        };
+        let mut reqs = Vec::new();
+        for i in 0..n {
+            reqs.push(generate::Request {
+                prompt_ids: ids.clone(),
+                max_tokens,
+                sampling: wire::sampling(&req.sampling, i)?,
+                stop: stop.clone(),
+                logprobs,
+            });
+        }
+        Ok(Job {
+            reqs,
+            prompt_tokens: ids.len(),
+            stream: req.stream,
+            include_usage: req.stream_options.is_some_and(|o| o.include_usage),
+            shape: Shape::Chat,
+            want_logprobs: logprobs.is_some(),
+        })
+    })();
+    run_job(state, job, t0).await
+}
+
+/// `POST /v1/responses` (no streaming yet; no tools, no stored conversations).
+pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Response {
+    let t0 = Instant::now();
+    let job = (|| {
+        let req: ResponsesRequest = body.parse()?;
+        refuse_unbuilt(&req.tools, req.text.as_ref().and_then(|t| t.get("format")))?;
+        if req.stream {
+            return Err(ApiError::not_supported(
+                "stream",
+                "stream: true on /v1/responses; use /v1/chat/completions to stream",
+            ));
+        }
+        if req.previous_response_id.is_some() {
+            return Err(ApiError::not_supported(
+                "previous_response_id",
+                "stored responses (previous_response_id)",
+            ));
+        }
+        let mut messages = Vec::new();
+        if let Some(sys) = &req.instructions {
+            messages.push(Message {
+                role: "system".into(),
+                content: sys.clone(),
+            });
+        }
+        match &req.input {
+            Value::String(s) => messages.push(Message {
+                role: "user".into(),
+                content: s.clone(),
+            }),
+            Value::Array(items) => {
+                for (i, it) in items.iter().enumerate() {
+                    let ty = it.get("type").and_then(Value::as_str).unwrap_or("message");
+                    let role = it.get("role").and_then(Value::as_str);
+                    match (ty, role) {
+                        ("message", Some(role)) => messages.push(Message {
+                            role: if role == "developer" {
+                                "system".into()
+                            } else {
+                                role.to_string()
+                            },
+                            content: wire::content_text(
+                                it.get("content").unwrap_or(&Value::Null),
+                                &format!("input[{i}].content"),
+                            )?,
+                        }),
+                        _ => {
+                            return Err(ApiError::not_supported(
+                                "input",
+                                format!("input items of type {ty:?} (only messages are read)"),
+                            ))
+                        }
+                    }
+                }
+            }
+            _ => {
+                return Err(ApiError::invalid_param(
+                    "input",
+                    "input must be a string or a list of messages",
+                ))
+            }
+        }
+        let ids = render_chat(&state, &messages)?;
+        let max_tokens = wire::max_tokens(
+            req.max_output_tokens,
+            state.config.max_tokens_limit,
+            state.config.max_tokens_limit,
+            "max_output_tokens",
+        )?;
+        Ok(Job {
+            reqs: vec![generate::Request {
+                prompt_ids: ids.clone(),
+                max_tokens,
+                sampling: wire::sampling(&req.sampling, 0)?,
+                stop: Vec::new(),
+                logprobs: None,
+            }],
+            prompt_tokens: ids.len(),
+            stream: false,
+            include_usage: false,
+            shape: Shape::Responses,
+            want_logprobs: false,
+        })
+    })();
+    run_job(state, job, t0).await
+}
+
+/// Takes a slot (429 when the queue is full) and runs the job, answering JSON or SSE.
+async fn run_job(state: Arc<AppState>, job: Result<Job, ApiError>, t0: Instant) -> Response {
+    let route = job.as_ref().map_or("completions", |j| j.shape.route());
+    let job = match job {
+        Ok(j) => j,
+        Err(e) => {
+            state
+                .metrics
+                .request(route, false, t0.elapsed().as_secs_f64());
+            return e.into_response();
+        }
+    };
+    if state
+        .shutting_down
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return ApiError::shutting_down().into_response();
+    }
+    let slot = match state.pool.acquire().await {
+        Ok(s) => s,
+        Err(e) => {
+            if e.status == StatusCode::TOO_MANY_REQUESTS {
+                state.metrics.rejected_busy();
+            }
+            state
+                .metrics
+                .request(route, false, t0.elapsed().as_secs_f64());
+            return e.into_response();
+        }
+    };
+    let (tx, rx) = mpsc::channel::<Ev>(256);
+    spawn_generation(state.clone(), slot, job.reqs.clone(), tx);
+    if job.stream {
+        let (stx, srx) = mpsc::channel::<Item>(64);
+        tokio::spawn(stream_events(state, job, rx, stx, t0));
+        sse::response(srx)
+    } else {
+        collect(state, job, rx, t0).await
+    }
+}
+
+/// Runs every choice on the slot's executor in a blocking thread; the slot is freed when
+/// the thread ends. A closed channel (client gone) stops generation at the next token.
+fn spawn_generation(
+    state: Arc<AppState>,
+    slot: Slot,
+    reqs: Vec<generate::Request>,
+    tx: mpsc::Sender<Ev>,
+) {
+    tokio::task::spawn_blocking(move || {
+        let Some(exec) = slot.executor() else {
+            let _ = tx.blocking_send(Ev::Failed("no executor in the slot".into()));
+            return;
+        };
+        for (index, req) in reqs.iter().enumerate() {
+            let mut on_delta = |d: generate::Delta<'_>| {
+                tx.blocking_send(Ev::Delta {
+                    index,
+                    text: d.text.to_string(),
+                    logprobs: d.logprobs.to_vec(),
+                })
+                .is_ok()
+            };
+            match generate::run(exec, &state.tokenizer, req, &mut on_delta) {
+                Ok(outcome) => {
+                    let cancelled = outcome.finish == Finish::Cancelled;
+                    state.metrics.tokens(0, outcome.completion_tokens);
+                    if cancelled {
+                        state.metrics.cancelled();
+                    }
+                    if tx.blocking_send(Ev::Done { index, outcome }).is_err() || cancelled {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Ev::Failed(e.to_string()));
+                    return;
+                }
+            }
+        }
+        drop(slot);
+    });
+}
+
+fn usage(job: &Job, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": job.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": job.prompt_tokens + completion,
+    })
+}
+
+fn finish_str(f: Finish) -> &'static str {
+    f.as_str()
+}
+
+/// Chat `logprobs.content` entries.
+fn chat_logprobs(lps: &[TokenLogprob]) -> Value {
+    let content: Vec<Value> = lps
+        .iter()
+        .map(|t| {
+            json!({
+                "token": t.token,
+                "logprob": t.logprob,
+                "bytes": t.bytes,
+                "top_logprobs": t.top.iter().map(|a| json!({
+                    "token": a.token, "logprob": a.logprob, "bytes": a.bytes,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "content": content })
+}
+
+/// Completions `logprobs` (the legacy shape); `offset` is where this text starts.
+fn completion_logprobs(lps: &[TokenLogprob], mut offset: usize) -> Value {
+    let mut text_offset = Vec::with_capacity(lps.len());
+    for t in lps {
+        text_offset.push(offset);
+        offset += t.token.len();
+    }
+    json!({
+        "tokens": lps.iter().map(|t| t.token.clone()).collect::<Vec<_>>(),
+        "token_logprobs": lps.iter().map(|t| t.logprob).collect::<Vec<_>>(),
+        "top_logprobs": lps.iter().map(|t| {
+            t.top.iter().map(|a| (a.token.clone(), json!(a.logprob))).collect::<serde_json::Map<_, _>>()
+        }).collect::<Vec<_>>(),
+        "text_offset": text_offset,
+    })
+}
+
+/// Waits for every choice and answers one JSON object.
+async fn collect(
+    state: Arc<AppState>,
+    job: Job,
+    mut rx: mpsc::Receiver<Ev>,
+    t0: Instant,
+) -> Response {
+    let route = job.shape.route();
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; job.reqs.len()];
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Ev::Delta { .. } => {}
+            Ev::Done { index, outcome } => {
+                if let Some(o) = outcomes.get_mut(index) {
+                    *o = Some(outcome);
+                }
+            }
+            Ev::Failed(msg) => {
+                state
+                    .metrics
+                    .request(route, false, t0.elapsed().as_secs_f64());
+                return ApiError::internal(format!("generation failed: {msg}")).into_response();
+            }
+        }
+    }
+    let outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
+    if outcomes.len() != job.reqs.len() {
+        state
+            .metrics
+            .request(route, false, t0.elapsed().as_secs_f64());
+        if state
+            .shutting_down
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return ApiError::shutting_down().into_response();
+        }
+        return ApiError::internal("the generation ended before every choice was answered")
+            .into_response();
+    }
+    state.metrics.tokens(job.prompt_tokens, 0);
+    let completion: usize = outcomes.iter().map(|o| o.completion_tokens).sum();
+    let created = now_secs();
+    let body = match job.shape {
+        Shape::Completion => json!({
+            "id": new_id("cmpl"),
+            "object": "text_completion",
+            "created": created,
+            "model": state.model_id,
+            "choices": outcomes.iter().enumerate().map(|(i, o)| json!({
+                "index": i,
+                "text": o.text,
+                "logprobs": if job.want_logprobs { completion_logprobs(&o.logprobs, 0) } else { Value::Null },
+                "finish_reason": finish_str(o.finish),
+            })).collect::<Vec<_>>(),
+            "usage": usage(&job, completion),
+        }),
+        Shape::Chat => json!({
+            "id": new_id("chatcmpl"),
+            "object": "chat.completion",
+            "created": created,
+            "model": state.model_id,
+            "choices": outcomes.iter().enumerate().map(|(i, o)| json!({
+                "index": i,
+                "message": {"role": "assistant", "content": o.text},
+                "logprobs": if job.want_logprobs { chat_logprobs(&o.logprobs) } else { Value::Null },
+                "finish_reason": finish_str(o.finish),
+            })).collect::<Vec<_>>(),
+            "usage": usage(&job, completion),
+        }),
+        Shape::Responses => {
+            let o = &outcomes[0];
+            json!({
+                "id": new_id("resp"),
+                "object": "response",
+                "created_at": created,
+                "status": if o.finish == Finish::Length { "incomplete" } else { "completed" },
+                "incomplete_details": if o.finish == Finish::Length { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+                "error": null,
+                "model": state.model_id,
+                "output": [{
+                    "type": "message",
+                    "id": new_id("msg"),
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": o.text, "annotations": []}],
+                }],
+                "parallel_tool_calls": false,
+                "tool_choice": "auto",
+                "tools": [],
+                "usage": {
+                    "input_tokens": job.prompt_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": completion,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": job.prompt_tokens + completion,
+                },
+            })
+        }
+    };
+    state
+        .metrics
+        .request(route, true, t0.elapsed().as_secs_f64());
+    (StatusCode::OK, Json(body)).into_response()
+}
+
+/// Turns generation events into OpenAI stream chunks. Stops (dropping `rx`, which stops
+/// generation) as soon as the client is gone.
+async fn stream_events(
+    state: Arc<AppState>,
+    job: Job,
+    mut rx: mpsc::Receiver<Ev>,
+    tx: mpsc::Sender<Item>,
+    t0: Instant,
+) {
+    let route = job.shape.route();
+    let id = new_id(if job.shape == Shape::Chat {
+        "chatcmpl"
+    } else {
+        "cmpl"
+    });
+    let created = now_secs();
+    let model = state.model_id.clone();
+    let chunk = |choice: Value, usage: Option<Value>| {
+        let mut v = json!({
+            "id": id,
+            "object": if job.shape == Shape::Chat { "chat.completion.chunk" } else { "text_completion" },
+            "created": created,
+            "model": model,
+            "choices": if choice.is_null() { json!([]) } else { json!([choice]) },
+        });
+        if let Some(u) = usage {
+            v["usage"] = u;
+        }
+        v
+    };
+    let mut offsets = vec![0usize; job.reqs.len()];
+    let mut completion = 0usize;
+    let mut first = true;
+    if job.shape == Shape::Chat {
+        for index in 0..job.reqs.len() {
+            let c = json!({"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null});
+            if tx.send(Item::Json(chunk(c, None))).await.is_err() {
+                state
+                    .metrics
+                    .request(route, false, t0.elapsed().as_secs_f64());
+                return;
+            }
+        }
+    }
+    let mut ok = true;
+    while let Some(ev) = rx.recv().await {
+        let item = match ev {
+            Ev::Delta {
+                index,
+                text,
+                logprobs,
+            } => {
+                if first {
+                    state.metrics.first_token(t0.elapsed().as_secs_f64());
+                    first = false;
+                }
+                let lp = if !job.want_logprobs {
+                    Value::Null
+                } else if job.shape == Shape::Chat {
+                    chat_logprobs(&logprobs)
+                } else {
+                    completion_logprobs(&logprobs, offsets[index])
+                };
+                offsets[index] += text.len();
+                let c = if job.shape == Shape::Chat {
+                    json!({"index": index, "delta": {"content": text}, "logprobs": lp, "finish_reason": null})
+                } else {
+                    json!({"index": index, "text": text, "logprobs": lp, "finish_reason": null})
+                };
+                chunk(c, None)
+            }
+            Ev::Done { index, outcome } => {
+                completion += outcome.completion_tokens;
+                let c = if job.shape == Shape::Chat {
+                    json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": finish_str(outcome.finish)})
+                } else {
+                    json!({"index": index, "text": "", "logprobs": null, "finish_reason": finish_str(outcome.finish)})
+                };
+                chunk(c, None)
+            }
+            Ev::Failed(msg) => {
+                ok = false;
+                ApiError::internal(format!("generation failed: {msg}")).body()
+            }
+        };
+        if tx.send(Item::Json(item)).await.is_err() {
+            // The client is gone: dropping `rx` stops the generation.
+            state
+                .metrics
+                .request(route, false, t0.elapsed().as_secs_f64());
+            return;
+        }
+    }
+    state.metrics.tokens(job.prompt_tokens, 0);
+    if job.include_usage {
+        let _ = tx
+            .send(Item::Json(chunk(
+                Value::Null,
+                Some(usage(&job, completion)),
+            )))
+            .await;
+    }
+    let _ = tx.send(Item::Done).await;
+    state.metrics.request(route, ok, t0.elapsed().as_secs_f64());
+}

@@ -1,0 +1,104 @@
+//! What every request handler shares: the settings, the database (mapped model, shared
+//! tokenizer), the chat template, the decoding slots, sessions and metrics.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use lql::Database;
+use lql_exec::tokenizer::Tokenizer;
+use lql_storage::Model;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pool::Pool;
+use crate::sessions::Sessions;
+use crate::template::ChatTemplate;
+
+/// Shared server state.
+pub struct AppState {
+    pub config: Config,
+    pub db: Database,
+    /// The model's id on `/v1/models` (the name or path it was opened by).
+    pub model_id: String,
+    pub model: Arc<Model>,
+    pub tokenizer: Arc<Tokenizer>,
+    /// `None` when the model has no chat template (chat routes then answer 400).
+    pub template: Option<ChatTemplate>,
+    pub pool: Arc<Pool>,
+    pub sessions: Sessions,
+    pub metrics: Metrics,
+    /// Unix seconds at start (`created` of the model object).
+    pub started: u64,
+    /// The canonical `--allow-writes` folder.
+    pub write_dir: Option<PathBuf>,
+    /// Set once SIGTERM (or the shutdown future) arrived.
+    pub shutting_down: AtomicBool,
+}
+
+/// Unix time in seconds.
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl AppState {
+    /// Opens the model and builds everything a server needs.
+    pub fn open(config: Config) -> Result<AppState, String> {
+        let db = Database::open(&config.model).map_err(|e| e.to_string())?;
+        let (_, model) = db
+            .default_model()
+            .ok_or_else(|| "the model did not bind".to_string())?;
+        let tokenizer = db.default_tokenizer().map_err(|e| e.to_string())?;
+        let spec = model.tokenizer_spec().map_err(|e| e.to_string())?;
+        let text_of = |id: Option<u32>| {
+            id.and_then(|i| tokenizer.token_raw(i).map(str::to_string))
+                .unwrap_or_default()
+        };
+        let template = match spec.chat_template() {
+            Some(src) => Some(ChatTemplate::new(
+                src,
+                text_of(tokenizer.bos_id()),
+                text_of(tokenizer.eos_id()),
+            )?),
+            None => None,
+        };
+        let write_dir = match &config.allow_writes {
+            Some(d) => Some(
+                std::fs::canonicalize(d)
+                    .map_err(|e| format!("--allow-writes {}: {e}", d.display()))?,
+            ),
+            None => None,
+        };
+        let pool = Pool::new(
+            model.clone(),
+            config.parallel,
+            config.queue,
+            config.slot_threads(),
+        )?;
+        Ok(AppState {
+            model_id: config.model.clone(),
+            sessions: Sessions::new(config.max_sessions),
+            config,
+            db,
+            model,
+            tokenizer,
+            template,
+            pool: Arc::new(pool),
+            metrics: Metrics::default(),
+            started: now_secs(),
+            write_dir,
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    /// The most prompt tokens accepted.
+    pub fn prompt_limit(&self) -> usize {
+        let ctx = self.model.surface.context_length;
+        match self.config.max_prompt_tokens {
+            0 => ctx.saturating_sub(1),
+            n => n.min(ctx.saturating_sub(1)),
+        }
+    }
+}

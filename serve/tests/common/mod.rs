@@ -1,0 +1,63 @@
+//! Shared helpers of the server tests: a server on 127.0.0.1 (any free port) over the
+//! default real model, a blocking HTTP client, and the model's reference answers through an
+//! in-process connection.
+
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use lql_serve::{Config, Server};
+
+/// The default model's path (fetched into the cache on first use).
+pub fn model() -> String {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| lql_tests::default_model_path().display().to_string())
+        .clone()
+}
+
+/// A config for tests: port 0, two slots of one thread each.
+pub fn config() -> Config {
+    let mut c = Config::new(model());
+    c.port = 0;
+    c.parallel = 2;
+    c.threads_per_slot = 1;
+    c.shutdown_grace_s = 5;
+    c
+}
+
+pub fn start(config: Config) -> Server {
+    Server::start(config).expect("the server starts")
+}
+
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(300))
+        .build()
+        .expect("client")
+}
+
+/// POSTs JSON, returns (status, body as JSON).
+pub fn post(url: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let r = client().post(url).json(&body).send().expect("request");
+    let status = r.status().as_u16();
+    let text = r.text().expect("body");
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (status, v)
+}
+
+/// A reference connection on the same model.
+pub fn reference() -> lql::Connection {
+    lql::Connection::open(model()).expect("open the model")
+}
+
+/// `GENERATE prompt MAX n TEMPERATURE 0` through the engine: the text.
+pub fn generate_greedy(conn: &lql::Connection, prompt: &str, max: usize) -> String {
+    let rows = conn
+        .execute(&format!(
+            "GENERATE {} MAX {max} TEMPERATURE 0",
+            lql::quote(prompt)
+        ))
+        .expect("GENERATE");
+    let row = rows.iter().next().expect("one row");
+    row.get::<String>("text").expect("text")
+}

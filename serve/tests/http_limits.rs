@@ -1,0 +1,200 @@
+//! Faults and limits: invalid JSON → 400, a 100 MB body → 413, a wrong API key → 401 (all
+//! with the standard error shape), a full queue → 429, a client killed mid-stream frees its
+//! slot within a second, unknown routes → 404 JSON, /health and /metrics.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+fn assert_standard_error(v: &serde_json::Value) {
+    let e = &v["error"];
+    assert!(e["message"].is_string(), "{v}");
+    assert!(e["type"].is_string(), "{v}");
+    assert!(e["code"].is_string(), "{v}");
+    assert!(e.get("param").is_some(), "{v}");
+}
+
+#[test]
+fn invalid_json_is_400_with_the_standard_shape() {
+    let s = common::start(common::config());
+    let r = common::client()
+        .post(format!("{}/v1/completions", s.url()))
+        .header("content-type", "application/json")
+        .body("{\"prompt\": ")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: serde_json::Value = r.json().unwrap();
+    assert_standard_error(&v);
+    assert_eq!(v["error"]["code"], "invalid_json");
+}
+
+/// Sends headers announcing `len` bytes and part of the body; returns the status line.
+fn raw_post_status(addr: std::net::SocketAddr, path: &str, len: usize) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+    )
+    .unwrap();
+    // Part of the body: the server must answer without reading all of it.
+    let chunk = vec![b' '; 1 << 20];
+    for _ in 0..8 {
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text.lines().next().unwrap_or("").to_string();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+#[test]
+fn a_100_mb_body_is_413() {
+    let s = common::start(common::config());
+    let (status, body) = raw_post_status(s.addr, "/v1/chat/completions", 100 << 20);
+    assert!(status.contains(" 413 "), "{status}");
+    let v: serde_json::Value = serde_json::from_str(body.trim()).unwrap_or_else(|_| {
+        // A chunked body: take the JSON object inside it.
+        let start = body.find('{').unwrap();
+        let end = body.rfind('}').unwrap();
+        serde_json::from_str(&body[start..=end]).unwrap()
+    });
+    assert_standard_error(&v);
+    assert_eq!(v["error"]["code"], "request_too_large");
+}
+
+#[test]
+fn api_key_is_enforced() {
+    let mut c = common::config();
+    c.api_key = Some("sekrit".into());
+    let s = common::start(c);
+    let url = format!("{}/v1/models", s.url());
+    let r = common::client().get(&url).send().unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert_standard_error(&r.json().unwrap());
+    let r = common::client()
+        .get(&url)
+        .bearer_auth("wrong")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let r = common::client()
+        .get(&url)
+        .bearer_auth("sekrit")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    // /health answers without a key (for probes).
+    let r = common::client()
+        .get(format!("{}/health", s.url()))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+fn health(url: &str) -> serde_json::Value {
+    common::client()
+        .get(format!("{url}/health"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
+/// Starts a long streaming completion and returns its connection once the first token
+/// arrived.
+fn start_stream(addr: std::net::SocketAddr) -> TcpStream {
+    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 2000, "temperature": 0, "stream": true}).to_string();
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("data: {") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "stream ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    s
+}
+
+#[test]
+fn full_queue_is_429_and_a_killed_client_frees_its_slot() {
+    let mut c = common::config();
+    c.parallel = 1;
+    c.queue = 0;
+    let s = common::start(c);
+    let url = s.url();
+    let stream = start_stream(s.addr);
+    assert_eq!(health(&url)["slots_busy"], 1);
+    let (st, v) = common::post(
+        &format!("{url}/v1/completions"),
+        json!({"prompt": "x", "max_tokens": 1}),
+    );
+    assert_eq!(st, 429, "{v}");
+    assert_standard_error(&v);
+    // Kill the client: the slot is free again within a second.
+    drop(stream);
+    let t = Instant::now();
+    while health(&url)["slots_busy"] != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "the slot was not freed within 1 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (st, _) = common::post(
+        &format!("{url}/v1/completions"),
+        json!({"prompt": "x", "max_tokens": 1}),
+    );
+    assert_eq!(st, 200);
+    let m = common::client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(m.contains("lql_rejected_busy_total 1"), "{m}");
+    assert!(m.contains("lql_cancelled_total 1"), "{m}");
+    assert!(
+        m.contains("lql_request_duration_seconds_bucket{route=\"completions\",le=\"+Inf\"}"),
+        "{m}"
+    );
+    assert!(m.contains("# TYPE lql_queue_depth gauge"), "{m}");
+}
+
+#[test]
+fn unknown_routes_and_prompts_over_the_limit() {
+    let mut c = common::config();
+    c.max_prompt_tokens = 8;
+    let s = common::start(c);
+    let r = common::client()
+        .get(format!("{}/v2/nothing", s.url()))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    assert_standard_error(&r.json().unwrap());
+    let (st, v) = common::post(
+        &format!("{}/v1/completions", s.url()),
+        json!({"prompt": "one two three four five six seven eight nine ten eleven twelve"}),
+    );
+    assert_eq!(st, 400);
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+}
