@@ -182,6 +182,22 @@ impl Cx<'_> {
     }
 }
 
+/// Whether a statement reads the bound model's mapped files (so a file changed since USE
+/// must refuse it). USE binds anew; VERIFY and EXTRACT read files themselves (VERIFY reports
+/// a changed container as FAILED rows); the schema and catalogue statements read no model.
+fn reads_bound_model(plan: &LogicalPlan) -> bool {
+    use lql_planner::{ExplainMode, ShowWhat};
+    match plan {
+        LogicalPlan::Use(_)
+        | LogicalPlan::Verify { .. }
+        | LogicalPlan::Extract(_)
+        | LogicalPlan::DescribeTable { .. } => false,
+        LogicalPlan::Show(s) => !matches!(s.what, ShowWhat::Models | ShowWhat::Tables),
+        LogicalPlan::Explain(e) => e.mode != ExplainMode::Plan && reads_bound_model(&e.inner),
+        _ => true,
+    }
+}
+
 /// The lql columns of a planner schema.
 pub(crate) fn columns_of(defs: &[lql_planner::ColumnDef]) -> Vec<Column> {
     defs.iter()
@@ -269,7 +285,7 @@ impl Engine {
         lql_planner::check_built(&p.stmt, &p.logical)?;
         // A mapped file replaced or truncated since USE would give wrong answers or SIGBUS.
         if let Some(b) = &self.bound {
-            if !matches!(p.logical, LogicalPlan::Use(_)) {
+            if reads_bound_model(&p.logical) {
                 b.model().check_unchanged().map_err(|e| {
                     Error::from(e)
                         .with_code("LQL-E0502")

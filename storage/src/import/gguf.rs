@@ -105,6 +105,9 @@ pub struct PartialSpan {
     pub embeddings: bool,
     /// Whether the final norm and head are held.
     pub output: bool,
+    /// The layer count the (validated) package manifest declares; the fragments' block
+    /// count must equal it before anything is sized by it.
+    pub declared_layers: usize,
 }
 
 /// Judge a model whose metadata is `meta` and whose tensors are spread over `parts` (one
@@ -253,7 +256,21 @@ pub fn from_parts(
         special,
     };
     validate::check_surface(&path, &surface)?;
-    validate::check_layer_count(&path, &k("block_count"), &surface, operands.len())?;
+    match span {
+        None => validate::check_layer_count(&path, &k("block_count"), &surface, operands.len())?,
+        Some(sp) if surface.n_layers != sp.declared_layers => {
+            return Err(StorageError::Format {
+                path: path.clone(),
+                offset: 0,
+                field: k("block_count"),
+                message: format!(
+                    "{} layers, but the package manifest declares {}",
+                    surface.n_layers, sp.declared_layers
+                ),
+            })
+        }
+        Some(_) => {}
+    }
     match span {
         None => validate::check_operands(&path, &surface, &operands, tensor_name)?,
         Some(sp) => validate::check_operands_where(

@@ -94,11 +94,14 @@ pub fn check_operands(
     operands: &BTreeMap<OperandKey, Operand>,
     name_of: impl Fn(OperandKey) -> String,
 ) -> Result<()> {
+    // Nothing is sized by the declared layer count before it is checked against the table.
+    check_layer_count(path, "layer count", s, operands.len())?;
     check_operands_where(path, s, operands, name_of, |_| true)
 }
 
 /// [`check_operands`] over the required operands `wanted` keeps (a pipeline stage holds
-/// only its layers and boundaries); an operand outside them is still refused.
+/// only its layers and boundaries); an operand outside them is still refused. The caller
+/// has bounded the surface's layer count (a stage: by its validated manifest).
 pub fn check_operands_where(
     path: &Path,
     s: &ExecutionSurface,
@@ -106,8 +109,6 @@ pub fn check_operands_where(
     name_of: impl Fn(OperandKey) -> String,
     wanted: impl Fn(&OperandKey) -> bool,
 ) -> Result<()> {
-    // Nothing is sized by the declared layer count before it is checked against the table.
-    check_layer_count(path, "layer count", s, operands.len())?;
     let required: Vec<OperandKey> = s
         .required_keys()
         .into_iter()

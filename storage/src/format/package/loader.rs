@@ -159,6 +159,7 @@ pub fn open_package(
         last: last as usize,
         embeddings,
         output,
+        declared_layers: m.layer_count as usize,
     };
     let model = crate::import::gguf::from_parts(&files[0], &files, dir.to_path_buf(), Some(span))?;
     if model.surface.n_layers as u64 != m.layer_count {
