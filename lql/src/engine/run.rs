@@ -151,10 +151,7 @@ pub(crate) fn head(cx: &mut Cx<'_>, input: Datum, r: &mut Run, cost: &mut Cost) 
     };
     let exec = cx.executor()?;
     head_cost(cx.model()?.as_ref(), cost);
-    let logits = exec.head(&residual)?;
-    if let Err(e) = check_finite(&logits.values, "the output head's logits") {
-        return Err(locate_non_finite(&exec, &tokens).unwrap_or(e));
-    }
+    let logits = finite_head(&exec, &residual, &tokens)?;
     let Some(cap) = capture else {
         return Ok(Datum::Logits(logits));
     };
@@ -185,6 +182,20 @@ pub(crate) fn check_finite(values: &[f32], what: &str) -> Result<()> {
         )
         .with_code("LQL-E0801")),
     }
+}
+
+/// The head's logits over `residual`, refused when not finite, naming where the pass over
+/// `ids` first stopped being finite (Head and DecodeLoop both end their pass here).
+fn finite_head(
+    exec: &lql_exec::Executor,
+    residual: &[f32],
+    ids: &[u32],
+) -> Result<lql_exec::Logits> {
+    let logits = exec.head(residual)?;
+    if let Err(e) = check_finite(&logits.values, "the output head's logits") {
+        return Err(locate_non_finite(exec, ids).unwrap_or(e));
+    }
+    Ok(logits)
 }
 
 /// Finds where a forward pass over `ids` first stops being finite (the embedding, a layer's
@@ -259,10 +270,7 @@ pub(crate) fn decode_loop(
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
     let model = cx.model()?;
-    let first = exec.head(&residual)?;
-    if let Err(e) = check_finite(&first.values, "the output head's logits") {
-        return Err(locate_non_finite(&exec, session.tokens()).unwrap_or(e));
-    }
+    let first = finite_head(&exec, &residual, session.tokens())?;
     let opts = GenerateOptions {
         max_tokens,
         sampling: Sampling {
