@@ -97,8 +97,8 @@ pub enum StatementKind {
     Compile(Compile),
     Extract(Extract),
     Compact(Compact),
-    /// `VERIFY ["container"]`
-    Verify(Option<Spanned<String>>),
+    /// `VERIFY ["container" [AGAINST "source"]]`
+    Verify(Verify),
     Show(Show),
     /// `STATS`
     Stats,
@@ -114,6 +114,12 @@ pub enum StatementKind {
     ExplainAnalyze(Box<Statement>),
     /// `DESCRIBE TABLE name`: a virtual table's columns.
     DescribeTable(Spanned<Table>),
+    /// `RUN STAGE "prompt" | FROM "h.bin" INTO "out.bin"`: one pipeline stage of a bound
+    /// layer package, from a prompt or the previous stage's activations.
+    RunStage(RunStage),
+    /// `INFER FROM "h.bin" [TOP n]`: the last stage of a layer package, from the previous
+    /// stage's activations to next-token probabilities.
+    InferFrom(InferFrom),
 }
 
 impl StatementKind {
@@ -145,6 +151,8 @@ impl StatementKind {
             StatementKind::ExplainPlan(_) => "EXPLAIN PLAN",
             StatementKind::ExplainAnalyze(_) => "EXPLAIN ANALYZE",
             StatementKind::DescribeTable(_) => "DESCRIBE TABLE",
+            StatementKind::RunStage(_) => "RUN STAGE",
+            StatementKind::InferFrom(_) => "INFER FROM",
         }
     }
 }
@@ -182,6 +190,37 @@ pub struct Infer {
     pub prompt: Spanned<String>,
     pub top: Option<Spanned<i64>>,
     pub generate: Option<Spanned<i64>>,
+}
+
+/// `VERIFY ["container" [AGAINST "source"]]`; no target: the bound model.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Verify {
+    pub target: Option<Spanned<String>>,
+    /// The source the target was made from (a layer package against its GGUF).
+    pub against: Option<Spanned<String>>,
+}
+
+/// What a pipeline stage starts from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum StageSource {
+    /// A prompt (the stage owns the input boundary).
+    Prompt(Spanned<String>),
+    /// `FROM "h.bin"`: the previous stage's activation file.
+    File(Spanned<String>),
+}
+
+/// `RUN STAGE "prompt" | FROM "h.bin" INTO "out.bin"`
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RunStage {
+    pub input: StageSource,
+    pub into: Spanned<String>,
+}
+
+/// `INFER FROM "h.bin" [TOP n]`
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct InferFrom {
+    pub file: Spanned<String>,
+    pub top: Option<Spanned<i64>>,
 }
 
 /// `GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "…", …]`
@@ -434,6 +473,8 @@ pub enum ShowWhat {
     Patches,
     /// The virtual tables that answer SELECT.
     Tables,
+    /// The bound layer package: identity, ABI, stage, artifacts, generation policy.
+    Package,
 }
 
 /// A literal value.
@@ -688,6 +729,9 @@ fields!(Extract {
     source_revision
 });
 fields!(Compact { container, into });
+fields!(Verify { target, against });
+fields!(RunStage { input, into });
+fields!(InferFrom { file, top });
 fields!(Show { what, like });
 fields!(Expr { kind, span });
 
@@ -695,6 +739,13 @@ impl SpanVisit for UseSource {
     fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
         match self {
             UseSource::Path(s) | UseSource::Model(s) => s.visit_spans(f),
+        }
+    }
+}
+impl SpanVisit for StageSource {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        match self {
+            StageSource::Prompt(s) | StageSource::File(s) => s.visit_spans(f),
         }
     }
 }
@@ -732,6 +783,8 @@ impl SpanVisit for StatementKind {
             | StatementKind::ExplainPlan(s)
             | StatementKind::ExplainAnalyze(s) => s.visit_spans(f),
             StatementKind::DescribeTable(t) => f(&mut t.span),
+            StatementKind::RunStage(s) => s.visit_spans(f),
+            StatementKind::InferFrom(s) => s.visit_spans(f),
             StatementKind::SavePatch | StatementKind::Stats => {}
         }
     }

@@ -5,7 +5,7 @@
 pub const STATEMENT_KEYWORDS: &[&str] = &[
     "USE", "INFER", "GENERATE", "WALK", "DESCRIBE", "SELECT", "TRACE", "INSERT", "DELETE",
     "UPDATE", "BEGIN", "SAVE", "APPLY", "REMOVE", "DIFF", "COMPILE", "EXTRACT", "COMPACT",
-    "VERIFY", "SHOW", "STATS", "TOKENIZE", "EXPLAIN",
+    "VERIFY", "SHOW", "STATS", "TOKENIZE", "EXPLAIN", "RUN",
 ];
 
 /// Every keyword and choice word of LQL, upper case (matching is case-insensitive).
@@ -75,6 +75,9 @@ pub const KEYWORDS: &[&str] = &[
     "SOURCE_REVISION",
     "COMPACT",
     "VERIFY",
+    "AGAINST",
+    "RUN",
+    "STAGE",
     "SHOW",
     "STATS",
     "TOKENIZE",

@@ -152,6 +152,7 @@ impl Display for ShowWhat {
             ShowWhat::Profiles => "PROFILES",
             ShowWhat::Patches => "PATCHES",
             ShowWhat::Tables => "TABLES",
+            ShowWhat::Package => "PACKAGE",
         })
     }
 }
@@ -477,10 +478,10 @@ impl Display for StatementKind {
             }
             StatementKind::Verify(v) => {
                 f.write_str("VERIFY")?;
-                if let Some(v) = v {
-                    write!(f, " {}", Q(&v.value))?;
+                if let Some(t) = &v.target {
+                    write!(f, " {}", Q(&t.value))?;
                 }
-                Ok(())
+                opt_str(f, "AGAINST", &v.against)
             }
             StatementKind::Show(s) => {
                 write!(f, "SHOW {}", s.what.value)?;
@@ -492,6 +493,17 @@ impl Display for StatementKind {
             StatementKind::ExplainPlan(inner) => write!(f, "EXPLAIN PLAN {inner}"),
             StatementKind::ExplainAnalyze(inner) => write!(f, "EXPLAIN ANALYZE {inner}"),
             StatementKind::DescribeTable(t) => write!(f, "DESCRIBE TABLE {}", t.value.name()),
+            StatementKind::RunStage(r) => {
+                match &r.input {
+                    StageSource::Prompt(p) => write!(f, "RUN STAGE {}", Q(&p.value))?,
+                    StageSource::File(h) => write!(f, "RUN STAGE FROM {}", Q(&h.value))?,
+                }
+                write!(f, " INTO {}", Q(&r.into.value))
+            }
+            StatementKind::InferFrom(i) => {
+                write!(f, "INFER FROM {}", Q(&i.file.value))?;
+                opt_int(f, "TOP", &i.top)
+            }
         }
     }
 }

@@ -74,6 +74,11 @@ const EXAMPLES: &[&str] = &[
     r#"COMPACT "c.vindex" INTO "d.vindex""#,
     "VERIFY",
     r#"VERIFY "c.vindex""#,
+    r#"VERIFY "pkg" AGAINST "src.gguf""#,
+    r#"RUN STAGE "The capital of France is" INTO "h1.bin""#,
+    r#"RUN STAGE FROM "h1.bin" INTO "h2.bin""#,
+    r#"INFER FROM "h2.bin" TOP 3"#,
+    "SHOW PACKAGE",
     // introspect
     "SHOW MODELS",
     "SHOW LAYERS",

@@ -1,14 +1,15 @@
 //! AST → LogicalPlan: fills defaults, checks every value against the bound model's facts
 //! and refuses with the span of the clause at fault.
 
-use crate::catalog::{Catalog, ModelFacts};
+use crate::catalog::{Catalog, ModelFacts, SourceKind};
 use crate::error::PlanError;
 use crate::logical::*;
 use crate::pushdown::{columns_in, expr_size, int_domain};
 use crate::schema::{self, ColumnDef};
 use crate::typecheck::check_predicate;
 use lql_grammar::{
-    self as g, suggest, Ident, LayerSpec, SelectList, Span, Spanned, Statement, StatementKind,
+    self as g, suggest, Ident, LayerSpec, SelectList, Span, Spanned, StageSource, Statement,
+    StatementKind,
 };
 
 type Result<T> = std::result::Result<T, PlanError>;
@@ -132,21 +133,83 @@ impl Binder {
                     .map(|p| path(p, "output path"))
                     .transpose()?,
             },
-            K::Verify(v) => match v {
+            K::Verify(v) => match &v.target {
                 Some(p) => LogicalPlan::Verify {
                     container: Some(path(p, "container path")?),
+                    against: v
+                        .against
+                        .as_ref()
+                        .map(|a| path(a, "source path"))
+                        .transpose()?,
                 },
                 None => {
                     self.model()?;
-                    LogicalPlan::Verify { container: None }
+                    LogicalPlan::Verify {
+                        container: None,
+                        against: None,
+                    }
                 }
             },
+            K::RunStage(r) => {
+                let m = self.package_stage("RUN STAGE")?;
+                let input = match &r.input {
+                    StageSource::Prompt(p) => {
+                        if m.layer_bounds().0 != 0 {
+                            return Err(PlanError::semantic(
+                                format!(
+                                    "this stage starts at layer {}: it runs FROM the previous stage's activations, not from a prompt",
+                                    m.layer_bounds().0
+                                ),
+                                p.span,
+                            )
+                            .with_help("RUN STAGE FROM \"h.bin\" INTO \"out.bin\""));
+                        }
+                        StageInput::Prompt(p.value.clone())
+                    }
+                    StageSource::File(h) => StageInput::File(path(h, "activation file")?),
+                };
+                if m.layer_bounds().1 + 1 == m.n_layers {
+                    return Err(PlanError::semantic(
+                        "this stage owns the output head: it ends in next-token probabilities, not activations",
+                        r.into.span,
+                    )
+                    .with_help("INFER FROM \"h.bin\" (or INFER \"prompt\" on a whole model)"));
+                }
+                LogicalPlan::RunStage {
+                    input,
+                    into: path(&r.into, "output file")?,
+                }
+            }
+            K::InferFrom(i) => {
+                let m = self.package_stage("INFER FROM")?;
+                if m.layer_bounds().1 + 1 != m.n_layers {
+                    return Err(PlanError::semantic(
+                        format!(
+                            "this stage ends at layer {} of {}: only the last stage turns activations into probabilities",
+                            m.layer_bounds().1,
+                            m.n_layers
+                        ),
+                        i.file.span,
+                    )
+                    .with_help("RUN STAGE FROM \"h.bin\" INTO \"out.bin\" hands this stage's output on"));
+                }
+                LogicalPlan::InferFrom {
+                    file: path(&i.file, "activation file")?,
+                    top: match &i.top {
+                        Some(t) => positive(t, "TOP", Some((m.vocab, "the vocabulary size")))?,
+                        None => DEFAULT_INFER_TOP.min(m.vocab.max(1)),
+                    },
+                }
+            }
             K::Show(s) => {
                 if !matches!(
                     s.what.value,
                     ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables
                 ) {
                     self.model()?;
+                }
+                if s.what.value == ShowWhat::Package {
+                    self.package_stage("SHOW PACKAGE")?;
                 }
                 LogicalPlan::Show(ShowPlan {
                     what: s.what.value,
@@ -198,6 +261,22 @@ impl Binder {
                 .with_label(self.stmt_span, "this statement needs a model")
                 .with_help("USE \"path/to/model.gguf\" or USE MODEL \"name\" binds one")
         })
+    }
+
+    /// The bound model, which must be a layer package (a stage or the whole of one).
+    fn package_stage(&self, what: &str) -> Result<&ModelFacts> {
+        let m = self.model()?;
+        if m.source != SourceKind::Package {
+            return Err(PlanError::semantic(
+                format!(
+                    "{what} runs a stage of a layer package; {} is a {}",
+                    m.name, m.source
+                ),
+                self.stmt_span,
+            )
+            .with_help("bind one stage: USE \"dir\" LAYERS 0-9"));
+        }
+        Ok(m)
     }
 
     fn tokenizer(&self) -> Result<&ModelFacts> {

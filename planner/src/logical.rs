@@ -309,9 +309,21 @@ pub enum LogicalPlan {
         container: String,
         into: Option<String>,
     },
-    /// None: verify the bound model's container.
+    /// None: verify the bound model's container. `against`: the source it was made from.
     Verify {
         container: Option<String>,
+        against: Option<String>,
+    },
+    /// One pipeline stage of the bound layer package, its hidden states written to `into`.
+    RunStage {
+        input: StageInput,
+        into: String,
+    },
+    /// The last stage of the bound layer package, from an activation file to the `top`
+    /// most likely next tokens.
+    InferFrom {
+        file: String,
+        top: usize,
     },
     Show(ShowPlan),
     Stats,
@@ -322,6 +334,24 @@ pub enum LogicalPlan {
         table: Table,
     },
     Explain(ExplainPlan),
+}
+
+/// What a pipeline stage starts from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum StageInput {
+    /// A prompt (the stage owns layer 0).
+    Prompt(String),
+    /// The previous stage's activation file.
+    File(String),
+}
+
+impl std::fmt::Display for StageInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StageInput::Prompt(p) => write!(f, "prompt {p:?}"),
+            StageInput::File(h) => write!(f, "activations {h:?}"),
+        }
+    }
 }
 
 /// How EXPLAIN shows a statement.
@@ -368,6 +398,8 @@ impl LogicalPlan {
             LogicalPlan::Extract(_) => "EXTRACT",
             LogicalPlan::Compact { .. } => "COMPACT",
             LogicalPlan::Verify { .. } => "VERIFY",
+            LogicalPlan::RunStage { .. } => "RUN STAGE",
+            LogicalPlan::InferFrom { .. } => "INFER FROM",
             LogicalPlan::Show(_) => "SHOW",
             LogicalPlan::Stats => "STATS",
             LogicalPlan::Tokenize { .. } => "TOKENIZE",

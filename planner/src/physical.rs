@@ -169,9 +169,17 @@ pub enum Operator {
         container: String,
         into: Option<String>,
     },
-    /// Re-hashes payloads and checks declared against encoded operands.
+    /// Re-hashes payloads and checks declared against encoded operands (and, with
+    /// `against`, against the source they were made from).
     Verify {
         container: Option<String>,
+        against: Option<String>,
+    },
+    /// Runs the bound layer-package stage from a prompt or an activation file: its hidden
+    /// states go to `into`, or, for the last stage (`into: None`), its logits go on.
+    Stage {
+        input: StageInput,
+        into: Option<String>,
     },
     /// Catalogue / container introspection.
     Inspect {
@@ -519,9 +527,22 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             container: container.clone(),
             into: into.clone(),
         }],
-        LogicalPlan::Verify { container } => vec![O::Verify {
+        LogicalPlan::Verify { container, against } => vec![O::Verify {
             container: container.clone(),
+            against: against.clone(),
         }],
+        LogicalPlan::RunStage { input, into } => vec![O::Stage {
+            input: input.clone(),
+            into: Some(into.clone()),
+        }],
+        LogicalPlan::InferFrom { file, top } => vec![
+            O::Stage {
+                input: StageInput::File(file.clone()),
+                into: None,
+            },
+            O::TopK { k: *top },
+            O::Detokenize,
+        ],
         LogicalPlan::Show(s) => vec![O::Inspect {
             what: format!("SHOW {}", s.what),
             like: s.like.clone(),
@@ -774,10 +795,23 @@ impl fmt::Display for Operator {
                 }
                 Ok(())
             }
-            O::Verify { container } => match container {
-                Some(c) => write!(f, "Verify {}", quote(c)),
-                None => f.write_str("Verify current"),
-            },
+            O::Verify { container, against } => {
+                match container {
+                    Some(c) => write!(f, "Verify {}", quote(c))?,
+                    None => f.write_str("Verify current")?,
+                }
+                match against {
+                    Some(a) => write!(f, " against={}", quote(a)),
+                    None => Ok(()),
+                }
+            }
+            O::Stage { input, into } => {
+                write!(f, "Stage from={input}")?;
+                match into {
+                    Some(p) => write!(f, " into={}", quote(p)),
+                    None => f.write_str(" head"),
+                }
+            }
             O::Inspect { what, like } => {
                 write!(f, "Inspect {what}")?;
                 if let Some(l) = like {

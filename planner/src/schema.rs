@@ -155,6 +155,26 @@ const INFER: Spec = &[
     ("prob", Float, "softmax probability over the vocabulary"),
     ("logit", Float, "raw logit"),
 ];
+const RUN_STAGE: Spec = &[
+    ("path", Text, "the activation file written"),
+    ("tokens", Int, "positions it holds"),
+    ("layers", Text, "layers this stage ran (a-b)"),
+    ("next_layer", Int, "first layer of the stage that takes it"),
+];
+const SHOW_PACKAGE: Spec = &[
+    (
+        "item",
+        Text,
+        "identity, abi, stage, artifact, projector or policy",
+    ),
+    ("name", Text, "the field, artifact path or policy field"),
+    ("value", Text, "its value (an artifact's size in bytes)"),
+    (
+        "detail",
+        Text,
+        "verification state, or how this runtime resolves a policy",
+    ),
+];
 const GENERATE: Spec = &[
     ("text", Text, "the generated text"),
     ("token_ids", List, "generated token ids"),
@@ -302,6 +322,7 @@ pub fn show_columns(what: ShowWhat) -> Vec<ColumnDef> {
         ShowWhat::Components => SHOW_COMPONENTS,
         ShowWhat::Representations => SHOW_REPRESENTATIONS,
         ShowWhat::Tables => SHOW_TABLES,
+        ShowWhat::Package => SHOW_PACKAGE,
         ShowWhat::Profiles | ShowWhat::Patches => STATUS,
     })
 }
@@ -364,7 +385,8 @@ pub fn trace_columns(t: &TracePlan) -> Vec<ColumnDef> {
 pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
     match plan {
         LogicalPlan::Use(_) => use_columns(),
-        LogicalPlan::Infer(_) => defs(INFER),
+        LogicalPlan::Infer(_) | LogicalPlan::InferFrom { .. } => defs(INFER),
+        LogicalPlan::RunStage { .. } => defs(RUN_STAGE),
         LogicalPlan::Generate(_) => defs(GENERATE),
         LogicalPlan::Walk(_) => defs(WALK),
         LogicalPlan::Describe(_) => defs(DESCRIBE),

@@ -64,7 +64,16 @@ fn classify_kind(kind: &StatementKind) -> Access {
         StatementKind::SavePatch => return Access::SavePatch,
         StatementKind::BeginPatch(p) => write.push(p.value.clone()),
         StatementKind::ApplyPatch(p) | StatementKind::RemovePatch(p) => read.push(p.value.clone()),
-        StatementKind::Verify(Some(p)) => read.push(p.value.clone()),
+        StatementKind::Verify(v) => {
+            read.extend(v.target.iter().chain(&v.against).map(|p| p.value.clone()))
+        }
+        StatementKind::RunStage(r) => {
+            if let lql_grammar::StageSource::File(h) = &r.input {
+                read.push(h.value.clone());
+            }
+            write.push(r.into.value.clone());
+        }
+        StatementKind::InferFrom(i) => read.push(i.file.value.clone()),
         StatementKind::Trace(t) => {
             if let Some(p) = &t.save {
                 write.push(p.value.clone());

@@ -1,7 +1,8 @@
 //! Layer packages through the engine: `USE "dir" LAYERS a-b` maps only the stage's
 //! artifacts, INFER refuses a partial stage, the whole package answers INFER like the GGUF,
 //! `Connection::run_stage` chains three stages to the whole model's logits, and VERIFY on
-//! a package folder reports every check.
+//! a package folder reports every check. The same stages as statements: `RUN STAGE … INTO`,
+//! `RUN STAGE FROM … INTO`, `INFER FROM`; `SHOW PACKAGE`; `VERIFY "dir" AGAINST "src"`.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -133,4 +134,128 @@ fn extract_format_package_writes_a_package_that_verifies() {
         ))
         .unwrap_err();
     assert!(err.to_string().contains("not empty"), "{err}");
+}
+
+#[test]
+fn run_stage_and_infer_from_statements_match_the_whole_model() {
+    let t = tempfile::tempdir().unwrap();
+    let (h1, h2) = (t.path().join("h1.bin"), t.path().join("h2.bin"));
+    let stage = |layers: &str| {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute(&format!("USE {} LAYERS {layers}", q(package())))
+            .unwrap();
+        c
+    };
+    let first = stage("0-9");
+    let r = first
+        .execute(&format!(
+            "RUN STAGE \"The capital of France is\" INTO {}",
+            q(&h1)
+        ))
+        .unwrap();
+    assert_eq!(r.column_names(), ["path", "tokens", "layers", "next_layer"]);
+    assert_eq!(r.rows[0][2], lql::Value::from("0-9"));
+    assert_eq!(r.rows[0][3], lql::Value::from(10i64));
+    stage("10-19")
+        .execute(&format!("RUN STAGE FROM {} INTO {}", q(&h1), q(&h2)))
+        .unwrap();
+    let last = stage("20-29");
+    let got = last
+        .execute(&format!("INFER FROM {} TOP 5", q(&h2)))
+        .unwrap();
+    let whole = Connection::open(lql_tests::default_model_path().display().to_string()).unwrap();
+    let want = whole
+        .execute("INFER \"The capital of France is\" TOP 5")
+        .unwrap();
+    assert_eq!(
+        got, want,
+        "three stages give the whole model's answer bit for bit"
+    );
+
+    // Each statement refuses where the bound stage cannot run it, with a code.
+    let e = last
+        .execute(&format!("RUN STAGE FROM {} INTO {}", q(&h2), q(&h1)))
+        .unwrap_err();
+    assert_eq!(e.code(), "LQL-E0201", "{e}");
+    assert!(e.to_string().contains("output head"), "{e}");
+    let e = first
+        .execute(&format!("INFER FROM {}", q(&h1)))
+        .unwrap_err();
+    assert!(e.to_string().contains("ends at layer 9"), "{e}");
+    let e = stage("10-19")
+        .execute(&format!("RUN STAGE \"hi\" INTO {}", q(&h2)))
+        .unwrap_err();
+    assert!(e.to_string().contains("starts at layer 10"), "{e}");
+    let e = whole
+        .execute(&format!("INFER FROM {}", q(&h2)))
+        .unwrap_err();
+    assert!(e.to_string().contains("layer package"), "{e}");
+    // Another stage's activations are refused by name.
+    let e = last.execute(&format!("INFER FROM {}", q(&h1))).unwrap_err();
+    assert!(e.to_string().contains("activation_boundary"), "{e}");
+}
+
+#[test]
+fn show_package_reports_identity_stage_and_verified_artifacts() {
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!("USE {} LAYERS 20-29", q(package())))
+        .unwrap();
+    let rows = c.execute("SHOW PACKAGE").unwrap();
+    assert_eq!(rows.column_names(), ["item", "name", "value", "detail"]);
+    let find = |item: &str, name: &str| {
+        rows.rows
+            .iter()
+            .find(|r| r[0] == lql::Value::from(item) && r[1] == lql::Value::from(name))
+            .unwrap_or_else(|| panic!("no {item} {name} row"))
+            .clone()
+    };
+    assert_eq!(
+        find("identity", "model_id")[2],
+        lql::Value::from("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1")
+    );
+    assert_eq!(find("stage", "layers")[2], lql::Value::from("20-29"));
+    let arts: Vec<_> = rows
+        .rows
+        .iter()
+        .filter(|r| r[0] == lql::Value::from("artifact"))
+        .collect();
+    // Exactly what the binding mapped (metadata, ten layers, the head's artifacts).
+    let mapped = c.bound_package_files().unwrap();
+    assert_eq!(arts.len(), mapped.len());
+    assert!(arts
+        .iter()
+        .zip(&mapped)
+        .all(|(r, f)| r[1] == lql::Value::from(f.as_str())));
+    assert!(arts
+        .iter()
+        .all(|r| r[3].to_string().contains("sha256 verified")));
+    let e = Connection::open(lql_tests::default_model_path().display().to_string())
+        .unwrap()
+        .execute("SHOW PACKAGE")
+        .unwrap_err();
+    assert!(e.to_string().contains("layer package"), "{e}");
+}
+
+#[test]
+fn verify_against_the_source_checks_every_tensor() {
+    let c = Connection::open_in_memory().unwrap();
+    let src = lql_tests::default_model_path();
+    let rows = c
+        .execute(&format!("VERIFY {} AGAINST {}", q(package()), q(&src)))
+        .unwrap();
+    assert!(!rows.fault);
+    assert!(rows
+        .rows
+        .iter()
+        .any(|r| r[1] == lql::Value::from("owned_tensors") && r[3] == lql::Value::from("ok")));
+    // Against another file: failed rows, and the result is a fault the shell exits on.
+    let t = tempfile::tempdir().unwrap();
+    let other = t.path().join("other.gguf");
+    lql_storage::format::gguf::synth::TinyModel::llama()
+        .write(&other)
+        .unwrap();
+    let rows = c
+        .execute(&format!("VERIFY {} AGAINST {}", q(package()), q(&other)))
+        .unwrap();
+    assert!(rows.fault);
 }

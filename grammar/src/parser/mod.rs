@@ -309,9 +309,21 @@ fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
             StatementKind::Compact(Compact { container, into })
         }
         Rule::verify_stmt => {
-            let s = p.into_inner().find(|q| q.as_rule() == Rule::string);
-            StatementKind::Verify(s.map(string).transpose()?)
+            let mut v = Verify {
+                target: None,
+                against: None,
+            };
+            for q in p.into_inner() {
+                match q.as_rule() {
+                    Rule::kw_verify => {}
+                    Rule::string => v.target = Some(string(q)?),
+                    Rule::against_clause => v.against = Some(clause_str(q)?),
+                    _ => return Err(internal(&q)),
+                }
+            }
+            StatementKind::Verify(v)
         }
+        Rule::run_stage_stmt => run_stage_stmt(p)?,
         Rule::show_stmt => show_stmt(p)?,
         Rule::stats_stmt => StatementKind::Stats,
         Rule::tokenize_stmt => StatementKind::Tokenize(first_string(p)?),
@@ -351,21 +363,50 @@ fn use_stmt(p: Pair<Rule>) -> Result<StatementKind> {
 
 fn infer_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut prompt = None;
+    let mut from = None;
     let (mut top, mut generate) = (None, None);
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_infer => {}
             Rule::string => prompt = Some(string(q)?),
+            Rule::stage_from => from = Some(clause_str(q)?),
             Rule::top_clause => set(&mut top, clause_int(q)?, "TOP")?,
             Rule::generate_clause => set(&mut generate, clause_int(q)?, "GENERATE")?,
             _ => return Err(internal(&q)),
         }
+    }
+    if let Some(file) = from {
+        if let Some(g) = generate {
+            return Err(SyntaxError::new(
+                "INFER FROM runs the last stage once: GENERATE needs the whole model",
+                g.span,
+            ));
+        }
+        return Ok(StatementKind::InferFrom(InferFrom { file, top }));
     }
     Ok(StatementKind::Infer(Infer {
         prompt: need_prompt(prompt)?,
         top,
         generate,
     }))
+}
+
+fn run_stage_stmt(p: Pair<Rule>) -> Result<StatementKind> {
+    let mut input = None;
+    let mut into = None;
+    for q in p.into_inner() {
+        match q.as_rule() {
+            Rule::kw_run | Rule::kw_stage => {}
+            Rule::string => input = Some(StageSource::Prompt(string(q)?)),
+            Rule::stage_from => input = Some(StageSource::File(clause_str(q)?)),
+            Rule::into_clause => into = Some(clause_str(q)?),
+            _ => return Err(internal(&q)),
+        }
+    }
+    match (input, into) {
+        (Some(input), Some(into)) => Ok(StatementKind::RunStage(RunStage { input, into })),
+        _ => Err(SyntaxError::new("incomplete RUN STAGE", Span::default())),
+    }
 }
 
 fn need_prompt(p: Option<Spanned<String>>) -> Result<Spanned<String>> {
@@ -867,6 +908,7 @@ fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                         ("PROFILES", ShowWhat::Profiles),
                         ("PATCHES", ShowWhat::Patches),
                         ("TABLES", ShowWhat::Tables),
+                        ("PACKAGE", ShowWhat::Package),
                     ],
                 )?)
             }

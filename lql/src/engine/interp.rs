@@ -186,7 +186,10 @@ fn operator(
         O::Project { columns } => select::project(one(inputs, "Project")?, columns),
         O::Write { kind, .. } if kind == "PACKAGE" => package::write(cx, one(inputs, "Write")?),
         O::Write { .. } => vindex::write(cx, one(inputs, "Write")?, op),
-        O::Verify { container } => vindex::verify(cx, container.as_deref()),
+        O::Verify { container, against } => {
+            vindex::verify(cx, container.as_deref(), against.as_deref())
+        }
+        O::Stage { input, into } => package::stage(cx, input, into.as_deref()),
         O::Inspect { .. } => introspect::inspect(cx),
         O::DescribeTable { table } => introspect::describe_table(cx, *table),
         O::Rows { columns } => rows(cx, inputs, columns),

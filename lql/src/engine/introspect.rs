@@ -26,6 +26,7 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
         ShowWhat::Layers => show_layers(cx)?,
         ShowWhat::Tensors => show_tensors(cx)?,
         ShowWhat::Tables => show_tables(cx),
+        ShowWhat::Package => super::package::show(cx)?,
         ShowWhat::Components | ShowWhat::Representations => {
             return super::vindex::show(cx, &plan).map(Datum::Rows)
         }

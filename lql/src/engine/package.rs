@@ -1,7 +1,8 @@
 //! Layer packages in the engine: `USE "dir" [LAYERS a-b]` and `USE "hf://org/repo[@rev]"`
-//! bind a package (or one stage of it), [`run_stage`] runs the bound stage from a prompt
-//! or an activation file (`Connection::run_stage`), and `VERIFY "dir"` on a package folder
-//! reports every check as rows.
+//! bind a package (or one stage of it); `RUN STAGE … INTO "h.bin"`, `INFER FROM "h.bin"`
+//! and [`run_stage`] (`Connection::run_stage`) run the bound stage from a prompt or an
+//! activation file; `SHOW PACKAGE` reports the binding; `VERIFY "dir" [AGAINST "src"]` on
+//! a package folder reports every check as rows.
 //!
 //! `hf://` references resolve offline from `$LQL_HOME/packages/…` and are always
 //! checksum-verified (cache hits included); local folders are verified unless
@@ -11,10 +12,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lql_exec::stage::{StageOutput, StageRunner};
-use lql_planner::{LayerRange, SourceKind};
+use lql_exec::Logits;
+use lql_planner::{LayerRange, SourceKind, StageInput as PlanInput};
 use lql_storage::format::package::activation::ActivationFrame;
+use lql_storage::format::package::integrity::Verified;
+use lql_storage::format::package::loader::Selected;
 use lql_storage::format::package::{self as pkg, hf, StageSpan, VerifyMode};
 
+use super::datum::Datum;
 use super::{Bound, Cx, Engine};
 use crate::database::SharedModel;
 use crate::error::{Error, Result};
@@ -29,6 +34,10 @@ pub(crate) struct StageBinding {
     pub manifest_sha256: String,
     /// The package artifacts the binding mapped (repository-relative, selection order).
     pub files: Vec<String>,
+    /// The manifest as validated at USE (SHOW PACKAGE reads it).
+    pub manifest: Arc<pkg::Manifest>,
+    /// The selected artifacts and how each was verified.
+    pub selected: Vec<Selected>,
 }
 
 /// What a stage is run from.
@@ -74,6 +83,8 @@ pub(crate) fn bind(cx: &mut Cx<'_>, target: &str, layers: Option<LayerRange>) ->
         model_id: p.manifest.model_id.clone(),
         manifest_sha256: p.manifest_sha256.clone(),
         files: p.selected_paths().iter().map(|s| s.to_string()).collect(),
+        manifest: Arc::new(p.manifest.clone()),
+        selected: p.selected.clone(),
     };
     let shared = Arc::new(SharedModel::new(p.model));
     let mut b = Bound::new(target.to_string(), shared);
@@ -120,6 +131,30 @@ pub(crate) fn run_stage(
     input: StageInput<'_>,
     out: Option<&Path>,
 ) -> Result<StageResult> {
+    match run_stage_output(engine, input)? {
+        (StageOutput::Logits(l), _) => Ok(StageResult::Logits(l.values)),
+        (StageOutput::Hidden(frame), span) => {
+            let out = out.ok_or_else(|| {
+                Error::semantic(format!(
+                    "this stage ends at layer {} of {}: name a file for its activations",
+                    span.last, span.n_layers
+                ))
+            })?;
+            frame.write(out)?;
+            Ok(StageResult::Activations {
+                path: out.to_path_buf(),
+                tokens: frame.header.tokens as usize,
+                layer_end: frame.header.layer_end as usize,
+            })
+        }
+    }
+}
+
+/// Run the bound stage from `input`: its output and the stage it ran.
+fn run_stage_output(
+    engine: &mut Engine,
+    input: StageInput<'_>,
+) -> Result<(StageOutput, StageSpan)> {
     let b = engine.bound.as_ref().ok_or_else(|| {
         Error::semantic("no model is bound")
             .with_help("bind a package stage: USE \"dir\" LAYERS 0-9")
@@ -146,23 +181,134 @@ pub(crate) fn run_stage(
         }
         StageInput::Activations(path) => runner.from_frame(&ActivationFrame::read(path)?)?,
     };
-    match output {
-        StageOutput::Logits(l) => Ok(StageResult::Logits(l.values)),
-        StageOutput::Hidden(frame) => {
-            let out = out.ok_or_else(|| {
-                Error::semantic(format!(
-                    "this stage ends at layer {} of {}: name a file for its activations",
-                    st.span.last, st.span.n_layers
-                ))
-            })?;
-            frame.write(out)?;
-            Ok(StageResult::Activations {
-                path: out.to_path_buf(),
-                tokens: frame.header.tokens as usize,
-                layer_end: frame.header.layer_end as usize,
-            })
+    Ok((output, st.span))
+}
+
+/// The `Stage` operator (RUN STAGE, INFER FROM): hidden states written to `into` (one row
+/// in RUN STAGE's columns), or the last stage's logits handed to TopK.
+pub(crate) fn stage(cx: &mut Cx<'_>, input: &PlanInput, into: Option<&str>) -> Result<Datum> {
+    cx.check_cancel()?;
+    let input = match input {
+        PlanInput::Prompt(p) => StageInput::Prompt(p),
+        PlanInput::File(f) => StageInput::Activations(Path::new(f)),
+    };
+    match (run_stage_output(cx.engine, input)?, into) {
+        ((StageOutput::Logits(l), _), None) => Ok(Datum::Logits(Logits { values: l.values })),
+        ((StageOutput::Hidden(frame), span), Some(path)) => {
+            frame.write(Path::new(path))?;
+            let mut rows = Rows::new(super::result_columns(cx.plan));
+            rows.push(vec![
+                Value::from(path),
+                Value::from(frame.header.tokens as usize),
+                Value::from(format!("{}-{}", span.first, span.last)),
+                Value::from(frame.header.layer_end as usize),
+            ]);
+            Ok(Datum::Rows(rows))
         }
+        ((_, span), _) => Err(Error::internal(format!(
+            "stage {}-{} of {} gave the other kind of output than its plan expects",
+            span.first, span.last, span.n_layers
+        ))),
     }
+}
+
+/// `SHOW PACKAGE`: the bound package's identity, ABI, stage, the artifacts this binding
+/// mapped (size, how each was verified), projectors and the resolved generation policy.
+pub(crate) fn show(cx: &mut Cx<'_>) -> Result<Rows> {
+    let b = cx
+        .engine
+        .bound
+        .as_ref()
+        .ok_or_else(|| Error::semantic("no model is bound"))?;
+    let st = b
+        .stage
+        .as_ref()
+        .ok_or_else(|| Error::semantic(format!("{} is not a layer package", b.name)))?;
+    let m = &st.manifest;
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut push = |item: &str, name: &str, value: String, detail: String| {
+        rows.push(vec![
+            Value::from(item),
+            Value::from(name),
+            Value::from(value),
+            Value::from(detail),
+        ]);
+    };
+    push("identity", "model_id", m.model_id.clone(), String::new());
+    push(
+        "identity",
+        "manifest_sha256",
+        st.manifest_sha256.clone(),
+        "the package's identity".into(),
+    );
+    push(
+        "identity",
+        "source_model",
+        m.source_model.path.clone(),
+        format!("sha256 {}", m.source_model.sha256),
+    );
+    if let Some(r) = &m.source_model.revision {
+        push("identity", "source_revision", r.clone(), String::new());
+    }
+    push(
+        "abi",
+        "skippy_abi_version",
+        m.skippy_abi_version.clone(),
+        format!("this runtime: {}", pkg::runtime_abi_string()),
+    );
+    push(
+        "stage",
+        "layers",
+        format!("{}-{}", st.span.first, st.span.last),
+        format!(
+            "of {} layers{}{}",
+            st.span.n_layers,
+            if st.span.input {
+                "; owns the input (embedding)"
+            } else {
+                ""
+            },
+            if st.span.output {
+                "; owns the output (head)"
+            } else {
+                ""
+            },
+        ),
+    );
+    for s in &st.selected {
+        let state = match s.verified {
+            Some(Verified::Hashed) => "sha256 verified".to_string(),
+            Some(Verified::Cached) => "sha256 verified (checksum cache)".to_string(),
+            None => "size checked; hashing off (LQL_PACKAGE_VERIFY=0)".to_string(),
+        };
+        let role = match s.layer_index {
+            Some(l) => format!("{} {l}", s.role),
+            None => s.role.to_string(),
+        };
+        push(
+            "artifact",
+            &s.artifact.path,
+            s.artifact.artifact_bytes.to_string(),
+            format!("{role}; {} tensors; {state}", s.artifact.tensor_count),
+        );
+    }
+    for p in &m.projectors {
+        push(
+            "projector",
+            &p.artifact.path,
+            p.artifact.artifact_bytes.to_string(),
+            format!("kind {}; not mapped", p.kind),
+        );
+    }
+    for r in pkg::generation::resolve(m.generation.as_ref()) {
+        push(
+            "policy",
+            &r.field,
+            r.declared,
+            format!("{}: {} ({})", r.status, r.resolved, r.reason),
+        );
+    }
+    Ok(rows)
 }
 
 /// `Write PACKAGE "dir"` (EXTRACT … FORMAT PACKAGE): slice the source GGUF into a layer

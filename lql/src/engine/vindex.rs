@@ -128,9 +128,19 @@ fn container_dir(cx: &Cx<'_>, given: Option<&str>, what: &str) -> Result<PathBuf
 }
 
 /// `VERIFY ["dir"]`: one row per representation, graph and capability file.
-pub(crate) fn verify(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Datum> {
+pub(crate) fn verify(
+    cx: &mut Cx<'_>,
+    container: Option<&str>,
+    against: Option<&str>,
+) -> Result<Datum> {
     if let Some(d) = container.filter(|d| super::package::is_package(d)) {
-        return super::package::verify(cx, Path::new(d), None).map(Datum::Rows);
+        let rows = super::package::verify(cx, Path::new(d), against.map(Path::new))?;
+        return Ok(Datum::Rows(with_fault(rows)));
+    }
+    if against.is_some() {
+        return Err(Error::not_supported_yet(
+            "VERIFY … AGAINST a source for a VINDEX3 container (layer packages only)",
+        ));
     }
     let dir = container_dir(cx, container, "VERIFY")?;
     let mut rows = Rows::new(super::result_columns(cx.plan));
@@ -145,10 +155,18 @@ pub(crate) fn verify(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Datum> 
             Value::from(r.detail),
         ]);
     }
-    // A FAILED row is a fault the caller must not miss (the shell exits non-zero).
+    Ok(Datum::Rows(with_fault(rows)))
+}
+
+/// A FAILED row is a fault the caller must not miss (the shell exits non-zero).
+fn with_fault(mut rows: Rows) -> Rows {
     let status = rows.column_index("status");
-    rows.fault = status.is_some_and(|i| rows.rows.iter().any(|r| r[i] == Value::from("FAILED")));
-    Ok(Datum::Rows(rows))
+    rows.fault = status.is_some_and(|i| {
+        rows.rows
+            .iter()
+            .any(|r| r[i].to_string().eq_ignore_ascii_case("failed"))
+    });
+    rows
 }
 
 /// `SHOW COMPONENTS | REPRESENTATIONS [LIKE "pattern"]` of the bound container.
