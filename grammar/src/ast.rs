@@ -430,6 +430,8 @@ pub struct Extract {
     pub model_id: Option<Spanned<String>>,
     /// `SOURCE_REVISION "commit"` (layer packages).
     pub source_revision: Option<Spanned<String>>,
+    /// `PROJECTOR "mmproj.gguf"`, repeatable (layer packages: copied and declared).
+    pub projectors: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -726,7 +728,8 @@ fields!(Extract {
     encoding,
     layers,
     model_id,
-    source_revision
+    source_revision,
+    projectors
 });
 fields!(Compact { container, into });
 fields!(Verify { target, against });

@@ -73,6 +73,7 @@ pub const KEYWORDS: &[&str] = &[
     "ENCODING",
     "MODEL_ID",
     "SOURCE_REVISION",
+    "PROJECTOR",
     "COMPACT",
     "VERIFY",
     "AGAINST",

@@ -470,6 +470,9 @@ impl Display for StatementKind {
                 if let Some(x) = &e.source_revision {
                     write!(f, " SOURCE_REVISION {}", Q(&x.value))?;
                 }
+                for p in &e.projectors {
+                    write!(f, " PROJECTOR {}", Q(&p.value))?;
+                }
                 layers(f, &e.layers)
             }
             StatementKind::Compact(c) => {

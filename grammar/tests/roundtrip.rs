@@ -79,6 +79,7 @@ const EXAMPLES: &[&str] = &[
     r#"RUN STAGE FROM "h1.bin" INTO "h2.bin""#,
     r#"INFER FROM "h2.bin" TOP 3"#,
     "SHOW PACKAGE",
+    r#"EXTRACT MODEL "m.gguf" INTO "pkg" FORMAT PACKAGE MODEL_ID "a/b:Q4_1" SOURCE_REVISION "r1" PROJECTOR "mmproj.gguf" PROJECTOR "second.gguf""#,
     // introspect
     "SHOW MODELS",
     "SHOW LAYERS",

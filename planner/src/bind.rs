@@ -101,15 +101,18 @@ impl Binder {
                 if e.format
                     .as_ref()
                     .is_none_or(|f| f.value != ExtractFormat::Package)
-                    && (e.model_id.is_some() || e.source_revision.is_some()) =>
+                    && (e.model_id.is_some()
+                        || e.source_revision.is_some()
+                        || !e.projectors.is_empty()) =>
             {
                 let sp = e
                     .model_id
                     .as_ref()
                     .or(e.source_revision.as_ref())
+                    .or(e.projectors.first())
                     .map_or(self.stmt_span, |s| s.span);
                 return Err(PlanError::semantic(
-                    "MODEL_ID and SOURCE_REVISION describe a layer package: add FORMAT PACKAGE",
+                    "MODEL_ID, SOURCE_REVISION and PROJECTOR describe a layer package: add FORMAT PACKAGE",
                     sp,
                 ));
             }
@@ -124,6 +127,11 @@ impl Binder {
                 layers: e.layers.as_ref().map(unchecked_layers).transpose()?,
                 model_id: e.model_id.as_ref().map(|s| s.value.clone()),
                 source_revision: e.source_revision.as_ref().map(|s| s.value.clone()),
+                projectors: e
+                    .projectors
+                    .iter()
+                    .map(|p| path(p, "projector file"))
+                    .collect::<Result<_>>()?,
             }),
             K::Compact(c) => LogicalPlan::Compact {
                 container: path(&c.container, "container path")?,

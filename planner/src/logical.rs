@@ -271,6 +271,8 @@ pub struct ExtractPlan {
     /// Layer packages: the model coordinate and source revision recorded in the manifest.
     pub model_id: Option<String>,
     pub source_revision: Option<String>,
+    /// Layer packages: projector files to copy and declare.
+    pub projectors: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

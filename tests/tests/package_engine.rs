@@ -259,3 +259,59 @@ fn verify_against_the_source_checks_every_tensor() {
         .unwrap();
     assert!(rows.fault);
 }
+
+#[test]
+fn extract_projector_copies_and_declares_it_and_nothing_maps_it() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("tiny.gguf");
+    lql_storage::format::gguf::synth::TinyModel::llama()
+        .write(&src)
+        .unwrap();
+    // A GGUF standing in for a projector: declared by the statement, never sniffed.
+    let proj = t.path().join("vision-proj.gguf");
+    lql_storage::format::gguf::synth::TinyModel {
+        layers: 1,
+        ..lql_storage::format::gguf::synth::TinyModel::llama()
+    }
+    .write(&proj)
+    .unwrap();
+    let out = t.path().join("pkg");
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!(
+        "EXTRACT MODEL {} INTO {} FORMAT PACKAGE MODEL_ID \"lql/tiny:F32\" SOURCE_REVISION \"r\" PROJECTOR {}",
+        q(&src),
+        q(&out),
+        q(&proj)
+    ))
+    .unwrap();
+    assert_eq!(
+        std::fs::read(out.join("projectors/vision-proj.gguf")).unwrap(),
+        std::fs::read(&proj).unwrap()
+    );
+    let v = c.execute(&format!("VERIFY {}", q(&out))).unwrap();
+    assert!(!v.fault, "{v:?}");
+    c.execute(&format!("USE {}", q(&out))).unwrap();
+    assert!(!c
+        .bound_package_files()
+        .unwrap()
+        .iter()
+        .any(|f| f.starts_with("projectors/")));
+    let rows = c.execute("SHOW PACKAGE").unwrap();
+    let p = rows
+        .rows
+        .iter()
+        .find(|r| r[0] == lql::Value::from("projector"))
+        .expect("a projector row");
+    assert_eq!(p[1], lql::Value::from("projectors/vision-proj.gguf"));
+    assert!(p[3].to_string().contains("kind mmproj"), "{p:?}");
+    // PROJECTOR belongs to layer packages.
+    let e = c
+        .execute(&format!(
+            "EXTRACT MODEL {} INTO {} PROJECTOR {}",
+            q(&src),
+            q(&t.path().join("c")),
+            q(&proj)
+        ))
+        .unwrap_err();
+    assert!(e.to_string().contains("FORMAT PACKAGE"), "{e}");
+}

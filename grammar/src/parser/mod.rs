@@ -831,6 +831,7 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut strings = Vec::new();
     let (mut format, mut encoding, mut layers) = (None, None, None);
     let (mut model_id, mut source_revision) = (None, None);
+    let mut projectors = Vec::new();
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_extract | Rule::kw_model | Rule::kw_into => {}
@@ -841,6 +842,7 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                 "SOURCE_REVISION",
             )?,
             Rule::string => strings.push(string(q)?),
+            Rule::projector_clause => projectors.push(clause_str(q)?),
             Rule::format_clause => {
                 let sp = span(&q);
                 let w = last_child(q)?;
@@ -884,6 +886,7 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             layers,
             model_id,
             source_revision,
+            projectors,
         })),
         _ => Err(SyntaxError::new("incomplete EXTRACT", Span::default())),
     }

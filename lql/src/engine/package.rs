@@ -341,7 +341,7 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: super::datum::Datum) -> Result<super
         out_dir: PathBuf::from(&plan.output),
         model_id,
         source_revision,
-        projectors: Vec::new(),
+        projectors: plan.projectors.iter().map(PathBuf::from).collect(),
     })?;
     let m = &w.manifest;
     let arts: Vec<&pkg::Artifact> = [&m.shared.metadata, &m.shared.embeddings, &m.shared.output]

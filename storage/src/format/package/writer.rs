@@ -174,8 +174,8 @@ pub fn write_package(opts: &WriteOptions) -> Result<Written> {
             .filter(|b| super::validate::safe_relative("projector", b).is_ok())
             .unwrap_or_else(|| format!("mmproj-{i:03}.gguf"));
         let rel = format!("projectors/{base}");
-        let bytes = std::fs::read(p).map_err(|e| StorageError::io(p, e))?;
-        write_exclusive(out, &rel, |w| w.write_all(&bytes))?;
+        let (mut from, _) = crate::fsutil::open_regular(p, "projector")?;
+        write_exclusive(out, &rel, |w| std::io::copy(&mut from, w).map(|_| ()))?;
         let artifact = measure(out, &rel)?;
         projectors.push(ProjectorArtifact {
             kind: "mmproj".into(),
