@@ -477,11 +477,23 @@ impl Binder {
         let temperature = match &gen.temperature {
             Some(t) if t.value < 0.0 => {
                 return Err(PlanError::semantic(
-                    format!("TEMPERATURE must be at least 0, got {}", t.value),
+                    format!("TEMPERATURE must be at least 0, got {}", as_written(t.value)),
                     t.span,
                 )
                 .with_label(t.span, "negative temperature")
                 .with_help("TEMPERATURE 0 decodes greedily"));
+            }
+            // Sampling runs in f32: a value it cannot hold is refused as written.
+            Some(t) if t.value > f32::MAX as f64 => {
+                return Err(PlanError::semantic(
+                    format!(
+                        "TEMPERATURE must be at most {:e}, got {}",
+                        f32::MAX,
+                        as_written(t.value)
+                    ),
+                    t.span,
+                )
+                .with_label(t.span, "out of range"));
             }
             Some(t) => t.value,
             None => 0.0,
@@ -494,7 +506,18 @@ impl Binder {
         let top_p = match &gen.top_p {
             Some(p) if !(p.value > 0.0 && p.value <= 1.0) => {
                 return Err(PlanError::semantic(
-                    format!("TOP_P must be in (0, 1], got {}", p.value),
+                    format!("TOP_P must be in (0, 1], got {}", as_written(p.value)),
+                    p.span,
+                )
+                .with_label(p.span, "out of range"));
+            }
+            Some(p) if (p.value as f32) == 0.0 => {
+                return Err(PlanError::semantic(
+                    format!(
+                        "TOP_P must be at least {:e} (sampling runs in f32), got {}",
+                        f32::MIN_POSITIVE,
+                        as_written(p.value)
+                    ),
                     p.span,
                 )
                 .with_label(p.span, "out of range"));
@@ -958,6 +981,17 @@ fn path(p: &Spanned<String>, what: &str) -> Result<String> {
             .with_label(p.span, format!("a {what} is needed here")));
     }
     Ok(p.value.clone())
+}
+
+/// A number as the user most likely wrote it: exponent form for very large or very small
+/// magnitudes (`1e39`, not forty digits), plain otherwise.
+fn as_written(v: f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && !(1e-4..1e16).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
 }
 
 fn to_usize(v: u64, span: Span) -> Result<usize> {

@@ -277,6 +277,17 @@ fn counts_are_checked() {
         &m,
         "TOP_P must be in (0, 1]",
     );
+    // Values sampling (f32) cannot hold are refused as the user wrote them.
+    refuse(
+        "GENERATE 'x' «TEMPERATURE 1e39»",
+        &m,
+        "TEMPERATURE must be at most 3.4028235e38, got 1e39",
+    );
+    refuse(
+        "GENERATE 'x' TEMPERATURE 1 «TOP_P 1e-50»",
+        &m,
+        "got 1e-50",
+    );
     refuse(
         "GENERATE 'x' TEMPERATURE 1 «TOP_K 0»",
         &m,
