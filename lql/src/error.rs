@@ -411,6 +411,10 @@ impl From<lql_planner::PlanError> for Error {
 impl From<lql_storage::StorageError> for Error {
     fn from(e: lql_storage::StorageError) -> Self {
         use lql_storage::StorageError as S;
+        if let S::Interrupted { what } = &e {
+            let message = format!("interrupted while reading {what}");
+            return Error::new(ErrorKind::Interrupted, message).with_source(e);
+        }
         let kind = match &e {
             S::Io { .. } => ErrorKind::Io,
             S::Format { .. } | S::Tensor { .. } | S::Invalid(_) => ErrorKind::Format,

@@ -477,7 +477,10 @@ impl Binder {
         let temperature = match &gen.temperature {
             Some(t) if t.value < 0.0 => {
                 return Err(PlanError::semantic(
-                    format!("TEMPERATURE must be at least 0, got {}", as_written(t.value)),
+                    format!(
+                        "TEMPERATURE must be at least 0, got {}",
+                        as_written(t.value)
+                    ),
                     t.span,
                 )
                 .with_label(t.span, "negative temperature")

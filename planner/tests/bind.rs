@@ -283,11 +283,7 @@ fn counts_are_checked() {
         &m,
         "TEMPERATURE must be at most 3.4028235e38, got 1e39",
     );
-    refuse(
-        "GENERATE 'x' TEMPERATURE 1 «TOP_P 1e-50»",
-        &m,
-        "got 1e-50",
-    );
+    refuse("GENERATE 'x' TEMPERATURE 1 «TOP_P 1e-50»", &m, "got 1e-50");
     refuse(
         "GENERATE 'x' TEMPERATURE 1 «TOP_K 0»",
         &m,

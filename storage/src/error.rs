@@ -54,6 +54,9 @@ pub enum StorageError {
         artifact: String,
         message: String,
     },
+    /// The statement was interrupted (Ctrl-C, `Connection::interrupt`) while reading.
+    #[error("interrupted while reading {what}")]
+    Interrupted { what: String },
     #[error("internal error (this is a bug): {0}")]
     Internal(String),
 }

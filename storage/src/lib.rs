@@ -17,6 +17,8 @@
 //! - [`fsutil`]: file-access rules (regular files only, size caps, paths resolved inside
 //!   their root, exclusive temporary files renamed into place).
 //! - [`mapped`]: mapped model files, their fingerprints and the SIGBUS reporter.
+//! - [`interrupt`]: the running statement's interrupt flag, polled by loops over counts a
+//!   file declares.
 
 pub mod catalogue;
 pub mod codec;
@@ -25,6 +27,7 @@ pub mod error;
 pub mod format;
 pub mod fsutil;
 pub mod import;
+pub mod interrupt;
 pub mod json_strict;
 pub mod mapped;
 pub mod model;

@@ -242,6 +242,7 @@ impl Engine {
             span: lql_grammar::Span::new(0, path_or_name.len()),
         };
         let plan = LogicalPlan::Stats;
+        let _interruptible = lql_storage::interrupt::Scope::new(cancel);
         let mut cx = Cx {
             engine: self,
             cancel,
@@ -293,6 +294,8 @@ impl Engine {
                 })?;
             }
         }
+        // Storage loops over file-declared counts poll this statement's interrupt flag.
+        let _interruptible = lql_storage::interrupt::Scope::new(cancel);
         let mut cx = Cx {
             engine: self,
             cancel,

@@ -190,7 +190,10 @@ impl HfFolder {
                         message: e.to_string(),
                     }
                 })?;
-                for (name, view) in st.iter() {
+                for (i, (name, view)) in st.iter().enumerate() {
+                    crate::interrupt::every(i as u64, || {
+                        format!("{}: safetensors header", path.display())
+                    })?;
                     let dtype = match view.dtype() {
                         safetensors::Dtype::F32 => DType::F32,
                         safetensors::Dtype::F16 => DType::F16,

@@ -433,7 +433,8 @@ impl<'a> Parser<'a> {
     fn string_elements(&mut self, field: &str, len: u64) -> Result<()> {
         let bytes = self.bytes;
         let mut run_start = self.pos;
-        for _ in 0..len {
+        for i in 0..len {
+            crate::interrupt::every(i, || format!("{}: {field}", self.path.display()))?;
             let at = self.pos;
             let n = self.u64(field)?;
             if n > limits::MAX_STRING {
@@ -510,6 +511,7 @@ impl<'a> Parser<'a> {
         let mut kvs: Vec<GgufKv> = Vec::new();
         let mut keys: HashSet<&'a str> = HashSet::new();
         for i in 0..n_kv {
+            crate::interrupt::every(i, || format!("{}: metadata", self.path.display()))?;
             let at = self.pos;
             let key = self.str(&format!("metadata key #{i}"), limits::MAX_KEY)?;
             if !keys.insert(key) {
@@ -547,6 +549,7 @@ impl<'a> Parser<'a> {
         let mut tensors: Vec<GgufTensorInfo> = Vec::new();
         let mut names: HashSet<&'a str> = HashSet::new();
         for i in 0..n_tensors {
+            crate::interrupt::every(i, || format!("{}: tensor table", self.path.display()))?;
             let at = self.pos;
             let name = self.str(&format!("tensor info #{i} name"), limits::MAX_STRING)?;
             if name.len() as u64 > limits::MAX_TENSOR_NAME {

@@ -89,6 +89,7 @@ pub fn verify(dir: &Path, source: Option<&Path>) -> Result<Vec<CheckRow>> {
     }
     let mut opened: Vec<(&'static str, &Artifact, Option<GgufFile>)> = Vec::new();
     for (label, role_name, li, a) in &arts {
+        crate::interrupt::check(|| format!("package artifact {}", a.path))?;
         let file = match validate::artifact_file(dir, label, a) {
             Ok(f) => f,
             Err(e) => {
@@ -156,7 +157,8 @@ pub fn verify(dir: &Path, source: Option<&Path>) -> Result<Vec<CheckRow>> {
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (_, a, g) in &opened {
         let Some(g) = g else { continue };
-        for t in g.tensors() {
+        for (i, t) in g.tensors().iter().enumerate() {
+            crate::interrupt::every(i as u64, || format!("{}: tensors", a.path))?;
             let Some(s) = src.tensor_info(&t.name) else {
                 rows.push(row(
                     "missing_from_source",

@@ -134,6 +134,7 @@ pub fn open_package(
         selected.push(check(dir, role, *li, a)?);
     }
     for s in &mut selected {
+        crate::interrupt::check(|| format!("package artifact {}", s.artifact.path))?;
         s.verified = hash(s, &loaded.sha256, verify)?;
     }
     // Map, in selection order. The output fragment tells whether the head is tied to the

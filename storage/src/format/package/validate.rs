@@ -223,7 +223,8 @@ fn layers(m: &Manifest) -> Result<()> {
     }
     let mut seen = BTreeSet::new();
     let mut dups = BTreeSet::new();
-    for l in &m.layers {
+    for (i, l) in m.layers.iter().enumerate() {
+        crate::interrupt::every(i as u64, || "model-package.json: layers".to_string())?;
         if l.layer_index >= n {
             return Err(refuse(
                 "layer_index_range",
