@@ -51,7 +51,7 @@ pub fn check(what: impl FnOnce() -> String) -> Result<()> {
 
 /// [`check`] on every 1024th iteration `i` (and the first), for hot loops.
 pub fn every(i: u64, what: impl FnOnce() -> String) -> Result<()> {
-    if i % 1024 == 0 {
+    if i.is_multiple_of(1024) {
         check(what)
     } else {
         Ok(())
