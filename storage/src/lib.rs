@@ -20,6 +20,7 @@
 
 pub mod catalogue;
 pub mod codec;
+pub mod diff;
 pub mod dtype;
 pub mod error;
 pub mod format;
@@ -27,6 +28,7 @@ pub mod fsutil;
 pub mod import;
 pub mod json_strict;
 pub mod mapped;
+pub mod material;
 pub mod model;
 pub mod surface;
 pub mod tokenizer_spec;

@@ -60,7 +60,9 @@ pub use inspect::{
 };
 pub use reader::{open_model, Container};
 pub use verify::{all_ok, verify, VerifyRow, VerifyStatus};
-pub use writer::{extract, extract_cancellable, ExtractProgress, ExtractReport};
+pub use writer::{
+    extract, extract_cancellable, extract_stamped, Derivation, ExtractProgress, ExtractReport,
+};
 
 /// `index.json` schema this build writes (seed 002 §12: VINDEX3 spans 3–4).
 pub const INDEX_SCHEMA: u32 = 4;
