@@ -310,6 +310,13 @@ const DIFF_PHYSICAL: Spec = &[
     ("left_sha256", Text, "SHA-256 of the left tensor's encoded bytes"),
     ("right_sha256", Text, "SHA-256 of the right tensor's encoded bytes"),
 ];
+const COMPACT: Spec = &[
+    ("action", Text, "written, discarded or carried"),
+    ("kind", Text, "segment, superseded representation, stray segment file or unknown file"),
+    ("path", Text, "container-relative path"),
+    ("bytes", Int, "file size"),
+    ("detail", Text, "why"),
+];
 const COMPILE: Spec = &[
     ("path", Text, "the artefact written"),
     ("format", Text, "GGUF or VINDEX"),
@@ -419,8 +426,8 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         | LogicalPlan::BeginPatch { .. }
         | LogicalPlan::SavePatch
         | LogicalPlan::ApplyPatch { .. }
-        | LogicalPlan::RemovePatch { .. }
-        | LogicalPlan::Compact { .. } => defs(STATUS),
+        | LogicalPlan::RemovePatch { .. } => defs(STATUS),
+        LogicalPlan::Compact { .. } => defs(COMPACT),
         LogicalPlan::Diff(d) if d.physical => defs(DIFF_PHYSICAL),
         LogicalPlan::Diff(_) => defs(DIFF),
         LogicalPlan::Compile(_) => defs(COMPILE),

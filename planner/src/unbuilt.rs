@@ -68,8 +68,7 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             | LogicalPlan::ApplyPatch { .. }
             | LogicalPlan::RemovePatch { .. }
             | LogicalPlan::Diff(_)
-            | LogicalPlan::Compile(_)
-            | LogicalPlan::Compact { .. },
+            | LogicalPlan::Compile(_),
         ) => refuse(plan.name(), stmt.span),
         _ => Ok(()),
     }

@@ -148,6 +148,7 @@ fn operator(
             persist::open(cx, op)
         }
         O::Current => persist::current(cx),
+        O::Compact { container, into } => persist::compact(cx, container, into.as_deref()),
         O::DiffOperands {
             layer,
             limit,

@@ -320,3 +320,72 @@ fn gate(state: &Model, dir: &Path) -> Result<f64> {
     }
     Ok(worst)
 }
+
+/// `Compact "c" [into "out"]`: stage the rewrite, check its logits on the probe set are
+/// bit-identical to the container's, then publish it; one row per file written, discarded
+/// or carried.
+pub(crate) fn compact(cx: &mut Cx<'_>, container: &str, into: Option<&str>) -> Result<Datum> {
+    use lql_storage::format::vindex3::compact as c;
+    let dir = PathBuf::from(container);
+    let task = format!("compact {container}");
+    let handler = cx.engine.progress.clone();
+    let cancel = cx.cancel.clone();
+    let staged = c::stage(
+        &dir,
+        &mut |p| {
+            if let Some(h) = &handler {
+                h(&Progress {
+                    task: task.clone(),
+                    done: p.bytes_done,
+                    total: Some(p.bytes_total),
+                    unit: ProgressUnit::Bytes,
+                    finished: false,
+                });
+            }
+        },
+        &cancel,
+    );
+    let staged = match staged {
+        Ok(s) => s,
+        Err(_) if cancel.load(Ordering::Relaxed) => return Err(Error::interrupted()),
+        Err(e) => return Err(e.into()),
+    };
+    match gate(&staged.model, &staged.staging) {
+        Ok(d) if d == 0.0 => {}
+        Ok(d) => {
+            c::abandon(&staged);
+            return Err(Error::semantic(format!(
+                "COMPACT equivalence check failed: the rewritten container's logits differ by {d:e}; the container is unchanged"
+            )));
+        }
+        Err(e) => {
+            c::abandon(&staged);
+            return Err(e);
+        }
+    }
+    if cancel.load(Ordering::Relaxed) {
+        c::abandon(&staged);
+        return Err(Error::interrupted());
+    }
+    c::publish(&staged, into.map(Path::new))?;
+    if let Some(h) = &handler {
+        h(&Progress {
+            task,
+            done: 1,
+            total: Some(1),
+            unit: ProgressUnit::Items,
+            finished: true,
+        });
+    }
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    for r in staged.rows {
+        rows.push(vec![
+            Value::from(r.action),
+            Value::from(r.kind),
+            Value::from(r.path),
+            Value::from(r.bytes),
+            Value::from(r.detail),
+        ]);
+    }
+    Ok(Datum::Rows(rows))
+}

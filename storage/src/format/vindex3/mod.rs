@@ -41,6 +41,7 @@
 //!   the tokenizer lazily.
 
 mod atomic;
+pub mod compact;
 mod encode;
 pub mod graph;
 pub mod index;
