@@ -74,6 +74,7 @@ pub const KEYWORDS: &[&str] = &[
     "MODEL_ID",
     "SOURCE_REVISION",
     "COMPACT",
+    "PHYSICAL",
     "VERIFY",
     "SHOW",
     "STATS",

@@ -793,9 +793,10 @@ impl Binder {
             None => None,
         };
         let layer = match &d.layer {
-            Some(l) => Some(usize::try_from(l.value).map_err(|_| {
-                PlanError::semantic("LAYER is out of range", l.span)
-            })?),
+            Some(l) => Some(
+                usize::try_from(l.value)
+                    .map_err(|_| PlanError::semantic("LAYER is out of range", l.span))?,
+            ),
             None => None,
         };
         Ok(LogicalPlan::Diff(DiffPlan {

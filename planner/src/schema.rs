@@ -291,11 +291,27 @@ const DIFF: Spec = &[
     ("object", Text, "graph object the tensor belongs to"),
     ("layer", Int, "layer (NULL for global tensors)"),
     ("role", Text, "operand role"),
-    ("representation", Text, "encoding, or `left → right` when it differs"),
+    (
+        "representation",
+        Text,
+        "encoding, or `left → right` when it differs",
+    ),
     ("change", Text, "added, removed or changed"),
-    ("elements_changed", Int, "elements whose decoded value differs (NULL for added/removed or a shape change)"),
-    ("max_abs_delta", Float, "largest |right − left| over the tensor's decoded values"),
-    ("rel_frobenius_delta", Float, "‖right − left‖ / ‖left‖ (Frobenius norms of the decoded values)"),
+    (
+        "elements_changed",
+        Int,
+        "elements whose decoded value differs (NULL for added/removed or a shape change)",
+    ),
+    (
+        "max_abs_delta",
+        Float,
+        "largest |right − left| over the tensor's decoded values",
+    ),
+    (
+        "rel_frobenius_delta",
+        Float,
+        "‖right − left‖ / ‖left‖ (Frobenius norms of the decoded values)",
+    ),
 ];
 const DIFF_PHYSICAL: Spec = &[
     ("object", Text, "graph object the tensor belongs to"),
@@ -306,13 +322,29 @@ const DIFF_PHYSICAL: Spec = &[
     ("right_encoding", Text, "stored encoding on the right"),
     ("left_bytes", Int, "encoded bytes on the left"),
     ("right_bytes", Int, "encoded bytes on the right"),
-    ("rows_differing", Int, "encoded rows whose bytes differ (NULL when the row geometry differs)"),
-    ("left_sha256", Text, "SHA-256 of the left tensor's encoded bytes"),
-    ("right_sha256", Text, "SHA-256 of the right tensor's encoded bytes"),
+    (
+        "rows_differing",
+        Int,
+        "encoded rows whose bytes differ (NULL when the row geometry differs)",
+    ),
+    (
+        "left_sha256",
+        Text,
+        "SHA-256 of the left tensor's encoded bytes",
+    ),
+    (
+        "right_sha256",
+        Text,
+        "SHA-256 of the right tensor's encoded bytes",
+    ),
 ];
 const COMPACT: Spec = &[
     ("action", Text, "written, discarded or carried"),
-    ("kind", Text, "segment, superseded representation, stray segment file or unknown file"),
+    (
+        "kind",
+        Text,
+        "segment, superseded representation, stray segment file or unknown file",
+    ),
     ("path", Text, "container-relative path"),
     ("bytes", Int, "file size"),
     ("detail", Text, "why"),

@@ -51,7 +51,10 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             refuse(&format!("SHOW {}", p.what), s.what.span)
         }
         (StatementKind::Diff(d), LogicalPlan::Diff(_)) => match &d.into_patch {
-            Some(p) => refuse("DIFF … INTO PATCH (the patch format is not built yet)", p.span),
+            Some(p) => refuse(
+                "DIFF … INTO PATCH (the patch format is not built yet)",
+                p.span,
+            ),
             None => Ok(()),
         },
         (StatementKind::Compile(c), LogicalPlan::Compile(p)) => match p.target {

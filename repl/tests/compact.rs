@@ -32,8 +32,12 @@ fn container(dir: &Path) -> PathBuf {
     w.write(&gguf).unwrap();
     let out = dir.join("c");
     let c = Connection::open_in_memory().unwrap();
-    c.execute(&format!("EXTRACT MODEL \"{}\" INTO \"{}\"", q(&gguf), q(&out)))
-        .unwrap();
+    c.execute(&format!(
+        "EXTRACT MODEL \"{}\" INTO \"{}\"",
+        q(&gguf),
+        q(&out)
+    ))
+    .unwrap();
     let mut k = Container::load(&out).unwrap();
     let (id, mut rep) = k
         .index
@@ -49,7 +53,11 @@ fn container(dir: &Path) -> PathBuf {
     let new_id = format!("{id}-copy");
     k.index.representations.insert(new_id.clone(), rep);
     let g = k.graph.as_mut().unwrap();
-    let obj = g.objects.iter_mut().find(|o| o.id == "text.final_norm").unwrap();
+    let obj = g
+        .objects
+        .iter_mut()
+        .find(|o| o.id == "text.final_norm")
+        .unwrap();
     let mut r = obj.representations[0].clone();
     r.id = new_id;
     r.encoding = "copy".into();
@@ -85,11 +93,20 @@ fn report_names_what_it_discards_and_answers_stay() {
         .iter()
         .map(|x| (x[0].to_string(), x[1].to_string(), x[2].to_string()))
         .collect();
-    let has = |a: &str, k: &str, p: &str| {
-        rows.contains(&(a.to_string(), k.to_string(), p.to_string()))
-    };
-    assert!(has("discarded", "superseded representation", "segments/text.final_norm.copy.bin"), "{rows:?}");
-    assert!(has("discarded", "stray segment file", "segments/stray.bin"), "{rows:?}");
+    let has =
+        |a: &str, k: &str, p: &str| rows.contains(&(a.to_string(), k.to_string(), p.to_string()));
+    assert!(
+        has(
+            "discarded",
+            "superseded representation",
+            "segments/text.final_norm.copy.bin"
+        ),
+        "{rows:?}"
+    );
+    assert!(
+        has("discarded", "stray segment file", "segments/stray.bin"),
+        "{rows:?}"
+    );
     assert!(has("carried", "unknown file", "notes.txt"), "{rows:?}");
     assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"kept as is");
     assert!(!out.join("segments/stray.bin").exists());
@@ -145,11 +162,20 @@ fn kill_9_during_compact_leaves_old_or_new() {
         let index = std::fs::read(dir.join("index.json"))
             .unwrap_or_else(|e| panic!("kill {i} after {delay} µs: no index.json: {e}"));
         assert!(
-            index == old_index || index == new_index || serde_json::from_slice::<serde_json::Value>(&index).is_ok(),
+            index == old_index
+                || index == new_index
+                || serde_json::from_slice::<serde_json::Value>(&index).is_ok(),
             "kill {i}: index.json is neither old nor new"
         );
         let rows = vindex3::verify(&dir).unwrap();
-        assert!(vindex3::all_ok(&rows), "kill {i} after {delay} µs: VERIFY fails: {rows:?}");
-        assert_eq!(answers(&dir), before, "kill {i} after {delay} µs: answers changed");
+        assert!(
+            vindex3::all_ok(&rows),
+            "kill {i} after {delay} µs: VERIFY fails: {rows:?}"
+        );
+        assert_eq!(
+            answers(&dir),
+            before,
+            "kill {i} after {delay} µs: answers changed"
+        );
     }
 }

@@ -159,7 +159,11 @@ fn compare(
     }
     let (va, vb) = match (a.tensor(key), b.tensor(key)) {
         (Some(va), Some(vb)) => (va, vb),
-        _ => return Err(StorageError::MissingOperand { key: key.to_string() }),
+        _ => {
+            return Err(StorageError::MissingOperand {
+                key: key.to_string(),
+            })
+        }
     };
     if x.dtype == y.dtype && va.bytes == vb.bytes {
         return Ok(None);
@@ -239,9 +243,7 @@ pub fn diff_physical(
                 }
             };
             let rows_differing = match (&va, &vb) {
-                (Some(p), Some(q))
-                    if p.row_bytes() == q.row_bytes() && p.rows() == q.rows() =>
-                {
+                (Some(p), Some(q)) if p.row_bytes() == q.row_bytes() && p.rows() == q.rows() => {
                     Some((0..p.rows()).filter(|&i| p.row(i) != q.row(i)).count() as u64)
                 }
                 _ => None,

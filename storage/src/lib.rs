@@ -17,6 +17,7 @@
 //! - [`fsutil`]: file-access rules (regular files only, size caps, paths resolved inside
 //!   their root, exclusive temporary files renamed into place).
 //! - [`mapped`]: mapped model files, their fingerprints and the SIGBUS reporter.
+//! - [`material`]: the material seam DIFF and COMPILE read states through; [`diff`]: DIFF.
 
 pub mod catalogue;
 pub mod codec;

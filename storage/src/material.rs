@@ -9,11 +9,11 @@
 //! the patches by hash, and [`MaterialSource::as_model`] gives writers that take a `Model`
 //! (the VINDEX3 writer) a model whose edited operands live in owned backings.
 
-use std::borrow::Cow;
 use crate::codec;
 use crate::dtype::DType;
 use crate::error::{Result, StorageError};
 use crate::model::{Model, OperandKey, OperandSource, TensorView};
+use std::borrow::Cow;
 
 /// One tensor of a source, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +127,10 @@ pub fn source_identity(model: &Model) -> Result<String> {
         .map_err(|e| StorageError::io(path, e))?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "safetensors" || x == "json"))
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|x| x == "safetensors" || x == "json")
+        })
         .collect();
     names.sort();
     let mut h = Sha256::new();

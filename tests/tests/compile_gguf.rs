@@ -76,8 +76,13 @@ fn export_is_tensor_identical_and_stamped() {
     // The exported file opens and answers as the source does.
     let c = Connection::open_in_memory().unwrap();
     c.bind(&out.display().to_string()).unwrap();
-    let r = c.execute("INFER \"The capital of France is\" TOP 1").unwrap();
-    assert!(r.to_json()["rows"][0].to_string().contains("Paris"), "{r:?}");
+    let r = c
+        .execute("INFER \"The capital of France is\" TOP 1")
+        .unwrap();
+    assert!(
+        r.to_json()["rows"][0].to_string().contains("Paris"),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -197,11 +202,17 @@ fn llama_cpp_loads_the_export_and_agrees() {
     let orig = llamacpp(&py, &smollm2(), &t.path().join("orig"));
     let exp = llamacpp(&py, &out, &t.path().join("export"));
     assert_eq!(orig.vocab, exp.vocab);
-    assert_eq!(orig.ids, exp.ids, "llama.cpp tokenizes the export differently");
+    assert_eq!(
+        orig.ids, exp.ids,
+        "llama.cpp tokenizes the export differently"
+    );
     for (i, (a, b)) in orig.logits.iter().zip(&exp.logits).enumerate() {
         assert_eq!(a.len(), orig.ids[i].len() * orig.vocab);
         let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-        assert!(same, "prompt {i}: llama.cpp's logits on the export differ from the original's");
+        assert!(
+            same,
+            "prompt {i}: llama.cpp's logits on the export differ from the original's"
+        );
     }
 
     // LQL on the export: same ids as llama.cpp, logits close, same top-1 at the last position.
@@ -212,7 +223,10 @@ fn llama_cpp_loads_the_export_and_agrees() {
     let mut worst = 0f32;
     for (i, p) in PROMPTS.iter().enumerate() {
         let ids = tok.encode(p, false).unwrap();
-        assert_eq!(ids, exp.ids[i], "prompt {i}: LQL's ids differ from llama.cpp's");
+        assert_eq!(
+            ids, exp.ids[i],
+            "prompt {i}: LQL's ids differ from llama.cpp's"
+        );
         let ours = ex.logits_all(&ids).unwrap();
         let v = exp.vocab;
         for (pos, l) in ours.iter().enumerate() {

@@ -72,7 +72,10 @@ fn f32_against_q4_1_matches_numpy() {
         let name = tensor_name(r);
         let e = &expected[&name];
         assert_eq!(r["change"].to_string(), "changed");
-        assert_eq!(r["representation"].to_string(), e["representation"].as_str().unwrap());
+        assert_eq!(
+            r["representation"].to_string(),
+            e["representation"].as_str().unwrap()
+        );
         assert_eq!(
             r["elements_changed"],
             Value::Int(e["elements_changed"].as_i64().unwrap()),
@@ -172,17 +175,25 @@ fn self_current_layer_limit_physical_and_refusals() {
         assert_eq!(r["left_bytes"], Value::Int(ta.bytes.len() as i64));
         assert_eq!(r["right_bytes"], Value::Int(tb.bytes.len() as i64));
         let hex = |b: &[u8]| -> String {
-            Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+            Sha256::digest(b)
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect()
         };
         assert_eq!(r["left_sha256"].to_string(), hex(ta.bytes));
         assert_eq!(r["right_sha256"].to_string(), hex(tb.bytes));
         assert_eq!(r["rows_differing"], Value::Null);
     }
     let e = c
-        .execute(&format!("DIFF CURRENT \"{}\" INTO PATCH \"p.lqlpatch\"", q(&q4)))
+        .execute(&format!(
+            "DIFF CURRENT \"{}\" INTO PATCH \"p.lqlpatch\"",
+            q(&q4)
+        ))
         .unwrap_err();
     assert!(e.to_string().contains("not supported yet"), "{e}");
-    assert!(c.execute("DIFF \"/nonexistent/model.gguf\" CURRENT").is_err());
+    assert!(c
+        .execute("DIFF \"/nonexistent/model.gguf\" CURRENT")
+        .is_err());
 }
 
 #[test]
@@ -190,8 +201,16 @@ fn smollm2_gguf_against_its_container_is_empty() {
     let t = tempfile::tempdir().unwrap();
     let v = t.path().join("v");
     let c = Connection::open_in_memory().unwrap();
-    c.execute(&format!("EXTRACT MODEL \"{}\" INTO \"{}\"", q(&smollm2()), q(&v)))
-        .unwrap();
+    c.execute(&format!(
+        "EXTRACT MODEL \"{}\" INTO \"{}\"",
+        q(&smollm2()),
+        q(&v)
+    ))
+    .unwrap();
     assert!(rows(&c, &format!("DIFF \"{}\" \"{}\"", q(&smollm2()), q(&v))).is_empty());
-    assert!(rows(&c, &format!("DIFF \"{}\" \"{}\" PHYSICAL", q(&smollm2()), q(&v))).is_empty());
+    assert!(rows(
+        &c,
+        &format!("DIFF \"{}\" \"{}\" PHYSICAL", q(&smollm2()), q(&v))
+    )
+    .is_empty());
 }

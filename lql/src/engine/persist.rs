@@ -155,7 +155,20 @@ pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let patches = state.applied_patches();
     let (format, tensors, bytes, gate) = match plan.target {
         CompileTarget::Gguf => {
+            let report = |done: u64, finished: bool| {
+                if let Some(h) = &cx.engine.progress {
+                    h(&Progress {
+                        task: format!("compile {}", out.display()),
+                        done,
+                        total: Some(1),
+                        unit: ProgressUnit::Items,
+                        finished,
+                    });
+                }
+            };
+            report(0, false);
             let r = export_gguf(state.as_ref(), &out, &identity)?;
+            report(1, true);
             ("GGUF", r.tensors, r.bytes, None)
         }
         CompileTarget::Vindex => {
@@ -351,7 +364,7 @@ pub(crate) fn compact(cx: &mut Cx<'_>, container: &str, into: Option<&str>) -> R
         Err(e) => return Err(e.into()),
     };
     match gate(&staged.model, &staged.staging) {
-        Ok(d) if d == 0.0 => {}
+        Ok(d) if d <= 0.0 => {}
         Ok(d) => {
             c::abandon(&staged);
             return Err(Error::semantic(format!(

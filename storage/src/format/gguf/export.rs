@@ -33,7 +33,11 @@ pub struct GgufExportReport {
 
 /// Writes `src` as a GGUF at `out` (temporary name, fsync, rename), stamping
 /// `derived_from` (the source's SHA-256) and the applied patches.
-pub fn export_gguf(src: &dyn MaterialSource, out: &Path, derived_from: &str) -> Result<GgufExportReport> {
+pub fn export_gguf(
+    src: &dyn MaterialSource,
+    out: &Path,
+    derived_from: &str,
+) -> Result<GgufExportReport> {
     let started = Instant::now();
     let base = src.base();
     if base.kind != SourceKind::Gguf {
@@ -79,9 +83,11 @@ pub fn export_gguf(src: &dyn MaterialSource, out: &Path, derived_from: &str) -> 
         for &i in ids {
             used[i] = true;
             let t = &tensors[i];
-            let view = src.tensor(t.key).ok_or_else(|| StorageError::MissingOperand {
-                key: t.key.to_string(),
-            })?;
+            let view = src
+                .tensor(t.key)
+                .ok_or_else(|| StorageError::MissingOperand {
+                    key: t.key.to_string(),
+                })?;
             match chosen {
                 None => chosen = Some(view),
                 Some(c) if c.bytes == view.bytes && c.dtype == view.dtype => {}

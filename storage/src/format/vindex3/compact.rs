@@ -56,7 +56,8 @@ fn files(dir: &Path) -> Result<Vec<(String, u64)>> {
         for e in std::fs::read_dir(&abs).map_err(|e| StorageError::io(&abs, e))? {
             let e = e.map_err(|e| StorageError::io(&abs, e))?;
             let r = rel.join(e.file_name());
-            let m = std::fs::symlink_metadata(e.path()).map_err(|x| StorageError::io(e.path(), x))?;
+            let m =
+                std::fs::symlink_metadata(e.path()).map_err(|x| StorageError::io(e.path(), x))?;
             if m.is_dir() {
                 stack.push(r);
             } else if m.is_file() {

@@ -39,6 +39,9 @@
 //! - **Open is O(1).** [`open_model`] parses `index.json`, the graph and the segment
 //!   headers and maps the segments; it never hashes payloads ([`verify()`] does) and builds
 //!   the tokenizer lazily.
+//! - **Derived containers and COMPACT.** [`extract_stamped`] stamps `authority: derived`,
+//!   `derived_from_model` and `applied_patches` (COMPILE); [`compact`] rewrites a container
+//!   keeping its identity and names every file it discards or carries.
 
 mod atomic;
 pub mod compact;
