@@ -214,3 +214,37 @@ fn smollm2_gguf_against_its_container_is_empty() {
     )
     .is_empty());
 }
+
+#[test]
+fn added_and_removed_tensors() {
+    use lql_storage::format::gguf::synth::TinyModel;
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = (t.path().join("a.gguf"), t.path().join("b.gguf"));
+    TinyModel::llama().write(&a).unwrap();
+    TinyModel {
+        untied_head: true,
+        layers: 3,
+        ..TinyModel::llama()
+    }
+    .write(&b)
+    .unwrap();
+    let c = Connection::open_in_memory().unwrap();
+    let got = rows(&c, &format!("DIFF \"{}\" \"{}\"", q(&a), q(&b)));
+    let added: Vec<(String, String)> = got
+        .iter()
+        .filter(|r| r["change"].to_string() == "added")
+        .map(|r| (r["layer"].to_string(), r["role"].to_string()))
+        .collect();
+    // The separate head, and every tensor of the third layer.
+    assert!(added.contains(&("NULL".into(), "output".into())), "{added:?}");
+    assert_eq!(added.iter().filter(|(l, _)| l == "2").count(), 9);
+    let head = got.iter().find(|r| r["role"].to_string() == "output").unwrap();
+    assert_eq!(head["object"].to_string(), "text.output_head");
+    assert_eq!(head["elements_changed"], Value::Null);
+    // Reversed, the same tensors are removed.
+    let back = rows(&c, &format!("DIFF \"{}\" \"{}\"", q(&b), q(&a)));
+    assert_eq!(
+        back.iter().filter(|r| r["change"].to_string() == "removed").count(),
+        added.len()
+    );
+}
