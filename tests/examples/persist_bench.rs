@@ -15,9 +15,12 @@ fn main() {
     let c = Connection::open_in_memory().unwrap();
     let v = t.path().join("v").display().to_string();
     let q8 = t.path().join("q8").display().to_string();
-    c.execute(&format!("EXTRACT MODEL \"{ms}\" INTO \"{v}\"")).unwrap();
-    c.execute(&format!("EXTRACT MODEL \"{ms}\" INTO \"{q8}\" ENCODING Q8_0"))
+    c.execute(&format!("EXTRACT MODEL \"{ms}\" INTO \"{v}\""))
         .unwrap();
+    c.execute(&format!(
+        "EXTRACT MODEL \"{ms}\" INTO \"{q8}\" ENCODING Q8_0"
+    ))
+    .unwrap();
     for (what, other) in [("SOURCE container", &v), ("Q8_0 container", &q8)] {
         for _ in 0..3 {
             let t0 = Instant::now();

@@ -236,15 +236,23 @@ fn added_and_removed_tensors() {
         .map(|r| (r["layer"].to_string(), r["role"].to_string()))
         .collect();
     // The separate head, and every tensor of the third layer.
-    assert!(added.contains(&("NULL".into(), "output".into())), "{added:?}");
+    assert!(
+        added.contains(&("NULL".into(), "output".into())),
+        "{added:?}"
+    );
     assert_eq!(added.iter().filter(|(l, _)| l == "2").count(), 9);
-    let head = got.iter().find(|r| r["role"].to_string() == "output").unwrap();
+    let head = got
+        .iter()
+        .find(|r| r["role"].to_string() == "output")
+        .unwrap();
     assert_eq!(head["object"].to_string(), "text.output_head");
     assert_eq!(head["elements_changed"], Value::Null);
     // Reversed, the same tensors are removed.
     let back = rows(&c, &format!("DIFF \"{}\" \"{}\"", q(&b), q(&a)));
     assert_eq!(
-        back.iter().filter(|r| r["change"].to_string() == "removed").count(),
+        back.iter()
+            .filter(|r| r["change"].to_string() == "removed")
+            .count(),
         added.len()
     );
 }
