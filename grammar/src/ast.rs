@@ -395,12 +395,18 @@ pub enum ModelRef {
     Path(String),
 }
 
-/// `DIFF "a" "b"` · `DIFF CURRENT` · `DIFF "a" CURRENT` · `[INTO PATCH "out"]`
+/// `DIFF "a" "b"` · `DIFF CURRENT` · `DIFF "a" CURRENT` ·
+/// `[LAYER n] [LIMIT n] [PHYSICAL] [INTO PATCH "out"]`
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Diff {
     pub left: Spanned<ModelRef>,
     pub right: Option<Spanned<ModelRef>>,
     pub into_patch: Option<Spanned<String>>,
+    /// `LAYER n`: only that layer's tensors.
+    pub layer: Option<Spanned<u64>>,
+    pub limit: Option<Spanned<i64>>,
+    /// `PHYSICAL`: byte-level rows (encoded bytes and hashes) instead of values.
+    pub physical: Option<Spanned<bool>>,
 }
 
 /// `COMPILE CURRENT|"src" INTO VINDEX|PACKAGE|GGUF "out"`
@@ -714,7 +720,10 @@ fields!(Assignment {
 fields!(Diff {
     left,
     right,
-    into_patch
+    into_patch,
+    layer,
+    limit,
+    physical
 });
 fields!(Compile {
     source,

@@ -75,6 +75,7 @@ pub const KEYWORDS: &[&str] = &[
     "SOURCE_REVISION",
     "PROJECTOR",
     "COMPACT",
+    "PHYSICAL",
     "VERIFY",
     "AGAINST",
     "RUN",

@@ -439,6 +439,15 @@ impl Display for StatementKind {
                 if let Some(r) = &d.right {
                     write!(f, " {}", r.value)?;
                 }
+                if let Some(l) = &d.layer {
+                    write!(f, " LAYER {}", l.value)?;
+                }
+                if let Some(l) = &d.limit {
+                    write!(f, " LIMIT {}", l.value)?;
+                }
+                if d.physical.is_some() {
+                    f.write_str(" PHYSICAL")?;
+                }
                 if let Some(p) = &d.into_patch {
                     write!(f, " INTO PATCH {}", Q(&p.value))?;
                 }

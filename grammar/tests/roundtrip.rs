@@ -61,6 +61,8 @@ const EXAMPLES: &[&str] = &[
     // compare / persist / maintain
     r#"DIFF "a.vindex" "b.vindex""#,
     "DIFF CURRENT",
+    r#"DIFF "a.vindex" "b.vindex" LAYER 3 LIMIT 5 PHYSICAL"#,
+    "DIFF CURRENT LAYER 0",
     r#"DIFF "a.vindex" CURRENT INTO PATCH "d.vlp""#,
     r#"COMPILE CURRENT INTO VINDEX "out.vindex""#,
     r#"COMPILE CURRENT INTO PACKAGE "out-pkg""#,

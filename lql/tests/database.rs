@@ -117,7 +117,7 @@ fn errors_carry_codes_and_sources() {
         ("WALK 'x' LAYERS 40-41", "LQL-E0201"),
         ("SELECT * FROM edges", "LQL-E0301"),
         ("USE '/nonexistent/model.gguf'", "LQL-E0401"),
-        ("DIFF CURRENT", "LQL-E0301"),
+        ("DIFF CURRENT INTO PATCH 'd.patch'", "LQL-E0301"),
     ];
     for (stmt, code) in cases {
         let e = conn.execute(stmt).unwrap_err();

@@ -891,13 +891,6 @@ impl Binder {
         self.model_ref(&d.left)?;
         if let Some(r) = &d.right {
             self.model_ref(r)?;
-            if r.value == d.left.value {
-                return Err(
-                    PlanError::semantic("DIFF compares a model with itself", r.span)
-                        .with_label(d.left.span, "first operand")
-                        .with_label(r.span, "same as the first"),
-                );
-            }
         } else if d.left.value != ModelRef::Current {
             return Err(PlanError::semantic(
                 "DIFF with one operand compares CURRENT with its base; give two paths",
@@ -905,6 +898,20 @@ impl Binder {
             )
             .with_help("DIFF \"a\" \"b\", DIFF \"a\" CURRENT or DIFF CURRENT"));
         }
+        let limit = match &d.limit {
+            Some(l) if l.value < 0 => {
+                return Err(PlanError::semantic("LIMIT must be 0 or more", l.span))
+            }
+            Some(l) => Some(l.value as usize),
+            None => None,
+        };
+        let layer = match &d.layer {
+            Some(l) => Some(
+                usize::try_from(l.value)
+                    .map_err(|_| PlanError::semantic("LAYER is out of range", l.span))?,
+            ),
+            None => None,
+        };
         Ok(LogicalPlan::Diff(DiffPlan {
             left: d.left.value.clone(),
             right: d.right.as_ref().map(|r| r.value.clone()),
@@ -913,6 +920,9 @@ impl Binder {
                 .as_ref()
                 .map(|p| path(p, "patch file"))
                 .transpose()?,
+            layer,
+            limit,
+            physical: d.physical.is_some(),
         }))
     }
 }

@@ -250,6 +250,11 @@ pub struct DiffPlan {
     /// None: compare `left` (CURRENT) against its base.
     pub right: Option<ModelRef>,
     pub into_patch: Option<String>,
+    /// `LAYER n`: only that layer's tensors (checked against the models when it runs).
+    pub layer: Option<usize>,
+    pub limit: Option<usize>,
+    /// Byte-level rows (encoded bytes, hashes) instead of value rows.
+    pub physical: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -156,6 +156,9 @@ pub enum Operator {
     /// Operand-by-operand comparison of the two inputs.
     DiffOperands {
         into_patch: Option<String>,
+        layer: Option<usize>,
+        limit: Option<usize>,
+        physical: bool,
     },
     /// Materialises the input into a new artefact (temp name, fsync, rename).
     Write {
@@ -488,6 +491,9 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             let diff = PlanNode {
                 op: O::DiffOperands {
                     into_patch: d.into_patch.clone(),
+                    layer: d.layer,
+                    limit: d.limit,
+                    physical: d.physical,
                 },
                 inputs,
             };
@@ -766,8 +772,22 @@ impl fmt::Display for Operator {
                 Ok(())
             }
             O::Current => f.write_str("Current base+overlays"),
-            O::DiffOperands { into_patch } => {
+            O::DiffOperands {
+                into_patch,
+                layer,
+                limit,
+                physical,
+            } => {
                 f.write_str("DiffOperands")?;
+                if *physical {
+                    f.write_str(" physical")?;
+                }
+                if let Some(l) = layer {
+                    write!(f, " layer={l}")?;
+                }
+                if let Some(n) = limit {
+                    write!(f, " limit={n}")?;
+                }
                 if let Some(p) = into_patch {
                     write!(f, " into_patch={}", quote(p))?;
                 }

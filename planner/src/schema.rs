@@ -307,6 +307,78 @@ const SHOW_TABLES: Spec = &[
     ("columns", Int, "number of columns"),
 ];
 const STATUS: Spec = &[];
+const DIFF: Spec = &[
+    ("object", Text, "graph object the tensor belongs to"),
+    ("layer", Int, "layer (NULL for global tensors)"),
+    ("role", Text, "operand role"),
+    (
+        "representation",
+        Text,
+        "encoding, or `left → right` when it differs",
+    ),
+    ("change", Text, "added, removed or changed"),
+    (
+        "elements_changed",
+        Int,
+        "elements whose decoded value differs (NULL for added/removed or a shape change)",
+    ),
+    (
+        "max_abs_delta",
+        Float,
+        "largest |right − left| over the tensor's decoded values",
+    ),
+    (
+        "rel_frobenius_delta",
+        Float,
+        "‖right − left‖ / ‖left‖ (Frobenius norms of the decoded values)",
+    ),
+];
+const DIFF_PHYSICAL: Spec = &[
+    ("object", Text, "graph object the tensor belongs to"),
+    ("layer", Int, "layer (NULL for global tensors)"),
+    ("role", Text, "operand role"),
+    ("change", Text, "added, removed or changed"),
+    ("left_encoding", Text, "stored encoding on the left"),
+    ("right_encoding", Text, "stored encoding on the right"),
+    ("left_bytes", Int, "encoded bytes on the left"),
+    ("right_bytes", Int, "encoded bytes on the right"),
+    (
+        "rows_differing",
+        Int,
+        "encoded rows whose bytes differ (NULL when the row geometry differs)",
+    ),
+    (
+        "left_sha256",
+        Text,
+        "SHA-256 of the left tensor's encoded bytes",
+    ),
+    (
+        "right_sha256",
+        Text,
+        "SHA-256 of the right tensor's encoded bytes",
+    ),
+];
+const COMPACT: Spec = &[
+    ("action", Text, "written, discarded or carried"),
+    (
+        "kind",
+        Text,
+        "segment, superseded representation, stray segment file or unknown file",
+    ),
+    ("path", Text, "container-relative path"),
+    ("bytes", Int, "file size"),
+    ("detail", Text, "why"),
+];
+const COMPILE: Spec = &[
+    ("path", Text, "the artefact written"),
+    ("format", Text, "GGUF or VINDEX"),
+    ("tensors", Int, "tensors written"),
+    ("bytes", Int, "bytes written (GGUF file, or container payload)"),
+    ("derived_from_model", Text, "SHA-256 identity of the source the state is based on"),
+    ("applied_patches", Int, "patches applied to the state that was written"),
+    ("max_abs_logit_delta", Float, "equivalence gate: largest |Δ logit| between the output and the state on the probe set (NULL when not gated)"),
+    ("seconds", Float, "wall time"),
+];
 
 /// The columns of USE's one-row summary (also what `Connection::open` returns).
 pub fn use_columns() -> Vec<ColumnDef> {
@@ -408,10 +480,11 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         | LogicalPlan::BeginPatch { .. }
         | LogicalPlan::SavePatch
         | LogicalPlan::ApplyPatch { .. }
-        | LogicalPlan::RemovePatch { .. }
-        | LogicalPlan::Diff(_)
-        | LogicalPlan::Compile(_)
-        | LogicalPlan::Compact { .. } => defs(STATUS),
+        | LogicalPlan::RemovePatch { .. } => defs(STATUS),
+        LogicalPlan::Compact { .. } => defs(COMPACT),
+        LogicalPlan::Diff(d) if d.physical => defs(DIFF_PHYSICAL),
+        LogicalPlan::Diff(_) => defs(DIFF),
+        LogicalPlan::Compile(_) => defs(COMPILE),
     }
 }
 

@@ -2,7 +2,7 @@
 //! that the engine does not run. Each refusal is `not supported yet: …` with the span of the
 //! clause at fault. EXPLAIN PLAN still shows their operator trees.
 
-use lql_grammar::{Span, Statement, StatementKind};
+use lql_grammar::{CompileTarget, Span, Statement, StatementKind};
 
 use crate::error::PlanError;
 use crate::logical::{ExplainMode, ExtractFormat, LogicalPlan, ShowWhat};
@@ -50,6 +50,17 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
         {
             refuse(&format!("SHOW {}", p.what), s.what.span)
         }
+        (StatementKind::Diff(d), LogicalPlan::Diff(_)) => match &d.into_patch {
+            Some(p) => refuse(
+                "DIFF … INTO PATCH (the patch format is not built yet)",
+                p.span,
+            ),
+            None => Ok(()),
+        },
+        (StatementKind::Compile(c), LogicalPlan::Compile(p)) => match p.target {
+            CompileTarget::Package => refuse("COMPILE … INTO PACKAGE", c.target.span),
+            CompileTarget::Vindex | CompileTarget::Gguf => Ok(()),
+        },
         (
             _,
             LogicalPlan::Insert(_)
@@ -60,8 +71,7 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             | LogicalPlan::ApplyPatch { .. }
             | LogicalPlan::RemovePatch { .. }
             | LogicalPlan::Diff(_)
-            | LogicalPlan::Compile(_)
-            | LogicalPlan::Compact { .. },
+            | LogicalPlan::Compile(_),
         ) => refuse(plan.name(), stmt.span),
         _ => Ok(()),
     }

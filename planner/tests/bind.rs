@@ -532,7 +532,12 @@ fn diff_forms() {
     };
     assert_eq!((d.left, d.right), (ModelRef::Current, None));
     refuse("DIFF «'a'»", &m, "give two paths");
-    refuse("DIFF 'a' «'a'»", &m, "compares a model with itself");
+    // A model against itself binds (its DIFF is empty).
+    let LogicalPlan::Diff(d) = plan("DIFF 'a' 'a' LAYER 2 LIMIT 4 PHYSICAL", &m) else {
+        panic!()
+    };
+    assert_eq!((d.layer, d.limit, d.physical), (Some(2), Some(4), true));
+    refuse("DIFF CURRENT «LIMIT -1»", &m, "LIMIT must be 0 or more");
 }
 
 #[test]

@@ -117,10 +117,10 @@ Rows [position, layer, rank, prob, attn_contrib, ffn_contrib, contrib, who]
         .trim_start(),
     );
     snap(
-        "EXPLAIN DIFF 'a.vindex' CURRENT INTO PATCH 'd.vlp'",
+        "EXPLAIN DIFF 'a.vindex' CURRENT LAYER 3 LIMIT 5 INTO PATCH 'd.vlp'",
         r#"
-Status
-  DiffOperands into_patch="d.vlp"
+Rows [object, layer, role, representation, change, elements_changed, max_abs_delta, rel_frobenius_delta]
+  DiffOperands layer=3 limit=5 into_patch="d.vlp"
     Open "a.vindex"
     Current base+overlays
 "#

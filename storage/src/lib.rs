@@ -19,9 +19,11 @@
 //! - [`mapped`]: mapped model files, their fingerprints and the SIGBUS reporter.
 //! - [`interrupt`]: the running statement's interrupt flag, polled by loops over counts a
 //!   file declares.
+//! - [`material`]: the material seam DIFF and COMPILE read states through; [`diff`]: DIFF.
 
 pub mod catalogue;
 pub mod codec;
+pub mod diff;
 pub mod dtype;
 pub mod error;
 pub mod format;
@@ -30,6 +32,7 @@ pub mod import;
 pub mod interrupt;
 pub mod json_strict;
 pub mod mapped;
+pub mod material;
 pub mod model;
 pub mod surface;
 pub mod tokenizer_spec;

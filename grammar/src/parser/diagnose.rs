@@ -98,6 +98,8 @@ fn describe_rule(rule: Rule) -> String {
         Rule::where_clause => "WHERE",
         Rule::order_clause => "ORDER",
         Rule::limit_clause => "LIMIT",
+        Rule::diff_layer_clause => "LAYER",
+        Rule::physical_clause => "PHYSICAL",
         Rule::for_clause => "FOR",
         Rule::decompose_clause => "DECOMPOSE",
         Rule::positions_clause => "POSITIONS",

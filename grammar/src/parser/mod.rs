@@ -776,12 +776,19 @@ fn model_ref(p: Pair<Rule>) -> Result<Spanned<ModelRef>> {
 
 fn diff_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut operands = Vec::new();
-    let mut into_patch = None;
+    let (mut into_patch, mut layer, mut limit, mut physical) = (None, None, None, None);
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_diff => {}
             Rule::diff_operand => operands.push(model_ref(q)?),
             Rule::into_patch_clause => set(&mut into_patch, clause_str(q)?, "INTO PATCH")?,
+            Rule::diff_layer_clause => {
+                let sp = span(&q);
+                let n = unsigned(last_child(q)?)?.value;
+                set(&mut layer, Spanned::new(n, sp), "LAYER")?
+            }
+            Rule::limit_clause => set(&mut limit, clause_int(q)?, "LIMIT")?,
+            Rule::physical_clause => set(&mut physical, Spanned::new(true, span(&q)), "PHYSICAL")?,
             _ => return Err(internal(&q)),
         }
     }
@@ -793,6 +800,9 @@ fn diff_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         left,
         right: it.next(),
         into_patch,
+        layer,
+        limit,
+        physical,
     }))
 }
 

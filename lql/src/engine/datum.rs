@@ -56,6 +56,8 @@ pub(crate) enum Datum {
     },
     /// A model opened as the source of a write (EXTRACT).
     Source(Box<lql_storage::Model>),
+    /// A model state DIFF or COMPILE reads (the bound model's state, or a model opened by path).
+    Material(Arc<dyn lql_storage::material::MaterialSource>),
     /// Finished rows.
     Rows(Rows),
 }
@@ -74,7 +76,7 @@ impl Datum {
             Datum::Hits(h) | Datum::Labeled { hits: h, .. } => h.hits().count(),
             Datum::Trace { trace, .. } => trace.positions.len() * (trace.n_layers() + 1),
             Datum::Table { rows, .. } => rows.len(),
-            Datum::Source(_) => 1,
+            Datum::Source(_) | Datum::Material(_) => 1,
             Datum::Rows(r) => r.len(),
         }
     }
@@ -94,6 +96,7 @@ impl Datum {
             Datum::Trace { .. } => "trace",
             Datum::Table { .. } => "table",
             Datum::Source(_) => "source model",
+            Datum::Material(_) => "model state",
             Datum::Rows(_) => "rows",
         }
     }

@@ -9,7 +9,9 @@ use std::time::Instant;
 use lql_planner::{Operator, PhysicalPlan, PlanNode};
 
 use super::datum::Datum;
-use super::{bind, describe, explain, introspect, package, run, select, trace, vindex, walk, Cx};
+use super::{
+    bind, describe, explain, introspect, package, persist, run, select, trace, vindex, walk, Cx,
+};
 use crate::error::{Error, Result};
 use crate::rows::Rows;
 
@@ -136,6 +138,25 @@ fn operator(
     match op {
         O::Open { .. } if matches!(cx.plan, lql_planner::LogicalPlan::Extract(_)) => {
             vindex::open_source(cx, op)
+        }
+        O::Open { .. }
+            if matches!(
+                cx.plan,
+                lql_planner::LogicalPlan::Diff(_) | lql_planner::LogicalPlan::Compile(_)
+            ) =>
+        {
+            persist::open(cx, op)
+        }
+        O::Current => persist::current(cx),
+        O::Compact { container, into } => persist::compact(cx, container, into.as_deref()),
+        O::DiffOperands {
+            layer,
+            limit,
+            physical,
+            ..
+        } => persist::diff_operands(cx, inputs, *layer, *limit, *physical),
+        O::Write { .. } if matches!(cx.plan, lql_planner::LogicalPlan::Compile(_)) => {
+            persist::compile(cx, one(inputs, "Write")?)
         }
         O::Open { target, .. } => bind::open(cx, target),
         O::Tokenize { text } => run::tokenize(cx, text),

@@ -21,6 +21,7 @@ mod explain;
 mod interp;
 mod introspect;
 mod package;
+mod persist;
 mod rowexec;
 mod run;
 mod select;

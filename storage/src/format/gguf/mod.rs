@@ -3,7 +3,9 @@
 //! - [`reader`]: [`GgufFile`] — header, metadata, tensor infos, zero-copy tensor views.
 //! - [`value`]: [`MetaValue`] and lazily decoded [`MetaArray`]s.
 //! - [`writer`]: [`GgufWriter`] — metadata and tensors with alignment, temp name + rename.
+//! - [`export`]: COMPILE … INTO GGUF of a [`crate::material::MaterialSource`]; [`synth`]: tiny test models.
 
+pub mod export;
 pub mod reader;
 pub mod synth;
 pub mod value;

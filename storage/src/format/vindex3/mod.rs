@@ -39,8 +39,12 @@
 //! - **Open is O(1).** [`open_model`] parses `index.json`, the graph and the segment
 //!   headers and maps the segments; it never hashes payloads ([`verify()`] does) and builds
 //!   the tokenizer lazily.
+//! - **Derived containers and COMPACT.** [`extract_stamped`] stamps `authority: derived`,
+//!   `derived_from_model` and `applied_patches` (COMPILE); [`compact`] rewrites a container
+//!   keeping its identity and names every file it discards or carries.
 
 mod atomic;
+pub mod compact;
 mod encode;
 pub mod graph;
 pub mod index;
@@ -60,7 +64,9 @@ pub use inspect::{
 };
 pub use reader::{open_model, Container};
 pub use verify::{all_ok, verify, VerifyRow, VerifyStatus};
-pub use writer::{extract, extract_cancellable, ExtractProgress, ExtractReport};
+pub use writer::{
+    extract, extract_cancellable, extract_stamped, Derivation, ExtractProgress, ExtractReport,
+};
 
 /// `index.json` schema this build writes (seed 002 §12: VINDEX3 spans 3–4).
 pub const INDEX_SCHEMA: u32 = 4;

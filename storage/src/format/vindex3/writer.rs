@@ -95,6 +95,28 @@ pub fn extract_cancellable(
     progress: &mut dyn FnMut(ExtractProgress),
     cancel: &AtomicBool,
 ) -> Result<ExtractReport> {
+    extract_stamped(model, out, encoding, None, progress, cancel)
+}
+
+/// Provenance of a container COMPILE derives from a model state (seed 002 §5.2, §9.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Derivation {
+    /// SHA-256 identity of the base the state was built on.
+    pub derived_from_model: String,
+    /// SHA-256 of each applied patch, in application order.
+    pub applied_patches: Vec<String>,
+}
+
+/// [`extract_cancellable`] that stamps the container `authority: derived` with
+/// `derived_from_model` and the applied patches when `derivation` is given.
+pub fn extract_stamped(
+    model: &Model,
+    out: &Path,
+    encoding: ExtractEncoding,
+    derivation: Option<&Derivation>,
+    progress: &mut dyn FnMut(ExtractProgress),
+    cancel: &AtomicBool,
+) -> Result<ExtractReport> {
     let started = Instant::now();
     let tmp = atomic::claim_target(out)?;
     let mut counter = Counter {
@@ -105,7 +127,7 @@ pub fn extract_cancellable(
         bytes_done: 0,
         bytes_total: model.operands.values().map(|o| o.len as u64).sum(),
     };
-    match write_container(model, &tmp, encoding, &mut counter) {
+    match write_container(model, &tmp, encoding, derivation, &mut counter) {
         Ok((objects, tensors, payload_bytes)) => {
             if let Err(e) = atomic::publish_dir(&tmp, out) {
                 let _ = std::fs::remove_dir_all(&tmp);
@@ -529,6 +551,7 @@ fn write_container(
     model: &Model,
     dir: &Path,
     encoding: ExtractEncoding,
+    derivation: Option<&Derivation>,
     counter: &mut Counter<'_>,
 ) -> Result<(usize, usize, u64)> {
     let surface = &model.surface;
@@ -676,6 +699,9 @@ fn write_container(
         json!(format!("lql-storage {}", env!("CARGO_PKG_VERSION"))),
     );
     extra.insert("vocab_size".into(), json!(surface.vocab));
+    if let Some(d) = derivation {
+        extra.insert("applied_patches".into(), json!(d.applied_patches));
+    }
     extra.insert(
         "source".into(),
         json!({"artifact": artifact, "kind": model.kind, "bytes": source_bytes}),
@@ -700,9 +726,12 @@ fn write_container(
             "authority": levels[weakest as usize],
         })],
         variants: Value::Object(variants),
-        authority: Authority::Canonical,
+        authority: match derivation {
+            Some(_) => Authority::Derived,
+            None => Authority::Canonical,
+        },
         precision_map: None,
-        derived_from_model: None,
+        derived_from_model: derivation.map(|d| d.derived_from_model.clone()),
         system_graph_sha256: Some(hex(Sha256::digest(&graph_bytes))),
         capabilities,
         extra,

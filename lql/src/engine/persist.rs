@@ -1,0 +1,404 @@
+//! DIFF and COMPILE: the operators that read whole model states through the material seam
+//! (`lql_storage::material::MaterialSource`): `Current` (the bound model's state — its base
+//! today, base + overlays once edits exist), `Open` of a second model by path,
+//! `DiffOperands` (logical or PHYSICAL rows, `LAYER`, `LIMIT`) and COMPILE's `Write`
+//! (GGUF through `format::gguf::export`; VINDEX through the EXTRACT writer, stamped
+//! derived, gated on INFER logits of a fixed probe set before it is renamed into place).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use lql_grammar::CompileTarget;
+use lql_planner::LogicalPlan;
+use lql_storage::diff::{self, DiffScope};
+use lql_storage::format::gguf::export::export_gguf;
+use lql_storage::format::vindex3::{self, Derivation, ExtractEncoding};
+use lql_storage::material::{source_identity, MaterialSource};
+use lql_storage::{import, Model, OperandSource};
+
+use super::datum::Datum;
+use super::Cx;
+use crate::error::{Error, Result};
+use crate::progress::{Progress, ProgressUnit};
+use crate::rows::Rows;
+use crate::value::Value;
+
+/// `Current`: the bound model's state.
+pub(crate) fn current(cx: &mut Cx<'_>) -> Result<Datum> {
+    let model = cx.model()?;
+    Ok(Datum::Material(model))
+}
+
+/// `Open "path"` under DIFF or COMPILE: a second model, opened without binding it.
+pub(crate) fn open(cx: &mut Cx<'_>, op: &lql_planner::Operator) -> Result<Datum> {
+    match super::vindex::open_source(cx, op)? {
+        Datum::Source(m) => Ok(Datum::Material(Arc::new(*m))),
+        other => Err(super::interp::wrong_input("Open", &other)),
+    }
+}
+
+fn material(d: Datum, op: &str) -> Result<Arc<dyn MaterialSource>> {
+    match d {
+        Datum::Material(m) => Ok(m),
+        other => Err(super::interp::wrong_input(op, &other)),
+    }
+}
+
+fn layer_value(l: Option<usize>) -> Value {
+    l.map_or(Value::Null, Value::from)
+}
+
+/// `DiffOperands`: one input compares CURRENT with its base; two compare left → right.
+pub(crate) fn diff_operands(
+    cx: &mut Cx<'_>,
+    inputs: Vec<Datum>,
+    layer: Option<usize>,
+    limit: Option<usize>,
+    physical: bool,
+) -> Result<Datum> {
+    let mut it = inputs.into_iter();
+    let (left, right) = match (it.next(), it.next()) {
+        (Some(a), None) => {
+            let m = material(a, "DiffOperands")?;
+            (None, m)
+        }
+        (Some(a), Some(b)) => (
+            Some(material(a, "DiffOperands")?),
+            material(b, "DiffOperands")?,
+        ),
+        _ => return Err(Error::internal("DiffOperands takes one or two inputs")),
+    };
+    let a: &dyn MaterialSource = match &left {
+        Some(l) => l.as_ref(),
+        None => right.base(),
+    };
+    let b: &dyn MaterialSource = right.as_ref();
+    if let Some(l) = layer {
+        let n = a.base().surface.n_layers.max(b.base().surface.n_layers);
+        if l >= n {
+            let mut e = Error::semantic(format!(
+                "LAYER {l} is out of range: the models have {n} layers (0-{})",
+                n.saturating_sub(1)
+            ));
+            if let lql_grammar::StatementKind::Diff(d) = &cx.stmt.kind {
+                if let Some(sp) = &d.layer {
+                    e = e.with_span(sp.span.range());
+                }
+            }
+            return Err(e);
+        }
+    }
+    let scope = DiffScope { layer };
+    let cancel = cx.cancel.clone();
+    let interrupted = |e: lql_storage::StorageError| -> Error {
+        if cancel.load(Ordering::Relaxed) {
+            Error::interrupted()
+        } else {
+            e.into()
+        }
+    };
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let take = limit.unwrap_or(usize::MAX);
+    if physical {
+        for r in diff::diff_physical(a, b, scope, &cancel)
+            .map_err(interrupted)?
+            .into_iter()
+            .take(take)
+        {
+            rows.push(vec![
+                Value::from(r.object),
+                layer_value(r.key.layer),
+                Value::from(r.key.role.name()),
+                Value::from(r.change.name()),
+                Value::from(r.left_encoding),
+                Value::from(r.right_encoding),
+                Value::from(r.left_bytes),
+                Value::from(r.right_bytes),
+                Value::from(r.rows_differing),
+                Value::from(r.left_sha256),
+                Value::from(r.right_sha256),
+            ]);
+        }
+    } else {
+        for r in diff::diff(a, b, scope, &cancel)
+            .map_err(interrupted)?
+            .into_iter()
+            .take(take)
+        {
+            rows.push(vec![
+                Value::from(r.object),
+                layer_value(r.key.layer),
+                Value::from(r.key.role.name()),
+                Value::from(r.representation),
+                Value::from(r.change.name()),
+                Value::from(r.elements_changed),
+                Value::from(r.max_abs_delta),
+                Value::from(r.rel_frobenius_delta),
+            ]);
+        }
+    }
+    Ok(Datum::Rows(rows))
+}
+
+/// COMPILE's `Write GGUF|VINDEX "out"`: one row (path, format, tensors, bytes,
+/// derived_from_model, applied_patches, max_abs_logit_delta, seconds).
+pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
+    let state = material(input, "Write")?;
+    let LogicalPlan::Compile(plan) = cx.plan else {
+        return Err(Error::internal("COMPILE's Write outside COMPILE"));
+    };
+    let started = Instant::now();
+    let out = PathBuf::from(&plan.output);
+    let identity = source_identity(state.base())?;
+    let patches = state.applied_patches();
+    let (format, tensors, bytes, gate) = match plan.target {
+        CompileTarget::Gguf => {
+            let report = |done: u64, finished: bool| {
+                if let Some(h) = &cx.engine.progress {
+                    h(&Progress {
+                        task: format!("compile {}", out.display()),
+                        done,
+                        total: Some(1),
+                        unit: ProgressUnit::Items,
+                        finished,
+                    });
+                }
+            };
+            report(0, false);
+            let r = export_gguf(state.as_ref(), &out, &identity)?;
+            report(1, true);
+            ("GGUF", r.tensors, r.bytes, None)
+        }
+        CompileTarget::Vindex => {
+            let derivation = Derivation {
+                derived_from_model: identity.clone(),
+                applied_patches: patches.clone(),
+            };
+            let (tensors, bytes, delta) = compile_vindex(cx, state.as_ref(), &out, &derivation)?;
+            ("VINDEX", tensors, bytes, Some(delta))
+        }
+        CompileTarget::Package => return Err(Error::not_supported_yet("COMPILE … INTO PACKAGE")),
+    };
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    rows.push(vec![
+        Value::from(out.display().to_string()),
+        Value::from(format),
+        Value::from(tensors),
+        Value::from(bytes),
+        Value::from(identity),
+        Value::from(patches.len()),
+        Value::from(gate),
+        Value::from(started.elapsed().as_secs_f64()),
+    ]);
+    Ok(Datum::Rows(rows))
+}
+
+/// Largest |Δ logit| the equivalence gate accepts between the state and its compiled
+/// container (unedited states written in their source encodings measure exactly 0).
+pub const GATE_MAX_ABS_LOGIT_DELTA: f64 = 1e-5;
+
+/// Writes the container under a staging name beside `out`, re-opens it, compares INFER
+/// logits on the probe set with the state's, and renames it to `out` only when they agree.
+fn compile_vindex(
+    cx: &mut Cx<'_>,
+    state: &dyn MaterialSource,
+    out: &Path,
+    derivation: &Derivation,
+) -> Result<(usize, u64, f64)> {
+    if std::fs::symlink_metadata(out).is_ok() {
+        return Err(Error::io(format!(
+            "{}: COMPILE target exists; refusing to overwrite it",
+            out.display()
+        )));
+    }
+    let name = out
+        .file_name()
+        .ok_or_else(|| Error::io(format!("{}: not a directory name", out.display())))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let staging = parent.join(format!(".{name}.compiling-{}-{nanos}", std::process::id()));
+    let model = state.as_model();
+    let task = format!("compile {}", out.display());
+    let handler = cx.engine.progress.clone();
+    let cancel = cx.cancel.clone();
+    let report = vindex3::extract_stamped(
+        &model,
+        &staging,
+        ExtractEncoding::Source,
+        Some(derivation),
+        &mut |p| {
+            if let Some(h) = &handler {
+                h(&Progress {
+                    task: task.clone(),
+                    done: p.bytes_done,
+                    total: Some(p.bytes_total),
+                    unit: ProgressUnit::Bytes,
+                    finished: false,
+                });
+            }
+        },
+        &cancel,
+    );
+    let report = match report {
+        Ok(r) => r,
+        Err(_) if cancel.load(Ordering::Relaxed) => return Err(Error::interrupted()),
+        Err(e) => return Err(e.into()),
+    };
+    let gated = gate(&model, &staging).and_then(|delta| {
+        if delta.is_finite() && delta <= GATE_MAX_ABS_LOGIT_DELTA {
+            Ok(delta)
+        } else {
+            Err(Error::semantic(format!(
+                "COMPILE equivalence gate failed: the compiled container's logits differ from the state's by {delta:e} (limit {GATE_MAX_ABS_LOGIT_DELTA:e}); nothing was written"
+            )))
+        }
+    });
+    let delta = match gated {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    if std::fs::symlink_metadata(out).is_ok() {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(Error::io(format!(
+            "{}: appeared while COMPILE ran; refusing to overwrite it",
+            out.display()
+        )));
+    }
+    std::fs::rename(&staging, out).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&staging);
+        Error::io(format!("{}: {e}", out.display()))
+    })?;
+    lql_storage::fsutil::sync_dir(&parent)?;
+    if let Some(h) = &handler {
+        h(&Progress {
+            task,
+            done: report.payload_bytes,
+            total: Some(report.payload_bytes),
+            unit: ProgressUnit::Bytes,
+            finished: true,
+        });
+    }
+    Ok((report.tensors, report.payload_bytes, delta))
+}
+
+/// The probe set: three fixed token sequences spread over the vocabulary.
+pub(crate) fn probe_ids(vocab: usize) -> Vec<Vec<u32>> {
+    let v = vocab.max(1) as u64;
+    (0..3u64)
+        .map(|p| {
+            (0..8u64)
+                .map(|i| ((i * 7919 + p * 104_729 + 13) % v) as u32)
+                .collect()
+        })
+        .collect()
+}
+
+/// max |Δ logit| over every position of every probe between `state` and the container
+/// at `dir`.
+fn gate(state: &Model, dir: &Path) -> Result<f64> {
+    let compiled = import::open(dir)?;
+    let a: Arc<dyn OperandSource> = Arc::new(state.clone());
+    let b: Arc<dyn OperandSource> = Arc::new(compiled);
+    let ea = lql_exec::Executor::new(a, 0)?;
+    let eb = lql_exec::Executor::new(b, 0)?;
+    let mut worst = 0f64;
+    for ids in probe_ids(state.surface.vocab) {
+        let la = ea.logits_all(&ids)?;
+        let lb = eb.logits_all(&ids)?;
+        for (x, y) in la.iter().zip(lb.iter()) {
+            if x.values.len() != y.values.len() {
+                return Ok(f64::INFINITY);
+            }
+            for (p, q) in x.values.iter().zip(y.values.iter()) {
+                let d = (*p as f64 - *q as f64).abs();
+                if d.is_nan() {
+                    return Ok(f64::INFINITY);
+                }
+                worst = worst.max(d);
+            }
+        }
+    }
+    Ok(worst)
+}
+
+/// `Compact "c" [into "out"]`: stage the rewrite, check its logits on the probe set are
+/// bit-identical to the container's, then publish it; one row per file written, discarded
+/// or carried.
+pub(crate) fn compact(cx: &mut Cx<'_>, container: &str, into: Option<&str>) -> Result<Datum> {
+    use lql_storage::format::vindex3::compact as c;
+    let dir = PathBuf::from(container);
+    let task = format!("compact {container}");
+    let handler = cx.engine.progress.clone();
+    let cancel = cx.cancel.clone();
+    let staged = c::stage(
+        &dir,
+        &mut |p| {
+            if let Some(h) = &handler {
+                h(&Progress {
+                    task: task.clone(),
+                    done: p.bytes_done,
+                    total: Some(p.bytes_total),
+                    unit: ProgressUnit::Bytes,
+                    finished: false,
+                });
+            }
+        },
+        &cancel,
+    );
+    let staged = match staged {
+        Ok(s) => s,
+        Err(_) if cancel.load(Ordering::Relaxed) => return Err(Error::interrupted()),
+        Err(e) => return Err(e.into()),
+    };
+    match gate(&staged.model, &staged.staging) {
+        Ok(d) if d <= 0.0 => {}
+        Ok(d) => {
+            c::abandon(&staged);
+            return Err(Error::semantic(format!(
+                "COMPACT equivalence check failed: the rewritten container's logits differ by {d:e}; the container is unchanged"
+            )));
+        }
+        Err(e) => {
+            c::abandon(&staged);
+            return Err(e);
+        }
+    }
+    if cancel.load(Ordering::Relaxed) {
+        c::abandon(&staged);
+        return Err(Error::interrupted());
+    }
+    c::publish(&staged, into.map(Path::new))?;
+    if let Some(h) = &handler {
+        h(&Progress {
+            task,
+            done: 1,
+            total: Some(1),
+            unit: ProgressUnit::Items,
+            finished: true,
+        });
+    }
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    for r in staged.rows {
+        rows.push(vec![
+            Value::from(r.action),
+            Value::from(r.kind),
+            Value::from(r.path),
+            Value::from(r.bytes),
+            Value::from(r.detail),
+        ]);
+    }
+    Ok(Datum::Rows(rows))
+}

@@ -1,0 +1,181 @@
+//! COMPACT on a tiny VINDEX3 container with an added (unselected) representation, a stray
+//! segment file and an unknown file: the report names all three, answers (INFER logits,
+//! WALK) are identical before and after; then 20 `kill -9`s of the CLI at random points of
+//! an in-place COMPACT each leave a container that opens, verifies and answers exactly as
+//! before — the old one or the new one, never a mix.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lql::Connection;
+use lql_storage::format::gguf::synth::{byte_level_vocab, TinyModel};
+use lql_storage::format::gguf::MetaValue;
+use lql_storage::format::vindex3::{self, Container};
+
+fn q(p: &Path) -> String {
+    p.display().to_string().replace('"', "\\\"")
+}
+
+/// A tiny container with an added representation of `text.final_norm` no profile selects,
+/// `segments/stray.bin` and `notes.txt`.
+fn container(dir: &Path) -> PathBuf {
+    let gguf = dir.join("tiny.gguf");
+    // The synthetic vocabulary plus one merge ("h e" → "he"), so that text tokenizes.
+    let mut w = TinyModel::llama().writer().unwrap();
+    let mut tokens = byte_level_vocab(320);
+    tokens[259] = "he".into();
+    w.set_kv("tokenizer.ggml.tokens", MetaValue::str_array(&tokens))
+        .unwrap();
+    w.set_kv("tokenizer.ggml.merges", MetaValue::str_array(["h e"]))
+        .unwrap();
+    w.write(&gguf).unwrap();
+    let out = dir.join("c");
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!(
+        "EXTRACT MODEL \"{}\" INTO \"{}\"",
+        q(&gguf),
+        q(&out)
+    ))
+    .unwrap();
+    let mut k = Container::load(&out).unwrap();
+    let (id, mut rep) = k
+        .index
+        .representations
+        .iter()
+        .find(|(_, r)| r.object == "text.final_norm")
+        .map(|(i, r)| (i.clone(), r.clone()))
+        .unwrap();
+    let copy = "segments/text.final_norm.copy.bin";
+    std::fs::copy(out.join(&rep.segment), out.join(copy)).unwrap();
+    rep.segment = copy.into();
+    rep.encoding = "copy".into();
+    let new_id = format!("{id}-copy");
+    k.index.representations.insert(new_id.clone(), rep);
+    let g = k.graph.as_mut().unwrap();
+    let obj = g
+        .objects
+        .iter_mut()
+        .find(|o| o.id == "text.final_norm")
+        .unwrap();
+    let mut r = obj.representations[0].clone();
+    r.id = new_id;
+    r.encoding = "copy".into();
+    obj.representations.push(r);
+    k.rewrite().unwrap();
+    std::fs::write(out.join("segments/stray.bin"), b"stray").unwrap();
+    std::fs::write(out.join("notes.txt"), b"kept as is").unwrap();
+    assert!(vindex3::all_ok(&vindex3::verify(&out).unwrap()));
+    out
+}
+
+/// INFER's rows and WALK's rows on the container at `dir`.
+fn answers(dir: &Path) -> (Vec<Vec<lql::Value>>, Vec<Vec<lql::Value>>) {
+    let c = Connection::open_in_memory().unwrap();
+    c.bind(&dir.display().to_string()).unwrap();
+    let i = c.execute("INFER \"hello world\" TOP 5").unwrap().rows;
+    let w = c.execute("WALK \"hello\" TOP 5").unwrap().rows;
+    (i, w)
+}
+
+#[test]
+fn report_names_what_it_discards_and_answers_stay() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = container(t.path());
+    let before = answers(&dir);
+    let c = Connection::open_in_memory().unwrap();
+    let out = t.path().join("compacted");
+    let r = c
+        .execute(&format!("COMPACT \"{}\" INTO \"{}\"", q(&dir), q(&out)))
+        .unwrap();
+    let rows: Vec<(String, String, String)> = r
+        .rows
+        .iter()
+        .map(|x| (x[0].to_string(), x[1].to_string(), x[2].to_string()))
+        .collect();
+    let has =
+        |a: &str, k: &str, p: &str| rows.contains(&(a.to_string(), k.to_string(), p.to_string()));
+    assert!(
+        has(
+            "discarded",
+            "superseded representation",
+            "segments/text.final_norm.copy.bin"
+        ),
+        "{rows:?}"
+    );
+    assert!(
+        has("discarded", "stray segment file", "segments/stray.bin"),
+        "{rows:?}"
+    );
+    assert!(has("carried", "unknown file", "notes.txt"), "{rows:?}");
+    assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"kept as is");
+    assert!(!out.join("segments/stray.bin").exists());
+    assert!(!out.join("segments/text.final_norm.copy.bin").exists());
+    assert!(vindex3::all_ok(&vindex3::verify(&out).unwrap()));
+    assert_eq!(answers(&out), before);
+    // In place: same answers, and nothing is left beside the container.
+    c.execute(&format!("COMPACT \"{}\"", q(&dir))).unwrap();
+    assert_eq!(answers(&dir), before);
+    let mut names: Vec<String> = std::fs::read_dir(t.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["c", "compacted", "tiny.gguf"]);
+    // An existing target is refused and the source stays.
+    let e = c
+        .execute(&format!("COMPACT \"{}\" INTO \"{}\"", q(&dir), q(&out)))
+        .unwrap_err();
+    assert!(e.to_string().contains("exists"), "{e}");
+}
+
+#[test]
+fn kill_9_during_compact_leaves_old_or_new() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = container(t.path());
+    let before = answers(&dir);
+    let old_index = std::fs::read(dir.join("index.json")).unwrap();
+    // How long one COMPACT takes here, to spread the kills over it.
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_lql"))
+            .args(["-c", &format!("COMPACT \"{}\"", q(&dir))])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let t0 = Instant::now();
+    let mut probe = run();
+    assert!(probe.wait().unwrap().success());
+    let full = t0.elapsed().as_micros().max(1000) as u64;
+    let new_index = std::fs::read(dir.join("index.json")).unwrap();
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for i in 0..20 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = seed % full;
+        let mut child = run();
+        std::thread::sleep(Duration::from_micros(delay));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        let index = std::fs::read(dir.join("index.json"))
+            .unwrap_or_else(|e| panic!("kill {i} after {delay} µs: no index.json: {e}"));
+        assert!(
+            index == old_index
+                || index == new_index
+                || serde_json::from_slice::<serde_json::Value>(&index).is_ok(),
+            "kill {i}: index.json is neither old nor new"
+        );
+        let rows = vindex3::verify(&dir).unwrap();
+        assert!(
+            vindex3::all_ok(&rows),
+            "kill {i} after {delay} µs: VERIFY fails: {rows:?}"
+        );
+        assert_eq!(
+            answers(&dir),
+            before,
+            "kill {i} after {delay} µs: answers changed"
+        );
+    }
+}

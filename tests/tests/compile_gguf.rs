@@ -1,0 +1,247 @@
+//! COMPILE … INTO GGUF on SmolLM2, checked with llama.cpp itself (llama-cpp-python, through
+//! `tests/tools/llamacpp_logits.py`): every tensor of the export is byte-identical to the
+//! source's, llama.cpp loads the export, its token ids and logits on three prompts equal
+//! llama.cpp's on the original file bit for bit, LQL's tokenizer gives the same ids, and LQL's
+//! logits on the export agree with llama.cpp's (top-1 equal at the last position; the max
+//! |Δ| is printed: llama.cpp quantises activations to 8 bits for Q4_1 dot products, so only
+//! a loose bound holds). Run with `--release`.
+//!
+//! The llama.cpp half needs a Python with `llama_cpp`: `LQL_LLAMACPP_PYTHON`, else
+//! `~/.cache/lql-tools/venv/bin/python`, else `python3`. Without one it prints why and
+//! skips, unless `LQL_REQUIRE_LLAMACPP=1` (set by `.ci/run`, which installs it) makes that
+//! a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use lql::Connection;
+use lql_storage::format::gguf::GgufFile;
+use lql_storage::model::OperandSource;
+use lql_tests::{default_model_path as smollm2, repo_root};
+
+const PROMPTS: [&str; 3] = [
+    "The capital of France is",
+    "def fibonacci(n):\n    return",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n",
+];
+
+fn q(p: &Path) -> String {
+    p.display().to_string().replace('"', "\\\"")
+}
+
+fn compile(src: &Path, out: &Path) -> lql::Rows {
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!("COMPILE \"{}\" INTO GGUF \"{}\"", q(src), q(out)))
+        .unwrap()
+}
+
+#[test]
+fn export_is_tensor_identical_and_stamped() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out.gguf");
+    let rows = compile(&smollm2(), &out);
+    let j = rows.to_json();
+    assert_eq!(j["rows"][0][1], "GGUF");
+    assert_eq!(
+        j["rows"][0][4],
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    );
+    let a = GgufFile::open(&smollm2()).unwrap();
+    let b = GgufFile::open(&out).unwrap();
+    assert_eq!(a.tensors().len(), b.tensors().len());
+    for (x, y) in a.tensors().iter().zip(b.tensors()) {
+        assert_eq!((&x.name, x.dtype, &x.shape), (&y.name, y.dtype, &y.shape));
+        assert!(a.view(x).bytes == b.view(y).bytes, "{} differs", x.name);
+    }
+    // Every source key is carried; provenance is added.
+    for kv in a.metadata() {
+        assert_eq!(b.get(&kv.key), Some(&kv.value), "{}", kv.key);
+    }
+    assert_eq!(b.get_str("lql.authority").unwrap(), Some("derived"));
+    assert_eq!(
+        b.get_str("lql.derived_from_model").unwrap(),
+        Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
+    );
+    // Compiling over the source itself is refused; nothing is left half-written.
+    let c = Connection::open_in_memory().unwrap();
+    let e = c
+        .execute(&format!(
+            "COMPILE \"{}\" INTO GGUF \"{}\"",
+            q(&out),
+            q(&out)
+        ))
+        .unwrap_err();
+    assert!(e.to_string().contains("overwrite"), "{e}");
+    // The exported file opens and answers as the source does.
+    let c = Connection::open_in_memory().unwrap();
+    c.bind(&out.display().to_string()).unwrap();
+    let r = c
+        .execute("INFER \"The capital of France is\" TOP 1")
+        .unwrap();
+    assert!(
+        r.to_json()["rows"][0].to_string().contains("Paris"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn vindex_source_into_gguf_is_refused_as_unbuilt() {
+    let t = tempfile::tempdir().unwrap();
+    let c = Connection::open_in_memory().unwrap();
+    let v = t.path().join("v");
+    c.execute(&format!(
+        "EXTRACT MODEL \"{}\" INTO \"{}\"",
+        q(&smollm2()),
+        q(&v)
+    ))
+    .unwrap();
+    let e = c
+        .execute(&format!(
+            "COMPILE \"{}\" INTO GGUF \"{}\"",
+            q(&v),
+            q(&t.path().join("x.gguf"))
+        ))
+        .unwrap_err();
+    assert!(e.to_string().contains("not supported yet"), "{e}");
+    assert!(!t.path().join("x.gguf").exists());
+}
+
+/// A Python that imports `llama_cpp`, or why there is none.
+fn llamacpp_python() -> Result<PathBuf, String> {
+    let mut candidates = Vec::new();
+    if let Some(p) = std::env::var_os("LQL_LLAMACPP_PYTHON") {
+        candidates.push(PathBuf::from(p));
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        candidates.push(PathBuf::from(h).join(".cache/lql-tools/venv/bin/python"));
+    }
+    candidates.push(PathBuf::from("python3"));
+    for c in &candidates {
+        let ok = Command::new(c)
+            .args(["-c", "import llama_cpp, numpy"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Ok(c.clone());
+        }
+    }
+    Err(format!(
+        "no Python with llama_cpp and numpy among {candidates:?} (set LQL_LLAMACPP_PYTHON)"
+    ))
+}
+
+struct Peer {
+    ids: Vec<Vec<u32>>,
+    logits: Vec<Vec<f32>>,
+    vocab: usize,
+}
+
+fn llamacpp(py: &Path, model: &Path, dir: &Path) -> Peer {
+    let script = repo_root().join("tests/tools/llamacpp_logits.py");
+    let o = Command::new(py)
+        .arg(&script)
+        .arg(model)
+        .arg(dir)
+        .args(PROMPTS)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "llama.cpp on {}: {}",
+        model.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap();
+    let vocab = j["vocab"].as_u64().unwrap() as usize;
+    let mut ids = Vec::new();
+    let mut logits = Vec::new();
+    for (i, p) in j["prompts"].as_array().unwrap().iter().enumerate() {
+        ids.push(
+            p["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect(),
+        );
+        let raw = std::fs::read(dir.join(format!("p{i}.f32"))).unwrap();
+        logits.push(
+            raw.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        );
+    }
+    Peer { ids, logits, vocab }
+}
+
+fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+#[test]
+fn llama_cpp_loads_the_export_and_agrees() {
+    let py = match llamacpp_python() {
+        Ok(p) => p,
+        Err(why) if std::env::var("LQL_REQUIRE_LLAMACPP").as_deref() != Ok("1") => {
+            eprintln!("skipping the llama.cpp check: {why}");
+            return;
+        }
+        Err(why) => panic!("LQL_REQUIRE_LLAMACPP=1 but {why}"),
+    };
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out.gguf");
+    compile(&smollm2(), &out);
+    let orig = llamacpp(&py, &smollm2(), &t.path().join("orig"));
+    let exp = llamacpp(&py, &out, &t.path().join("export"));
+    assert_eq!(orig.vocab, exp.vocab);
+    assert_eq!(
+        orig.ids, exp.ids,
+        "llama.cpp tokenizes the export differently"
+    );
+    for (i, (a, b)) in orig.logits.iter().zip(&exp.logits).enumerate() {
+        assert_eq!(a.len(), orig.ids[i].len() * orig.vocab);
+        let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(
+            same,
+            "prompt {i}: llama.cpp's logits on the export differ from the original's"
+        );
+    }
+
+    // LQL on the export: same ids as llama.cpp, logits close, same top-1 at the last position.
+    let model = lql_storage::import::open(&out).unwrap();
+    let tok = lql_exec::tokenizer::Tokenizer::from_spec(&model.tokenizer_spec().unwrap()).unwrap();
+    let src: Arc<dyn OperandSource> = Arc::new(model);
+    let ex = lql_exec::Executor::new(src, 2).unwrap();
+    let mut worst = 0f32;
+    for (i, p) in PROMPTS.iter().enumerate() {
+        let ids = tok.encode(p, false).unwrap();
+        assert_eq!(
+            ids, exp.ids[i],
+            "prompt {i}: LQL's ids differ from llama.cpp's"
+        );
+        let ours = ex.logits_all(&ids).unwrap();
+        let v = exp.vocab;
+        for (pos, l) in ours.iter().enumerate() {
+            let theirs = &exp.logits[i][pos * v..(pos + 1) * v];
+            for (x, y) in l.values.iter().zip(theirs) {
+                worst = worst.max((x - y).abs());
+            }
+        }
+        let last = ours.len() - 1;
+        assert_eq!(
+            argmax(&ours[last].values),
+            argmax(&exp.logits[i][last * v..(last + 1) * v]),
+            "prompt {i}: top-1 differs at the last position"
+        );
+    }
+    eprintln!("LQL vs llama.cpp on the export: max |Δ logit| = {worst}");
+    assert!(worst < 3.0, "LQL and llama.cpp differ by {worst}");
+}
