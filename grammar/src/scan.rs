@@ -49,12 +49,12 @@ fn scan(src: &str) -> Scan {
                         out.in_string = true;
                         if out.error.is_none() {
                             out.error = Some(
-                                SyntaxError::new(
-                                    "unterminated comment",
-                                    Span::new(open, open + 2),
-                                )
-                                .with_label(Span::new(open, open + 2), "this comment is never closed")
-                                .with_help("close the comment with */"),
+                                SyntaxError::new("unterminated comment", Span::new(open, open + 2))
+                                    .with_label(
+                                        Span::new(open, open + 2),
+                                        "this comment is never closed",
+                                    )
+                                    .with_help("close the comment with */"),
                             );
                         }
                         out.last_significant = Some((bytes.len(), '/'));

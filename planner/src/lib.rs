@@ -30,6 +30,7 @@ pub mod logical;
 pub mod physical;
 mod pushdown;
 pub mod schema;
+mod select;
 mod typecheck;
 mod unbuilt;
 

@@ -156,10 +156,46 @@ pub struct DescribePlan {
     pub mode_choice: ModeChoice,
 }
 
+/// One ORDER BY key: an expression over the sort's input rows (a column, or a computed
+/// value such as an alias's expression or an aggregate's output column).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SortKey {
-    pub column: String,
+    pub expr: Expr,
     pub descending: bool,
+}
+
+impl SortKey {
+    /// A key on one column.
+    pub fn column(name: &str, descending: bool) -> SortKey {
+        SortKey {
+            expr: Expr {
+                kind: lql_grammar::ExprKind::Column(lql_grammar::Ident {
+                    name: name.to_string(),
+                    span: lql_grammar::Span::default(),
+                }),
+                span: lql_grammar::Span::default(),
+            },
+            descending,
+        }
+    }
+}
+
+/// One aggregate call computed by the Aggregate operator.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AggCall {
+    pub func: lql_grammar::AggFunc,
+    /// `None` for `count(*)`.
+    pub arg: Option<Expr>,
+    pub distinct: bool,
+}
+
+/// GROUP BY and aggregates: the Aggregate operator's output is one row per group with the
+/// key columns then one column per call (`columns`, named as printed: `count(*)`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AggregateSpec {
+    pub keys: Vec<Expr>,
+    pub calls: Vec<AggCall>,
+    pub columns: Vec<ColumnDef>,
 }
 
 /// When a features scan computes labels (an unembedding product per feature).
@@ -189,10 +225,20 @@ pub struct SelectPlan {
     /// Every column of the table (the scan's row shape).
     pub table_columns: Vec<ColumnDef>,
     pub scan: ScanSpec,
-    /// Projected columns (all of the table's for `*`), names normalised to the schema's.
+    /// The result's columns (all of the table's for `*`): alias, column name, or the
+    /// expression as printed.
     pub columns: Vec<ColumnDef>,
+    /// One expression per result column, over the rows Project reads (the table's, or
+    /// the Aggregate's output).
+    pub items: Vec<Expr>,
     /// Column names inside are normalised to the schema's.
     pub filter: Option<Expr>,
+    /// GROUP BY / aggregates, when the statement has any.
+    pub aggregate: Option<AggregateSpec>,
+    /// HAVING, over the Aggregate's output.
+    pub having: Option<Expr>,
+    /// SELECT DISTINCT: Project, then Distinct, then Sort and Limit over the result.
+    pub distinct: bool,
     pub order_by: Vec<SortKey>,
     pub limit: Option<usize>,
 }

@@ -118,8 +118,19 @@ pub enum Operator {
     },
     /// Labels the rows that survived (features' label columns, computed late).
     LateLabels,
+    /// One row per group of `keys` (one row in all without keys), with the key columns
+    /// then one column per call; `columns` names them all.
+    Aggregate {
+        keys: Vec<Expr>,
+        calls: Vec<AggCall>,
+        columns: Vec<ColumnDef>,
+    },
+    /// Drops repeated rows, keeping the first of each.
+    Distinct,
+    /// The result columns, each computed by its expression over the input row.
     Project {
-        columns: Vec<String>,
+        columns: Vec<ColumnDef>,
+        exprs: Vec<Expr>,
     },
     /// Writes edits into the overlay store (never the base files).
     OverlayInsert {
@@ -386,6 +397,26 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                     predicate: f.clone(),
                 });
             }
+            if let Some(a) = &s.aggregate {
+                ops.push(O::Aggregate {
+                    keys: a.keys.clone(),
+                    calls: a.calls.clone(),
+                    columns: a.columns.clone(),
+                });
+            }
+            if let Some(h) = &s.having {
+                ops.push(O::Filter {
+                    predicate: h.clone(),
+                });
+            }
+            let project = O::Project {
+                columns: s.columns.clone(),
+                exprs: s.items.clone(),
+            };
+            if s.distinct {
+                ops.push(project.clone());
+                ops.push(O::Distinct);
+            }
             if !s.order_by.is_empty() {
                 ops.push(O::Sort {
                     keys: s.order_by.clone(),
@@ -397,9 +428,9 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             if s.scan.labels == LabelTiming::Late {
                 ops.push(O::LateLabels);
             }
-            ops.push(O::Project {
-                columns: s.columns.iter().map(|c| c.name.clone()).collect(),
-            });
+            if !s.distinct {
+                ops.push(project);
+            }
             ops
         }
         LogicalPlan::Trace(t) => {
@@ -697,12 +728,36 @@ impl fmt::Display for Operator {
             O::Sort { keys } => {
                 let k: Vec<String> = keys
                     .iter()
-                    .map(|k| format!("{}{}", k.column, if k.descending { " DESC" } else { "" }))
+                    .map(|k| format!("{}{}", k.expr, if k.descending { " DESC" } else { "" }))
                     .collect();
                 write!(f, "Sort {}", k.join(", "))
             }
             O::Limit { n } => write!(f, "Limit {n}"),
-            O::Project { columns } => write!(f, "Project {}", columns.join(", ")),
+            O::Aggregate { keys, columns, .. } => {
+                f.write_str("Aggregate")?;
+                if !keys.is_empty() {
+                    let k: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+                    write!(f, " group=[{}]", k.join(", "))?;
+                }
+                let calls: Vec<&str> = columns[keys.len().min(columns.len())..]
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                write!(f, " calls=[{}]", calls.join(", "))
+            }
+            O::Distinct => f.write_str("Distinct"),
+            O::Project { columns, exprs } => {
+                let items: Vec<String> = columns
+                    .iter()
+                    .zip(exprs)
+                    .map(|(c, e)| match &e.kind {
+                        lql_grammar::ExprKind::Column(x) if x.name == c.name => c.name.clone(),
+                        _ if e.to_string() == c.name => c.name.clone(),
+                        _ => format!("{e} AS {}", c.name),
+                    })
+                    .collect();
+                write!(f, "Project {}", items.join(", "))
+            }
             O::OverlayInsert {
                 rows,
                 layer,

@@ -259,7 +259,10 @@ fn call(p: Pair<Rule>, depth: usize) -> Result<Expr> {
     let func = func.ok_or_else(|| SyntaxError::new("expected a function name", sp))?;
     if star && func != AggFunc::Count {
         return Err(SyntaxError::new(
-            format!("{}(*) is not a function; only count(*) takes `*`", func.name()),
+            format!(
+                "{}(*) is not a function; only count(*) takes `*`",
+                func.name()
+            ),
             sp,
         )
         .with_help(format!("write {}(column)", func.name())));

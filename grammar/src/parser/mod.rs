@@ -573,8 +573,7 @@ fn select_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                             _ => {}
                         }
                     }
-                    let expr =
-                        e.ok_or_else(|| SyntaxError::new("expected a column name", isp))?;
+                    let expr = e.ok_or_else(|| SyntaxError::new("expected a column name", isp))?;
                     items.push(OrderItem {
                         expr,
                         direction,
