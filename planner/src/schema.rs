@@ -161,7 +161,7 @@ const GENERATE: Spec = &[
     (
         "finish_reason",
         Text,
-        "length, eos, stop, context, callback or cancelled",
+        "length, eos, stop, context or callback; interrupted on the partial rows of an interrupted GENERATE (Error::partial_rows)",
     ),
     ("prompt_tokens", Int, "tokens in the prompt"),
     ("generated_tokens", Int, "tokens generated"),
