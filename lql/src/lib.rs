@@ -36,6 +36,7 @@ mod engine;
 pub mod error;
 mod json;
 pub mod progress;
+pub mod reference;
 mod rows;
 mod statement;
 mod value;
