@@ -788,6 +788,7 @@ pub(crate) fn pushdown(
             layers: None,
             features: None,
             labels: LabelTiming::None,
+            estimate: None,
         };
     }
     let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
@@ -800,10 +801,21 @@ pub(crate) fn pushdown(
     } else {
         LabelTiming::None
     };
+    let n_layers = layers.as_ref().map_or(hi + 1 - lo, |v: &Vec<usize>| v.len()) as u64;
+    let rows = n_layers * features.as_ref().map_or(m.ffn, |v| v.len()) as u64;
+    let labelled = if labels == LabelTiming::Early { rows } else { 0 };
+    let estimate = Some(ScanEstimate {
+        rows,
+        labels: labelled,
+        label_macs: labelled * (m.vocab * m.hidden) as u64,
+        layers: n_layers,
+        labels_everything: labels == LabelTiming::Early && layers.is_none() && n_layers > 1,
+    });
     ScanSpec {
         layers,
         features,
         labels,
+        estimate,
     }
 }
 

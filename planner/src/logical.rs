@@ -209,6 +209,22 @@ pub enum LabelTiming {
     Late,
 }
 
+/// The binder's estimate of a `features` scan's work, shown by EXPLAIN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ScanEstimate {
+    /// Rows the scan produces (layers × features after pushdown).
+    pub rows: u64,
+    /// Features labelled (each an unembedding product: `vocab × hidden` multiply-adds).
+    pub labels: u64,
+    /// Multiply-adds of the labels.
+    pub label_macs: u64,
+    /// Layers scanned.
+    pub layers: u64,
+    /// Every feature of every layer is labelled: a label column is read before LIMIT
+    /// with no `layer` bound (EXPLAIN warns).
+    pub labels_everything: bool,
+}
+
 /// What a table scan reads, decided by the planner's pushdown rule.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ScanSpec {
@@ -217,6 +233,8 @@ pub struct ScanSpec {
     /// Features to scan (`None`: all), from `feature` predicates of WHERE.
     pub features: Option<Vec<usize>>,
     pub labels: LabelTiming,
+    /// The work of a `features` scan (`None` for the other tables).
+    pub estimate: Option<ScanEstimate>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

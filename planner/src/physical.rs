@@ -106,6 +106,7 @@ pub enum Operator {
         layers: Option<Vec<usize>>,
         features: Option<Vec<usize>>,
         labels: LabelTiming,
+        estimate: Option<ScanEstimate>,
     },
     Filter {
         predicate: Expr,
@@ -234,6 +235,29 @@ impl PhysicalPlan {
             Operator::Rows { columns } => columns,
             _ => &[],
         }
+    }
+
+    /// Warnings about the plan's cost, printed by EXPLAIN PLAN under the tree: a scan that
+    /// labels every feature of every layer.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.root.visit_post(&mut |n| {
+            if let Operator::TableScan {
+                estimate: Some(e), ..
+            } = &n.op
+            {
+                if e.labels_everything {
+                    out.push(format!(
+                        "warning: this scan labels all {} features ({:.1e} multiply-adds): a label \
+                         column (top_token, top_token_id, c_score, down_tokens) is read before \
+                         LIMIT with no layer bound; add `layer = n` or `layer BETWEEN a AND b` \
+                         to WHERE to scan fewer",
+                        e.labels, e.label_macs as f64
+                    ));
+                }
+            }
+        });
+        out
     }
 
     /// The tree's lines as EXPLAIN PLAN prints them (one per node, preorder).
@@ -391,6 +415,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 layers: s.scan.layers.clone(),
                 features: s.scan.features.clone(),
                 labels: s.scan.labels,
+                estimate: s.scan.estimate,
             }];
             if let Some(f) = &s.filter {
                 ops.push(O::Filter {
@@ -478,6 +503,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 layers: None,
                 features: None,
                 labels: LabelTiming::None,
+                estimate: None,
             },
             O::Filter {
                 predicate: d.filter.clone(),
@@ -490,6 +516,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 layers: None,
                 features: None,
                 labels: LabelTiming::None,
+                estimate: None,
             },
             O::Filter {
                 predicate: u.filter.clone(),
@@ -709,6 +736,7 @@ impl fmt::Display for Operator {
                 layers,
                 features,
                 labels,
+                estimate,
             } => {
                 write!(f, "TableScan {table}")?;
                 if let Some(l) = layers {
@@ -718,10 +746,21 @@ impl fmt::Display for Operator {
                     write!(f, " features={}", list_text(x))?;
                 }
                 match labels {
-                    LabelTiming::None => Ok(()),
-                    LabelTiming::Early => f.write_str(" labels=early"),
-                    LabelTiming::Late => f.write_str(" labels=late"),
+                    LabelTiming::None => {}
+                    LabelTiming::Early => f.write_str(" labels=early")?,
+                    LabelTiming::Late => f.write_str(" labels=late")?,
                 }
+                if let Some(e) = estimate {
+                    write!(f, " est_rows={} layers_run=0", e.rows)?;
+                    if e.labels > 0 {
+                        write!(
+                            f,
+                            " est_labels={} label_work={:.1e} MACs",
+                            e.labels, e.label_macs as f64
+                        )?;
+                    }
+                }
+                Ok(())
             }
             O::LateLabels => f.write_str("LateLabels"),
             O::Filter { predicate } => write!(f, "Filter {predicate}"),

@@ -178,6 +178,7 @@ fn operator(
             layers,
             features,
             labels,
+            ..
         } => select::table_scan(cx, *table, layers.as_deref(), features.as_deref(), *labels),
         O::Filter { predicate } => select::filter(cx, one(inputs, "Filter")?, predicate),
         O::Sort { keys } => select::sort(one(inputs, "Sort")?, keys),
