@@ -801,9 +801,15 @@ pub(crate) fn pushdown(
     } else {
         LabelTiming::None
     };
-    let n_layers = layers.as_ref().map_or(hi + 1 - lo, |v: &Vec<usize>| v.len()) as u64;
+    let n_layers = layers
+        .as_ref()
+        .map_or(hi + 1 - lo, |v: &Vec<usize>| v.len()) as u64;
     let rows = n_layers * features.as_ref().map_or(m.ffn, |v| v.len()) as u64;
-    let labelled = if labels == LabelTiming::Early { rows } else { 0 };
+    let labelled = if labels == LabelTiming::Early {
+        rows
+    } else {
+        0
+    };
     let estimate = Some(ScanEstimate {
         rows,
         labels: labelled,

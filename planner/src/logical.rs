@@ -351,7 +351,7 @@ pub enum LogicalPlan {
     Generate(GeneratePlan),
     Walk(WalkPlan),
     Describe(DescribePlan),
-    Select(SelectPlan),
+    Select(Box<SelectPlan>),
     Trace(TracePlan),
     Insert(InsertPlan),
     Delete(DeletePlan),

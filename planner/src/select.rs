@@ -181,7 +181,7 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
         e.labels = limit.map_or(e.rows, |n| e.rows.min(n as u64));
         e.label_macs = e.labels * (m.vocab * m.hidden) as u64;
     }
-    Ok(LogicalPlan::Select(SelectPlan {
+    Ok(LogicalPlan::Select(Box::new(SelectPlan {
         table,
         table_columns: schema,
         scan,
@@ -193,7 +193,7 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
         distinct,
         order_by,
         limit,
-    }))
+    })))
 }
 
 /// A result column: a plain column keeps the table's meaning.

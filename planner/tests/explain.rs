@@ -201,14 +201,19 @@ fn cost_estimates_and_the_label_scan_warning() {
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].contains("labels all 46080 features"), "{}", w[0]);
     assert!(w[0].contains("layer BETWEEN"), "{}", w[0]);
-    assert!(warnings("SELECT top_token, count(*) FROM features GROUP BY top_token")
-        .iter()
-        .any(|l| l.contains("46080")));
+    assert!(
+        warnings("SELECT top_token, count(*) FROM features GROUP BY top_token")
+            .iter()
+            .any(|l| l.contains("46080"))
+    );
     // A layer bound, or labels only on the rows LIMIT keeps: no warning.
     assert!(warnings("SELECT * FROM features WHERE layer = 5 AND top_token = 'Paris'").is_empty());
     assert!(warnings("SELECT * FROM features LIMIT 10").is_empty());
     let text = explain("SELECT * FROM features LIMIT 10");
-    assert!(text.contains("est_rows=46080 layers_run=0 est_labels=10"), "{text}");
+    assert!(
+        text.contains("est_rows=46080 layers_run=0 est_labels=10"),
+        "{text}"
+    );
     let text = explain("SELECT layer, count(*) FROM features GROUP BY layer");
     assert!(text.contains("est_rows=46080 layers_run=0\n"), "{text}");
 }
