@@ -305,13 +305,20 @@ impl Table {
     }
 }
 
-/// `SELECT <cols|*> FROM table [WHERE expr] [ORDER BY …] [LIMIT n]`
+/// `SELECT [DISTINCT] <items|*> FROM table [WHERE expr] [GROUP BY …] [HAVING expr]
+/// [ORDER BY …] [LIMIT n]`
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Select {
+    /// The span of the DISTINCT keyword when present.
+    pub distinct: Option<Span>,
     pub columns: Spanned<SelectList>,
     pub table: Spanned<Table>,
     /// The WHERE clause (span: the whole clause; the expression has its own span).
     pub filter: Option<Spanned<Expr>>,
+    /// GROUP BY expressions (span: the whole clause).
+    pub group_by: Option<Spanned<Vec<Expr>>>,
+    /// The HAVING clause (span: the whole clause).
+    pub having: Option<Spanned<Expr>>,
     pub order_by: Option<Spanned<Vec<OrderItem>>>,
     pub limit: Option<Spanned<i64>>,
 }
@@ -319,12 +326,21 @@ pub struct Select {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum SelectList {
     All,
-    Columns(Vec<Ident>),
+    Items(Vec<SelectItem>),
+}
+
+/// One item of a select list: an expression with an optional `AS alias`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SelectItem {
+    pub expr: Expr,
+    pub alias: Option<Ident>,
+    pub span: Span,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OrderItem {
-    pub column: Ident,
+    /// A column, an alias of the select list, or an expression.
+    pub expr: Expr,
     /// As written; `None` means ascending.
     pub direction: Option<SortDirection>,
     pub span: Span,
@@ -536,6 +552,117 @@ pub enum ExprKind {
     And(Vec<Expr>),
     /// Two or more operands (a flat chain `a OR b OR c`).
     Or(Vec<Expr>),
+    /// `left op right` with `+ - * / %`.
+    Arith {
+        op: ArithOp,
+        left: Box<Expr>,
+        right: Box<Expr>,
+    },
+    /// Unary minus.
+    Neg(Box<Expr>),
+    /// An aggregate call: `count(*)` (`arg: None`), `sum(x)`, `count(DISTINCT x)`.
+    Aggregate {
+        func: AggFunc,
+        arg: Option<Box<Expr>>,
+        distinct: bool,
+    },
+}
+
+/// Arithmetic operators of the select list and WHERE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ArithOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+}
+
+impl ArithOp {
+    pub fn symbol(&self) -> &'static str {
+        match self {
+            ArithOp::Add => "+",
+            ArithOp::Sub => "-",
+            ArithOp::Mul => "*",
+            ArithOp::Div => "/",
+            ArithOp::Rem => "%",
+        }
+    }
+}
+
+/// The aggregate functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum AggFunc {
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+impl AggFunc {
+    pub const ALL: &'static [AggFunc] = &[
+        AggFunc::Count,
+        AggFunc::Sum,
+        AggFunc::Avg,
+        AggFunc::Min,
+        AggFunc::Max,
+    ];
+    /// The function's name, lower case as printed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AggFunc::Count => "count",
+            AggFunc::Sum => "sum",
+            AggFunc::Avg => "avg",
+            AggFunc::Min => "min",
+            AggFunc::Max => "max",
+        }
+    }
+}
+
+impl Expr {
+    /// Whether any node of the expression is an aggregate call.
+    pub fn has_aggregate(&self) -> bool {
+        let mut found = false;
+        self.walk(&mut |e| found |= matches!(e.kind, ExprKind::Aggregate { .. }));
+        found
+    }
+
+    /// Calls `f` on this node and every node below it (pre-order).
+    pub fn walk(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        match &self.kind {
+            ExprKind::Column(_) | ExprKind::Literal(_) => {}
+            ExprKind::Compare { left, right, .. } | ExprKind::Arith { left, right, .. } => {
+                left.walk(f);
+                right.walk(f);
+            }
+            ExprKind::Like { expr, pattern, .. } => {
+                expr.walk(f);
+                pattern.walk(f);
+            }
+            ExprKind::InList { expr, list, .. } => {
+                expr.walk(f);
+                list.iter().for_each(|x| x.walk(f));
+            }
+            ExprKind::Between {
+                expr, low, high, ..
+            } => {
+                expr.walk(f);
+                low.walk(f);
+                high.walk(f);
+            }
+            ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) | ExprKind::Neg(expr) => {
+                expr.walk(f)
+            }
+            ExprKind::And(xs) | ExprKind::Or(xs) => xs.iter().for_each(|x| x.walk(f)),
+            ExprKind::Aggregate { arg, .. } => {
+                if let Some(a) = arg {
+                    a.walk(f)
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -607,7 +734,9 @@ leaf!(
     Encoding,
     ShowWhat,
     Value,
-    CmpOp
+    CmpOp,
+    ArithOp,
+    AggFunc
 );
 
 impl SpanVisit for Span {
@@ -683,13 +812,17 @@ fields!(Describe {
     detail
 });
 fields!(Select {
+    distinct,
     columns,
     table,
     filter,
+    group_by,
+    having,
     order_by,
     limit
 });
-fields!(OrderItem { column, span });
+fields!(SelectItem { expr, alias, span });
+fields!(OrderItem { expr, span });
 fields!(Trace {
     prompt,
     target,
@@ -763,7 +896,7 @@ impl SpanVisit for StageSource {
 }
 impl SpanVisit for SelectList {
     fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
-        if let SelectList::Columns(c) = self {
+        if let SelectList::Items(c) = self {
             c.visit_spans(f)
         }
     }
@@ -827,6 +960,12 @@ impl SpanVisit for ExprKind {
             }
             ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) => expr.visit_spans(f),
             ExprKind::And(v) | ExprKind::Or(v) => v.visit_spans(f),
+            ExprKind::Arith { left, right, .. } => {
+                left.visit_spans(f);
+                right.visit_spans(f);
+            }
+            ExprKind::Neg(x) => x.visit_spans(f),
+            ExprKind::Aggregate { arg, .. } => arg.visit_spans(f),
         }
     }
 }

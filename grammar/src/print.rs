@@ -162,7 +162,8 @@ impl Display for Ident {
     }
 }
 
-/// Binding strength for parenthesisation: OR < AND < NOT < predicate < atom.
+/// Binding strength for parenthesisation: OR < AND < NOT < predicate < `+ -` < `* / %`
+/// < unary minus < atom.
 fn prec(e: &Expr) -> u8 {
     match e.kind {
         ExprKind::Or(_) => 1,
@@ -173,7 +174,13 @@ fn prec(e: &Expr) -> u8 {
         | ExprKind::InList { .. }
         | ExprKind::Between { .. }
         | ExprKind::IsNull { .. } => 4,
-        ExprKind::Column(_) | ExprKind::Literal(_) => 5,
+        ExprKind::Arith {
+            op: ArithOp::Add | ArithOp::Sub,
+            ..
+        } => 5,
+        ExprKind::Arith { .. } => 6,
+        ExprKind::Neg(_) => 7,
+        ExprKind::Column(_) | ExprKind::Literal(_) | ExprKind::Aggregate { .. } => 8,
     }
 }
 
@@ -240,6 +247,40 @@ impl Display for Expr {
             ExprKind::Not(e) => {
                 f.write_str("NOT ")?;
                 write_at(f, e, 3)
+            }
+            ExprKind::Arith { op, left, right } => {
+                let p = prec(self);
+                write_at(f, left, p)?;
+                write!(f, " {} ", op.symbol())?;
+                write_at(f, right, p + 1)
+            }
+            ExprKind::Neg(e) => {
+                // `-(5)` and `-(-x)`: a bare `-5` reads back as a literal, `--` as a comment.
+                let literal_or_neg = matches!(
+                    e.kind,
+                    ExprKind::Literal(Value::Int(_) | Value::Float(_)) | ExprKind::Neg(_)
+                );
+                if literal_or_neg {
+                    write!(f, "-({e})")
+                } else {
+                    f.write_str("-")?;
+                    write_at(f, e, 7)
+                }
+            }
+            ExprKind::Aggregate {
+                func,
+                arg,
+                distinct,
+            } => {
+                write!(f, "{}(", func.name())?;
+                if *distinct {
+                    f.write_str("DISTINCT ")?;
+                }
+                match arg {
+                    Some(a) => write!(f, "{a}")?,
+                    None => f.write_str("*")?,
+                }
+                f.write_str(")")
             }
             ExprKind::And(v) | ExprKind::Or(v) => {
                 let (kw, min) = if matches!(self.kind, ExprKind::And(_)) {
@@ -359,19 +400,44 @@ impl Display for StatementKind {
             }
             StatementKind::Select(s) => {
                 f.write_str("SELECT ")?;
+                if s.distinct.is_some() {
+                    f.write_str("DISTINCT ")?;
+                }
                 match &s.columns.value {
                     SelectList::All => f.write_str("*")?,
-                    SelectList::Columns(c) => write_list(f, c)?,
+                    SelectList::Items(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            if i > 0 {
+                                f.write_str(", ")?;
+                            }
+                            write!(f, "{}", item.expr)?;
+                            if let Some(a) = &item.alias {
+                                write!(f, " AS {a}")?;
+                            }
+                        }
+                    }
                 }
                 write!(f, " FROM {}", s.table.value)?;
                 filter(f, &s.filter)?;
+                if let Some(g) = &s.group_by {
+                    f.write_str(" GROUP BY ")?;
+                    for (i, e) in g.value.iter().enumerate() {
+                        if i > 0 {
+                            f.write_str(", ")?;
+                        }
+                        write_at(f, e, 5)?;
+                    }
+                }
+                if let Some(h) = &s.having {
+                    write!(f, " HAVING {}", h.value)?;
+                }
                 if let Some(o) = &s.order_by {
                     f.write_str(" ORDER BY ")?;
                     for (i, item) in o.value.iter().enumerate() {
                         if i > 0 {
                             f.write_str(", ")?;
                         }
-                        write!(f, "{}", item.column)?;
+                        write_at(f, &item.expr, 5)?;
                         match item.direction {
                             Some(SortDirection::Asc) => f.write_str(" ASC")?,
                             Some(SortDirection::Desc) => f.write_str(" DESC")?,

@@ -41,12 +41,36 @@ fn scan(src: &str) -> Scan {
                 }
                 continue;
             }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                let open = i;
+                match src[i + 2..].find("*/") {
+                    Some(end) => i += 2 + end + 2,
+                    None => {
+                        out.in_string = true;
+                        if out.error.is_none() {
+                            out.error = Some(
+                                SyntaxError::new("unterminated comment", Span::new(open, open + 2))
+                                    .with_label(
+                                        Span::new(open, open + 2),
+                                        "this comment is never closed",
+                                    )
+                                    .with_help("close the comment with */"),
+                            );
+                        }
+                        out.last_significant = Some((bytes.len(), '/'));
+                        return out;
+                    }
+                }
+                continue;
+            }
             b'"' | b'\'' => {
                 let open = i;
                 i += 1;
                 let mut closed = false;
                 while i < bytes.len() {
                     match bytes[i] {
+                        // A doubled quote stands for itself (`'it''s'`).
+                        c if c == b && bytes.get(i + 1) == Some(&b) => i += 2,
                         c if c == b => {
                             closed = true;
                             i += 1;

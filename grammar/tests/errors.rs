@@ -139,7 +139,7 @@ fn unknown_choice_words() {
 
 #[test]
 fn structural_mistakes() {
-    check("SELECT a «b» FROM edges", "expected FROM or `,`");
+    check("SELECT a b «c» FROM edges", "expected FROM or `,`");
     check("EXTRACT MODEL 'a' «'b'»", "expected INTO");
     check("DESCRIBE 'x' AT «5»", "expected LAYER");
     check("UPDATE features SET «WHERE»", "expected a column name");

@@ -41,6 +41,14 @@ const EXAMPLES: &[&str] = &[
     "SELECT * FROM edges WHERE NOT NOT a = 1",
     "SELECT * FROM edges WHERE (a = 1 OR b = 2) OR c = 3",
     "SELECT * FROM edges WHERE ((a = 1))",
+    // the SQL subset: aggregates, GROUP BY, HAVING, aliases, arithmetic, DISTINCT
+    "SELECT layer, count(*) AS n, avg(c_score) FROM features GROUP BY layer ORDER BY layer",
+    "SELECT layer, count(*) n FROM features GROUP BY layer HAVING count(*) > 3 ORDER BY n DESC",
+    "SELECT DISTINCT kind FROM tokens ORDER BY kind",
+    "SELECT count(DISTINCT kind), min(id), max(id), sum(id) FROM tokens",
+    "SELECT layer * 2 + 1 AS x, -layer, - 5, (layer + 1) * 2, layer - (1 - 2) FROM layers",
+    "SELECT bytes / 1024 % 7 FROM layers WHERE bytes / 2 > 10 + layer ORDER BY bytes / 3 DESC",
+    "SELECT id FROM tokens WHERE text = 'it''s' OR text = \"say \"\"hi\"\"\"",
     // observe
     r#"TRACE "The capital of France is""#,
     r#"TRACE "The capital of France is" FOR "Paris" DECOMPOSE LAYERS 0-29 POSITIONS ALL SAVE "t.trace""#,
@@ -210,4 +218,18 @@ fn statement_names() {
     };
     assert_eq!(inner.name(), "WALK");
     assert_eq!(inner.text("EXPLAIN WALK 'x'"), "WALK 'x'");
+}
+
+#[test]
+fn sql_string_escapes_and_block_comments() {
+    let s = parse_statement("TOKENIZE 'it''s'").unwrap();
+    assert!(matches!(&s.kind, lql_grammar::StatementKind::Tokenize(t) if t.value == "it's"));
+    let s = parse_statement("TOKENIZE \"a \"\"b\"\"\"").unwrap();
+    assert!(matches!(&s.kind, lql_grammar::StatementKind::Tokenize(t) if t.value == "a \"b\""));
+    let src = "/* a block\ncomment; with a semicolon */ STATS /* inline */; SHOW /**/ MODELS";
+    let stmts = parse(src).unwrap();
+    assert_eq!(stmts.len(), 2);
+    assert_eq!(lql_grammar::split_statements(src).len(), 2);
+    assert!(!lql_grammar::is_complete("STATS /* open"));
+    assert!(parse("STATS /* open").is_err());
 }

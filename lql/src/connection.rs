@@ -189,6 +189,41 @@ impl Connection {
         Ok(())
     }
 
+    /// Prepares `text`, runs it with `params` and maps its first row with `f` (as
+    /// rusqlite's `Connection::query_row`); no row is an error (code `LQL-E0203`).
+    ///
+    /// ```no_run
+    /// # fn main() -> lql::Result<()> {
+    /// let conn = lql::Connection::open("smollm2-135m-instruct")?;
+    /// let layers: i64 = conn.query_row("SELECT count(*) FROM layers", (), |r| r.get(0))?;
+    /// let token: String = conn.query_row(
+    ///     "INFER ? TOP 1",
+    ///     lql::params!["The capital of France is"],
+    ///     |r| r.get("token"),
+    /// )?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Using a connection from inside one of its own callbacks is refused with code
+    /// `LQL-E0202` rather than deadlocking:
+    ///
+    /// ```no_run
+    /// # fn main() -> lql::Result<()> {
+    /// let conn = lql::Connection::open("smollm2-135m-instruct")?;
+    /// let err = conn
+    ///     .execute_each("STATS", |_| conn.execute("STATS").map(|_| ()))
+    ///     .unwrap_err();
+    /// assert_eq!(err.code(), "LQL-E0202");
+    /// # Ok(()) }
+    /// ```
+    pub fn query_row<T, P, F>(&self, text: &str, params: P, f: F) -> Result<T>
+    where
+        P: crate::statement::Params,
+        F: FnOnce(&crate::rows::Row<'_>) -> Result<T>,
+    {
+        self.prepare(text)?.query_row(params, f)
+    }
+
     /// Parses one statement and returns it ready to run, with its parameters (`?`, `?NNN`,
     /// `:name`) to be bound by [`Statement::query`]. A statement without parameters is also
     /// bound and lowered now, and re-bound only when the session changes (USE). Text with
@@ -287,10 +322,60 @@ impl Connection {
             .and_then(|e| crate::engine::bound_files(&e))
     }
 
-    fn engine(&self) -> Result<MutexGuard<'_, Engine>> {
-        self.engine.lock().map_err(|_| {
+    /// Locks the session. A thread that already holds it (a result, token or progress
+    /// handler calling back into its own connection) gets an error instead of a deadlock.
+    fn engine(&self) -> Result<EngineGuard<'_>> {
+        let id = &self.engine as *const Mutex<Engine> as usize;
+        if HELD.with(|h| h.borrow().contains(&id)) {
+            return Err(Error::semantic(
+                "this connection is busy: it was used from inside one of its own callbacks",
+            )
+            .with_code("LQL-E0202")
+            .with_help(
+                "collect the rows and run the next statement after the call returns, or use \
+                 another connection of the same Database (Database::connect)",
+            ));
+        }
+        let guard = self.engine.lock().map_err(|_| {
             Error::internal("a statement panicked earlier; the connection is unusable")
-        })
+        })?;
+        HELD.with(|h| h.borrow_mut().push(id));
+        Ok(EngineGuard { guard, id })
+    }
+}
+
+thread_local! {
+    /// The sessions this thread holds locked now (by address), to refuse re-entrant use.
+    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A locked session, remembered as held by this thread until dropped.
+struct EngineGuard<'a> {
+    guard: MutexGuard<'a, Engine>,
+    id: usize,
+}
+
+impl std::ops::Deref for EngineGuard<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for EngineGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Engine {
+        &mut self.guard
+    }
+}
+
+impl Drop for EngineGuard<'_> {
+    fn drop(&mut self) {
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            if let Some(i) = h.iter().rposition(|&x| x == self.id) {
+                h.remove(i);
+            }
+        });
     }
 }
 

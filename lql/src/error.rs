@@ -77,6 +77,8 @@ pub struct Label {
 pub const CODES: &[(&str, &str)] = &[
     ("LQL-E0101", "syntax: the text does not parse"),
     ("LQL-E0201", "semantic: the statement means nothing here (no model, layer out of range, type mismatch, …)"),
+    ("LQL-E0202", "busy: a connection was used from inside one of its own callbacks (a result, token or progress handler); use another connection of the same Database"),
+    ("LQL-E0203", "no rows: query_row found no row to map"),
     ("LQL-E0301", "unsupported: not built yet, or not available for this model"),
     ("LQL-E0401", "io: reading or writing a file failed"),
     ("LQL-E0501", "format: a malformed, hostile or inconsistent file"),
@@ -108,6 +110,8 @@ struct Extra {
     code: Option<&'static str>,
     /// The lower layer's error, when there is one.
     source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+    /// What an interrupted statement produced before it stopped (GENERATE's text so far).
+    partial: Option<Box<crate::rows::Rows>>,
 }
 
 impl PartialEq for Error {
@@ -157,6 +161,37 @@ impl Error {
     /// Sets a code more specific than the kind's default.
     pub fn with_code(mut self, code: &'static str) -> Self {
         self.extra.get_or_insert_with(Default::default).code = Some(code);
+        self
+    }
+
+    /// The rows an interrupted statement produced before it stopped: an interrupted
+    /// GENERATE keeps its text so far, with `finish_reason = "interrupted"`.
+    ///
+    /// ```no_run
+    /// # fn main() -> lql::Result<()> {
+    /// let conn = lql::Connection::open("smollm2-135m-instruct")?;
+    /// let stop = conn.interrupt_handle();
+    /// std::thread::spawn(move || {
+    ///     std::thread::sleep(std::time::Duration::from_millis(500));
+    ///     stop.interrupt();
+    /// });
+    /// match conn.execute("GENERATE 'Once upon a time' MAX 4000") {
+    ///     Err(e) if e.kind == lql::ErrorKind::Interrupted => {
+    ///         let rows = e.partial_rows().expect("the text so far");
+    ///         let reason: String = rows.row(0).unwrap().get("finish_reason")?;
+    ///         assert_eq!(reason, "interrupted");
+    ///     }
+    ///     other => { other?; }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn partial_rows(&self) -> Option<&crate::rows::Rows> {
+        self.extra.as_ref().and_then(|x| x.partial.as_deref())
+    }
+
+    /// Attaches the rows produced before an interruption.
+    pub(crate) fn with_partial_rows(mut self, rows: crate::rows::Rows) -> Self {
+        self.extra.get_or_insert_with(Default::default).partial = Some(Box::new(rows));
         self
     }
 

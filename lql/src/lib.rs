@@ -21,7 +21,11 @@
 //! ```
 //!
 //! - [`Connection`]: `open`, `open_in_memory`, `execute`, `execute_batch`, `execute_each`,
-//!   `prepare`, `interrupt_handle`, `set_progress_handler`, `set_token_handler`, `bench`.
+//!   `prepare`, `query_row`, `interrupt_handle`, `set_progress_handler`, `set_token_handler`,
+//!   `bench`; [`Statement`]: `query`, `query_row`, `query_map`, `column_names`.
+//! - `for row in &rows`, `row.get::<T>(index or name)` (see [`Row`]); an interrupted
+//!   GENERATE's text so far in [`Error::partial_rows`]; a connection used from its own
+//!   callback answers `LQL-E0202` instead of deadlocking.
 //! - [`Rows`], [`Row`], [`Column`], [`Value`]: typed results; rendering is the caller's.
 //! - [`Error`]: kind, message, span, labels, help; [`Error::render`] (ariadne) and
 //!   [`Error::to_json`].
@@ -32,6 +36,7 @@ mod engine;
 pub mod error;
 mod json;
 pub mod progress;
+pub mod reference;
 mod rows;
 mod statement;
 mod value;
@@ -42,7 +47,7 @@ pub use engine::{StageInput, StageResult};
 pub use error::{Error, ErrorKind, Label, Result, CODES};
 pub use json::statement_json;
 pub use progress::{Progress, ProgressHandler, ProgressUnit, TokenHandler};
-pub use rows::{Column, Row, RowIndex, Rows};
+pub use rows::{Column, Row, RowIndex, RowIter, Rows};
 pub use statement::{NamedParams, Params, Statement};
 pub use value::{FromValue, Value, ValueType};
 

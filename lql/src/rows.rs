@@ -103,7 +103,75 @@ impl Rows {
     }
 }
 
+/// `for row in &rows { … }`, as rusqlite users write it.
+///
+/// ```
+/// use lql::{Column, Rows, Value, ValueType};
+/// let mut rows = Rows::new(vec![Column::new("n", ValueType::Int)]);
+/// rows.push(vec![Value::Int(1)]);
+/// rows.push(vec![Value::Int(2)]);
+/// let mut sum = 0i64;
+/// for row in &rows {
+///     sum += row.get::<i64>("n")?;
+/// }
+/// assert_eq!(sum, 3);
+/// # Ok::<(), lql::Error>(())
+/// ```
+impl<'a> IntoIterator for &'a Rows {
+    type Item = Row<'a>;
+    type IntoIter = RowIter<'a>;
+    fn into_iter(self) -> RowIter<'a> {
+        RowIter {
+            columns: &self.columns,
+            rows: self.rows.iter(),
+        }
+    }
+}
+
+/// The rows of a result as [`Row`] views (`&Rows`'s iterator).
+#[derive(Debug, Clone)]
+pub struct RowIter<'a> {
+    columns: &'a [Column],
+    rows: std::slice::Iter<'a, Vec<Value>>,
+}
+
+impl<'a> Iterator for RowIter<'a> {
+    type Item = Row<'a>;
+    fn next(&mut self) -> Option<Row<'a>> {
+        let columns = self.columns;
+        self.rows.next().map(|values| Row { columns, values })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.rows.size_hint()
+    }
+}
+
 /// One row of a result, with typed access by index or column name.
+///
+/// [`Row::get`] converts a cell (by index or column name) to `i64`, `i32`, `u64`, `usize`,
+/// `f64`, `f32`, `bool`, `String`, `Vec<T>`, `Option<T>` (NULL → `None`) or [`Value`]; a
+/// cell of another type, or a number out of range, is an error naming the column:
+///
+/// ```
+/// use lql::{Column, Rows, Value, ValueType};
+/// let mut rows = Rows::new(vec![
+///     Column::new("layer", ValueType::Int),
+///     Column::new("score", ValueType::Float),
+///     Column::new("token", ValueType::Text),
+///     Column::new("big", ValueType::Bool),
+///     Column::new("label", ValueType::Text),
+/// ]);
+/// rows.push(vec![Value::Int(3), Value::Float(0.5), "Paris".into(), Value::Bool(true), Value::Null]);
+/// let row = rows.row(0).unwrap();
+/// assert_eq!(row.get::<i64>("layer")?, 3);
+/// assert_eq!(row.get::<u8>(0)?, 3);
+/// assert_eq!(row.get::<f64>("score")?, 0.5);
+/// assert_eq!(row.get::<String>("token")?, "Paris");
+/// assert!(row.get::<bool>("big")?);
+/// assert_eq!(row.get::<Option<String>>("label")?, None);
+/// assert!(row.get::<i64>("token").is_err());
+/// # Ok::<(), lql::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Row<'a> {
     columns: &'a [Column],

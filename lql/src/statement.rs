@@ -218,6 +218,52 @@ impl<'conn> Statement<'conn> {
         })
     }
 
+    /// Runs the statement and maps its first row with `f` (as rusqlite's `query_row`); a
+    /// result without rows is an error (code `LQL-E0203`).
+    ///
+    /// ```no_run
+    /// # fn main() -> lql::Result<()> {
+    /// let conn = lql::Connection::open("smollm2-135m-instruct")?;
+    /// let mut stmt = conn.prepare("SELECT count(*) FROM layers WHERE layer < ?")?;
+    /// let n: i64 = stmt.query_row(lql::params![10], |row| row.get(0))?;
+    /// assert_eq!(n, 10);
+    /// # Ok(()) }
+    /// ```
+    pub fn query_row<T, P, F>(&mut self, params: P, f: F) -> Result<T>
+    where
+        P: Params,
+        F: FnOnce(&crate::rows::Row<'_>) -> Result<T>,
+    {
+        let rows = self.query(params)?;
+        first_row(&rows, f)
+    }
+
+    /// Runs the statement and maps every row with `f` (as rusqlite's `query_map`): an
+    /// iterator of each row's result.
+    ///
+    /// ```no_run
+    /// # fn main() -> lql::Result<()> {
+    /// let conn = lql::Connection::open("smollm2-135m-instruct")?;
+    /// let mut stmt = conn.prepare("SELECT layer, bytes FROM layers WHERE layer < :n")?;
+    /// let sizes: Vec<(i64, u64)> = stmt
+    ///     .query_map(lql::named_params! { ":n": 3 }, |row| Ok((row.get(0)?, row.get(1)?)))?
+    ///     .collect::<lql::Result<_>>()?;
+    /// assert_eq!(sizes.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn query_map<T, P, F>(
+        &mut self,
+        params: P,
+        mut f: F,
+    ) -> Result<std::vec::IntoIter<Result<T>>>
+    where
+        P: Params,
+        F: FnMut(&crate::rows::Row<'_>) -> Result<T>,
+    {
+        let rows = self.query(params)?;
+        Ok(rows.iter().map(|r| f(&r)).collect::<Vec<_>>().into_iter())
+    }
+
     /// The physical plan, one line per row (as `EXPLAIN PLAN <statement>`).
     pub fn explain(&mut self) -> Result<Rows> {
         let p = self.bind_neutral()?;
@@ -256,4 +302,15 @@ fn literal(v: &Value) -> Result<String> {
         Value::Text(t) => lql_grammar::quote(t),
         Value::List(_) => return Err(param_error("a list cannot be a parameter".into())),
     })
+}
+
+/// `f` over the first row of `rows`, or the no-rows error.
+pub(crate) fn first_row<T>(
+    rows: &Rows,
+    f: impl FnOnce(&crate::rows::Row<'_>) -> Result<T>,
+) -> Result<T> {
+    match rows.row(0) {
+        Some(r) => f(&r),
+        None => Err(Error::semantic("the query returned no rows").with_code("LQL-E0203")),
+    }
 }

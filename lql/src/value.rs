@@ -275,11 +275,19 @@ impl FromValue for i64 {
         v.as_i64()
     }
 }
-impl FromValue for u32 {
-    fn from_value(v: &Value) -> Option<Self> {
-        v.as_i64().and_then(|i| u32::try_from(i).ok())
-    }
+macro_rules! from_int {
+    ($($t:ty),*) => {$(
+        impl FromValue for $t {
+            fn from_value(v: &Value) -> Option<Self> {
+                match v {
+                    Value::Int(i) => <$t>::try_from(*i).ok(),
+                    _ => None,
+                }
+            }
+        }
+    )*};
 }
+from_int!(i8, i16, i32, u8, u16, u32, u64);
 impl FromValue for usize {
     fn from_value(v: &Value) -> Option<Self> {
         v.as_i64().and_then(|i| usize::try_from(i).ok())

@@ -4,12 +4,10 @@
 use crate::catalog::{Catalog, ModelFacts, SourceKind};
 use crate::error::PlanError;
 use crate::logical::*;
-use crate::pushdown::{columns_in, expr_size, int_domain};
+use crate::pushdown::{expr_size, int_domain};
 use crate::schema::{self, ColumnDef};
-use crate::typecheck::check_predicate;
 use lql_grammar::{
-    self as g, suggest, Ident, LayerSpec, SelectList, Span, Spanned, StageSource, Statement,
-    StatementKind,
+    self as g, suggest, Ident, LayerSpec, Span, Spanned, StageSource, Statement, StatementKind,
 };
 
 type Result<T> = std::result::Result<T, PlanError>;
@@ -24,7 +22,7 @@ pub const DEFAULT_MAX_TOKENS: usize = 64;
 pub const MAX_WHERE_NODES: usize = 10_000;
 
 /// Refuses a WHERE clause larger than [`MAX_WHERE_NODES`].
-fn check_where_size(f: &Spanned<Expr>) -> Result<()> {
+pub(crate) fn check_where_size(f: &Spanned<Expr>) -> Result<()> {
     let n = expr_size(&f.value);
     if n > MAX_WHERE_NODES {
         return Err(PlanError::semantic(
@@ -659,57 +657,7 @@ impl Binder {
     }
 
     fn select(&self, s: &g::Select) -> Result<LogicalPlan> {
-        let m = self.model()?;
-        let table = s.table.value;
-        let schema = schema::table_columns(table).ok_or_else(|| unbuilt_table(&s.table))?;
-        let columns = match &s.columns.value {
-            SelectList::All => schema.clone(),
-            SelectList::Columns(cols) => cols
-                .iter()
-                .map(|c| resolve(&schema, table, c).cloned())
-                .collect::<Result<_>>()?,
-        };
-        if let Some(f) = &s.filter {
-            check_where_size(f)?;
-        }
-        let filter = s
-            .filter
-            .as_ref()
-            .map(|f| resolve_expr(&schema, table, &f.value))
-            .transpose()?;
-        let mut order_by = Vec::new();
-        if let Some(o) = &s.order_by {
-            for item in &o.value {
-                let col = resolve(&schema, table, &item.column)?;
-                order_by.push(SortKey {
-                    column: col.name.clone(),
-                    descending: item.direction == Some(g::SortDirection::Desc),
-                });
-            }
-        }
-        let limit = match &s.limit {
-            Some(l) if l.value < 0 => {
-                return Err(PlanError::semantic(
-                    format!("LIMIT must be non-negative, got {}", l.value),
-                    l.span,
-                ))
-            }
-            Some(l) => Some(to_usize(l.value as u64, l.span)?),
-            None => None,
-        };
-        if let (Some(f), Some(w)) = (&filter, &s.filter) {
-            check_predicate(f, &schema).map_err(|e| e.with_label(w.span, "in this WHERE"))?;
-        }
-        let scan = pushdown(m, table, &columns, filter.as_ref(), &order_by);
-        Ok(LogicalPlan::Select(SelectPlan {
-            table,
-            table_columns: schema,
-            scan,
-            columns,
-            filter,
-            order_by,
-            limit,
-        }))
+        crate::select::bind_select(self.model()?, s)
     }
 
     fn trace(&self, t: &g::Trace) -> Result<LogicalPlan> {
@@ -930,7 +878,7 @@ impl Binder {
 // ---- free helpers -----------------------------------------------------------------------
 
 /// The refusal of a table that does not answer SELECT yet, pointing at its name.
-fn unbuilt_table(t: &Spanned<Table>) -> PlanError {
+pub(crate) fn unbuilt_table(t: &Spanned<Table>) -> PlanError {
     let answering: Vec<&str> = schema::QUERYABLE_TABLES.iter().map(|t| t.name()).collect();
     PlanError::unsupported(
         format!("not supported yet: SELECT FROM {}", t.value.name()),
@@ -943,13 +891,15 @@ fn unbuilt_table(t: &Spanned<Table>) -> PlanError {
 /// Label columns of `features`: each costs an unembedding product per feature.
 const LABEL_COLUMNS: [&str; 4] = ["top_token", "top_token_id", "c_score", "down_tokens"];
 
-/// The pushdown rule: the layers and features WHERE allows, and when labels are needed.
-fn pushdown(
+/// The pushdown rule: the layers and features WHERE allows, and when labels are needed:
+/// `early` lists the columns read before LIMIT (WHERE, ORDER BY, GROUP BY, aggregates),
+/// `late` those only the projection reads.
+pub(crate) fn pushdown(
     m: &ModelFacts,
     table: Table,
-    projected: &[ColumnDef],
     filter: Option<&Expr>,
-    order_by: &[SortKey],
+    early: &[String],
+    late: &[String],
 ) -> ScanSpec {
     let (lo, hi) = m.layer_bounds();
     let domain = |col: &str, max: usize| -> Option<Vec<usize>> {
@@ -962,29 +912,40 @@ fn pushdown(
             layers: None,
             features: None,
             labels: LabelTiming::None,
+            estimate: None,
         };
     }
     let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
     let features = domain("feature", m.ffn.saturating_sub(1));
-    let mut early: Vec<String> = Vec::new();
-    if let Some(f) = filter {
-        columns_in(f, &mut early);
-    }
-    early.extend(order_by.iter().map(|k| k.column.to_ascii_lowercase()));
-    let labels = if early.iter().any(|c| LABEL_COLUMNS.contains(&c.as_str())) {
+    let is_label = |c: &String| LABEL_COLUMNS.contains(&c.to_ascii_lowercase().as_str());
+    let labels = if early.iter().any(is_label) {
         LabelTiming::Early
-    } else if projected
-        .iter()
-        .any(|c| LABEL_COLUMNS.contains(&c.name.as_str()))
-    {
+    } else if late.iter().any(is_label) {
         LabelTiming::Late
     } else {
         LabelTiming::None
     };
+    let n_layers = layers
+        .as_ref()
+        .map_or(hi + 1 - lo, |v: &Vec<usize>| v.len()) as u64;
+    let rows = n_layers * features.as_ref().map_or(m.ffn, |v| v.len()) as u64;
+    let labelled = if labels == LabelTiming::Early {
+        rows
+    } else {
+        0
+    };
+    let estimate = Some(ScanEstimate {
+        rows,
+        labels: labelled,
+        label_macs: labelled * (m.vocab * m.hidden) as u64,
+        layers: n_layers,
+        labels_everything: labels == LabelTiming::Early && layers.is_none() && n_layers > 1,
+    });
     ScanSpec {
         layers,
         features,
         labels,
+        estimate,
     }
 }
 
@@ -1007,7 +968,7 @@ fn as_written(v: f64) -> String {
     }
 }
 
-fn to_usize(v: u64, span: Span) -> Result<usize> {
+pub(crate) fn to_usize(v: u64, span: Span) -> Result<usize> {
     usize::try_from(v).map_err(|_| PlanError::semantic(format!("{v} is too large"), span))
 }
 
@@ -1057,7 +1018,11 @@ fn positive(c: &Spanned<i64>, name: &str, limit: Option<(usize, &str)>) -> Resul
     Ok(v)
 }
 
-fn resolve<'s>(schema: &'s [ColumnDef], table: Table, c: &Ident) -> Result<&'s ColumnDef> {
+pub(crate) fn resolve<'s>(
+    schema: &'s [ColumnDef],
+    table: Table,
+    c: &Ident,
+) -> Result<&'s ColumnDef> {
     if let Some(col) = schema.iter().find(|d| d.name.eq_ignore_ascii_case(&c.name)) {
         return Ok(col);
     }
@@ -1074,7 +1039,7 @@ fn resolve<'s>(schema: &'s [ColumnDef], table: Table, c: &Ident) -> Result<&'s C
 }
 
 /// Resolves every column of an expression; names are normalised to the schema's.
-fn resolve_expr(schema: &[ColumnDef], table: Table, e: &Expr) -> Result<Expr> {
+pub(crate) fn resolve_expr(schema: &[ColumnDef], table: Table, e: &Expr) -> Result<Expr> {
     let r = |x: &Expr| resolve_expr(schema, table, x).map(Box::new);
     let kind = match &e.kind {
         ExprKind::Column(c) => {
@@ -1137,6 +1102,21 @@ fn resolve_expr(schema: &[ColumnDef], table: Table, e: &Expr) -> Result<Expr> {
                 .map(|x| resolve_expr(schema, table, x))
                 .collect::<Result<_>>()?,
         ),
+        ExprKind::Arith { op, left, right } => ExprKind::Arith {
+            op: *op,
+            left: r(left)?,
+            right: r(right)?,
+        },
+        ExprKind::Neg(x) => ExprKind::Neg(r(x)?),
+        ExprKind::Aggregate {
+            func,
+            arg,
+            distinct,
+        } => ExprKind::Aggregate {
+            func: *func,
+            arg: arg.as_deref().map(r).transpose()?,
+            distinct: *distinct,
+        },
     };
     Ok(Expr { kind, span: e.span })
 }

@@ -30,10 +30,11 @@ pub mod logical;
 pub mod physical;
 mod pushdown;
 pub mod schema;
+mod select;
 mod typecheck;
 mod unbuilt;
 
-pub use bind::{bind, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP};
+pub use bind::{bind, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP, MAX_WHERE_NODES};
 pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
 pub use error::{PlanError, PlanErrorKind};
 pub use logical::*;

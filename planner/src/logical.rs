@@ -156,10 +156,46 @@ pub struct DescribePlan {
     pub mode_choice: ModeChoice,
 }
 
+/// One ORDER BY key: an expression over the sort's input rows (a column, or a computed
+/// value such as an alias's expression or an aggregate's output column).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SortKey {
-    pub column: String,
+    pub expr: Expr,
     pub descending: bool,
+}
+
+impl SortKey {
+    /// A key on one column.
+    pub fn column(name: &str, descending: bool) -> SortKey {
+        SortKey {
+            expr: Expr {
+                kind: lql_grammar::ExprKind::Column(lql_grammar::Ident {
+                    name: name.to_string(),
+                    span: lql_grammar::Span::default(),
+                }),
+                span: lql_grammar::Span::default(),
+            },
+            descending,
+        }
+    }
+}
+
+/// One aggregate call computed by the Aggregate operator.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AggCall {
+    pub func: lql_grammar::AggFunc,
+    /// `None` for `count(*)`.
+    pub arg: Option<Expr>,
+    pub distinct: bool,
+}
+
+/// GROUP BY and aggregates: the Aggregate operator's output is one row per group with the
+/// key columns then one column per call (`columns`, named as printed: `count(*)`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AggregateSpec {
+    pub keys: Vec<Expr>,
+    pub calls: Vec<AggCall>,
+    pub columns: Vec<ColumnDef>,
 }
 
 /// When a features scan computes labels (an unembedding product per feature).
@@ -173,6 +209,22 @@ pub enum LabelTiming {
     Late,
 }
 
+/// The binder's estimate of a `features` scan's work, shown by EXPLAIN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ScanEstimate {
+    /// Rows the scan produces (layers × features after pushdown).
+    pub rows: u64,
+    /// Features labelled (each an unembedding product: `vocab × hidden` multiply-adds).
+    pub labels: u64,
+    /// Multiply-adds of the labels.
+    pub label_macs: u64,
+    /// Layers scanned.
+    pub layers: u64,
+    /// Every feature of every layer is labelled: a label column is read before LIMIT
+    /// with no `layer` bound (EXPLAIN warns).
+    pub labels_everything: bool,
+}
+
 /// What a table scan reads, decided by the planner's pushdown rule.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ScanSpec {
@@ -181,6 +233,8 @@ pub struct ScanSpec {
     /// Features to scan (`None`: all), from `feature` predicates of WHERE.
     pub features: Option<Vec<usize>>,
     pub labels: LabelTiming,
+    /// The work of a `features` scan (`None` for the other tables).
+    pub estimate: Option<ScanEstimate>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -189,10 +243,20 @@ pub struct SelectPlan {
     /// Every column of the table (the scan's row shape).
     pub table_columns: Vec<ColumnDef>,
     pub scan: ScanSpec,
-    /// Projected columns (all of the table's for `*`), names normalised to the schema's.
+    /// The result's columns (all of the table's for `*`): alias, column name, or the
+    /// expression as printed.
     pub columns: Vec<ColumnDef>,
+    /// One expression per result column, over the rows Project reads (the table's, or
+    /// the Aggregate's output).
+    pub items: Vec<Expr>,
     /// Column names inside are normalised to the schema's.
     pub filter: Option<Expr>,
+    /// GROUP BY / aggregates, when the statement has any.
+    pub aggregate: Option<AggregateSpec>,
+    /// HAVING, over the Aggregate's output.
+    pub having: Option<Expr>,
+    /// SELECT DISTINCT: Project, then Distinct, then Sort and Limit over the result.
+    pub distinct: bool,
     pub order_by: Vec<SortKey>,
     pub limit: Option<usize>,
 }
@@ -294,7 +358,7 @@ pub enum LogicalPlan {
     Generate(GeneratePlan),
     Walk(WalkPlan),
     Describe(DescribePlan),
-    Select(SelectPlan),
+    Select(Box<SelectPlan>),
     Trace(TracePlan),
     Insert(InsertPlan),
     Delete(DeletePlan),

@@ -106,6 +106,7 @@ pub enum Operator {
         layers: Option<Vec<usize>>,
         features: Option<Vec<usize>>,
         labels: LabelTiming,
+        estimate: Option<ScanEstimate>,
     },
     Filter {
         predicate: Expr,
@@ -118,8 +119,19 @@ pub enum Operator {
     },
     /// Labels the rows that survived (features' label columns, computed late).
     LateLabels,
+    /// One row per group of `keys` (one row in all without keys), with the key columns
+    /// then one column per call; `columns` names them all.
+    Aggregate {
+        keys: Vec<Expr>,
+        calls: Vec<AggCall>,
+        columns: Vec<ColumnDef>,
+    },
+    /// Drops repeated rows, keeping the first of each.
+    Distinct,
+    /// The result columns, each computed by its expression over the input row.
     Project {
-        columns: Vec<String>,
+        columns: Vec<ColumnDef>,
+        exprs: Vec<Expr>,
     },
     /// Writes edits into the overlay store (never the base files).
     OverlayInsert {
@@ -234,6 +246,29 @@ impl PhysicalPlan {
             Operator::Rows { columns } => columns,
             _ => &[],
         }
+    }
+
+    /// Warnings about the plan's cost, printed by EXPLAIN PLAN under the tree: a scan that
+    /// labels every feature of every layer.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.root.visit_post(&mut |n| {
+            if let Operator::TableScan {
+                estimate: Some(e), ..
+            } = &n.op
+            {
+                if e.labels_everything {
+                    out.push(format!(
+                        "warning: this scan labels all {} features ({:.1e} multiply-adds): a label \
+                         column (top_token, top_token_id, c_score, down_tokens) is read before \
+                         LIMIT with no layer bound; add `layer = n` or `layer BETWEEN a AND b` \
+                         to WHERE to scan fewer",
+                        e.labels, e.label_macs as f64
+                    ));
+                }
+            }
+        });
+        out
     }
 
     /// The tree's lines as EXPLAIN PLAN prints them (one per node, preorder).
@@ -391,11 +426,32 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 layers: s.scan.layers.clone(),
                 features: s.scan.features.clone(),
                 labels: s.scan.labels,
+                estimate: s.scan.estimate,
             }];
             if let Some(f) = &s.filter {
                 ops.push(O::Filter {
                     predicate: f.clone(),
                 });
+            }
+            if let Some(a) = &s.aggregate {
+                ops.push(O::Aggregate {
+                    keys: a.keys.clone(),
+                    calls: a.calls.clone(),
+                    columns: a.columns.clone(),
+                });
+            }
+            if let Some(h) = &s.having {
+                ops.push(O::Filter {
+                    predicate: h.clone(),
+                });
+            }
+            let project = O::Project {
+                columns: s.columns.clone(),
+                exprs: s.items.clone(),
+            };
+            if s.distinct {
+                ops.push(project.clone());
+                ops.push(O::Distinct);
             }
             if !s.order_by.is_empty() {
                 ops.push(O::Sort {
@@ -408,9 +464,9 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             if s.scan.labels == LabelTiming::Late {
                 ops.push(O::LateLabels);
             }
-            ops.push(O::Project {
-                columns: s.columns.iter().map(|c| c.name.clone()).collect(),
-            });
+            if !s.distinct {
+                ops.push(project);
+            }
             ops
         }
         LogicalPlan::Trace(t) => {
@@ -458,6 +514,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 layers: None,
                 features: None,
                 labels: LabelTiming::None,
+                estimate: None,
             },
             O::Filter {
                 predicate: d.filter.clone(),
@@ -470,6 +527,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 layers: None,
                 features: None,
                 labels: LabelTiming::None,
+                estimate: None,
             },
             O::Filter {
                 predicate: u.filter.clone(),
@@ -705,6 +763,7 @@ impl fmt::Display for Operator {
                 layers,
                 features,
                 labels,
+                estimate,
             } => {
                 write!(f, "TableScan {table}")?;
                 if let Some(l) = layers {
@@ -714,22 +773,57 @@ impl fmt::Display for Operator {
                     write!(f, " features={}", list_text(x))?;
                 }
                 match labels {
-                    LabelTiming::None => Ok(()),
-                    LabelTiming::Early => f.write_str(" labels=early"),
-                    LabelTiming::Late => f.write_str(" labels=late"),
+                    LabelTiming::None => {}
+                    LabelTiming::Early => f.write_str(" labels=early")?,
+                    LabelTiming::Late => f.write_str(" labels=late")?,
                 }
+                if let Some(e) = estimate {
+                    write!(f, " est_rows={} layers_run=0", e.rows)?;
+                    if e.labels > 0 {
+                        write!(
+                            f,
+                            " est_labels={} label_work={:.1e} MACs",
+                            e.labels, e.label_macs as f64
+                        )?;
+                    }
+                }
+                Ok(())
             }
             O::LateLabels => f.write_str("LateLabels"),
             O::Filter { predicate } => write!(f, "Filter {predicate}"),
             O::Sort { keys } => {
                 let k: Vec<String> = keys
                     .iter()
-                    .map(|k| format!("{}{}", k.column, if k.descending { " DESC" } else { "" }))
+                    .map(|k| format!("{}{}", k.expr, if k.descending { " DESC" } else { "" }))
                     .collect();
                 write!(f, "Sort {}", k.join(", "))
             }
             O::Limit { n } => write!(f, "Limit {n}"),
-            O::Project { columns } => write!(f, "Project {}", columns.join(", ")),
+            O::Aggregate { keys, columns, .. } => {
+                f.write_str("Aggregate")?;
+                if !keys.is_empty() {
+                    let k: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+                    write!(f, " group=[{}]", k.join(", "))?;
+                }
+                let calls: Vec<&str> = columns[keys.len().min(columns.len())..]
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                write!(f, " calls=[{}]", calls.join(", "))
+            }
+            O::Distinct => f.write_str("Distinct"),
+            O::Project { columns, exprs } => {
+                let items: Vec<String> = columns
+                    .iter()
+                    .zip(exprs)
+                    .map(|(c, e)| match &e.kind {
+                        lql_grammar::ExprKind::Column(x) if x.name == c.name => c.name.clone(),
+                        _ if e.to_string() == c.name => c.name.clone(),
+                        _ => format!("{e} AS {}", c.name),
+                    })
+                    .collect();
+                write!(f, "Project {}", items.join(", "))
+            }
             O::OverlayInsert {
                 rows,
                 layer,

@@ -18,36 +18,19 @@ pub fn expr_size(e: &Expr) -> usize {
         } => expr_size(expr) + expr_size(low) + expr_size(high),
         ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) => expr_size(expr),
         ExprKind::And(xs) | ExprKind::Or(xs) => xs.iter().map(expr_size).sum(),
+        ExprKind::Arith { left, right, .. } => expr_size(left) + expr_size(right),
+        ExprKind::Neg(x) => expr_size(x),
+        ExprKind::Aggregate { arg, .. } => arg.as_deref().map_or(0, expr_size),
     }
 }
 
 /// Column names an expression reads.
 pub fn columns_in(e: &Expr, out: &mut Vec<String>) {
-    match &e.kind {
-        ExprKind::Column(c) => out.push(c.name.to_ascii_lowercase()),
-        ExprKind::Literal(_) => {}
-        ExprKind::Compare { left, right, .. } => {
-            columns_in(left, out);
-            columns_in(right, out);
+    e.walk(&mut |x| {
+        if let ExprKind::Column(c) = &x.kind {
+            out.push(c.name.to_ascii_lowercase())
         }
-        ExprKind::Like { expr, pattern, .. } => {
-            columns_in(expr, out);
-            columns_in(pattern, out);
-        }
-        ExprKind::InList { expr, list, .. } => {
-            columns_in(expr, out);
-            list.iter().for_each(|x| columns_in(x, out));
-        }
-        ExprKind::Between {
-            expr, low, high, ..
-        } => {
-            columns_in(expr, out);
-            columns_in(low, out);
-            columns_in(high, out);
-        }
-        ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) => columns_in(expr, out),
-        ExprKind::And(xs) | ExprKind::Or(xs) => xs.iter().for_each(|x| columns_in(x, out)),
-    }
+    });
 }
 
 /// The set of integer values of column `col` that can satisfy `e`, as far as its top-level

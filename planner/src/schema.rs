@@ -181,7 +181,7 @@ const GENERATE: Spec = &[
     (
         "finish_reason",
         Text,
-        "length, eos, stop, context, callback or cancelled",
+        "length, eos, stop, context or callback; interrupted on the partial rows of an interrupted GENERATE (Error::partial_rows)",
     ),
     ("prompt_tokens", Int, "tokens in the prompt"),
     ("generated_tokens", Int, "tokens generated"),
@@ -493,3 +493,125 @@ const DESCRIBE_TABLE: Spec = &[
     ("type", Text, "int, float, text, bool, list or any"),
     ("meaning", Text, "what the column holds"),
 ];
+
+// ---- the language reference (docs/reference.md is generated from this) -------------------
+
+/// One statement as the reference documents it: its grammar, defaults and result columns.
+#[derive(Debug, Clone)]
+pub struct StatementDoc {
+    /// The statement's keyword(s), as `lql_grammar::StatementKind::name` gives them.
+    pub name: &'static str,
+    /// The grammar, with optional clauses in brackets.
+    pub grammar: &'static str,
+    /// What it does, its defaults and limits.
+    pub notes: String,
+    /// One statement that parses (the reference test checks it is this statement).
+    pub example: &'static str,
+    /// Its result columns (empty: a status, or columns that depend on the statement).
+    pub columns: Vec<ColumnDef>,
+}
+
+/// Every statement of the grammar, for docs/reference.md.
+pub fn statement_docs() -> Vec<StatementDoc> {
+    use crate::bind::{DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP};
+    let d = |name, grammar, notes: String, example, spec: Spec| StatementDoc {
+        name,
+        grammar,
+        notes,
+        example,
+        columns: defs(spec),
+    };
+    vec![
+        d("USE", r#"USE "path" | USE MODEL "name" [LAYERS a-b] [PROFILE "name"]"#,
+          "Binds a GGUF file, VINDEX3 container, layer package, Hugging Face folder or catalogue model; `LAYERS` loads part of a layer package.".into(),
+          r#"USE MODEL "smollm2-135m-instruct""#, USE),
+        d("INFER", r#"INFER "prompt" [TOP n] [GENERATE n]"#,
+          format!("The next-token distribution after the prompt. Default TOP {DEFAULT_INFER_TOP}."),
+          r#"INFER "The capital of France is" TOP 3"#, INFER),
+        d("GENERATE", r#"GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "s", …]"#,
+          format!("Decodes a continuation. Default MAX {DEFAULT_MAX_TOKENS} (capped by the context length), TEMPERATURE 0 (greedy), SEED 0. An interrupted GENERATE fails with LQL-E0601 and keeps its text so far (`Error::partial_rows`, finish_reason `interrupted`)."),
+          r#"GENERATE "Once upon a time" MAX 8"#, GENERATE),
+        d("WALK", r#"WALK "prompt" [TOP k] [LAYERS a-b] [MODE EMBEDDING|RESIDUAL]"#,
+          format!("The features whose gates respond most to the prompt, per layer. Default TOP {DEFAULT_WALK_TOP}, all layers, RESIDUAL when the model can run (else EMBEDDING)."),
+          r#"WALK "France" TOP 3 LAYERS 20-22"#, WALK),
+        d("DESCRIBE", r#"DESCRIBE "entity" [AT LAYER n | LAYERS a-b] [BRIEF|VERBOSE|RAW]"#,
+          "What the model's features say about an entity, as edges grouped by layer band. Default BRIEF, all layers.".into(),
+          r#"DESCRIBE "Paris""#, DESCRIBE),
+        d("DESCRIBE TABLE", "DESCRIBE TABLE name",
+          "The columns of a virtual table.".into(),
+          "DESCRIBE TABLE features", DESCRIBE_TABLE),
+        d("SELECT", "SELECT [DISTINCT] * | expr [[AS] alias], … FROM table [WHERE expr] [GROUP BY expr, …] [HAVING expr] [ORDER BY expr [ASC|DESC], …] [LIMIT n]",
+          "Reads a virtual table. Expressions: columns, literals, `+ - * / %`, unary `-`, comparisons, `LIKE`, `IN`, `BETWEEN`, `IS [NOT] NULL`, `AND`/`OR`/`NOT`, and the aggregates `count(*)`, `count([DISTINCT] x)`, `sum`, `avg`, `min`, `max`. ORDER BY takes a column, an alias, a 1-based position or an expression. Integer arithmetic follows SQLite (`/` truncates, division by zero is NULL). Result columns: the alias, the column's name, or the expression as printed (`count(*)`).".into(),
+          "SELECT layer, count(*) AS n FROM features WHERE layer < 2 GROUP BY layer", &[]),
+        d("TRACE", r#"TRACE "prompt" [FOR "token"] [DECOMPOSE] [LAYERS a-b] [POSITIONS LAST|ALL] [SAVE "file"]"#,
+          "Per-layer logit lens of the prompt (docs/trace.md). The columns depend on FOR, DECOMPOSE and POSITIONS; the default form's are listed.".into(),
+          r#"TRACE "The capital of France is" FOR " Paris""#, &[]),
+        d("INSERT", "INSERT INTO edges (entity, relation, target) VALUES (…), … [AT LAYER n] [ALPHA a] [CONFIDENCE c]",
+          "Adds edges to the overlay (never the base files).".into(),
+          r#"INSERT INTO edges (entity, relation, target) VALUES ("A", "r", "B")"#, STATUS),
+        d("DELETE", "DELETE FROM table [WHERE expr]", "Removes rows through the overlay.".into(),
+          "DELETE FROM edges WHERE entity = 'A'", STATUS),
+        d("UPDATE", "UPDATE table SET column = value, … [WHERE expr]", "Changes rows through the overlay.".into(),
+          "UPDATE features SET top_token = 'x' WHERE layer = 1 AND feature = 2", STATUS),
+        d("BEGIN PATCH", r#"BEGIN PATCH "file""#, "Starts recording edits into a patch file.".into(),
+          r#"BEGIN PATCH "p.vlp""#, STATUS),
+        d("SAVE PATCH", "SAVE PATCH", "Writes the patch being recorded.".into(), "SAVE PATCH", STATUS),
+        d("APPLY PATCH", r#"APPLY PATCH "file""#, "Applies a patch file's edits.".into(),
+          r#"APPLY PATCH "p.vlp""#, STATUS),
+        d("REMOVE PATCH", r#"REMOVE PATCH "file""#, "Removes an applied patch.".into(),
+          r#"REMOVE PATCH "p.vlp""#, STATUS),
+        d("DIFF", r#"DIFF "a" ["b"|CURRENT] [LAYER n] [LIMIT n] [PHYSICAL] [INTO PATCH "file"] | DIFF CURRENT"#,
+          "Compares two models (or the current state with its base) tensor by tensor, streaming, across encodings; PHYSICAL compares bytes and hashes (its columns differ: bytes, rows differing, sha256 of each side).".into(),
+          "DIFF CURRENT", DIFF),
+        d("COMPILE", r#"COMPILE CURRENT|"source" INTO VINDEX|PACKAGE|GGUF "out""#,
+          "Writes the current state (or a model) as a new VINDEX3 container (derived authority, gated on probe logits) or GGUF file.".into(),
+          r#"COMPILE CURRENT INTO VINDEX "out.vindex""#, COMPILE),
+        d("EXTRACT", r#"EXTRACT MODEL "source" INTO "out" [FORMAT VINDEX3|PACKAGE] [ENCODING SOURCE|F32|F16|BF16|Q8_0] [LAYERS a-b] [MODEL_ID "id"] [SOURCE_REVISION "rev"] [PROJECTOR "file"]…"#,
+          "Writes a VINDEX3 container or a layer package (temporary name, fsync, rename). Default FORMAT VINDEX3, ENCODING SOURCE.".into(),
+          r#"EXTRACT MODEL "m.gguf" INTO "m.vindex""#, EXTRACT),
+        d("COMPACT", r#"COMPACT "container" [INTO "out"]"#, "Rewrites a container without superseded representations and stray files, preserving its answers; every discarded or carried file is a row.".into(),
+          r#"COMPACT "c.vindex""#, COMPACT),
+        d("VERIFY", r#"VERIFY ["container" [AGAINST "source"]]"#,
+          "Checks every recorded hash of a container or package (the bound one by default); a layer package AGAINST its source GGUF also checks every tensor once with identical bytes. A FAILED row makes the shell's exit code non-zero.".into(),
+          "VERIFY", VERIFY),
+        d("RUN STAGE", r#"RUN STAGE "prompt" | FROM "h.bin" INTO "out.bin""#,
+          "Runs the bound stage of a layer package (USE \"dir\" LAYERS a-b) from a prompt (first stage) or the previous stage's activation file, writing its hidden states (docs/packages.md).".into(),
+          r#"RUN STAGE "The capital of France is" INTO "h1.bin""#, RUN_STAGE),
+        d("INFER FROM", r#"INFER FROM "h.bin" [TOP n]"#,
+          "The last stage of a layer package: the previous stage's activations to the most likely next tokens.".into(),
+          r#"INFER FROM "h2.bin" TOP 5"#, INFER),
+        d("SHOW", r#"SHOW MODELS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|TABLES|PACKAGE [LIKE "pattern"]"#,
+          "Introspection; the columns of each target are listed below.".into(),
+          "SHOW TABLES", &[]),
+        d("STATS", "STATS", "Key/value statistics of the bound model.".into(), "STATS", STATS),
+        d("TOKENIZE", r#"TOKENIZE "text""#, "The token ids of a text, with the model's BOS handling.".into(),
+          r#"TOKENIZE "Hello""#, TOKENIZE),
+        d("EXPLAIN", "EXPLAIN statement",
+          "For WALK and INFER: runs it and shows the per-layer trace (INFER: the columns below); for the others, as EXPLAIN PLAN.".into(),
+          r#"EXPLAIN INFER "The capital of France is""#, EXPLAIN_INFER),
+        d("EXPLAIN PLAN", "EXPLAIN PLAN statement",
+          "The operator tree the engine would run, with cost estimates for scans; nothing runs.".into(),
+          "EXPLAIN PLAN SELECT * FROM layers", PLAN),
+        d("EXPLAIN ANALYZE", "EXPLAIN ANALYZE statement",
+          "Runs the statement and shows the tree with rows, time, weight bytes, encodings and layers run per operator.".into(),
+          "EXPLAIN ANALYZE SELECT * FROM layers", PLAN),
+    ]
+}
+
+/// Every SHOW target with its result columns, for the reference.
+pub fn show_docs() -> Vec<(&'static str, Vec<ColumnDef>)> {
+    [
+        ("MODELS", ShowWhat::Models),
+        ("LAYERS", ShowWhat::Layers),
+        ("COMPONENTS", ShowWhat::Components),
+        ("REPRESENTATIONS", ShowWhat::Representations),
+        ("TENSORS", ShowWhat::Tensors),
+        ("PROFILES", ShowWhat::Profiles),
+        ("PATCHES", ShowWhat::Patches),
+        ("TABLES", ShowWhat::Tables),
+        ("PACKAGE", ShowWhat::Package),
+    ]
+    .into_iter()
+    .map(|(n, w)| (n, show_columns(w)))
+    .collect()
+}

@@ -1,7 +1,7 @@
 //! Static types of WHERE expressions, checked by the binder against a table's columns
 //! (so a type error carries the span of the sub-expression at fault and nothing runs).
 
-use lql_grammar::{Expr, ExprKind, Value as Lit};
+use lql_grammar::{AggFunc, Expr, ExprKind, Value as Lit};
 
 use crate::error::PlanError;
 use crate::schema::{ColumnDef, ColumnType};
@@ -11,7 +11,8 @@ type Result<T> = std::result::Result<T, PlanError>;
 /// The static type of an expression (`Null` for a bare NULL literal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ty {
-    Num,
+    Int,
+    Float,
     Text,
     Bool,
     List,
@@ -21,15 +22,29 @@ enum Ty {
 impl Ty {
     fn of(t: ColumnType) -> Ty {
         match t {
-            ColumnType::Int | ColumnType::Float => Ty::Num,
+            ColumnType::Int => Ty::Int,
+            ColumnType::Float => Ty::Float,
             ColumnType::Text => Ty::Text,
             ColumnType::Bool => Ty::Bool,
             ColumnType::List | ColumnType::Any => Ty::List,
         }
     }
+    fn column(self) -> ColumnType {
+        match self {
+            Ty::Int => ColumnType::Int,
+            Ty::Float => ColumnType::Float,
+            Ty::Text => ColumnType::Text,
+            Ty::Bool => ColumnType::Bool,
+            Ty::List => ColumnType::List,
+            Ty::Null => ColumnType::Any,
+        }
+    }
+    fn is_num(self) -> bool {
+        matches!(self, Ty::Int | Ty::Float)
+    }
     fn name(self) -> &'static str {
         match self {
-            Ty::Num => "a number",
+            Ty::Int | Ty::Float => "a number",
             Ty::Text => "text",
             Ty::Bool => "a boolean",
             Ty::List => "a list",
@@ -37,8 +52,16 @@ impl Ty {
         }
     }
     fn compatible(self, other: Ty) -> bool {
-        self == Ty::Null || other == Ty::Null || (self == other && self != Ty::List)
+        self == Ty::Null
+            || other == Ty::Null
+            || (self.is_num() && other.is_num())
+            || (self == other && self != Ty::List)
     }
+}
+
+/// The column type of a select-list expression over `cols` (checked like WHERE).
+pub fn expr_type(e: &Expr, cols: &[ColumnDef]) -> Result<ColumnType> {
+    Ok(type_of(e, cols)?.column())
 }
 
 fn column_index(cols: &[ColumnDef], name: &str, e: &Expr) -> Result<usize> {
@@ -77,7 +100,8 @@ fn type_of(e: &Expr, cols: &[ColumnDef]) -> Result<Ty> {
     Ok(match &e.kind {
         ExprKind::Column(c) => Ty::of(cols[column_index(cols, &c.name, e)?].ty),
         ExprKind::Literal(l) => match l {
-            Lit::Int(_) | Lit::Float(_) => Ty::Num,
+            Lit::Int(_) => Ty::Int,
+            Lit::Float(_) => Ty::Float,
             Lit::String(_) => Ty::Text,
             Lit::Bool(_) => Ty::Bool,
             Lit::Null => Ty::Null,
@@ -127,7 +151,7 @@ fn type_of(e: &Expr, cols: &[ColumnDef]) -> Result<Ty> {
             expr, low, high, ..
         } => {
             let a = type_of(expr, cols)?;
-            if !matches!(a, Ty::Num | Ty::Text | Ty::Null) {
+            if !(a.is_num() || matches!(a, Ty::Text | Ty::Null)) {
                 return Err(mismatch(
                     expr,
                     format!("BETWEEN needs a number or text, found {}", a.name()),
@@ -162,6 +186,69 @@ fn type_of(e: &Expr, cols: &[ColumnDef]) -> Result<Ty> {
                 need(x, Ty::Bool, ctx)?;
             }
             Ty::Bool
+        }
+        ExprKind::Arith { op, left, right } => {
+            let (a, b) = (type_of(left, cols)?, type_of(right, cols)?);
+            for (t, x) in [(a, left), (b, right)] {
+                if !(t.is_num() || t == Ty::Null) {
+                    return Err(mismatch(
+                        x,
+                        format!("`{}` needs numbers, found {}", op.symbol(), t.name()),
+                    ));
+                }
+            }
+            match (a, b) {
+                (Ty::Null, _) | (_, Ty::Null) => Ty::Null,
+                (Ty::Int, Ty::Int) => Ty::Int,
+                _ => Ty::Float,
+            }
+        }
+        ExprKind::Neg(x) => {
+            let t = type_of(x, cols)?;
+            if !(t.is_num() || t == Ty::Null) {
+                return Err(mismatch(
+                    x,
+                    format!("`-` needs a number, found {}", t.name()),
+                ));
+            }
+            t
+        }
+        ExprKind::Aggregate { func, arg, .. } => {
+            let t = match arg {
+                Some(a) => type_of(a, cols)?,
+                None => return Ok(Ty::Int),
+            };
+            let num = |what: &str| -> Result<()> {
+                if t.is_num() || t == Ty::Null {
+                    Ok(())
+                } else {
+                    Err(mismatch(
+                        e,
+                        format!("{what}() needs numbers, found {}", t.name()),
+                    ))
+                }
+            };
+            match func {
+                AggFunc::Count => Ty::Int,
+                AggFunc::Sum => {
+                    num("sum")?;
+                    if t == Ty::Int {
+                        Ty::Int
+                    } else {
+                        Ty::Float
+                    }
+                }
+                AggFunc::Avg => {
+                    num("avg")?;
+                    Ty::Float
+                }
+                AggFunc::Min | AggFunc::Max => {
+                    if t == Ty::List {
+                        return Err(mismatch(e, format!("{}() cannot order lists", func.name())));
+                    }
+                    t
+                }
+            }
         }
     })
 }

@@ -371,11 +371,11 @@ fn select_resolves_columns() {
         ["layer", "top_token"]
     );
     assert_eq!(
-        s.order_by,
-        vec![SortKey {
-            column: "c_score".into(),
-            descending: true
-        }]
+        s.order_by
+            .iter()
+            .map(|k| (k.expr.to_string(), k.descending))
+            .collect::<Vec<_>>(),
+        vec![("c_score".to_string(), true)]
     );
     assert_eq!(s.limit, Some(10));
     // Pushdown: the layers WHERE allows; labels early because WHERE reads c_score.

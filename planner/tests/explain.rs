@@ -96,7 +96,7 @@ Rows [layer, top_token]
     Limit 10
       Sort c_score DESC
         Filter layer >= 20 AND top_token LIKE "Par%"
-          TableScan features layers=20-29 labels=early
+          TableScan features layers=20-29 labels=early est_rows=15360 layers_run=0 est_labels=15360 label_work=4.3e11 MACs
 "#
         .trim_start(),
     );
@@ -187,4 +187,33 @@ fn every_statement_lowers() {
         let ex = lql_grammar::parse_statement(&format!("EXPLAIN {src}")).unwrap();
         assert_eq!(explain_text(&bind(&ex, &m).unwrap()), text);
     }
+}
+
+fn warnings(src: &str) -> Vec<String> {
+    let stmt = lql_grammar::parse_statement(src).unwrap();
+    lower(&bind(&stmt, &smollm()).unwrap()).warnings()
+}
+
+#[test]
+fn cost_estimates_and_the_label_scan_warning() {
+    // A label read before LIMIT with no layer bound labels all 46,080 features.
+    let w = warnings("SELECT * FROM features WHERE top_token = 'Paris' LIMIT 1");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("labels all 46080 features"), "{}", w[0]);
+    assert!(w[0].contains("layer BETWEEN"), "{}", w[0]);
+    assert!(
+        warnings("SELECT top_token, count(*) FROM features GROUP BY top_token")
+            .iter()
+            .any(|l| l.contains("46080"))
+    );
+    // A layer bound, or labels only on the rows LIMIT keeps: no warning.
+    assert!(warnings("SELECT * FROM features WHERE layer = 5 AND top_token = 'Paris'").is_empty());
+    assert!(warnings("SELECT * FROM features LIMIT 10").is_empty());
+    let text = explain("SELECT * FROM features LIMIT 10");
+    assert!(
+        text.contains("est_rows=46080 layers_run=0 est_labels=10"),
+        "{text}"
+    );
+    let text = explain("SELECT layer, count(*) FROM features GROUP BY layer");
+    assert!(text.contains("est_rows=46080 layers_run=0\n"), "{text}");
 }

@@ -79,7 +79,16 @@ fn describe_rule(rule: Rule) -> String {
         | Rule::and_expr
         | Rule::not_expr
         | Rule::predicate
-        | Rule::operand => "an expression",
+        | Rule::operand
+        | Rule::sum_expr
+        | Rule::product
+        | Rule::unary
+        | Rule::call
+        | Rule::select_item => "an expression",
+        Rule::group_clause => "GROUP",
+        Rule::having_clause => "HAVING",
+        Rule::distinct => "DISTINCT",
+        Rule::add_op | Rule::mul_op | Rule::neg => "an arithmetic operator",
         Rule::layer_range => "a layer range",
         Rule::use_model => "MODEL",
         Rule::profile_clause => "PROFILE",
@@ -111,7 +120,8 @@ fn describe_rule(rule: Rule) -> String {
         Rule::encoding_clause => "ENCODING",
         Rule::like_clause | Rule::like_tail => "LIKE",
         Rule::column_list | Rule::value_row => "`(`",
-        Rule::assignment | Rule::order_item => "a column name",
+        Rule::assignment => "a column name",
+        Rule::order_item => "a column name or expression",
         Rule::select_list => "`*` or a column name",
         Rule::diff_operand => "CURRENT, a string",
         Rule::cmp_tail => "a comparison operator",

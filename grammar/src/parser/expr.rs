@@ -86,6 +86,57 @@ pub(super) fn expr(p: Pair<Rule>, depth: usize) -> Result<Expr> {
             }
             Ok(e)
         }
+        Rule::sum_expr | Rule::product => {
+            let mut it = p.into_inner();
+            let first = it
+                .next()
+                .ok_or_else(|| SyntaxError::new("expected an expression", sp))?;
+            let mut left = expr(first, depth + 1)?;
+            while let Some(op) = it.next() {
+                let op = match op.as_str() {
+                    "+" => ArithOp::Add,
+                    "-" => ArithOp::Sub,
+                    "*" => ArithOp::Mul,
+                    "/" => ArithOp::Div,
+                    _ => ArithOp::Rem,
+                };
+                let right = it
+                    .next()
+                    .ok_or_else(|| SyntaxError::new("expected an operand", sp))?;
+                let right = expr(right, depth + 1)?;
+                let s = left.span.to(right.span);
+                left = Expr {
+                    kind: ExprKind::Arith {
+                        op,
+                        left: Box::new(left),
+                        right: Box::new(right),
+                    },
+                    span: s,
+                };
+            }
+            Ok(left)
+        }
+        Rule::unary => {
+            let mut neg = false;
+            let mut operand = None;
+            for q in p.into_inner() {
+                match q.as_rule() {
+                    Rule::neg => neg = true,
+                    _ => operand = Some(q),
+                }
+            }
+            let operand = operand.ok_or_else(|| SyntaxError::new("expected an operand", sp))?;
+            let e = expr(operand, depth + 1)?;
+            Ok(if neg {
+                Expr {
+                    kind: ExprKind::Neg(Box::new(e)),
+                    span: sp,
+                }
+            } else {
+                e
+            })
+        }
+        Rule::call => call(p, depth),
         Rule::predicate => {
             let mut it = p.into_inner();
             let first = it
@@ -118,6 +169,7 @@ pub(super) fn expr(p: Pair<Rule>, depth: usize) -> Result<Expr> {
                     })
                 }
                 Rule::expr => expr(inner, depth + 1),
+                Rule::call => call(inner, depth + 1),
                 _ => Err(internal(&inner)),
             }
         }
@@ -143,7 +195,7 @@ fn predicate_tail(left: Expr, tail: Pair<Rule>, sp: Span, depth: usize) -> Resul
                     _ => CmpOp::GtEq,
                 })
             }
-            Rule::operand => operands.push(expr(q, depth + 1)?),
+            Rule::operand | Rule::sum_expr => operands.push(expr(q, depth + 1)?),
             _ => {}
         }
     }
@@ -182,4 +234,45 @@ fn predicate_tail(left: Expr, tail: Pair<Rule>, sp: Span, depth: usize) -> Resul
         _ => return Err(SyntaxError::new("internal parser error: bad predicate", sp)),
     };
     Ok(Expr { kind, span: sp })
+}
+
+/// `name(*)`, `name(expr)`, `name(DISTINCT expr)`: an aggregate call.
+fn call(p: Pair<Rule>, depth: usize) -> Result<Expr> {
+    let sp = span(&p);
+    let mut func = None;
+    let mut arg = None;
+    let mut star = false;
+    let mut distinct = false;
+    for q in p.into_inner() {
+        match q.as_rule() {
+            Rule::word => {
+                let names: Vec<(&str, AggFunc)> =
+                    AggFunc::ALL.iter().map(|f| (f.name(), *f)).collect();
+                func = Some(super::choose(&q, "function", &names)?.value);
+            }
+            Rule::star => star = true,
+            Rule::distinct => distinct = true,
+            Rule::expr => arg = Some(Box::new(expr(q, depth + 1)?)),
+            _ => {}
+        }
+    }
+    let func = func.ok_or_else(|| SyntaxError::new("expected a function name", sp))?;
+    if star && func != AggFunc::Count {
+        return Err(SyntaxError::new(
+            format!(
+                "{}(*) is not a function; only count(*) takes `*`",
+                func.name()
+            ),
+            sp,
+        )
+        .with_help(format!("write {}(column)", func.name())));
+    }
+    Ok(Expr {
+        kind: ExprKind::Aggregate {
+            func,
+            arg,
+            distinct,
+        },
+        span: sp,
+    })
 }

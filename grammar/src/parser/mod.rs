@@ -129,13 +129,21 @@ fn string(p: Pair<Rule>) -> Result<Spanned<String>> {
         return Err(SyntaxError::new("unterminated string", sp));
     }
     let body = &raw[1..raw.len() - 1];
-    Ok(Spanned::new(unescape(body, sp.start + 1)?, sp))
+    let quote = raw.chars().next().unwrap_or('"');
+    Ok(Spanned::new(unescape(body, sp.start + 1, quote)?, sp))
 }
 
-fn unescape(body: &str, offset: usize) -> Result<String> {
+/// Resolves backslash escapes and the SQL doubled quote (`''` inside `'…'`).
+fn unescape(body: &str, offset: usize, quote: char) -> Result<String> {
     let mut out = String::with_capacity(body.len());
-    let mut it = body.char_indices();
+    let mut it = body.char_indices().peekable();
     while let Some((i, c)) = it.next() {
+        if c == quote {
+            // The grammar only lets a quote inside the body come doubled.
+            it.next();
+            out.push(c);
+            continue;
+        }
         if c != '\\' {
             out.push(c);
             continue;
@@ -554,49 +562,61 @@ fn table(p: Pair<Rule>) -> Result<Spanned<Table>> {
 fn select_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut columns = None;
     let mut tbl = None;
+    let mut distinct = None;
     let (mut filter, mut order_by, mut limit) = (None, None, None);
+    let (mut group_by, mut having) = (None, None);
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_select | Rule::kw_from => {}
+            Rule::distinct => distinct = Some(span(&q)),
             Rule::select_list => {
                 let sp = span(&q);
-                let mut cols = Vec::new();
+                let mut items = Vec::new();
                 let mut star = false;
                 for c in q.into_inner() {
                     match c.as_rule() {
                         Rule::star => star = true,
-                        Rule::ident => cols.push(ident(c)),
+                        Rule::select_item => items.push(select_item(c)?),
                         _ => {}
                     }
                 }
                 let list = if star {
                     SelectList::All
                 } else {
-                    SelectList::Columns(cols)
+                    SelectList::Items(items)
                 };
                 columns = Some(Spanned::new(list, sp));
             }
             Rule::table_name => tbl = Some(table(q)?),
             Rule::where_clause => set(&mut filter, where_clause(q)?, "WHERE")?,
+            Rule::group_clause => {
+                let sp = span(&q);
+                let keys = q
+                    .into_inner()
+                    .filter(|i| i.as_rule() == Rule::sum_expr)
+                    .map(|i| expr(i, 0))
+                    .collect::<Result<Vec<_>>>()?;
+                set(&mut group_by, Spanned::new(keys, sp), "GROUP BY")?
+            }
+            Rule::having_clause => set(&mut having, where_clause(q)?, "HAVING")?,
             Rule::order_clause => {
                 let sp = span(&q);
                 let mut items = Vec::new();
                 for it in q.into_inner().filter(|i| i.as_rule() == Rule::order_item) {
                     let isp = span(&it);
-                    let mut column = None;
+                    let mut e = None;
                     let mut direction = None;
                     for x in it.into_inner() {
                         match x.as_rule() {
-                            Rule::ident => column = Some(ident(x)),
+                            Rule::sum_expr => e = Some(expr(x, 0)?),
                             Rule::kw_asc => direction = Some(SortDirection::Asc),
                             Rule::kw_desc => direction = Some(SortDirection::Desc),
                             _ => {}
                         }
                     }
-                    let column =
-                        column.ok_or_else(|| SyntaxError::new("expected a column name", isp))?;
+                    let expr = e.ok_or_else(|| SyntaxError::new("expected a column name", isp))?;
                     items.push(OrderItem {
-                        column,
+                        expr,
                         direction,
                         span: isp,
                     });
@@ -610,12 +630,34 @@ fn select_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let columns = columns.ok_or_else(|| SyntaxError::new("expected columns", Span::default()))?;
     let table = tbl.ok_or_else(|| SyntaxError::new("expected a table", Span::default()))?;
     Ok(StatementKind::Select(Select {
+        distinct,
         columns,
         table,
         filter,
+        group_by,
+        having,
         order_by,
         limit,
     }))
+}
+
+fn select_item(p: Pair<Rule>) -> Result<SelectItem> {
+    let sp = span(&p);
+    let mut e = None;
+    let mut alias = None;
+    for x in p.into_inner() {
+        match x.as_rule() {
+            Rule::expr => e = Some(expr(x, 0)?),
+            Rule::ident => alias = Some(ident(x)),
+            _ => {}
+        }
+    }
+    let expr = e.ok_or_else(|| SyntaxError::new("expected an expression", sp))?;
+    Ok(SelectItem {
+        expr,
+        alias,
+        span: sp,
+    })
 }
 
 fn where_clause(p: Pair<Rule>) -> Result<Spanned<Expr>> {

@@ -41,7 +41,7 @@ pub(crate) fn explain(cx: &mut Cx<'_>, mode: ExplainMode, plan: &PhysicalPlan) -
     let mut rows = Rows::new(columns);
     match mode {
         ExplainMode::Plan => {
-            for l in plan.lines() {
+            for l in plan.lines().into_iter().chain(plan.warnings()) {
                 rows.push(vec![Value::from(l)]);
             }
         }

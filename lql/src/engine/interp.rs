@@ -199,12 +199,19 @@ fn operator(
             layers,
             features,
             labels,
+            ..
         } => select::table_scan(cx, *table, layers.as_deref(), features.as_deref(), *labels),
         O::Filter { predicate } => select::filter(cx, one(inputs, "Filter")?, predicate),
         O::Sort { keys } => select::sort(one(inputs, "Sort")?, keys),
         O::Limit { n } => select::limit(one(inputs, "Limit")?, *n),
         O::LateLabels => select::late_labels(cx, one(inputs, "LateLabels")?),
-        O::Project { columns } => select::project(one(inputs, "Project")?, columns),
+        O::Project { columns, exprs } => select::project(one(inputs, "Project")?, columns, exprs),
+        O::Aggregate {
+            keys,
+            calls,
+            columns,
+        } => select::aggregate(cx, one(inputs, "Aggregate")?, keys, calls, columns),
+        O::Distinct => select::distinct(one(inputs, "Distinct")?),
         O::Write { kind, .. } if kind == "PACKAGE" => package::write(cx, one(inputs, "Write")?),
         O::Write { .. } => vindex::write(cx, one(inputs, "Write")?, op),
         O::Verify { container, against } => {
@@ -225,6 +232,11 @@ fn rows(cx: &mut Cx<'_>, inputs: Vec<Datum>, columns: &[lql_planner::ColumnDef])
     let rows = match inputs.into_iter().next() {
         None => Rows::new(want.clone()),
         Some(Datum::Rows(rows)) => rows,
+        Some(Datum::Table { columns, rows }) => {
+            let mut out = Rows::new(columns);
+            out.rows = rows;
+            out
+        }
         Some(d @ Datum::Labeled { .. }) => walk::rows(cx, d, want.clone())?,
         Some(d @ Datum::Trace { .. }) => trace::rows(cx, d, want.clone())?,
         Some(d) => return Err(wrong_input("Rows", &d)),

@@ -13,6 +13,7 @@
 //! for Open, `vindex.rs`, `explain.rs`). No family re-decides what the binder decided:
 //! modes, layer ranges and pushdown arrive as operator parameters.
 
+mod aggregate;
 mod bind;
 mod catalog;
 mod datum;

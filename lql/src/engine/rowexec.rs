@@ -9,7 +9,7 @@
 
 use std::cmp::Ordering;
 
-use lql_grammar::{CmpOp, Expr, ExprKind, Value as Lit};
+use lql_grammar::{ArithOp, CmpOp, Expr, ExprKind, Value as Lit};
 use lql_planner::SortKey;
 
 use crate::error::{Error, Result};
@@ -155,7 +155,59 @@ pub(crate) fn eval(e: &Expr, cols: &[Column], row: &[Value]) -> Result<Value> {
             }
             b((!unknown).then_some(false))
         }
+        ExprKind::Arith { op, left, right } => {
+            arith(*op, &eval(left, cols, row)?, &eval(right, cols, row)?)
+        }
+        ExprKind::Neg(x) => match eval(x, cols, row)? {
+            Value::Int(i) => i
+                .checked_neg()
+                .map_or(Value::Float(-(i as f64)), Value::Int),
+            Value::Float(f) => Value::Float(-f),
+            _ => Value::Null,
+        },
+        ExprKind::Aggregate { .. } => {
+            return Err(Error::internal(format!(
+                "aggregate {e} evaluated outside an Aggregate operator"
+            )))
+        }
     })
+}
+
+/// SQLite's arithmetic: integers stay integers (overflow turns the result into a float),
+/// `/` on integers truncates, division or remainder by zero and any NULL give NULL.
+pub(crate) fn arith(op: ArithOp, a: &Value, b: &Value) -> Value {
+    if let (Value::Int(x), Value::Int(y)) = (a, b) {
+        let (x, y) = (*x, *y);
+        let exact = match op {
+            ArithOp::Add => x.checked_add(y),
+            ArithOp::Sub => x.checked_sub(y),
+            ArithOp::Mul => x.checked_mul(y),
+            ArithOp::Div if y == 0 => return Value::Null,
+            ArithOp::Rem if y == 0 => return Value::Null,
+            ArithOp::Div => x.checked_div(y),
+            ArithOp::Rem => Some(x.checked_rem(y).unwrap_or(0)),
+        };
+        if let Some(v) = exact {
+            return Value::Int(v);
+        }
+    }
+    let (Some(x), Some(y)) = (a.as_f64(), b.as_f64()) else {
+        return Value::Null;
+    };
+    let v = match op {
+        ArithOp::Add => x + y,
+        ArithOp::Sub => x - y,
+        ArithOp::Mul => x * y,
+        ArithOp::Div if y == 0.0 => return Value::Null,
+        ArithOp::Rem if y == 0.0 => return Value::Null,
+        ArithOp::Div => x / y,
+        ArithOp::Rem => x % y,
+    };
+    if v.is_finite() {
+        Value::Float(v)
+    } else {
+        Value::Null
+    }
 }
 
 /// Keeps the rows for which `filter` is true; stops with `Interrupted` when `cancel` is set
@@ -179,7 +231,7 @@ pub(crate) fn filter(
 }
 
 /// Orders two cells for ORDER BY: NULL first, then by value; lists by their elements.
-fn sort_cmp(a: &Value, b: &Value) -> Ordering {
+pub(crate) fn sort_cmp(a: &Value, b: &Value) -> Ordering {
     match (a, b) {
         (Value::Null, Value::Null) => Ordering::Equal,
         (Value::Null, _) => Ordering::Less,
@@ -197,29 +249,27 @@ fn sort_cmp(a: &Value, b: &Value) -> Ordering {
     }
 }
 
-/// Stable sort by `keys` (column names resolved against `cols`).
-pub(crate) fn sort(rows: &mut [Vec<Value>], cols: &[Column], keys: &[SortKey]) -> Result<()> {
-    let idx = keys
-        .iter()
-        .map(|k| {
-            cols.iter()
-                .position(|c| c.name.eq_ignore_ascii_case(&k.column))
-                .map(|i| (i, k.descending))
-                .ok_or_else(|| {
-                    Error::semantic(format!("unknown column `{}` in ORDER BY", k.column))
-                })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    rows.sort_by(|a, b| {
-        for &(i, desc) in &idx {
+/// Stable sort by `keys` (expressions over `cols`, evaluated once per row).
+pub(crate) fn sort(rows: &mut Vec<Vec<Value>>, cols: &[Column], keys: &[SortKey]) -> Result<()> {
+    let mut keyed = Vec::with_capacity(rows.len());
+    for r in rows.drain(..) {
+        let k = keys
+            .iter()
+            .map(|k| eval(&k.expr, cols, &r))
+            .collect::<Result<Vec<_>>>()?;
+        keyed.push((k, r));
+    }
+    keyed.sort_by(|(a, _), (b, _)| {
+        for (i, k) in keys.iter().enumerate() {
             let o = sort_cmp(&a[i], &b[i]);
-            let o = if desc { o.reverse() } else { o };
+            let o = if k.descending { o.reverse() } else { o };
             if o != Ordering::Equal {
                 return o;
             }
         }
         Ordering::Equal
     });
+    rows.extend(keyed.into_iter().map(|(_, r)| r));
     Ok(())
 }
 
@@ -291,10 +341,7 @@ mod tests {
             vec![Value::Int(1), Value::from("a")],
             vec![Value::Int(2), Value::from("a")],
         ];
-        let keys = [SortKey {
-            column: "layer".into(),
-            descending: false,
-        }];
+        let keys = [SortKey::column("layer", false)];
         sort(&mut rows, &c, &keys).unwrap();
         let names: Vec<String> = rows.iter().map(|r| r[1].to_string()).collect();
         assert_eq!(names, ["z", "a", "b", "a"], "NULL first, ties keep order");

@@ -303,7 +303,9 @@ pub(crate) fn decode_loop(
         }
     }
     if g.finish_reason == FinishReason::Cancelled {
-        return Err(Error::interrupted());
+        // The text so far rides on the error: callers that interrupted get it back.
+        let rows = generation_rows(cx, g, "interrupted")?;
+        return Err(Error::interrupted().with_partial_rows(rows));
     }
     // Each token after the first is one more pass through every layer; every sampled
     // token reads the head once.
@@ -336,17 +338,8 @@ pub(crate) fn detokenize(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
             }
         }
         Datum::Generation(g) => {
-            let text = match g.text {
-                Some(t) => t,
-                None => tok.decode(&g.token_ids)?,
-            };
-            rows.push(vec![
-                Value::from(text),
-                Value::from(g.token_ids),
-                Value::from(g.finish_reason.as_str()),
-                Value::from(g.prompt_tokens),
-                Value::from(g.generated_tokens),
-            ]);
+            let reason = g.finish_reason.as_str();
+            return Ok(Datum::Rows(generation_rows(cx, g, reason)?));
         }
         Datum::Tokens(ids) => {
             for (i, id) in ids.into_iter().enumerate() {
@@ -360,4 +353,22 @@ pub(crate) fn detokenize(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
         other => return Err(wrong_input("Detokenize", &other)),
     }
     Ok(Datum::Rows(rows))
+}
+
+/// GENERATE's one row, with `reason` as its finish_reason.
+fn generation_rows(cx: &mut Cx<'_>, g: lql_exec::Generation, reason: &str) -> Result<Rows> {
+    let tok = cx.tokenizer()?;
+    let mut rows = Rows::new(columns_of(&lql_planner::statement_columns(cx.plan)));
+    let text = match g.text {
+        Some(t) => t,
+        None => tok.decode(&g.token_ids)?,
+    };
+    rows.push(vec![
+        Value::from(text),
+        Value::from(g.token_ids),
+        Value::from(reason),
+        Value::from(g.prompt_tokens),
+        Value::from(g.generated_tokens),
+    ]);
+    Ok(rows)
 }

@@ -1,5 +1,5 @@
 //! SELECT's operators over the virtual tables `features`, `layers`, `tokens` and `tensors`:
-//! TableScan, Filter, Sort, Limit, LateLabels, Project.
+//! TableScan, Filter, Aggregate, Distinct, Sort, Limit, LateLabels, Project.
 //!
 //! ```text
 //!  TableScan (pushdown: layers × features; labels early if WHERE/ORDER BY read them)
@@ -22,9 +22,9 @@ use lql_planner::{LabelTiming, SortKey};
 use super::datum::Datum;
 use super::interp::wrong_input;
 use super::walk::{browse_err, DOWN_TOKENS};
-use super::{columns_of, rowexec, Cx};
+use super::{aggregate, columns_of, rowexec, Cx};
 use crate::error::{Error, Result};
-use crate::rows::{Column, Rows};
+use crate::rows::Column;
 use crate::value::Value;
 
 /// `TableScan table [layers] [features] [labels]`.
@@ -107,23 +107,54 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     Ok(Datum::Table { columns, rows })
 }
 
-/// `Project columns`: the selected columns, in order.
-pub(crate) fn project(input: Datum, names: &[String]) -> Result<Datum> {
+/// `Project columns`: each result column computed by its expression over the input row.
+pub(crate) fn project(
+    input: Datum,
+    defs: &[lql_planner::ColumnDef],
+    exprs: &[Expr],
+) -> Result<Datum> {
     let (columns, rows) = table(input, "Project")?;
-    let idx: Vec<usize> = names
-        .iter()
-        .map(|n| {
-            columns
-                .iter()
-                .position(|c| c.name.eq_ignore_ascii_case(n))
-                .ok_or_else(|| Error::internal(format!("Project: no column {n}")))
-        })
-        .collect::<Result<_>>()?;
-    let mut out = Rows::new(idx.iter().map(|&i| columns[i].clone()).collect());
+    let out_cols = columns_of(defs);
+    let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        out.push(idx.iter().map(|&i| r[i].clone()).collect());
+        out.push(
+            exprs
+                .iter()
+                .map(|e| rowexec::eval(e, &columns, &r))
+                .collect::<Result<Vec<_>>>()?,
+        );
     }
-    Ok(Datum::Rows(out))
+    Ok(Datum::Table {
+        columns: out_cols,
+        rows: out,
+    })
+}
+
+/// `Distinct`: the first of each set of equal rows, in input order.
+pub(crate) fn distinct(input: Datum) -> Result<Datum> {
+    let (columns, rows) = table(input, "Distinct")?;
+    let mut seen = std::collections::HashSet::new();
+    let rows = rows
+        .into_iter()
+        .filter(|r| seen.insert(aggregate::row_key(r)))
+        .collect();
+    Ok(Datum::Table { columns, rows })
+}
+
+/// `Aggregate keys calls`: one row per group (see `aggregate.rs`).
+pub(crate) fn aggregate(
+    cx: &Cx<'_>,
+    input: Datum,
+    keys: &[Expr],
+    calls: &[lql_planner::AggCall],
+    defs: &[lql_planner::ColumnDef],
+) -> Result<Datum> {
+    let (columns, rows) = table(input, "Aggregate")?;
+    let out = aggregate::run(&columns, rows, keys, calls, cx.cancel)?;
+    Ok(Datum::Table {
+        columns: columns_of(defs),
+        rows: out,
+    })
 }
 
 fn feature_row(

@@ -1,0 +1,564 @@
+//! Binding of SELECT: the select list (columns, `AS` aliases, arithmetic, comparisons),
+//! aggregates with GROUP BY and HAVING, DISTINCT, and ORDER BY on columns, aliases,
+//! result positions and aggregates.
+//!
+//! The plan has three shapes, all ending in the result's columns (`SelectPlan::columns`,
+//! which `Statement::columns()` reports before running):
+//!
+//! ```text
+//! plain      TableScan ─▶ Filter ─▶ Sort ─▶ Limit ─▶ [LateLabels] ─▶ Project
+//! aggregate  TableScan ─▶ Filter ─▶ Aggregate ─▶ [Filter HAVING] ─▶ Sort ─▶ Limit ─▶ Project
+//! DISTINCT   … ─▶ Project ─▶ Distinct ─▶ Sort ─▶ Limit  (ORDER BY names result columns)
+//! ```
+//!
+//! In the aggregate shape every expression above the Aggregate is rewritten to read its
+//! output: a GROUP BY key becomes that key's column, an aggregate call becomes the call's
+//! column (named as printed, `count(*)`); a bare column outside both is refused, as in
+//! PostgreSQL (SQLite would pick an arbitrary row).
+
+use crate::bind::{check_where_size, pushdown, resolve_expr, to_usize, unbuilt_table};
+use crate::catalog::ModelFacts;
+use crate::error::PlanError;
+use crate::logical::*;
+use crate::pushdown::columns_in;
+use crate::schema::{self, ColumnDef, ColumnType};
+use crate::typecheck::{check_predicate, expr_type};
+use lql_grammar::{self as g, ExprKind, Ident, SelectList, Span, SpanVisit};
+
+type Result<T> = std::result::Result<T, PlanError>;
+
+fn column(name: &str, span: Span) -> Expr {
+    Expr {
+        kind: ExprKind::Column(Ident {
+            name: name.to_string(),
+            span,
+        }),
+        span,
+    }
+}
+
+fn same(a: &Expr, b: &Expr) -> bool {
+    a.without_spans() == b.without_spans()
+}
+
+/// The name of a result column: its alias, the column it names, or the printed expression.
+fn output_name(e: &Expr, alias: Option<&Ident>) -> String {
+    match (alias, &e.kind) {
+        (Some(a), _) => a.name.clone(),
+        (None, ExprKind::Column(c)) => c.name.clone(),
+        (None, _) => e.to_string(),
+    }
+}
+
+fn no_aggregate(e: &Expr, clause: &str) -> Result<()> {
+    let mut at = None;
+    e.walk(&mut |x| {
+        if matches!(x.kind, ExprKind::Aggregate { .. }) && at.is_none() {
+            at = Some(x.span);
+        }
+    });
+    match at {
+        Some(sp) => Err(PlanError::semantic(
+            format!("aggregate functions are not allowed in {clause}"),
+            sp,
+        )
+        .with_help("filter groups with HAVING")),
+        None => Ok(()),
+    }
+}
+
+/// A select-list item bound against the table.
+struct Item {
+    name: String,
+    expr: Expr,
+    alias: Option<String>,
+}
+
+pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> {
+    let table = s.table.value;
+    let schema = schema::table_columns(table).ok_or_else(|| unbuilt_table(&s.table))?;
+    let items: Vec<Item> = match &s.columns.value {
+        SelectList::All => schema
+            .iter()
+            .map(|c| Item {
+                name: c.name.clone(),
+                expr: column(&c.name, s.columns.span),
+                alias: None,
+            })
+            .collect(),
+        SelectList::Items(v) => v
+            .iter()
+            .map(|it| {
+                let expr = resolve_expr(&schema, table, &it.expr)?;
+                Ok(Item {
+                    name: output_name(&expr, it.alias.as_ref()),
+                    alias: it.alias.as_ref().map(|a| a.name.clone()),
+                    expr,
+                })
+            })
+            .collect::<Result<_>>()?,
+    };
+    if let Some(f) = &s.filter {
+        check_where_size(f)?;
+        no_aggregate(&f.value, "WHERE")?;
+    }
+    let filter = s
+        .filter
+        .as_ref()
+        .map(|f| resolve_expr(&schema, table, &f.value))
+        .transpose()?;
+    if let (Some(f), Some(w)) = (&filter, &s.filter) {
+        check_predicate(f, &schema).map_err(|e| e.with_label(w.span, "in this WHERE"))?;
+    }
+    let limit = match &s.limit {
+        Some(l) if l.value < 0 => {
+            return Err(PlanError::semantic(
+                format!("LIMIT must be non-negative, got {}", l.value),
+                l.span,
+            ))
+        }
+        Some(l) => Some(to_usize(l.value as u64, l.span)?),
+        None => None,
+    };
+    let order_items: Vec<&g::OrderItem> = s.order_by.iter().flat_map(|o| &o.value).collect();
+    let aggregated = s.group_by.is_some()
+        || s.having.is_some()
+        || items.iter().any(|i| i.expr.has_aggregate())
+        || order_items.iter().any(|o| o.expr.has_aggregate());
+
+    let mut early: Vec<String> = Vec::new();
+    if let Some(f) = &filter {
+        columns_in(f, &mut early);
+    }
+    let (aggregate, having, items, input_cols) = if aggregated {
+        let (spec, having, items) = bind_aggregate(s, &schema, table, items, &mut early)?;
+        let cols = spec.columns.clone();
+        (Some(spec), having, items, cols)
+    } else {
+        (None, None, items, schema.clone())
+    };
+    let distinct = s.distinct.is_some();
+
+    // ORDER BY: over the result columns after DISTINCT, else over Project's input.
+    let mut order_by = Vec::new();
+    for o in &order_items {
+        let expr = if distinct {
+            order_on_result(o, &items)?
+        } else {
+            order_on_input(o, &items, &schema, table, aggregate.as_ref())?
+        };
+        order_by.push(SortKey {
+            expr,
+            descending: o.direction == Some(g::SortDirection::Desc),
+        });
+    }
+    let mut columns = Vec::with_capacity(items.len());
+    for it in &items {
+        let ty = expr_type(&it.expr, &input_cols)?;
+        columns.push(output_column(&it.name, ty, &it.expr, &input_cols));
+    }
+    if !distinct {
+        if let Some(spec) = &aggregate {
+            check_sort_types(&order_by, &spec.columns)?;
+        } else {
+            check_sort_types(&order_by, &schema)?;
+            for k in &order_by {
+                columns_in(&k.expr, &mut early);
+            }
+        }
+    }
+    let mut late = Vec::new();
+    for it in &items {
+        columns_in(&it.expr, &mut late);
+    }
+    // Without the plain shape's LIMIT-before-labels order, every row is labelled first.
+    if aggregated || distinct {
+        early.append(&mut late);
+    }
+    let mut scan = pushdown(m, table, filter.as_ref(), &early, &late);
+    if let (Some(e), LabelTiming::Late) = (scan.estimate.as_mut(), scan.labels) {
+        // Late labels: only the rows that survive LIMIT (at most) are labelled.
+        e.labels = limit.map_or(e.rows, |n| e.rows.min(n as u64));
+        e.label_macs = e.labels * (m.vocab * m.hidden) as u64;
+    }
+    Ok(LogicalPlan::Select(Box::new(SelectPlan {
+        table,
+        table_columns: schema,
+        scan,
+        columns,
+        items: items.into_iter().map(|i| i.expr).collect(),
+        filter,
+        aggregate,
+        having,
+        distinct,
+        order_by,
+        limit,
+    })))
+}
+
+/// A result column: a plain column keeps the table's meaning.
+fn output_column(name: &str, ty: ColumnType, e: &Expr, input: &[ColumnDef]) -> ColumnDef {
+    let meaning = match &e.kind {
+        ExprKind::Column(c) => input
+            .iter()
+            .find(|d| d.name.eq_ignore_ascii_case(&c.name))
+            .map_or("", |d| d.meaning),
+        ExprKind::Aggregate { .. } => "an aggregate",
+        _ => "a computed value",
+    };
+    ColumnDef {
+        name: name.to_string(),
+        ty,
+        meaning,
+    }
+}
+
+fn check_sort_types(keys: &[SortKey], cols: &[ColumnDef]) -> Result<()> {
+    for k in keys {
+        expr_type(&k.expr, cols)?;
+    }
+    Ok(())
+}
+
+/// `ORDER BY n` (1-based result position) or an alias: the item's expression.
+fn item_by_name_or_position<'a>(o: &g::OrderItem, items: &'a [Item]) -> Result<Option<&'a Item>> {
+    match &o.expr.kind {
+        ExprKind::Literal(g::Value::Int(n)) => {
+            let i = usize::try_from(*n)
+                .ok()
+                .filter(|&i| i >= 1 && i <= items.len());
+            match i {
+                Some(i) => Ok(Some(&items[i - 1])),
+                None => Err(PlanError::semantic(
+                    format!(
+                        "ORDER BY position {n} is out of range: the result has {} columns",
+                        items.len()
+                    ),
+                    o.expr.span,
+                )),
+            }
+        }
+        ExprKind::Column(c) => Ok(items.iter().find(|i| {
+            i.alias
+                .as_deref()
+                .is_some_and(|a| a.eq_ignore_ascii_case(&c.name))
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// ORDER BY over Project's input (plain and aggregate shapes).
+fn order_on_input(
+    o: &g::OrderItem,
+    items: &[Item],
+    schema: &[ColumnDef],
+    table: Table,
+    agg: Option<&AggregateSpec>,
+) -> Result<Expr> {
+    if let Some(it) = item_by_name_or_position(o, items)? {
+        return Ok(it.expr.clone());
+    }
+    let e = resolve_expr(schema, table, &o.expr).map_err(|e| {
+        e.with_help(
+            "ORDER BY takes a column, an alias of the select list, a position or an expression",
+        )
+    })?;
+    match agg {
+        None => {
+            no_aggregate(&e, "ORDER BY without GROUP BY")?;
+            Ok(e)
+        }
+        Some(spec) => rewrite(&e, spec),
+    }
+}
+
+/// ORDER BY after DISTINCT: must name a result column.
+fn order_on_result(o: &g::OrderItem, items: &[Item]) -> Result<Expr> {
+    if let Some(it) = item_by_name_or_position(o, items)? {
+        return Ok(column(&it.name, o.expr.span));
+    }
+    let found = items.iter().find(|it| match &o.expr.kind {
+        ExprKind::Column(c) => it.name.eq_ignore_ascii_case(&c.name),
+        _ => it.expr.to_string() == o.expr.to_string(),
+    });
+    match found {
+        Some(it) => Ok(column(&it.name, o.expr.span)),
+        None => Err(PlanError::semantic(
+            "for SELECT DISTINCT, ORDER BY terms must appear in the select list",
+            o.expr.span,
+        )
+        .with_help("order by a result column, its alias or its position")),
+    }
+}
+
+/// GROUP BY keys, the aggregate calls, HAVING and the items rewritten over the output.
+fn bind_aggregate(
+    s: &g::Select,
+    schema: &[ColumnDef],
+    table: Table,
+    items: Vec<Item>,
+    early: &mut Vec<String>,
+) -> Result<(AggregateSpec, Option<Expr>, Vec<Item>)> {
+    let mut keys: Vec<Expr> = Vec::new();
+    let mut columns: Vec<ColumnDef> = Vec::new();
+    for k in s.group_by.iter().flat_map(|g| &g.value) {
+        // GROUP BY an alias of the select list, a position, or an expression.
+        let by_alias = match &k.kind {
+            ExprKind::Column(c) if schema.iter().all(|d| !d.name.eq_ignore_ascii_case(&c.name)) => {
+                items
+                    .iter()
+                    .find(|i| {
+                        i.alias
+                            .as_deref()
+                            .is_some_and(|a| a.eq_ignore_ascii_case(&c.name))
+                    })
+                    .map(|i| i.expr.clone())
+            }
+            ExprKind::Literal(g::Value::Int(n)) => usize::try_from(*n)
+                .ok()
+                .filter(|&i| i >= 1 && i <= items.len())
+                .map(|i| items[i - 1].expr.clone()),
+            _ => None,
+        };
+        let e = match by_alias {
+            Some(e) => e,
+            None => resolve_expr(schema, table, k)?,
+        };
+        no_aggregate(&e, "GROUP BY")?;
+        let ty = expr_type(&e, schema)?;
+        if ty == ColumnType::List {
+            return Err(PlanError::semantic("cannot GROUP BY a list column", k.span));
+        }
+        columns_in(&e, early);
+        columns.push(ColumnDef {
+            name: output_name(&e, None),
+            ty,
+            meaning: "a GROUP BY key",
+        });
+        keys.push(e);
+    }
+    // Every aggregate call of the items, HAVING and ORDER BY, once each.
+    let having = s
+        .having
+        .as_ref()
+        .map(|h| resolve_expr(schema, table, &with_aliases(&h.value, schema, &items)))
+        .transpose()?;
+    let mut order_exprs = Vec::new();
+    for o in s.order_by.iter().flat_map(|o| &o.value) {
+        if o.expr.has_aggregate() {
+            order_exprs.push(resolve_expr(schema, table, &o.expr)?);
+        }
+    }
+    let mut calls: Vec<AggCall> = Vec::new();
+    let mut call_cols: Vec<ColumnDef> = Vec::new();
+    let sources = items
+        .iter()
+        .map(|i| &i.expr)
+        .chain(having.iter())
+        .chain(order_exprs.iter());
+    for e in sources {
+        let mut err = None;
+        e.walk(&mut |x| {
+            if let ExprKind::Aggregate {
+                func,
+                arg,
+                distinct,
+            } = &x.kind
+            {
+                if err.is_some() {
+                    return;
+                }
+                if let Some(a) = arg {
+                    if a.has_aggregate() {
+                        err = Some(PlanError::semantic(
+                            "aggregate calls cannot be nested",
+                            x.span,
+                        ));
+                        return;
+                    }
+                    columns_in(a, early);
+                }
+                let name = x.to_string();
+                if call_cols.iter().any(|c| c.name == name) {
+                    return;
+                }
+                match expr_type(x, schema) {
+                    Ok(ty) => {
+                        call_cols.push(ColumnDef {
+                            name,
+                            ty,
+                            meaning: "an aggregate",
+                        });
+                        calls.push(AggCall {
+                            func: *func,
+                            arg: arg.as_deref().cloned(),
+                            distinct: *distinct,
+                        });
+                    }
+                    Err(e) => err = Some(e),
+                }
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+    }
+    columns.extend(call_cols);
+    let spec = AggregateSpec {
+        keys,
+        calls,
+        columns,
+    };
+    let having = match (having, &s.having) {
+        (Some(h), Some(clause)) => {
+            let h = rewrite(&h, &spec)?;
+            check_predicate(&h, &spec.columns)
+                .map_err(|e| e.with_label(clause.span, "in this HAVING"))?;
+            Some(h)
+        }
+        _ => None,
+    };
+    let items = items
+        .into_iter()
+        .map(|i| {
+            Ok(Item {
+                expr: rewrite(&i.expr, &spec)?,
+                ..i
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok((spec, having, items))
+}
+
+/// Rewrites `e` (over the table) to read the Aggregate's output.
+fn rewrite(e: &Expr, spec: &AggregateSpec) -> Result<Expr> {
+    for (k, col) in spec.keys.iter().zip(&spec.columns) {
+        if same(e, k) {
+            return Ok(column(&col.name, e.span));
+        }
+    }
+    let r = |x: &Expr| rewrite(x, spec).map(Box::new);
+    let kind = match &e.kind {
+        ExprKind::Aggregate { .. } => return Ok(column(&e.to_string(), e.span)),
+        ExprKind::Column(c) => {
+            return Err(PlanError::semantic(
+                format!(
+                    "column `{}` must appear in GROUP BY or be used in an aggregate",
+                    c.name
+                ),
+                e.span,
+            )
+            .with_help(format!(
+                "add {} to GROUP BY, or use an aggregate such as min({})",
+                c.name, c.name
+            )))
+        }
+        ExprKind::Literal(v) => ExprKind::Literal(v.clone()),
+        ExprKind::Compare { op, left, right } => ExprKind::Compare {
+            op: *op,
+            left: r(left)?,
+            right: r(right)?,
+        },
+        ExprKind::Like {
+            expr,
+            pattern,
+            negated,
+        } => ExprKind::Like {
+            expr: r(expr)?,
+            pattern: r(pattern)?,
+            negated: *negated,
+        },
+        ExprKind::InList {
+            expr,
+            list,
+            negated,
+        } => ExprKind::InList {
+            expr: r(expr)?,
+            list: list
+                .iter()
+                .map(|x| rewrite(x, spec))
+                .collect::<Result<_>>()?,
+            negated: *negated,
+        },
+        ExprKind::Between {
+            expr,
+            low,
+            high,
+            negated,
+        } => ExprKind::Between {
+            expr: r(expr)?,
+            low: r(low)?,
+            high: r(high)?,
+            negated: *negated,
+        },
+        ExprKind::IsNull { expr, negated } => ExprKind::IsNull {
+            expr: r(expr)?,
+            negated: *negated,
+        },
+        ExprKind::Not(x) => ExprKind::Not(r(x)?),
+        ExprKind::Neg(x) => ExprKind::Neg(r(x)?),
+        ExprKind::And(v) => {
+            ExprKind::And(v.iter().map(|x| rewrite(x, spec)).collect::<Result<_>>()?)
+        }
+        ExprKind::Or(v) => ExprKind::Or(v.iter().map(|x| rewrite(x, spec)).collect::<Result<_>>()?),
+        ExprKind::Arith { op, left, right } => ExprKind::Arith {
+            op: *op,
+            left: r(left)?,
+            right: r(right)?,
+        },
+    };
+    Ok(Expr { kind, span: e.span })
+}
+
+/// `e` with each name that is not a table column but an alias of the select list replaced
+/// by the aliased expression (HAVING may name result columns, as in SQLite).
+fn with_aliases(e: &Expr, schema: &[ColumnDef], items: &[Item]) -> Expr {
+    let mut out = e.clone();
+    substitute(&mut out, schema, items);
+    out
+}
+
+fn substitute(e: &mut Expr, schema: &[ColumnDef], items: &[Item]) {
+    if let ExprKind::Column(c) = &e.kind {
+        if schema.iter().all(|d| !d.name.eq_ignore_ascii_case(&c.name)) {
+            if let Some(it) = items.iter().find(|i| {
+                i.alias
+                    .as_deref()
+                    .is_some_and(|a| a.eq_ignore_ascii_case(&c.name))
+            }) {
+                *e = it.expr.clone();
+            }
+        }
+        return;
+    }
+    let each = |x: &mut Expr| substitute(x, schema, items);
+    match &mut e.kind {
+        ExprKind::Column(_) | ExprKind::Literal(_) => {}
+        ExprKind::Compare { left, right, .. } | ExprKind::Arith { left, right, .. } => {
+            each(left);
+            each(right);
+        }
+        ExprKind::Like { expr, pattern, .. } => {
+            each(expr);
+            each(pattern);
+        }
+        ExprKind::InList { expr, list, .. } => {
+            each(expr);
+            list.iter_mut().for_each(each);
+        }
+        ExprKind::Between {
+            expr, low, high, ..
+        } => {
+            each(expr);
+            each(low);
+            each(high);
+        }
+        ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) | ExprKind::Neg(expr) => each(expr),
+        ExprKind::And(xs) | ExprKind::Or(xs) => xs.iter_mut().for_each(each),
+        ExprKind::Aggregate { arg, .. } => {
+            if let Some(a) = arg {
+                each(a)
+            }
+        }
+    }
+}
