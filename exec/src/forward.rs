@@ -257,7 +257,7 @@ impl Pass<'_> {
                 &h,
                 n,
                 &mut ffn_buf,
-                obs.is_some(),
+                obs.is_some().then_some(p0),
                 &mut ffn_delta,
             )?;
             add_in_place(&mut x, &ffn_delta);
@@ -267,15 +267,16 @@ impl Pass<'_> {
                     layer: l,
                     positions: positions.clone(),
                     hidden: d,
-                    ffn: ff,
+                    ffn: ffn_buf.observed_width(),
                     n_heads: s.n_heads,
                     residual: &x,
                     attn_delta: &attn_delta,
                     ffn_delta: &ffn_delta,
                     ffn_input: &h,
-                    gate: &ffn_buf.gate_pre,
-                    activation: &ffn_buf.gate,
+                    gate: ffn_buf.observed_gate(),
+                    activation: ffn_buf.observed_activation(),
                     attention: want_attn.then_some(&weights[..]),
+                    routes: &ffn_buf.routes,
                 });
             }
         }

@@ -38,7 +38,7 @@ pub use backend::Backend;
 pub use error::{ExecError, Result};
 pub use forward::{LogitsWanted, PassInput};
 pub use generate::{Control, FinishReason, GenerateOptions, Generation, TokenDecoder};
-pub use observer::{LayerRecord, Observer};
+pub use observer::{LayerRecord, Observer, Route};
 pub use plan::{Plan, StageRange};
 pub use sample::{Sampler, Sampling};
 pub use session::{Executor, Logits, Session, TopToken};
