@@ -6,7 +6,9 @@
 //!
 //! Runs only with `LQL_MOE_TOOLS_PY` naming a python with numpy, gguf and llama-cpp-python
 //! (`/work/shared/tools/pyenv.sh --llamacpp` prints one) and the default model cached (its
-//! tokenizer); CI runs the committed goldens of `moe.rs` instead.
+//! tokenizer; `LQL_SHARED_TOOLS` names the shared tools folder when it is not
+//! `../shared/tools` beside the checkout); CI runs the committed goldens of `moe.rs`
+//! instead.
 
 mod common;
 
@@ -63,7 +65,11 @@ fn make_tiny_moe_models_match_reference_and_llamacpp() {
         eprintln!("skipped: the default model is not cached");
         return;
     };
-    let shared = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools");
+    // The shared tools beside the checkout (`../shared/tools`), or where
+    // `LQL_SHARED_TOOLS` says.
+    let shared = std::env::var_os("LQL_SHARED_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools"));
     let ours = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/tools");
     let dir = tempfile::tempdir().unwrap();
     // (experts, used, layers, seed)
