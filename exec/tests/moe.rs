@@ -337,7 +337,10 @@ fn moe_trace_contributions_sum_to_the_logit() {
         let d = (tj.contrib_sum - last.values[tok as usize] as f64).abs();
         eprintln!("{name}: Σ contributions − logit = {d:.2e}");
         assert!(d < 1e-4, "{name}: {d}");
-        assert!(trace.layers.iter().all(|l| l.gate.as_ref().is_none_or(|g| g.is_empty())));
+        assert!(trace
+            .layers
+            .iter()
+            .all(|l| l.gate.as_ref().is_none_or(|g| g.is_empty())));
     }
 }
 

@@ -30,7 +30,10 @@ fn read_npy(path: &Path) -> Vec<f32> {
         (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12)
     };
     let header = std::str::from_utf8(&b[start..start + hlen]).unwrap();
-    assert!(header.contains("'<f4'") && header.contains("False"), "{header}");
+    assert!(
+        header.contains("'<f4'") && header.contains("False"),
+        "{header}"
+    );
     b[start + hlen..]
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -73,7 +76,13 @@ fn make_tiny_moe_models_match_reference_and_llamacpp() {
     let ours = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/tools");
     let dir = tempfile::tempdir().unwrap();
     // (experts, used, layers, seed)
-    for (e, k, l, seed) in [(4, 2, 2, 0), (4, 1, 2, 1), (8, 2, 3, 2), (8, 1, 4, 3), (8, 2, 2, 4)] {
+    for (e, k, l, seed) in [
+        (4, 2, 2, 0),
+        (4, 1, 2, 1),
+        (8, 2, 3, 2),
+        (8, 1, 4, 3),
+        (8, 2, 2, 4),
+    ] {
         let name = format!("moe_e{e}_k{k}_l{l}_s{seed}");
         let gguf = dir.path().join(format!("{name}.gguf"));
         let g = gguf.to_str().unwrap();
@@ -163,6 +172,10 @@ fn make_tiny_moe_models_match_reference_and_llamacpp() {
         assert!(d_ref < 1e-4 && d_lc < 1e-4, "{name}: {d_ref} {d_lc}");
         assert_eq!(greedy, ids_of(&summary["greedy"]), "{name} vs reference");
         let lc_greedy = ids_of(&lc["greedy"]);
-        assert_eq!(&greedy[..lc_greedy.len()], &lc_greedy[..], "{name} vs llama.cpp");
+        assert_eq!(
+            &greedy[..lc_greedy.len()],
+            &lc_greedy[..],
+            "{name} vs llama.cpp"
+        );
     }
 }
