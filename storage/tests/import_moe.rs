@@ -132,5 +132,8 @@ fn bad_expert_metadata_and_tensors_are_refused_by_name() {
         w.remove_kv("llama.expert_count");
     });
     let e = err(&p);
-    assert!(e.contains("blk.0.ffn_gate.weight") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("blk.0.ffn_gate.weight") && e.contains("missing"),
+        "{e}"
+    );
 }
