@@ -8,6 +8,7 @@ use lql_storage::model::{OperandKey, OperandSource, TensorView};
 
 use crate::backend::{encoded, AttnGeometry, AttnStep, Backend};
 use crate::error::{ExecError, Result};
+use crate::ffn::{self, FfnBuffers, FfnCtx};
 use crate::kernels::{add_in_place, RopeTable};
 use crate::kv::KvCache;
 use crate::observer::{LayerRecord, Observer};
@@ -203,9 +204,12 @@ impl Pass<'_> {
         let mut att = vec![0.0f32; n * qd];
         let mut attn_delta = vec![0.0f32; n * d];
         let mut ffn_delta = vec![0.0f32; n * d];
-        let mut gate = vec![0.0f32; n * ff];
-        let mut up = vec![0.0f32; n * ff];
-        let mut gate_pre = Vec::new();
+        let mut ffn_buf = FfnBuffers::new(n, ff);
+        let ffn_cx = FfnCtx {
+            source: self.source,
+            backend: be,
+            activation: s.activation,
+        };
         let mut weights = if want_attn {
             vec![0.0f32; n * s.n_heads * total]
         } else {
@@ -247,14 +251,15 @@ impl Pass<'_> {
 
             // FFN block.
             be.rmsnorm(&x, &lp.ffn_norm, s.norm_eps, &mut h);
-            let (wg, wu) = (view(self.source, lp.gate)?, view(self.source, lp.up)?);
-            be.matmul_group(&[wg, wu], &h, n, &mut [&mut gate, &mut up])?;
-            if obs.is_some() {
-                gate_pre.clear();
-                gate_pre.extend_from_slice(&gate);
-            }
-            be.glu(s.activation, &mut gate, &up);
-            be.matmul(&view(self.source, lp.down)?, &gate, n, &mut ffn_delta)?;
+            ffn::run(
+                &ffn_cx,
+                lp,
+                &h,
+                n,
+                &mut ffn_buf,
+                obs.is_some().then_some(p0),
+                &mut ffn_delta,
+            )?;
             add_in_place(&mut x, &ffn_delta);
 
             if let Some(o) = obs.as_deref_mut() {
@@ -262,15 +267,16 @@ impl Pass<'_> {
                     layer: l,
                     positions: positions.clone(),
                     hidden: d,
-                    ffn: ff,
+                    ffn: ffn_buf.observed_width(),
                     n_heads: s.n_heads,
                     residual: &x,
                     attn_delta: &attn_delta,
                     ffn_delta: &ffn_delta,
                     ffn_input: &h,
-                    gate: &gate_pre,
-                    activation: &gate,
+                    gate: ffn_buf.observed_gate(),
+                    activation: ffn_buf.observed_activation(),
                     attention: want_attn.then_some(&weights[..]),
+                    routes: &ffn_buf.routes,
                 });
             }
         }

@@ -8,7 +8,7 @@
 //!
 //! - [`plan`]: the validated operation plan, from the execution surface only.
 //! - [`backend`]: the `Backend` trait and the CPU backend (codec dot kernels, faer GEMM).
-//! - [`forward`]: one forward pass over new positions.
+//! - [`forward`]: one forward pass over new positions; `ffn`: its FFN block.
 //! - [`session`]: `Executor`, `Session`, `Logits`, INFER.
 //! - [`generate`]: GENERATE with stop conditions and streaming.
 //! - [`sample`]: greedy / temperature / top-k / top-p sampling with a seeded PRNG.
@@ -20,6 +20,7 @@ pub mod backend;
 pub mod bench;
 pub mod browse;
 pub mod error;
+mod ffn;
 pub mod forward;
 pub mod generate;
 pub mod kernels;
@@ -37,7 +38,7 @@ pub use backend::Backend;
 pub use error::{ExecError, Result};
 pub use forward::{LogitsWanted, PassInput};
 pub use generate::{Control, FinishReason, GenerateOptions, Generation, TokenDecoder};
-pub use observer::{LayerRecord, Observer};
+pub use observer::{LayerRecord, Observer, Route};
 pub use plan::{Plan, StageRange};
 pub use sample::{Sampler, Sampling};
 pub use session::{Executor, Logits, Session, TopToken};

@@ -31,6 +31,19 @@ pub struct LayerRecord<'a> {
     /// Attention weights `[n × n_heads × positions.end]` (zero past each query's
     /// position), when the observer asked for them.
     pub attention: Option<&'a [f32]>,
+    /// The router's choices when the FFN is a bank: `n_used` per position, in position
+    /// order, each position's in descending weight. Empty for a dense FFN (whose `gate`
+    /// and `activation` are then the ones given; a bank leaves those empty, `ffn` 0).
+    pub routes: &'a [Route],
+}
+
+/// One routed expert a position used, with its weight in the combine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Route {
+    /// Absolute position.
+    pub position: usize,
+    pub expert: usize,
+    pub weight: f32,
 }
 
 /// Hooks called during a forward pass (on the backend's worker thread, hence `Send`).

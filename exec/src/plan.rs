@@ -2,7 +2,9 @@
 //!
 //! Built once per executor from an [`OperandSource`] (the effective-state seam) and the
 //! [`ExecutionSurface`] only: embedding (× scale) → per layer (RMSNorm, attention with
-//! GQA, RoPE, optional Q/K/V biases, RMSNorm, gated FFN) → final norm → head. Every
+//! GQA, RoPE, optional Q/K/V biases, RMSNorm, FFN) → final norm → head, where each FFN is
+//! dense or a bank programme (router, selection, routed experts read in place from their
+//! stacked 3-D tensors, optional shared expert, weighted combine). Every
 //! operand's presence, shape and byte size is checked here, up front, so the forward pass
 //! never meets a malformed tensor. Small vectors (norm weights, biases) are decoded to f32
 //! once; matrices stay encoded and are looked up by key at run time.
@@ -10,7 +12,7 @@
 use std::fmt;
 
 use lql_storage::model::{OperandKey, OperandSource, Role, TensorView};
-use lql_storage::surface::{Activation, ExecutionSurface, RopePairing};
+use lql_storage::surface::{Activation, ExecutionSurface, ExpertSelection, RopePairing};
 
 use crate::backend::encoded;
 use crate::error::{ExecError, Result};
@@ -28,9 +30,52 @@ pub struct LayerPlan {
     pub k_bias: Option<Vec<f32>>,
     pub v_bias: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
+    pub ffn: FfnPlan,
+}
+
+/// The FFN of one layer.
+#[derive(Debug, Clone)]
+pub enum FfnPlan {
+    /// `down · act(gate · h) * (up · h)`.
+    Dense {
+        gate: OperandKey,
+        up: OperandKey,
+        down: OperandKey,
+    },
+    /// A bank of routed experts with an optional shared expert.
+    Bank(BankPlan),
+}
+
+/// A bank programme: `router` scores the experts, `selection` picks `n_used` of them with
+/// weights, each picked expert `e` runs the gated FFN on matrix `e` of the stacked
+/// `gate`/`up`/`down` operands, and the weighted sum (plus the shared expert's output)
+/// is the layer's FFN delta.
+#[derive(Debug, Clone)]
+pub struct BankPlan {
+    /// `[hidden, n_experts]`: one row of router weights per expert.
+    pub router: OperandKey,
+    /// `[hidden, expert_ffn, n_experts]`.
+    pub gate: OperandKey,
+    /// `[hidden, expert_ffn, n_experts]`.
+    pub up: OperandKey,
+    /// `[expert_ffn, hidden, n_experts]`.
+    pub down: OperandKey,
+    pub n_experts: usize,
+    pub n_used: usize,
+    pub expert_ffn: usize,
+    pub selection: ExpertSelection,
+    pub shared: Option<SharedPlan>,
+}
+
+/// The shared expert every token runs through.
+#[derive(Debug, Clone)]
+pub struct SharedPlan {
     pub gate: OperandKey,
     pub up: OperandKey,
     pub down: OperandKey,
+    pub ffn: usize,
+    /// The scalar gate's weights: the output is scaled by `sigmoid(gate · h)`.
+    pub gate_inp: Option<Vec<f32>>,
 }
 
 /// A validated operation plan for a dense decoder-only transformer.
@@ -122,9 +167,7 @@ impl Plan {
                 k_bias: bias(Role::AttnKBias, kv_dim)?,
                 v_bias: bias(Role::AttnVBias, kv_dim)?,
                 ffn_norm: vector(source, key(Role::FfnNorm), s.hidden)?,
-                gate: matrix(source, key(Role::FfnGate), s.hidden, s.ffn)?,
-                up: matrix(source, key(Role::FfnUp), s.hidden, s.ffn)?,
-                down: matrix(source, key(Role::FfnDown), s.ffn, s.hidden)?,
+                ffn: ffn_plan(source, &s, l)?,
             };
             layers.push(lp);
         }
@@ -155,6 +198,46 @@ impl Plan {
     pub fn kv_floats_per_position(&self) -> usize {
         self.surface.n_layers * self.kv_dim
     }
+}
+
+/// The FFN of layer `l`: dense, or the bank the surface's `moe` describes.
+fn ffn_plan(source: &dyn OperandSource, s: &ExecutionSurface, l: usize) -> Result<FfnPlan> {
+    let key = |role| OperandKey::layer(l, role);
+    let Some(m) = &s.moe else {
+        return Ok(FfnPlan::Dense {
+            gate: matrix(source, key(Role::FfnGate), s.hidden, s.ffn)?,
+            up: matrix(source, key(Role::FfnUp), s.hidden, s.ffn)?,
+            down: matrix(source, key(Role::FfnDown), s.ffn, s.hidden)?,
+        });
+    };
+    let (e, ef) = (m.n_experts, m.expert_ffn);
+    let shared = if m.shared_ffn > 0 {
+        let sf = m.shared_ffn;
+        Some(SharedPlan {
+            gate: matrix(source, key(Role::FfnGateShexp), s.hidden, sf)?,
+            up: matrix(source, key(Role::FfnUpShexp), s.hidden, sf)?,
+            down: matrix(source, key(Role::FfnDownShexp), sf, s.hidden)?,
+            ffn: sf,
+            gate_inp: if m.shared_gate {
+                Some(vector(source, key(Role::FfnGateInpShexp), s.hidden)?)
+            } else {
+                None
+            },
+        })
+    } else {
+        None
+    };
+    Ok(FfnPlan::Bank(BankPlan {
+        router: matrix(source, key(Role::FfnGateInp), s.hidden, e)?,
+        gate: experts(source, key(Role::FfnGateExps), s.hidden, ef, e)?,
+        up: experts(source, key(Role::FfnUpExps), s.hidden, ef, e)?,
+        down: experts(source, key(Role::FfnDownExps), ef, s.hidden, e)?,
+        n_experts: e,
+        n_used: m.n_used,
+        expert_ffn: ef,
+        selection: m.selection,
+        shared,
+    }))
 }
 
 fn check_surface(s: &ExecutionSurface) -> Result<()> {
@@ -188,6 +271,19 @@ fn check_surface(s: &ExecutionSurface) -> Result<()> {
     }
     if !s.embedding_scale.is_finite() {
         return bad("embedding scale is not finite".into());
+    }
+    if let Some(m) = &s.moe {
+        if m.n_experts == 0
+            || m.n_experts > lql_storage::surface::MAX_EXPERTS
+            || m.n_used == 0
+            || m.n_used > m.n_experts
+            || m.expert_ffn == 0
+        {
+            return bad(format!(
+                "bank of {} experts of width {}, {} used per token",
+                m.n_experts, m.expert_ffn, m.n_used
+            ));
+        }
     }
     Ok(())
 }
@@ -255,6 +351,30 @@ fn matrix(
     Ok(key)
 }
 
+/// `n` matrices of `rows` rows of `row_len` elements stacked in one operand (ggml shape
+/// `[row_len, rows, n]`; matrix `e` is rows `e·rows ..`).
+fn experts(
+    source: &dyn OperandSource,
+    key: OperandKey,
+    row_len: usize,
+    rows: usize,
+    n: usize,
+) -> Result<OperandKey> {
+    let v = fetch(source, key)?;
+    if v.shape != [row_len, rows, n] {
+        return Err(shape_err(
+            key,
+            format!(
+                "expected shape [{row_len}, {rows}, {n}], found {:?}",
+                v.shape
+            ),
+        ));
+    }
+    check_bytes(key, &v)?;
+    encoded::check_supported(v.dtype).map_err(|m| shape_err(key, m))?;
+    Ok(key)
+}
+
 /// A vector of `len` elements, decoded to f32.
 fn vector(source: &dyn OperandSource, key: OperandKey, len: usize) -> Result<Vec<f32>> {
     let v = fetch(source, key)?;
@@ -295,16 +415,30 @@ impl fmt::Display for Plan {
             Activation::Silu => "silu",
             Activation::Gelu => "gelu",
         };
+        let ffn = match &s.moe {
+            None => format!("FFN({act}, {})", s.ffn),
+            Some(m) => format!(
+                "Bank(router → {} of {} experts, {}; experts {act} {}{})",
+                m.n_used,
+                m.n_experts,
+                m.selection.name(),
+                m.expert_ffn,
+                match (m.shared_ffn, m.shared_gate) {
+                    (0, _) => String::new(),
+                    (w, true) => format!(" + shared {w} × sigmoid gate"),
+                    (w, false) => format!(" + shared {w}"),
+                }
+            ),
+        };
         writeln!(
             f,
-            "Layers 0-{} × [RMSNorm → Attention(heads {}, kv heads {}, head_dim {}, RoPE {pairing} θ={}{}) → RMSNorm → FFN({act}, {})]",
+            "Layers 0-{} × [RMSNorm → Attention(heads {}, kv heads {}, head_dim {}, RoPE {pairing} θ={}{}) → RMSNorm → {ffn}]",
             s.n_layers - 1,
             s.n_heads,
             s.n_kv_heads,
             s.head_dim,
             s.rope_theta,
             if s.attn_bias { ", biases" } else { "" },
-            s.ffn
         )?;
         write!(
             f,

@@ -35,10 +35,26 @@ pub enum Role {
     FfnDown,
     OutputNorm,
     Output,
+    /// The router of a bank FFN: one row of logits per expert, `[hidden, n_experts]`.
+    FfnGateInp,
+    /// Routed experts' gate matrices stacked, `[hidden, expert_ffn, n_experts]`.
+    FfnGateExps,
+    /// Routed experts' up matrices stacked, `[hidden, expert_ffn, n_experts]`.
+    FfnUpExps,
+    /// Routed experts' down matrices stacked, `[expert_ffn, hidden, n_experts]`.
+    FfnDownExps,
+    /// The shared expert's gate matrix, `[hidden, shared_ffn]`.
+    FfnGateShexp,
+    /// The shared expert's up matrix, `[hidden, shared_ffn]`.
+    FfnUpShexp,
+    /// The shared expert's down matrix, `[shared_ffn, hidden]`.
+    FfnDownShexp,
+    /// The shared expert's scalar gate, `[hidden]` (its output × sigmoid(gate · h)).
+    FfnGateInpShexp,
 }
 
 impl Role {
-    pub const ALL: [Role; 15] = [
+    pub const ALL: [Role; 23] = [
         Role::TokenEmbedding,
         Role::AttnNorm,
         Role::AttnQ,
@@ -54,6 +70,14 @@ impl Role {
         Role::FfnDown,
         Role::OutputNorm,
         Role::Output,
+        Role::FfnGateInp,
+        Role::FfnGateExps,
+        Role::FfnUpExps,
+        Role::FfnDownExps,
+        Role::FfnGateShexp,
+        Role::FfnUpShexp,
+        Role::FfnDownShexp,
+        Role::FfnGateInpShexp,
     ];
 
     /// snake_case name, as written in containers and shown to users.
@@ -74,6 +98,14 @@ impl Role {
             Role::FfnDown => "ffn_down",
             Role::OutputNorm => "output_norm",
             Role::Output => "output",
+            Role::FfnGateInp => "ffn_gate_inp",
+            Role::FfnGateExps => "ffn_gate_exps",
+            Role::FfnUpExps => "ffn_up_exps",
+            Role::FfnDownExps => "ffn_down_exps",
+            Role::FfnGateShexp => "ffn_gate_shexp",
+            Role::FfnUpShexp => "ffn_up_shexp",
+            Role::FfnDownShexp => "ffn_down_shexp",
+            Role::FfnGateInpShexp => "ffn_gate_inp_shexp",
         }
     }
 

@@ -46,7 +46,51 @@ pub struct SpecialTokens {
     pub add_eos: bool,
 }
 
-/// Every execution-relevant fact of a dense decoder-only transformer.
+/// How a bank FFN turns router logits into the experts a token uses and their weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertSelection {
+    /// The k largest router logits, weighted by a softmax over those k (Mixtral; the same
+    /// as a softmax over all experts renormalised over the k chosen).
+    TopKSoftmax,
+    /// A softmax over all experts, then the k largest probabilities, not renormalised
+    /// (qwen2moe).
+    SoftmaxTopK,
+    /// A sigmoid of each router logit, then the k largest, renormalised to sum 1.
+    SigmoidTopKNorm,
+}
+
+impl ExpertSelection {
+    /// The short name shown in plans and SHOW output.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExpertSelection::TopKSoftmax => "top-k then softmax",
+            ExpertSelection::SoftmaxTopK => "softmax then top-k",
+            ExpertSelection::SigmoidTopKNorm => "sigmoid, top-k, renormalised",
+        }
+    }
+}
+
+/// The mixture-of-experts facts of a model whose every layer's FFN is a bank: a router,
+/// `n_experts` routed experts of which each token uses `n_used`, and optionally one shared
+/// expert every token uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoeSurface {
+    pub n_experts: usize,
+    pub n_used: usize,
+    /// FFN width of each routed expert.
+    pub expert_ffn: usize,
+    pub selection: ExpertSelection,
+    /// FFN width of the shared expert; 0 when there is none.
+    pub shared_ffn: usize,
+    /// The shared expert's output is scaled by `sigmoid(g · h)` with its own gate vector.
+    pub shared_gate: bool,
+}
+
+/// The most routed experts a bank may declare (the router's logits are sized by it).
+pub const MAX_EXPERTS: usize = 4096;
+
+/// Every execution-relevant fact of a decoder-only transformer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionSurface {
     /// Family name as the source called it (informational only; never branched on).
@@ -70,6 +114,10 @@ pub struct ExecutionSurface {
     /// Multiplier applied to embedding rows (1.0 for llama and qwen2).
     pub embedding_scale: f32,
     pub special: SpecialTokens,
+    /// Present when every layer's FFN is a bank of experts (then `ffn` is the expert
+    /// width and the dense FFN roles are absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeSurface>,
 }
 
 impl ExecutionSurface {
@@ -93,10 +141,24 @@ impl ExecutionSurface {
             Role::AttnV,
             Role::AttnOutput,
             Role::FfnNorm,
-            Role::FfnGate,
-            Role::FfnUp,
-            Role::FfnDown,
         ];
+        match &self.moe {
+            None => roles.extend([Role::FfnGate, Role::FfnUp, Role::FfnDown]),
+            Some(m) => {
+                roles.extend([
+                    Role::FfnGateInp,
+                    Role::FfnGateExps,
+                    Role::FfnUpExps,
+                    Role::FfnDownExps,
+                ]);
+                if m.shared_ffn > 0 {
+                    roles.extend([Role::FfnGateShexp, Role::FfnUpShexp, Role::FfnDownShexp]);
+                    if m.shared_gate {
+                        roles.push(Role::FfnGateInpShexp);
+                    }
+                }
+            }
+        }
         if self.attn_bias {
             roles.extend([Role::AttnQBias, Role::AttnKBias, Role::AttnVBias]);
         }
@@ -121,6 +183,10 @@ impl ExecutionSurface {
     pub fn operand_shape(&self, role: Role) -> Vec<usize> {
         let q = self.n_heads * self.head_dim;
         let kv = self.n_kv_heads * self.head_dim;
+        let (e, ef, sf) = self
+            .moe
+            .as_ref()
+            .map_or((0, 0, 0), |m| (m.n_experts, m.expert_ffn, m.shared_ffn));
         match role {
             Role::TokenEmbedding | Role::Output => vec![self.hidden, self.vocab],
             Role::AttnNorm | Role::FfnNorm | Role::OutputNorm => vec![self.hidden],
@@ -131,6 +197,12 @@ impl ExecutionSurface {
             Role::AttnKBias | Role::AttnVBias => vec![kv],
             Role::FfnGate | Role::FfnUp => vec![self.hidden, self.ffn],
             Role::FfnDown => vec![self.ffn, self.hidden],
+            Role::FfnGateInp => vec![self.hidden, e],
+            Role::FfnGateExps | Role::FfnUpExps => vec![self.hidden, ef, e],
+            Role::FfnDownExps => vec![ef, self.hidden, e],
+            Role::FfnGateShexp | Role::FfnUpShexp => vec![self.hidden, sf],
+            Role::FfnDownShexp => vec![sf, self.hidden],
+            Role::FfnGateInpShexp => vec![self.hidden],
         }
     }
 }

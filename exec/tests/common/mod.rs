@@ -109,6 +109,7 @@ pub fn surface(spec: &Spec) -> ExecutionSurface {
         tied_head: spec.tied,
         attn_bias: spec.bias,
         embedding_scale: spec.embedding_scale,
+        moe: None,
         special: SpecialTokens {
             eos: Some(2),
             ..SpecialTokens::default()

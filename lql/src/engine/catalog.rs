@@ -45,6 +45,13 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         }
         missing_exec.push(k.to_string());
     }
+    if s.moe.is_some() {
+        // Browsing reads dense gate rows; a bank's experts are not browsed yet.
+        missing_browse.push(
+            "dense FFN gate rows (its FFNs are banks of experts: not supported yet: WALK, DESCRIBE and features over experts)"
+                .to_string(),
+        );
+    }
     let gate = model.operand(OperandKey::layer(0, Role::FfnGate));
     let can_tokenize = model
         .tokenizer_spec()

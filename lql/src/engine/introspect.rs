@@ -120,7 +120,22 @@ fn show_layers(cx: &Cx<'_>) -> Result<Rows> {
                 l,
                 &[Role::AttnQ, Role::AttnK, Role::AttnV, Role::AttnOutput],
             ),
-            encodings(m, l, &[Role::FfnGate, Role::FfnUp, Role::FfnDown]),
+            encodings(
+                m,
+                l,
+                &[
+                    Role::FfnGate,
+                    Role::FfnUp,
+                    Role::FfnDown,
+                    Role::FfnGateInp,
+                    Role::FfnGateExps,
+                    Role::FfnUpExps,
+                    Role::FfnDownExps,
+                    Role::FfnGateShexp,
+                    Role::FfnUpShexp,
+                    Role::FfnDownShexp,
+                ],
+            ),
             encodings(m, l, &[Role::AttnNorm, Role::FfnNorm]),
             Value::from(n),
             Value::from(bytes),
@@ -187,6 +202,13 @@ pub(crate) fn stats(cx: &mut Cx<'_>) -> Result<Rows> {
     kv("tied_head", Value::Bool(s.tied_head));
     kv("attn_bias", Value::Bool(s.attn_bias));
     kv("embedding_scale", Value::from(s.embedding_scale));
+    if let Some(moe) = &s.moe {
+        kv("experts", Value::from(moe.n_experts));
+        kv("experts_used", Value::from(moe.n_used));
+        kv("expert_selection", Value::from(moe.selection.name()));
+        kv("shared_expert_ffn", Value::from(moe.shared_ffn));
+        kv("shared_expert_gate", Value::Bool(moe.shared_gate));
+    }
     kv("bos_token_id", Value::from(s.special.bos));
     kv("eos_token_id", Value::from(s.special.eos));
     kv("add_bos", Value::Bool(s.special.add_bos));

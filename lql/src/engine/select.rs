@@ -188,6 +188,11 @@ fn features_rows(
     labels_now: bool,
 ) -> Result<Vec<Vec<Value>>> {
     let model = cx.model()?;
+    if model.surface.moe.is_some() {
+        return Err(Error::unsupported(
+            "not supported yet: the features table over a mixture-of-experts model (its FFNs are banks of experts; feature ids layer:expert:feature are not built)",
+        ));
+    }
     let all: Vec<usize> = (0..model.surface.n_layers).collect();
     let layers = layers.unwrap_or(&all);
     let set = match features {

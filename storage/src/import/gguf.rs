@@ -4,7 +4,14 @@
 //!   ([`RopePairing::Adjacent`]); Q/K/V biases are taken when present (all three).
 //! - `qwen2`: rows are not permuted ([`RopePairing::HalfSplit`]); Q/K/V biases required.
 //!
-//! Both store `output.weight` unless the head is tied to `token_embd.weight`. The tokenizer
+//! - `qwen2moe`: qwen2 attention; every FFN a bank (softmax over all experts, then top-k,
+//!   not renormalised) with an optional shared expert and its sigmoid gate.
+//!
+//! A `llama` file with `llama.expert_count` is Mixtral-style: every FFN a bank with top-k
+//! then softmax. In any family `{arch}.expert_gating_func` = 2 asks for sigmoid routing
+//! (renormalised over the chosen experts), as llama.cpp's metadata spells it.
+//!
+//! All store `output.weight` unless the head is tied to `token_embd.weight`. The tokenizer
 //! (`tokenizer.ggml.*`) is validated at open but decoded only when first asked for.
 
 use std::collections::BTreeMap;
@@ -13,7 +20,9 @@ use std::path::Path;
 use crate::error::{Result, StorageError};
 use crate::format::gguf::{GgufFile, MetaArray};
 use crate::model::{Model, Operand, OperandKey, Role, SourceKind};
-use crate::surface::{Activation, ExecutionSurface, RopePairing, SpecialTokens};
+use crate::surface::{
+    Activation, ExecutionSurface, ExpertSelection, MoeSurface, RopePairing, SpecialTokens,
+};
 use crate::tokenizer_spec::{GgufVocab, TokenizerSlot, TokenizerSpec};
 
 use super::{operand_table, validate};
@@ -23,18 +32,33 @@ struct Family {
     name: &'static str,
     pairing: RopePairing,
     bias_required: bool,
+    /// How the family routes tokens when its FFNs are banks; `None`: dense only.
+    selection: Option<ExpertSelection>,
+    /// Every FFN is a bank (the expert metadata is required).
+    experts_required: bool,
 }
 
-const FAMILIES: [Family; 2] = [
+const FAMILIES: [Family; 3] = [
     Family {
         name: "llama",
         pairing: RopePairing::Adjacent,
         bias_required: false,
+        selection: Some(ExpertSelection::TopKSoftmax),
+        experts_required: false,
     },
     Family {
         name: "qwen2",
         pairing: RopePairing::HalfSplit,
         bias_required: true,
+        selection: None,
+        experts_required: false,
+    },
+    Family {
+        name: "qwen2moe",
+        pairing: RopePairing::HalfSplit,
+        bias_required: true,
+        selection: Some(ExpertSelection::SoftmaxTopK),
+        experts_required: true,
     },
 ];
 
@@ -62,6 +86,14 @@ pub fn tensor_name(key: OperandKey) -> String {
         Role::FfnGate => "ffn_gate.weight",
         Role::FfnUp => "ffn_up.weight",
         Role::FfnDown => "ffn_down.weight",
+        Role::FfnGateInp => "ffn_gate_inp.weight",
+        Role::FfnGateExps => "ffn_gate_exps.weight",
+        Role::FfnUpExps => "ffn_up_exps.weight",
+        Role::FfnDownExps => "ffn_down_exps.weight",
+        Role::FfnGateShexp => "ffn_gate_shexp.weight",
+        Role::FfnUpShexp => "ffn_up_shexp.weight",
+        Role::FfnDownShexp => "ffn_down_shexp.weight",
+        Role::FfnGateInpShexp => "ffn_gate_inp_shexp.weight",
     };
     format!("blk.{}.{base}", key.layer.unwrap_or(0))
 }
@@ -234,6 +266,9 @@ pub fn from_parts(
     let tied_head =
         !operands.contains_key(&OperandKey::global(Role::Output)) && span.is_none_or(|s| s.output);
     let attn_bias = family.bias_required || operand_table::has_attn_bias(&operands);
+    let moe = experts(file, family, &operands, ffn)?;
+    // A bank's FFN width is its experts' width.
+    let ffn = moe.as_ref().map_or(ffn, |m| m.expert_ffn);
 
     let (special, slot) = tokenizer(file, vocab)?;
     let surface = ExecutionSurface {
@@ -254,6 +289,7 @@ pub fn from_parts(
         attn_bias,
         embedding_scale: 1.0,
         special,
+        moe,
     };
     validate::check_surface(&path, &surface)?;
     match span {
@@ -296,6 +332,99 @@ pub fn from_parts(
         operands,
         backings: parts.iter().map(|p| p.backing().clone()).collect(),
     })
+}
+
+/// The family's judgement on experts: `None` for a dense model, else the bank's facts from
+/// the `{arch}.expert_*` metadata (llama.cpp's keys and defaults).
+fn experts(
+    file: &GgufFile,
+    family: &Family,
+    operands: &BTreeMap<OperandKey, Operand>,
+    ffn: usize,
+) -> Result<Option<MoeSurface>> {
+    let arch = family.name;
+    let k = |s: &str| format!("{arch}.{s}");
+    let count = opt_usize(file, &k("expert_count"))?.unwrap_or(0);
+    let Some(selection) = family.selection else {
+        return Ok(None);
+    };
+    if count == 0 {
+        if family.experts_required {
+            return Err(missing(file, &k("expert_count")));
+        }
+        return Ok(None);
+    }
+    let bad = |key: &str, message: String| StorageError::Format {
+        path: file.path().to_path_buf(),
+        offset: file.kv(&k(key)).map_or(0, |kv| kv.offset),
+        field: k(key),
+        message,
+    };
+    if count > crate::surface::MAX_EXPERTS {
+        return Err(bad(
+            "expert_count",
+            format!(
+                "{count} experts; at most {} are accepted",
+                crate::surface::MAX_EXPERTS
+            ),
+        ));
+    }
+    let used = req_usize(file, &k("expert_used_count"))?;
+    if used == 0 || used > count {
+        return Err(bad(
+            "expert_used_count",
+            format!("{used} experts used per token of {count}"),
+        ));
+    }
+    let selection = match file.get_u64(&k("expert_gating_func"))? {
+        None | Some(1) => selection,
+        Some(2) => ExpertSelection::SigmoidTopKNorm,
+        Some(g) => {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: expert gating function {g} ({}: {})",
+                file.path().display(),
+                k("expert_gating_func")
+            )))
+        }
+    };
+    for key in ["expert_weights_scale", "expert_group_count"] {
+        if file.kv(&k(key)).is_some() {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: {} ({})",
+                k(key),
+                file.path().display()
+            )));
+        }
+    }
+    // As llama.cpp reads them: a qwen2moe expert is `expert_feed_forward_length` wide
+    // (default `ffn / used`), its shared expert `expert_shared_feed_forward_length` (default
+    // `ffn`); a Mixtral expert is `feed_forward_length` wide.
+    let expert_ffn = if family.experts_required {
+        opt_usize(file, &k("expert_feed_forward_length"))?.unwrap_or(ffn / used)
+    } else {
+        ffn
+    };
+    let has = |role| operands.keys().any(|key| key.role == role);
+    let shared_ffn = if has(Role::FfnGateShexp) || has(Role::FfnUpShexp) || has(Role::FfnDownShexp)
+    {
+        opt_usize(file, &k("expert_shared_feed_forward_length"))?.unwrap_or(ffn)
+    } else {
+        0
+    };
+    if expert_ffn == 0 {
+        return Err(bad(
+            "expert_feed_forward_length",
+            "expert FFN width is 0".into(),
+        ));
+    }
+    Ok(Some(MoeSurface {
+        n_experts: count,
+        n_used: used,
+        expert_ffn,
+        selection,
+        shared_ffn,
+        shared_gate: shared_ffn > 0 && has(Role::FfnGateInpShexp),
+    }))
 }
 
 /// Special tokens (read now) and the tokenizer spec (decoded on first use).

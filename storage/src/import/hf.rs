@@ -43,6 +43,16 @@ pub fn tensor_name(key: OperandKey) -> String {
         Role::FfnGate => "mlp.gate_proj.weight",
         Role::FfnUp => "mlp.up_proj.weight",
         Role::FfnDown => "mlp.down_proj.weight",
+        // Mixture-of-experts names (qwen2moe's): HF folders store each expert on its own,
+        // so the stacked names below never occur and MoE folders are refused at open.
+        Role::FfnGateInp => "mlp.gate.weight",
+        Role::FfnGateExps => "mlp.experts.gate_proj.weight",
+        Role::FfnUpExps => "mlp.experts.up_proj.weight",
+        Role::FfnDownExps => "mlp.experts.down_proj.weight",
+        Role::FfnGateShexp => "mlp.shared_expert.gate_proj.weight",
+        Role::FfnUpShexp => "mlp.shared_expert.up_proj.weight",
+        Role::FfnDownShexp => "mlp.shared_expert.down_proj.weight",
+        Role::FfnGateInpShexp => "mlp.shared_expert_gate.weight",
     };
     format!("model.layers.{}.{base}", key.layer.unwrap_or(0))
 }
@@ -176,6 +186,7 @@ pub fn open(dir: &Path) -> Result<Model> {
         tied_head,
         attn_bias,
         embedding_scale: 1.0,
+        moe: None,
         special,
     };
     validate::check_surface(dir, &surface)?;

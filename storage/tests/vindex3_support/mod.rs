@@ -150,6 +150,7 @@ pub fn synthetic(g: Geometry) -> Model {
         tied_head: g.tied,
         attn_bias: false,
         embedding_scale: 1.0,
+        moe: None,
         special: SpecialTokens {
             bos: Some(1),
             eos: Some(2),

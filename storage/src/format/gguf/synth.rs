@@ -1,5 +1,6 @@
 //! Tiny synthetic GGUF models (llama- or qwen2-shaped, seeded random weights, a byte-level
-//! tokenizer) for tests and examples across the workspace.
+//! tokenizer) for tests and examples across the workspace; with [`TinyMoe`] every FFN is a
+//! bank of routed experts (Mixtral-style `llama`, or `qwen2moe` with a shared expert).
 //!
 //! ```no_run
 //! use lql_storage::format::gguf::synth::TinyModel;
@@ -35,6 +36,24 @@ pub struct TinyModel {
     pub seed: u64,
     /// Scale of the uniform random weights.
     pub scale: f32,
+    /// Every FFN a bank of experts (`ffn_gate_inp`, `ffn_{gate,up,down}_exps`, optional
+    /// shared expert) instead of a dense FFN.
+    pub moe: Option<TinyMoe>,
+}
+
+/// The bank of a synthetic mixture-of-experts model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TinyMoe {
+    pub experts: usize,
+    pub used: usize,
+    /// Width of each routed expert (written as `{arch}.expert_feed_forward_length`).
+    pub expert_ffn: usize,
+    /// Width of the shared expert; 0 for none.
+    pub shared_ffn: usize,
+    /// Write the shared expert's gate vector `ffn_gate_inp_shexp`.
+    pub shared_gate: bool,
+    /// Write `{arch}.expert_gating_func = 2` (sigmoid routing, renormalised).
+    pub sigmoid: bool,
 }
 
 impl TinyModel {
@@ -54,6 +73,39 @@ impl TinyModel {
             untied_head: false,
             seed: 1,
             scale: 0.2,
+            moe: None,
+        }
+    }
+
+    /// As [`TinyModel::llama`] with Mixtral-style banks: 4 experts of width 96, top-2.
+    pub fn mixtral() -> Self {
+        TinyModel {
+            moe: Some(TinyMoe {
+                experts: 4,
+                used: 2,
+                expert_ffn: 96,
+                shared_ffn: 0,
+                shared_gate: false,
+                sigmoid: false,
+            }),
+            ..TinyModel::llama()
+        }
+    }
+
+    /// qwen2moe-shaped: qwen2 attention, banks of 4 experts of width 32, top-2, and a gated
+    /// shared expert of width 128.
+    pub fn qwen2moe() -> Self {
+        TinyModel {
+            arch: "qwen2moe".into(),
+            moe: Some(TinyMoe {
+                experts: 4,
+                used: 2,
+                expert_ffn: 32,
+                shared_ffn: 128,
+                shared_gate: true,
+                sigmoid: false,
+            }),
+            ..TinyModel::qwen2()
         }
     }
 
@@ -88,7 +140,12 @@ impl TinyModel {
         w.add_kv(format!("{a}.context_length"), self.context_length as u32)?;
         w.add_kv(format!("{a}.embedding_length"), self.hidden as u32)?;
         w.add_kv(format!("{a}.block_count"), self.layers as u32)?;
-        w.add_kv(format!("{a}.feed_forward_length"), self.ffn as u32)?;
+        // A Mixtral-style `llama` bank's experts are `feed_forward_length` wide.
+        let ffn_len = match &self.moe {
+            Some(m) if a == "llama" => m.expert_ffn,
+            _ => self.ffn,
+        };
+        w.add_kv(format!("{a}.feed_forward_length"), ffn_len as u32)?;
         w.add_kv(format!("{a}.attention.head_count"), self.heads as u32)?;
         w.add_kv(format!("{a}.attention.head_count_kv"), self.kv_heads as u32)?;
         w.add_kv(format!("{a}.rope.freq_base"), self.rope_theta)?;
@@ -97,6 +154,25 @@ impl TinyModel {
             format!("{a}.attention.layer_norm_rms_epsilon"),
             self.norm_eps,
         )?;
+        if let Some(m) = &self.moe {
+            w.add_kv(format!("{a}.expert_count"), m.experts as u32)?;
+            w.add_kv(format!("{a}.expert_used_count"), m.used as u32)?;
+            if a != "llama" {
+                w.add_kv(
+                    format!("{a}.expert_feed_forward_length"),
+                    m.expert_ffn as u32,
+                )?;
+            }
+            if m.shared_ffn > 0 {
+                w.add_kv(
+                    format!("{a}.expert_shared_feed_forward_length"),
+                    m.shared_ffn as u32,
+                )?;
+            }
+            if m.sigmoid {
+                w.add_kv(format!("{a}.expert_gating_func"), 2u32)?;
+            }
+        }
         let tokens = byte_level_vocab(self.vocab);
         w.add_kv("tokenizer.ggml.model", "gpt2")?;
         w.add_kv("tokenizer.ggml.pre", "gpt-2")?;
@@ -141,16 +217,40 @@ impl TinyModel {
             w.add_f32_tensor(&n("attn_q.weight"), &[h, q], &rand(h * q, s))?;
             w.add_f32_tensor(&n("attn_k.weight"), &[h, kv], &rand(h * kv, s))?;
             w.add_f32_tensor(&n("attn_v.weight"), &[h, kv], &rand(h * kv, s))?;
-            if self.arch == "qwen2" {
+            if self.arch.starts_with("qwen2") {
                 w.add_f32_tensor(&n("attn_q.bias"), &[q], &rand(q, s))?;
                 w.add_f32_tensor(&n("attn_k.bias"), &[kv], &rand(kv, s))?;
                 w.add_f32_tensor(&n("attn_v.bias"), &[kv], &rand(kv, s))?;
             }
             w.add_f32_tensor(&n("attn_output.weight"), &[q, h], &rand(q * h, s))?;
             w.add_f32_tensor(&n("ffn_norm.weight"), &[h], &ones(h, rand(h, 0.1)))?;
-            w.add_f32_tensor(&n("ffn_gate.weight"), &[h, f], &rand(h * f, s))?;
-            w.add_f32_tensor(&n("ffn_up.weight"), &[h, f], &rand(h * f, s))?;
-            w.add_f32_tensor(&n("ffn_down.weight"), &[f, h], &rand(f * h, s))?;
+            let Some(m) = &self.moe else {
+                w.add_f32_tensor(&n("ffn_gate.weight"), &[h, f], &rand(h * f, s))?;
+                w.add_f32_tensor(&n("ffn_up.weight"), &[h, f], &rand(h * f, s))?;
+                w.add_f32_tensor(&n("ffn_down.weight"), &[f, h], &rand(f * h, s))?;
+                continue;
+            };
+            let (e, ef, sf) = (m.experts, m.expert_ffn, m.shared_ffn);
+            w.add_f32_tensor(&n("ffn_gate_inp.weight"), &[h, e], &rand(h * e, 1.0))?;
+            w.add_f32_tensor(
+                &n("ffn_gate_exps.weight"),
+                &[h, ef, e],
+                &rand(h * ef * e, s),
+            )?;
+            w.add_f32_tensor(&n("ffn_up_exps.weight"), &[h, ef, e], &rand(h * ef * e, s))?;
+            w.add_f32_tensor(
+                &n("ffn_down_exps.weight"),
+                &[ef, h, e],
+                &rand(ef * h * e, s),
+            )?;
+            if sf > 0 {
+                w.add_f32_tensor(&n("ffn_gate_shexp.weight"), &[h, sf], &rand(h * sf, s))?;
+                w.add_f32_tensor(&n("ffn_up_shexp.weight"), &[h, sf], &rand(h * sf, s))?;
+                w.add_f32_tensor(&n("ffn_down_shexp.weight"), &[sf, h], &rand(sf * h, s))?;
+                if m.shared_gate {
+                    w.add_f32_tensor(&n("ffn_gate_inp_shexp.weight"), &[h], &rand(h, 1.0))?;
+                }
+            }
         }
         w.add_f32_tensor("output_norm.weight", &[h], &ones(h, rand(h, 0.1)))?;
         if self.untied_head {

@@ -1,0 +1,329 @@
+//! The FFN block of a decoder layer, on the normed residual: either the dense gated FFN
+//! (`down · act(gate · h) * (up · h)`) or a bank programme — the router scores every
+//! expert, the plan's selection picks `n_used` with weights, each picked expert runs the
+//! gated FFN on its own matrices read in place from the stacked 3-D operands (only the
+//! experts some position picked are computed, over the positions that picked them), an
+//! optional shared expert runs on every position (scaled by its sigmoid gate), and the
+//! weighted sum is the delta. The forward pass calls [`run`] once per layer and adds the
+//! delta to the residual; an observer reads what [`FfnBuffers`] kept.
+
+use lql_storage::model::{OperandKey, OperandSource, TensorView};
+use lql_storage::surface::{Activation, ExpertSelection};
+
+use crate::backend::Backend;
+use crate::error::{ExecError, Result};
+use crate::kernels::{axpy, dot, exp};
+use crate::observer::Route;
+use crate::plan::{BankPlan, FfnPlan, LayerPlan};
+
+/// Scratch space of the FFN block, reused across layers of one pass, and what an observer
+/// may read after [`run`].
+pub(crate) struct FfnBuffers {
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    gate_pre: Vec<f32>,
+    /// A bank's expert inputs and outputs, gathered per expert.
+    xs: Vec<f32>,
+    ys: Vec<f32>,
+    /// Router logits `[n × n_experts]`.
+    logits: Vec<f32>,
+    /// Width of the observed gate/activation rows: the FFN width for a dense FFN, 0 for a
+    /// bank (its routes are kept instead).
+    width: usize,
+    /// With an observer: the router's choices of the last bank run.
+    pub routes: Vec<Route>,
+}
+
+impl FfnBuffers {
+    /// Buffers for `n` positions of a dense FFN `ff` wide (a bank grows them as needed).
+    pub fn new(n: usize, ff: usize) -> Self {
+        FfnBuffers {
+            gate: vec![0.0; n * ff],
+            up: vec![0.0; n * ff],
+            gate_pre: Vec::new(),
+            xs: Vec::new(),
+            ys: Vec::new(),
+            logits: Vec::new(),
+            width: ff,
+            routes: Vec::new(),
+        }
+    }
+
+    /// Width of [`FfnBuffers::observed_gate`]'s rows.
+    pub fn observed_width(&self) -> usize {
+        self.width
+    }
+
+    /// The gate pre-activations `[n × width]` of the last dense run kept for an observer.
+    pub fn observed_gate(&self) -> &[f32] {
+        if self.width == 0 {
+            &[]
+        } else {
+            &self.gate_pre
+        }
+    }
+
+    /// The activations `act(gate) * up` `[n × width]` of the last dense run.
+    pub fn observed_activation(&self) -> &[f32] {
+        if self.width == 0 {
+            &[]
+        } else {
+            &self.gate
+        }
+    }
+}
+
+/// Everything the FFN block reads besides its input.
+pub(crate) struct FfnCtx<'a> {
+    pub source: &'a dyn OperandSource,
+    pub backend: &'a dyn Backend,
+    pub activation: Activation,
+}
+
+fn view<'s>(source: &'s dyn OperandSource, key: OperandKey) -> Result<TensorView<'s>> {
+    source.view(key).ok_or(ExecError::MissingOperand {
+        operand: key.role.name(),
+        layer: key.layer,
+    })
+}
+
+/// The FFN block of layer `lp` over `n` normed rows `h` (`[n × hidden]`): writes the delta
+/// to add to the residual into `out` (`[n × hidden]`). `observe` (the first position's
+/// absolute index, when an observer is attached) keeps the gate pre-activations of a dense
+/// FFN and the routes of a bank in `buf`.
+pub(crate) fn run(
+    cx: &FfnCtx<'_>,
+    lp: &LayerPlan,
+    h: &[f32],
+    n: usize,
+    buf: &mut FfnBuffers,
+    observe: Option<usize>,
+    out: &mut [f32],
+) -> Result<()> {
+    match &lp.ffn {
+        FfnPlan::Dense { gate, up, down } => {
+            dense(cx, [*gate, *up, *down], h, n, buf, observe.is_some(), out)
+        }
+        FfnPlan::Bank(b) => bank(cx, b, h, n, buf, observe, out),
+    }
+}
+
+/// The dense gated FFN.
+fn dense(
+    cx: &FfnCtx<'_>,
+    [gate, up, down]: [OperandKey; 3],
+    h: &[f32],
+    n: usize,
+    buf: &mut FfnBuffers,
+    keep_pre: bool,
+    out: &mut [f32],
+) -> Result<()> {
+    let be = cx.backend;
+    let (wg, wu) = (view(cx.source, gate)?, view(cx.source, up)?);
+    be.matmul_group(&[wg, wu], h, n, &mut [&mut buf.gate, &mut buf.up])?;
+    if keep_pre {
+        buf.gate_pre.clear();
+        buf.gate_pre.extend_from_slice(&buf.gate);
+    }
+    be.glu(cx.activation, &mut buf.gate, &buf.up);
+    be.matmul(&view(cx.source, down)?, &buf.gate, n, out)
+}
+
+/// Matrix `e` of a stacked `[row_len, rows, n]` operand, in place.
+fn expert<'a>(stacked: &TensorView<'a>, shape: &'a [usize; 2], e: usize) -> Result<TensorView<'a>> {
+    let per = shape[1] * stacked.row_bytes();
+    let bytes = stacked
+        .bytes
+        .get(e * per..(e + 1) * per)
+        .ok_or_else(|| ExecError::Internal(format!("expert {e} is outside its operand")))?;
+    Ok(TensorView {
+        dtype: stacked.dtype,
+        shape,
+        bytes,
+    })
+}
+
+/// Pick `k` experts from router logits `z` with weights, appending `(expert, weight)` in
+/// descending order of the selection score (ties: the lower expert first).
+pub(crate) fn select(sel: ExpertSelection, z: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
+    let score: Vec<f32> = match sel {
+        ExpertSelection::TopKSoftmax => z.to_vec(),
+        ExpertSelection::SoftmaxTopK => {
+            let m = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let e: Vec<f32> = z.iter().map(|&v| exp(v - m)).collect();
+            let sum: f32 = e.iter().sum();
+            e.into_iter().map(|v| v / sum).collect()
+        }
+        ExpertSelection::SigmoidTopKNorm => z.iter().map(|&v| 1.0 / (1.0 + exp(-v))).collect(),
+    };
+    let mut idx: Vec<usize> = (0..z.len()).collect();
+    idx.sort_by(|&a, &b| score[b].total_cmp(&score[a]).then(a.cmp(&b)));
+    idx.truncate(k);
+    let start = out.len();
+    match sel {
+        ExpertSelection::TopKSoftmax => {
+            let m = score[idx[0]];
+            let e: Vec<f32> = idx.iter().map(|&i| exp(score[i] - m)).collect();
+            let sum: f32 = e.iter().sum();
+            out.extend(idx.iter().zip(e).map(|(&i, v)| (i, v / sum)));
+        }
+        ExpertSelection::SoftmaxTopK => out.extend(idx.iter().map(|&i| (i, score[i]))),
+        ExpertSelection::SigmoidTopKNorm => {
+            let sum: f32 = idx.iter().map(|&i| score[i]).sum();
+            out.extend(idx.iter().map(|&i| (i, score[i] / sum)));
+        }
+    }
+    debug_assert_eq!(out.len() - start, k);
+}
+
+/// The bank programme.
+fn bank(
+    cx: &FfnCtx<'_>,
+    b: &BankPlan,
+    h: &[f32],
+    n: usize,
+    buf: &mut FfnBuffers,
+    observe: Option<usize>,
+    out: &mut [f32],
+) -> Result<()> {
+    let be = cx.backend;
+    let d = out.len() / n.max(1);
+    let (ne, k, ef) = (b.n_experts, b.n_used, b.expert_ffn);
+    buf.width = 0;
+    buf.routes.clear();
+
+    // Router and selection.
+    buf.logits.resize(n * ne, 0.0);
+    be.matmul(&view(cx.source, b.router)?, h, n, &mut buf.logits)?;
+    let mut chosen: Vec<(usize, f32)> = Vec::with_capacity(n * k);
+    for t in 0..n {
+        select(
+            b.selection,
+            &buf.logits[t * ne..(t + 1) * ne],
+            k,
+            &mut chosen,
+        );
+    }
+    if let Some(p0) = observe {
+        buf.routes
+            .extend(chosen.iter().enumerate().map(|(i, &(e, w))| Route {
+                position: p0 + i / k,
+                expert: e,
+                weight: w,
+            }));
+    }
+
+    // Routed experts: each picked expert once, over the positions that picked it.
+    out.fill(0.0);
+    let (wg, wu, wd) = (
+        view(cx.source, b.gate)?,
+        view(cx.source, b.up)?,
+        view(cx.source, b.down)?,
+    );
+    let (gu_shape, d_shape) = ([d, ef], [ef, d]);
+    let mut users: Vec<(usize, f32)> = Vec::with_capacity(n);
+    for e in 0..ne {
+        users.clear();
+        users.extend(
+            chosen
+                .iter()
+                .enumerate()
+                .filter(|(_, &(ce, _))| ce == e)
+                .map(|(i, &(_, w))| (i / k, w)),
+        );
+        if users.is_empty() {
+            continue;
+        }
+        let m = users.len();
+        buf.xs.clear();
+        for &(t, _) in &users {
+            buf.xs.extend_from_slice(&h[t * d..(t + 1) * d]);
+        }
+        buf.gate.resize(m * ef, 0.0);
+        buf.up.resize(m * ef, 0.0);
+        buf.ys.resize(m * d, 0.0);
+        let (g, u) = (expert(&wg, &gu_shape, e)?, expert(&wu, &gu_shape, e)?);
+        be.matmul_group(
+            &[g, u],
+            &buf.xs,
+            m,
+            &mut [&mut buf.gate[..m * ef], &mut buf.up[..m * ef]],
+        )?;
+        be.glu(cx.activation, &mut buf.gate[..m * ef], &buf.up[..m * ef]);
+        be.matmul(
+            &expert(&wd, &d_shape, e)?,
+            &buf.gate[..m * ef],
+            m,
+            &mut buf.ys[..m * d],
+        )?;
+        for (i, &(t, w)) in users.iter().enumerate() {
+            axpy(w, &buf.ys[i * d..(i + 1) * d], &mut out[t * d..(t + 1) * d]);
+        }
+    }
+
+    // The shared expert.
+    if let Some(sh) = &b.shared {
+        let sf = sh.ffn;
+        buf.gate.resize(n * sf, 0.0);
+        buf.up.resize(n * sf, 0.0);
+        buf.ys.resize(n * d, 0.0);
+        let (g, u) = (view(cx.source, sh.gate)?, view(cx.source, sh.up)?);
+        be.matmul_group(
+            &[g, u],
+            h,
+            n,
+            &mut [&mut buf.gate[..n * sf], &mut buf.up[..n * sf]],
+        )?;
+        be.glu(cx.activation, &mut buf.gate[..n * sf], &buf.up[..n * sf]);
+        be.matmul(
+            &view(cx.source, sh.down)?,
+            &buf.gate[..n * sf],
+            n,
+            &mut buf.ys[..n * d],
+        )?;
+        for t in 0..n {
+            let w = match &sh.gate_inp {
+                Some(gw) => 1.0 / (1.0 + exp(-dot(gw, &h[t * d..(t + 1) * d]))),
+                None => 1.0,
+            };
+            axpy(w, &buf.ys[t * d..(t + 1) * d], &mut out[t * d..(t + 1) * d]);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pick(sel: ExpertSelection, z: &[f32], k: usize) -> Vec<(usize, f32)> {
+        let mut out = Vec::new();
+        select(sel, z, k, &mut out);
+        out
+    }
+
+    #[test]
+    fn selections_weigh_as_their_definitions_say() {
+        let z = [0.5f32, 2.0, -1.0, 1.0];
+        let t = pick(ExpertSelection::TopKSoftmax, &z, 2);
+        assert_eq!((t[0].0, t[1].0), (1, 3));
+        let w1 = 1.0 / (1.0 + (-1.0f32).exp());
+        assert!((t[0].1 - w1).abs() < 1e-6 && (t[0].1 + t[1].1 - 1.0).abs() < 1e-6);
+
+        let s = pick(ExpertSelection::SoftmaxTopK, &z, 2);
+        let sum: f32 = z.iter().map(|v| v.exp()).sum();
+        assert_eq!((s[0].0, s[1].0), (1, 3));
+        assert!((s[0].1 - 2f32.exp() / sum).abs() < 1e-6);
+        assert!((s[1].1 - 1f32.exp() / sum).abs() < 1e-6);
+
+        let g = pick(ExpertSelection::SigmoidTopKNorm, &z, 3);
+        let sig = |v: f32| 1.0 / (1.0 + (-v).exp());
+        let tot = sig(2.0) + sig(1.0) + sig(0.5);
+        assert_eq!(g.iter().map(|p| p.0).collect::<Vec<_>>(), vec![1, 3, 0]);
+        assert!((g[2].1 - sig(0.5) / tot).abs() < 1e-6);
+
+        // Ties go to the lower expert.
+        let t = pick(ExpertSelection::TopKSoftmax, &[1.0, 1.0, 1.0], 1);
+        assert_eq!(t, vec![(0, 1.0)]);
+    }
+}
