@@ -41,13 +41,16 @@
 //!   the tokenizer lazily.
 
 mod atomic;
+mod consistency;
 mod encode;
 pub mod graph;
 pub mod index;
 mod inspect;
 pub mod lyrw;
+pub mod provenance;
 mod reader;
 pub mod segment;
+pub mod variants;
 mod verify;
 mod writer;
 
@@ -58,7 +61,7 @@ pub use inspect::{
     show_components, show_representations, show_tensors, stats, ComponentRow, ContainerStats,
     RepresentationRow, TensorRow,
 };
-pub use reader::{open_model, Container};
+pub use reader::{open_model, open_model_profile, Container};
 pub use verify::{all_ok, verify, VerifyRow, VerifyStatus};
 pub use writer::{extract, extract_cancellable, ExtractProgress, ExtractReport};
 
