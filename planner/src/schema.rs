@@ -282,6 +282,20 @@ const SHOW_REPRESENTATIONS: Spec = &[
     ("payload_bytes", Int, "payload bytes"),
     ("payload_sha256", Text, "payload hash"),
 ];
+const SHOW_PROFILES: Spec = &[
+    ("profile", Text, "profile name"),
+    (
+        "authority",
+        Text,
+        "derived: the weakest fidelity of its selections (never declared)",
+    ),
+    ("standard", Bool, "a standard profile name (seed 002 §9.3)"),
+    (
+        "selections",
+        Text,
+        "object = variant, for every selection it states",
+    ),
+];
 const SHOW_TABLES: Spec = &[
     ("table", Text, "virtual table name"),
     ("columns", Int, "number of columns"),
@@ -302,7 +316,8 @@ pub fn show_columns(what: ShowWhat) -> Vec<ColumnDef> {
         ShowWhat::Components => SHOW_COMPONENTS,
         ShowWhat::Representations => SHOW_REPRESENTATIONS,
         ShowWhat::Tables => SHOW_TABLES,
-        ShowWhat::Profiles | ShowWhat::Patches => STATUS,
+        ShowWhat::Profiles => SHOW_PROFILES,
+        ShowWhat::Patches => STATUS,
     })
 }
 

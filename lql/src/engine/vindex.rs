@@ -155,6 +155,7 @@ pub(crate) fn verify(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Datum> 
 pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
     let word = match plan.what {
         ShowWhat::Components => "SHOW COMPONENTS",
+        ShowWhat::Profiles => "SHOW PROFILES",
         _ => "SHOW REPRESENTATIONS",
     };
     let dir = container_dir(cx, None, word)?;
@@ -170,6 +171,24 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
                     Value::from(c.operands),
                     Value::from(c.objects),
                     Value::from(c.source_artifact),
+                ]);
+            }
+            rows
+        }
+        ShowWhat::Profiles => {
+            let mut rows = Rows::new(super::result_columns(cx.plan));
+            for p in vindex3::artifact::profiles(&dir)? {
+                rows.push(vec![
+                    Value::from(p.profile),
+                    Value::from(p.authority),
+                    Value::Bool(p.standard),
+                    Value::from(
+                        p.select
+                            .iter()
+                            .map(|(o, v)| format!("{o} = {v}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    ),
                 ]);
             }
             rows

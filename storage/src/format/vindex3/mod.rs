@@ -40,6 +40,7 @@
 //!   headers and maps the segments; it never hashes payloads ([`verify()`] does) and builds
 //!   the tokenizer lazily.
 
+pub mod artifact;
 mod atomic;
 mod consistency;
 mod encode;
@@ -47,6 +48,7 @@ pub mod graph;
 pub mod index;
 mod inspect;
 pub mod lyrw;
+pub mod meter;
 pub mod provenance;
 mod reader;
 pub mod segment;

@@ -186,6 +186,7 @@ fn verify_representation(dir: &Path, id: &str, e: &super::index::RepresentationE
         },
     );
     row.actual = segment_hash;
+    super::meter::count_payload(map.len() as u64);
     let mut problems = Vec::new();
     if let Some(want) = e.segment_bytes {
         if map.len() as u64 != want {
@@ -329,7 +330,10 @@ fn verify_bank(c: &Container) -> Vec<VerifyRow> {
                 }
             };
             match hash_file(&path) {
-                Ok((h, _)) => row.actual = h,
+                Ok((h, n)) => {
+                    super::meter::count_payload(n);
+                    row.actual = h
+                }
                 Err(e) => {
                     row.detail = format!("segment {}: {e}", s.rel);
                     return row;
