@@ -255,6 +255,36 @@ fn build(out: &Path) {
         &[],
         "§9.1",
     );
+    // A second variant beside the baseline (an incremental pack: a new segment file) and a
+    // profile selecting it.
+    b.graph_case("valid-second-variant", |d| {
+        let donor = b.dir("valid-f16");
+        let di = read_json(&ig(&donor));
+        let mut entry = di["representations"]["text.decoder_stack@f16"].clone();
+        let seg = "segments/text.decoder_stack.f16.bin";
+        std::fs::copy(donor.join(entry["segment"].as_str().unwrap()), d.join(seg)).unwrap();
+        entry["segment"] = json!(seg);
+        edit(&ig(d), |i| {
+            i["representations"]["text.decoder_stack@f16"] = entry.clone();
+            i["variants"]["text.decoder_stack"]["variants"]["f16"] = json!({
+                "storage": seg, "representation": "text.decoder_stack@f16",
+                "fidelity": entry["fidelity"].clone()});
+            let mut p = i["profiles"][0].clone();
+            p["profile"] = json!("mixed-precision");
+            p["select"]["text.decoder_stack"] = json!("f16");
+            i["profiles"].as_array_mut().unwrap().push(p);
+        });
+    });
+    b.add("valid-second-variant", "open", None, "accept", &[], "§9.1");
+    b.add(
+        "valid-second-variant",
+        "open_profile",
+        Some("mixed-precision"),
+        "accept",
+        &[],
+        "§9.1.4",
+    );
+    b.add("valid-second-variant", "verify", None, "ok", &[], "§20");
     b.graph_case("valid-voluntary-lower-claim", |d| {
         edit(&ig(d), |i| {
             i["profiles"][0]["authority"] = json!("numerically-approximate")

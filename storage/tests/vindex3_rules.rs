@@ -378,3 +378,64 @@ fn bank_verify_never_passes_empty_or_unhashed() {
         VerifyStatus::Unverified
     );
 }
+
+// ---- a second variant beside the baseline (§9.1.4) ----------------------------------
+
+/// Graft `donor`'s decoder-stack representation into `c` as a second variant beside the
+/// baseline (a new segment file; nothing existing is touched) and add a profile selecting
+/// it.
+pub fn graft_variant(c: &Path, donor: &Path, variant: &str, profile: &str) {
+    let d = read_json(&donor.join("index.json"));
+    let rep_id = format!("text.decoder_stack@{variant}");
+    let mut entry = d["representations"][&rep_id].clone();
+    let seg = format!("segments/text.decoder_stack.{variant}.bin");
+    std::fs::copy(donor.join(entry["segment"].as_str().unwrap()), c.join(&seg)).unwrap();
+    entry["segment"] = json!(seg);
+    edit_index(c, |i| {
+        i["representations"][&rep_id] = entry.clone();
+        i["variants"]["text.decoder_stack"]["variants"][variant] = json!({
+            "storage": seg, "representation": rep_id, "fidelity": entry["fidelity"].clone()});
+        let mut p = i["profiles"][0].clone();
+        p["profile"] = json!(profile);
+        p["select"]["text.decoder_stack"] = json!(variant);
+        i["profiles"].as_array_mut().unwrap().push(p);
+    });
+}
+
+#[test]
+fn a_profile_binds_the_variant_it_selects() {
+    let t = tempfile::tempdir().unwrap();
+    let c = container(t.path(), ExtractEncoding::Source);
+    let f16 = container(t.path(), ExtractEncoding::F16);
+    let before = read_json(&c.join("index.json"))["representations"].clone();
+    graft_variant(&c, &f16, "f16", "mixed-precision");
+    let base = open_model(&c).unwrap();
+    let mixed = open_model_profile(&c, Some("mixed-precision")).unwrap();
+    let key = OperandKey::layer(0, Role::FfnDown);
+    assert_eq!(base.operand(key).unwrap().dtype, lql_storage::DType::Q4_1);
+    assert_eq!(mixed.operand(key).unwrap().dtype, lql_storage::DType::F16);
+    // The bytes bound are the donor's, not a conversion.
+    let donor = open_model(&f16).unwrap();
+    assert_eq!(
+        mixed.view_of(mixed.operand(key).unwrap()).bytes,
+        donor.view_of(donor.operand(key).unwrap()).bytes
+    );
+    let con = vindex3::Container::load(&c).unwrap();
+    assert_eq!(
+        con.profile_authority(Some("mixed-precision")).unwrap(),
+        "numerically-approximate"
+    );
+    assert_eq!(
+        con.profile_authority(Some("exact")).unwrap(),
+        "source-exact"
+    );
+    // Existing representations untouched; VERIFY passes with both variants.
+    let after = read_json(&c.join("index.json"))["representations"].clone();
+    for (id, e) in before.as_object().unwrap() {
+        assert_eq!(&after[id], e, "{id}");
+    }
+    assert!(vindex3::all_ok(&verify(&c).unwrap()));
+    // Provenance of a binding follows the variant it maps.
+    let in_use = vindex3::provenance::in_use(&mixed, &con).unwrap();
+    assert_eq!(in_use["text.decoder_stack"], "text.decoder_stack@f16");
+}

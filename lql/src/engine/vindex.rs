@@ -195,7 +195,16 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
         }
         _ => {
             let mut rows = Rows::new(super::result_columns(cx.plan));
-            for r in vindex3::show_representations(&dir)? {
+            // `selected`: what the binding actually maps (a USE … PROFILE may select other
+            // variants than the baselines).
+            let bound = cx.bound()?.model();
+            let in_use = vindex3::Container::load(&dir)
+                .and_then(|c| vindex3::provenance::in_use(bound, &c))
+                .ok();
+            for mut r in vindex3::show_representations(&dir)? {
+                if let Some(u) = &in_use {
+                    r.selected = u.get(&r.object) == Some(&r.representation);
+                }
                 rows.push(vec![
                     Value::from(r.object),
                     Value::from(r.representation),

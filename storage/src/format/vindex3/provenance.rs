@@ -79,15 +79,36 @@ pub fn of_model(model: &Model) -> Result<Provenance> {
         .or(source_artifact)
         .unwrap_or_else(|| artifact_name(&model.path));
 
-    // The representation each object was read from: the segment its operands map.
+    let mut floor = BTreeMap::new();
+    for (object, rep) in in_use(model, &c)? {
+        let fidelity = &c.index.representations[&rep].fidelity;
+        if !FIDELITY_LEVELS.contains(&fidelity.as_str()) {
+            return Err(StorageError::Invalid(format!(
+                "{}: representation {rep} records unknown fidelity {fidelity:?}",
+                model.path.display()
+            )));
+        }
+        floor.insert(object, fidelity.clone());
+    }
+    Ok(Provenance {
+        authority: Authority::Derived,
+        derived_from_model: Some(first),
+        chain,
+        floor,
+    })
+}
+
+/// The representation (object → representation id) each object of a model opened from the
+/// container `c` was read from: the segment file its operands are mapped from.
+pub fn in_use(model: &Model, c: &Container) -> Result<BTreeMap<String, String>> {
     let mut by_segment = BTreeMap::new();
     for (id, e) in &c.index.representations {
         if let Ok(p) = resolve(&c.dir, &e.segment, "representations.segment") {
             let p = std::fs::canonicalize(&p).unwrap_or(p);
-            by_segment.insert(p, (e.object.clone(), id.clone(), e.fidelity.clone()));
+            by_segment.insert(p, (e.object.clone(), id.clone()));
         }
     }
-    let mut floor = BTreeMap::new();
+    let mut out = BTreeMap::new();
     for op in model.operands.values() {
         let Some(Backing::Mmap(map)) = model.backings.get(op.backing) else {
             continue;
@@ -96,27 +117,16 @@ pub fn of_model(model: &Model) -> Result<Provenance> {
             continue;
         };
         let path = std::fs::canonicalize(&path).unwrap_or(path);
-        let Some((object, rep, fidelity)) = by_segment.get(&path) else {
+        let Some((object, rep)) = by_segment.get(&path) else {
             return Err(StorageError::Invalid(format!(
-                "{}: operand {} is mapped from {}, which no representation of the source \
-                 container records; its fidelity cannot be derived",
+                "{}: operand {} is mapped from {}, which no representation of the container \
+                 records",
                 model.path.display(),
                 op.source_name,
                 path.display()
             )));
         };
-        if !FIDELITY_LEVELS.contains(&fidelity.as_str()) {
-            return Err(StorageError::Invalid(format!(
-                "{}: representation {rep} records unknown fidelity {fidelity:?}",
-                model.path.display()
-            )));
-        }
-        floor.insert(object.clone(), fidelity.clone());
+        out.insert(object.clone(), rep.clone());
     }
-    Ok(Provenance {
-        authority: Authority::Derived,
-        derived_from_model: Some(first),
-        chain,
-        floor,
-    })
+    Ok(out)
 }
