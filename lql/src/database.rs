@@ -116,7 +116,20 @@ impl Database {
     /// The shared model at `path`, opening it if no connection holds it (or if the files
     /// of the one held changed since they were mapped).
     pub(crate) fn model(&self, path: &Path) -> Result<Arc<SharedModel>> {
-        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        self.model_profile(path, None)
+    }
+
+    /// [`Database::model`] for a VINDEX3 container bound with a profile's variant
+    /// selection (`None`: every baseline); each (path, profile) is its own shared model.
+    pub(crate) fn model_profile(
+        &self,
+        path: &Path,
+        profile: Option<&str>,
+    ) -> Result<Arc<SharedModel>> {
+        let mut key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        if let Some(p) = profile {
+            key.as_mut_os_string().push(format!("#profile={p}"));
+        }
         let current = |all: &[(PathBuf, Weak<SharedModel>)]| {
             all.iter()
                 .find(|(k, _)| *k == key)
@@ -130,7 +143,11 @@ impl Database {
                 return Ok(m);
             }
         }
-        let shared = Arc::new(SharedModel::new(lql_storage::import::open(path)?));
+        let model = match profile {
+            None => lql_storage::import::open(path)?,
+            Some(p) => lql_storage::format::vindex3::open_model_profile(path, Some(p))?,
+        };
+        let shared = Arc::new(SharedModel::new(model));
         let mut all = self.inner.models.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = current(&all) {
             return Ok(m);

@@ -302,6 +302,20 @@ const SHOW_REPRESENTATIONS: Spec = &[
     ("payload_bytes", Int, "payload bytes"),
     ("payload_sha256", Text, "payload hash"),
 ];
+const SHOW_PROFILES: Spec = &[
+    ("profile", Text, "profile name"),
+    (
+        "authority",
+        Text,
+        "derived: the weakest fidelity of its selections (never declared)",
+    ),
+    ("standard", Bool, "a standard profile name (seed 002 §9.3)"),
+    (
+        "selections",
+        Text,
+        "object = variant, for every selection it states",
+    ),
+];
 const SHOW_TABLES: Spec = &[
     ("table", Text, "virtual table name"),
     ("columns", Int, "number of columns"),
@@ -395,7 +409,8 @@ pub fn show_columns(what: ShowWhat) -> Vec<ColumnDef> {
         ShowWhat::Representations => SHOW_REPRESENTATIONS,
         ShowWhat::Tables => SHOW_TABLES,
         ShowWhat::Package => SHOW_PACKAGE,
-        ShowWhat::Profiles | ShowWhat::Patches => STATUS,
+        ShowWhat::Profiles => SHOW_PROFILES,
+        ShowWhat::Patches => STATUS,
     })
 }
 

@@ -23,9 +23,9 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             | StatementKind::ExplainPlan(inner),
             LogicalPlan::Explain(e),
         ) => check_built(inner, &e.inner),
-        (StatementKind::Use(u), _) => match &u.profile {
-            Some(p) => refuse("USE … PROFILE", p.span),
-            None => Ok(()),
+        (StatementKind::Use(u), LogicalPlan::Use(p)) => match (&u.profile, &p.layers) {
+            (Some(c), Some(_)) => refuse("USE … LAYERS … PROFILE (a profile selects container variants; layer ranges bind packages)", c.span),
+            _ => Ok(()),
         },
         (StatementKind::Extract(x), LogicalPlan::Extract(p)) => {
             if p.format == ExtractFormat::Package {
@@ -46,7 +46,7 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             }
         }
         (StatementKind::Show(s), LogicalPlan::Show(p))
-            if matches!(p.what, ShowWhat::Profiles | ShowWhat::Patches) =>
+            if matches!(p.what, ShowWhat::Patches) =>
         {
             refuse(&format!("SHOW {}", p.what), s.what.span)
         }

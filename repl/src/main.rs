@@ -22,6 +22,7 @@ mod render;
 mod repl;
 mod session;
 mod sigint;
+mod vindex;
 
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
@@ -36,7 +37,7 @@ use session::{Outcome, Session};
     name = "lql",
     version,
     about = "LQL: query a language model like a database",
-    override_usage = "lql [OPTIONS] [MODEL] [SQL|SCRIPT]...\n       lql bench MODEL",
+    override_usage = "lql [OPTIONS] [MODEL] [SQL|SCRIPT]...\n       lql bench MODEL\n       lql vindex inspect|describe|representations|profiles|precision|verify PATH [--json]",
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
@@ -113,6 +114,9 @@ enum Cmd {
     },
     /// Serve a model over HTTP: the OpenAI-compatible API and LQL (docs/serve.md)
     Serve(lql_serve::ServeArgs),
+    /// Read a VINDEX3 container from the artifact alone (no model is bound)
+    #[command(subcommand)]
+    Vindex(vindex::VindexCmd),
 }
 
 fn parse_mode(s: &str) -> Result<OutputMode, String> {
@@ -132,6 +136,9 @@ fn main() -> ExitCode {
     }) = &cli.cmd
     {
         return bench::run(model, *threads, *reps, *json);
+    }
+    if let Some(Cmd::Vindex(cmd)) = &cli.cmd {
+        return vindex::run(cmd);
     }
     if let Some(Cmd::Serve(args)) = &cli.cmd {
         return match lql_serve::run(args) {

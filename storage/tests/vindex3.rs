@@ -438,22 +438,20 @@ fn extract_refuses_a_non_empty_target_and_fills_an_empty_one() {
 fn bank_shape_is_recognised_and_refused_by_name() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path();
+    let bank = vindex3_support::lyrw_dense(0, 16, 64);
     write_json(
         &dir.join("index.json"),
         &json!({"version": 4, "model": "m", "family": "gpt-oss", "hidden_size": 8,
                 "num_layers": 1, "system_graph": null, "moe_manifest": "moe_manifest.json",
-                "representations": {}, "segments": {"layer_000.lyrw": {"format_version": 2}},
+                "representations": {}, "segments": {"layer_000.lyrw": {
+                    "codec": "lyrw", "format_version": 2, "sha256": hex(Sha256::digest(&bank))}},
                 "profiles": [], "variants": {}, "authority": "canonical"}),
     );
     write_json(
         &dir.join("moe_manifest.json"),
         &json!({"moe_layer": {"layer": 0}}),
     );
-    std::fs::write(
-        dir.join("layer_000.lyrw"),
-        vindex3_support::lyrw_dense(0, 16, 64),
-    )
-    .unwrap();
+    std::fs::write(dir.join("layer_000.lyrw"), &bank).unwrap();
     assert_eq!(vindex3::detect(dir).unwrap(), vindex3::ContainerShape::Bank);
     let e = err_of(open_model(dir));
     assert!(
@@ -755,11 +753,11 @@ fn selecting_an_absent_variant_fails_closed_by_name() {
     let base = small_container(t.path());
     let ip = base.join("index.json");
     let mut idx = read_json(&ip);
-    idx["profiles"][0]["select"]["text.decoder_stack"] = json!("text.decoder_stack@nvfp4");
+    idx["profiles"][0]["select"]["text.decoder_stack"] = json!("nvfp4");
     write_json(&ip, &idx);
-    let e = err_of(open_model(&base));
+    let e = err_of(vindex3::open_model_profile(&base, Some("exact")));
     assert!(
-        e.contains("text.decoder_stack@nvfp4") && e.contains("text.decoder_stack@source"),
+        e.contains("text.decoder_stack") && e.contains("\"nvfp4\"") && e.contains("\"source\""),
         "{e}"
     );
 }

@@ -176,3 +176,49 @@ fn extract_encodings_and_refusals() {
         ))
         .is_err());
 }
+
+/// USE … PROFILE binds the variants a profile selects; SHOW REPRESENTATIONS marks what the
+/// binding maps and SHOW PROFILES derives each profile's authority (a corpus container
+/// with a second decoder-stack variant beside the baseline).
+#[test]
+fn use_profile_binds_the_selected_variant() {
+    let c = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/vindex3/cases/valid-second-variant");
+    let conn = Connection::open_in_memory().unwrap();
+    let selected = |conn: &Connection| -> Vec<String> {
+        let r = conn.execute("SHOW REPRESENTATIONS;").unwrap();
+        objects(&r)
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["selected"] == json!(true))
+            .map(|r| r["representation"].as_str().unwrap().to_string())
+            .collect()
+    };
+    conn.execute(&format!("USE \"{}\";", q(&c))).unwrap();
+    assert!(selected(&conn).contains(&"text.decoder_stack@source".to_string()));
+    conn.execute(&format!("USE \"{}\" PROFILE \"mixed-precision\";", q(&c)))
+        .unwrap();
+    let s = selected(&conn);
+    assert!(s.contains(&"text.decoder_stack@f16".to_string()), "{s:?}");
+    assert!(
+        !s.contains(&"text.decoder_stack@source".to_string()),
+        "{s:?}"
+    );
+    let p = objects(&conn.execute("SHOW PROFILES;").unwrap());
+    let auth = |name: &str| {
+        p.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["profile"] == json!(name))
+            .unwrap()["authority"]
+            .clone()
+    };
+    assert_eq!(auth("exact"), json!("source-exact"));
+    assert_eq!(auth("mixed-precision"), json!("numerically-approximate"));
+    let e = conn
+        .execute(&format!("USE \"{}\" PROFILE \"nope\";", q(&c)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nope") && e.contains("mixed-precision"), "{e}");
+}

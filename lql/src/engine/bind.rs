@@ -40,6 +40,12 @@ pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
             let layers = *layers;
             super::package::bind(cx, target, layers)
         }
+        LogicalPlan::Use(UsePlan {
+            profile: Some(p), ..
+        }) => {
+            let p = p.clone();
+            bind_profile(cx, target, &p)
+        }
         _ => bind_path(cx, target, None),
     };
     rows.map(Datum::Rows).map_err(at)
@@ -60,6 +66,22 @@ pub(crate) fn bind_any(cx: &mut Cx<'_>, path_or_name: &str) -> Result<Rows> {
     } else {
         bind_catalogue(cx, path_or_name)
     }
+}
+
+/// `USE "c" PROFILE "name"`: binds a VINDEX3 container with the variants the profile
+/// selects (seed 002 §9.1); the profile must exist and select present variants, and a
+/// profile claiming more authority than its selections allow is refused.
+fn bind_profile(cx: &mut Cx<'_>, path: &str, profile: &str) -> Result<Rows> {
+    let p = Path::new(path);
+    if lql_storage::format::vindex3::detect(p).is_err() {
+        return Err(Error::semantic(format!(
+            "USE … PROFILE selects variants of a VINDEX3 container; {path} is not one"
+        )));
+    }
+    let shared = cx.engine.db.model_profile(p, Some(profile))?;
+    cx.engine.bound = Some(Bound::new(path.to_string(), shared));
+    cx.engine.version += 1;
+    Ok(summary(cx))
 }
 
 /// Opens `path` and binds it under `name` (default: the path as given).

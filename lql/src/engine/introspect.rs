@@ -27,12 +27,10 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
         ShowWhat::Tensors => show_tensors(cx)?,
         ShowWhat::Tables => show_tables(cx),
         ShowWhat::Package => super::package::show(cx)?,
-        ShowWhat::Components | ShowWhat::Representations => {
+        ShowWhat::Components | ShowWhat::Representations | ShowWhat::Profiles => {
             return super::vindex::show(cx, &plan).map(Datum::Rows)
         }
-        ShowWhat::Profiles | ShowWhat::Patches => {
-            return Err(Error::not_supported_yet(&format!("SHOW {}", plan.what)))
-        }
+        ShowWhat::Patches => return Err(Error::not_supported_yet(&format!("SHOW {}", plan.what))),
     };
     if let Some(pattern) = &plan.like {
         rows.rows

@@ -173,6 +173,7 @@ fn with_fault(mut rows: Rows) -> Rows {
 pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
     let word = match plan.what {
         ShowWhat::Components => "SHOW COMPONENTS",
+        ShowWhat::Profiles => "SHOW PROFILES",
         _ => "SHOW REPRESENTATIONS",
     };
     let dir = container_dir(cx, None, word)?;
@@ -192,9 +193,36 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
             }
             rows
         }
+        ShowWhat::Profiles => {
+            let mut rows = Rows::new(super::result_columns(cx.plan));
+            for p in vindex3::artifact::profiles(&dir)? {
+                rows.push(vec![
+                    Value::from(p.profile),
+                    Value::from(p.authority),
+                    Value::Bool(p.standard),
+                    Value::from(
+                        p.select
+                            .iter()
+                            .map(|(o, v)| format!("{o} = {v}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    ),
+                ]);
+            }
+            rows
+        }
         _ => {
             let mut rows = Rows::new(super::result_columns(cx.plan));
-            for r in vindex3::show_representations(&dir)? {
+            // `selected`: what the binding actually maps (a USE … PROFILE may select other
+            // variants than the baselines).
+            let bound = cx.bound()?.model();
+            let in_use = vindex3::Container::load(&dir)
+                .and_then(|c| vindex3::provenance::in_use(bound, &c))
+                .ok();
+            for mut r in vindex3::show_representations(&dir)? {
+                if let Some(u) = &in_use {
+                    r.selected = u.get(&r.object) == Some(&r.representation);
+                }
                 rows.push(vec![
                     Value::from(r.object),
                     Value::from(r.representation),

@@ -149,13 +149,53 @@ pub fn show_tensors(dir: &Path) -> Result<Vec<TensorRow>> {
     Ok(rows)
 }
 
-/// The LYRW v2 files a bank container's index lists (the loader never globs).
-pub(crate) fn bank_files(c: &Container) -> Vec<&str> {
+/// How a bank container's index declares one of its segment files.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum BankCodec {
+    /// `{"codec": "lyrw", "format_version": 2}` (or `format_version` 2 alone, the bank
+    /// shape's own codec).
+    LyrwV2,
+    /// Anything else: preserved, never read; the declaration as written.
+    Unknown(String),
+}
+
+/// One segment file a bank container's index lists, with its declared codec and the
+/// SHA-256 it records (if any).
+#[derive(Debug, Clone)]
+pub(crate) struct BankSegment<'a> {
+    pub rel: &'a str,
+    pub codec: BankCodec,
+    pub sha256: Option<&'a str>,
+}
+
+/// Every segment a bank container's index lists, dispatched on its declared tags (seed 002
+/// §1, §5.5: never on the file name; the loader never globs).
+pub(crate) fn bank_segments(c: &Container) -> Vec<BankSegment<'_>> {
     c.index
         .segments
-        .keys()
-        .filter(|k| k.ends_with(".lyrw"))
-        .map(|k| k.as_str())
+        .iter()
+        .map(|(rel, decl)| {
+            let codec = decl.get("codec").and_then(|v| v.as_str());
+            let version = decl.get("format_version").and_then(|v| v.as_u64());
+            let codec = match (codec, version) {
+                (None | Some("lyrw"), Some(2)) => BankCodec::LyrwV2,
+                _ => BankCodec::Unknown(decl.to_string()),
+            };
+            BankSegment {
+                rel: rel.as_str(),
+                codec,
+                sha256: decl.get("sha256").and_then(|v| v.as_str()),
+            }
+        })
+        .collect()
+}
+
+/// The LYRW v2 files among a bank container's segments.
+pub(crate) fn bank_files(c: &Container) -> Vec<&str> {
+    bank_segments(c)
+        .into_iter()
+        .filter(|s| s.codec == BankCodec::LyrwV2)
+        .map(|s| s.rel)
         .collect()
 }
 

@@ -43,15 +43,20 @@
 //!   `derived_from_model` and `applied_patches` (COMPILE); [`compact`] rewrites a container
 //!   keeping its identity and names every file it discards or carries.
 
+pub mod artifact;
 mod atomic;
 pub mod compact;
+mod consistency;
 mod encode;
 pub mod graph;
 pub mod index;
 mod inspect;
 pub mod lyrw;
+pub mod meter;
+pub mod provenance;
 mod reader;
 pub mod segment;
+pub mod variants;
 mod verify;
 mod writer;
 
@@ -62,7 +67,7 @@ pub use inspect::{
     show_components, show_representations, show_tensors, stats, ComponentRow, ContainerStats,
     RepresentationRow, TensorRow,
 };
-pub use reader::{open_model, Container};
+pub use reader::{open_model, open_model_profile, Container};
 pub use verify::{all_ok, verify, VerifyRow, VerifyStatus};
 pub use writer::{
     extract, extract_cancellable, extract_stamped, Derivation, ExtractProgress, ExtractReport,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::graph::SystemGraph;
 use super::index::{read_index, read_json, resolve, ContainerShape, Vindex3Index};
 use super::segment::{parse_header, ParsedSegment};
-use super::{atomic, TEXT_COMPONENT};
+use super::{atomic, consistency, variants, TEXT_COMPONENT};
 use crate::dtype::DType;
 use crate::error::{Result, StorageError};
 use crate::model::{Backing, Model, Operand, OperandKey, Role, SourceKind};
@@ -41,6 +41,7 @@ impl Container {
             (Some(rel), ContainerShape::Graph) => {
                 let path = resolve(dir, rel, "system_graph")?;
                 let v = read_json(&path, MAX_GRAPH_BYTES)?;
+                consistency::check_graph_schema(&path, &v)?;
                 Some(serde_json::from_value(v).map_err(|e| StorageError::Format {
                     path,
                     offset: 0,
@@ -88,22 +89,86 @@ impl Container {
         self.graph.as_ref().ok_or_else(|| bank_refusal(&self.dir))
     }
 
-    /// The representation id selected for `object`: the one the first profile selects,
-    /// else the object's first representation.
+    /// The representation id the default selection (every region set's baseline variant)
+    /// picks for `object`; `None` when the object has no resolvable selection.
     pub fn selected_representation(&self, object: &str) -> Option<String> {
-        if let Some(id) = self
-            .index
-            .profiles
-            .first()
-            .and_then(|p| p.get("select"))
-            .and_then(|s| s.get(object))
-            .and_then(|v| v.as_str())
-        {
-            return Some(id.to_string());
+        self.resolve_variant(object, None).ok()
+    }
+
+    /// The representation `profile` (or, for `None`, the baseline) selects for `object`,
+    /// through the variant catalogue (seed 002 §9.1). Fails closed naming the region set,
+    /// the requested variant and the variants present.
+    pub fn resolve_variant(&self, object: &str, profile: Option<&str>) -> Result<String> {
+        let set = variants::region_set(&self.dir, &self.index, object)?;
+        let wanted = match profile {
+            None => set.baseline.clone(),
+            Some(name) => {
+                let p = variants::profile(&self.dir, &self.index, name)?;
+                match p.select.get(object) {
+                    Some(v) => v.clone(),
+                    None => set.baseline.clone(),
+                }
+            }
+        };
+        let v = set.variants.get(&wanted).ok_or_else(|| {
+            StorageError::Invalid(format!(
+                "{}: {} selects variant {wanted:?} of region set {object}, which is not                  present; present: {:?} (a profile selects present variants only)",
+                self.dir.display(),
+                match profile {
+                    Some(p) => format!("profile {p:?}"),
+                    None => "the baseline".into(),
+                },
+                set.variants.keys().collect::<Vec<_>>()
+            ))
+        })?;
+        if !self.index.representations.contains_key(&v.representation) {
+            return Err(StorageError::Invalid(format!(
+                "{}: variant {wanted:?} of region set {object} names representation {}, which                  index.json does not record",
+                self.dir.display(),
+                v.representation
+            )));
         }
-        let g = self.graph.as_ref()?;
-        let o = g.objects.iter().find(|o| o.id == object)?;
-        o.representations.first().map(|r| r.id.clone())
+        Ok(v.representation.clone())
+    }
+
+    /// The representation of every object with one of its own (tied objects have none),
+    /// as `profile` selects; resolved whole before any segment is opened.
+    pub fn selection(&self, profile: Option<&str>) -> Result<BTreeMap<String, String>> {
+        if let Some(p) = profile {
+            variants::profile(&self.dir, &self.index, p)?;
+        }
+        let g = self.require_graph()?;
+        let mut out = BTreeMap::new();
+        for o in g.objects.iter().filter(|o| o.tied_to.is_none()) {
+            out.insert(o.id.clone(), self.resolve_variant(&o.id, profile)?);
+        }
+        Ok(out)
+    }
+
+    /// A profile's authority, derived (seed 002 §9.2): the weakest fidelity among its
+    /// active selections. A profile that states a stronger claim than that is refused by
+    /// name; a weaker stated claim is kept (a voluntary claim below the derived level).
+    pub fn profile_authority(&self, profile: Option<&str>) -> Result<String> {
+        let mut level = variants::FIDELITY_LEVELS[0].to_string();
+        for rep in self.selection(profile)?.values() {
+            let e = &self.index.representations[rep];
+            level = variants::weaker(&level, &e.fidelity).to_string();
+        }
+        if let Some(name) = profile {
+            let p = variants::profile(&self.dir, &self.index, name)?;
+            if let Some(claim) = p.claimed {
+                let rank = |l: &str| variants::fidelity_rank(l).unwrap_or(usize::MAX);
+                if rank(&claim) < rank(&level) {
+                    return Err(StorageError::Invalid(format!(
+                        "{}: profile {name:?} claims authority {claim:?}, above the \
+                         {level:?} its selections allow (authority is derived, never declared)",
+                        self.dir.display()
+                    )));
+                }
+                return Ok(claim);
+            }
+        }
+        Ok(level)
     }
 }
 
@@ -158,13 +223,23 @@ struct Mapped {
     rel: String,
 }
 
-/// Open the container at `dir` as an executable [`Model`].
+/// Open the container at `dir` as an executable [`Model`], each object in its baseline
+/// variant.
 ///
 /// Refuses: VINDEX2 and unknown `index.json` versions (by number, before any other read);
-/// the bank shape (by name); a segment that is missing, truncated or whose header fails
-/// the hostile-input checks (naming the segment); an operand table that does not close
-/// (naming operand, object, layer and segment).
+/// the bank shape (by name); an unknown SystemGraph schema; a broken layer census or a fact
+/// stored twice that disagrees; a selection of an absent variant (before any segment is
+/// opened); a segment that is missing, truncated or whose header fails the hostile-input
+/// checks (naming the segment); an operand table that does not close (naming operand,
+/// object, layer and segment). An operand whose encoding this build does not know is left
+/// out (the binding opens for browsing); operations that need it refuse at capability
+/// check, naming it.
 pub fn open_model(dir: &Path) -> Result<Model> {
+    open_model_profile(dir, None)
+}
+
+/// [`open_model`] with the variants `profile` selects (`None`: every baseline).
+pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
     let c = Container::load(dir)?;
     let graph = c.require_graph()?;
     if graph.components.len() != 1 || graph.components[0].id != TEXT_COMPONENT {
@@ -183,26 +258,20 @@ pub fn open_model(dir: &Path) -> Result<Model> {
             field: format!("components[{TEXT_COMPONENT}].execution_surface"),
             message: e.to_string(),
         })?;
-    if comp.num_layers as usize != surface.n_layers {
-        return Err(StorageError::Format {
-            path: dir.join("system_graph.json"),
-            offset: 0,
-            field: "num_layers".into(),
-            message: format!(
-                "component says {} layers, its execution surface {}",
-                comp.num_layers, surface.n_layers
-            ),
-        });
-    }
-    for a in &comp.attention {
-        if a.operator != "softmax" || a.span != "full" {
-            return Err(StorageError::Unsupported(format!(
-                "not supported yet: layer {} attention operator {:?} span {:?} (this build \
-                 executes full softmax attention)",
-                a.layer, a.operator, a.span
-            )));
-        }
-    }
+    // The layer count must fit the operand table before anything is sized by it.
+    crate::import::validate::check_layer_count(
+        &dir.join("system_graph.json"),
+        &format!("components[{}].execution_surface.n_layers", comp.id),
+        &surface,
+        comp.operands.len(),
+    )?;
+    consistency::check_component_surface(dir, comp, &surface)?;
+    consistency::check_headline(dir, &c.index, comp)?;
+    consistency::check_attention(dir, comp, &surface)?;
+
+    // Every selection resolves before any segment byte is read (seed 002 §9.1.2).
+    let selection = c.selection(profile)?;
+    c.profile_authority(profile)?;
 
     // Map the segment of every object the operand table references.
     let mut backings = Vec::new();
@@ -211,27 +280,15 @@ pub fn open_model(dir: &Path) -> Result<Model> {
         if mapped.contains_key(&b.object) {
             continue;
         }
-        let rep_id = c.selected_representation(&b.object).ok_or_else(|| {
+        let rep_id = selection.get(&b.object).cloned().ok_or_else(|| {
             StorageError::Invalid(format!(
-                "{}: object {} has no representation",
+                "{}: operand {} names object {}, which has no representation of its own",
                 dir.display(),
+                b.role,
                 b.object
             ))
         })?;
-        let entry = c.index.representations.get(&rep_id).ok_or_else(|| {
-            let present: Vec<&str> = c
-                .index
-                .representations
-                .iter()
-                .filter(|(_, e)| e.object == b.object)
-                .map(|(id, _)| id.as_str())
-                .collect();
-            StorageError::Invalid(format!(
-                "{}: the profile selects representation {rep_id} of {}, which is not                  present; present: {present:?} (a profile selects present variants only)",
-                dir.display(),
-                b.object
-            ))
-        })?;
+        let entry = &c.index.representations[&rep_id];
         let path = resolve(dir, &entry.segment, "representations.segment")?;
         // Regular files only, fingerprinted and registered (see `crate::mapped`).
         let map = crate::mapped::map_file(&path, "segment")?;
@@ -277,6 +334,7 @@ pub fn open_model(dir: &Path) -> Result<Model> {
     }
 
     let mut operands = BTreeMap::new();
+    let mut unreadable: BTreeMap<OperandKey, String> = BTreeMap::new();
     for b in &comp.operands {
         let m = &mapped[&b.object];
         let role = role_by_name(&b.role).ok_or_else(|| {
@@ -306,12 +364,23 @@ pub fn open_model(dir: &Path) -> Result<Model> {
                     b.tensor, m.rel, b.object
                 ),
             })?;
-        let dtype = DType::from_name(&t.dtype).ok_or_else(|| {
-            StorageError::Unsupported(format!(
-                "not supported yet: encoding {:?} of {key} (tensor {:?}, segment {})",
-                t.dtype, t.name, m.rel
-            ))
-        })?;
+        let Some(dtype) = DType::from_name(&t.dtype) else {
+            // Preserved at read time; refused by the operation that needs it (§5.7).
+            if unreadable
+                .insert(
+                    key,
+                    format!("{} (tensor {:?}, segment {})", t.dtype, t.name, m.rel),
+                )
+                .is_some()
+                || operands.contains_key(&key)
+            {
+                return Err(StorageError::Invalid(format!(
+                    "{}: operand {key} is bound twice",
+                    dir.display()
+                )));
+            }
+            continue;
+        };
         let shape: Vec<usize> = t
             .shape
             .iter()
@@ -327,14 +396,14 @@ pub fn open_model(dir: &Path) -> Result<Model> {
             offset,
             len: t.len as usize,
         };
-        if operands.insert(key, op).is_some() {
+        if operands.insert(key, op).is_some() || unreadable.contains_key(&key) {
             return Err(StorageError::Invalid(format!(
                 "{}: operand {key} is bound twice",
                 dir.display()
             )));
         }
     }
-    check_closure(&surface, &operands, &c, comp)?;
+    check_closure(&surface, &operands, &unreadable, &c, comp)?;
 
     let tokenizer = tokenizer_slot(dir, &c.index);
     Ok(Model {
@@ -351,6 +420,7 @@ pub fn open_model(dir: &Path) -> Result<Model> {
 fn check_closure(
     s: &ExecutionSurface,
     ops: &BTreeMap<OperandKey, Operand>,
+    unreadable: &BTreeMap<OperandKey, String>,
     c: &Container,
     comp: &super::graph::Component,
 ) -> Result<()> {
@@ -382,6 +452,9 @@ fn check_closure(
     )?;
     for key in s.required_keys() {
         let shape = s.operand_shape(key.role);
+        if unreadable.contains_key(&key) {
+            continue;
+        }
         let op = ops.get(&key).ok_or_else(|| missing(key))?;
         // 1-D tensors may be stored as [n] or [n, 1].
         let got: Vec<usize> = {

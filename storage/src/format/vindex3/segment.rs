@@ -235,6 +235,7 @@ pub fn read_header(path: &Path) -> Result<ParsedSegment> {
     buf[..8].copy_from_slice(&word);
     f.read_exact(&mut buf[8..])
         .map_err(|e| StorageError::io(path, e))?;
+    super::meter::count_header(buf.len() as u64);
     parse_header(path, &buf, file_len)
 }
 

@@ -22,7 +22,7 @@ use super::graph::{
     AttentionLayerPolicy, Component, LogicalObject, ObjectRepresentation, OperandBinding,
     SourceBinding, SystemGraph,
 };
-use super::index::{Authority, CapabilityEntry, RepresentationEntry, Vindex3Index};
+use super::index::{CapabilityEntry, RepresentationEntry, Vindex3Index};
 use super::segment::{align_up, frame_header, SegmentHeader, TensorEntry};
 use super::{GRAPH_SCHEMA, INDEX_SCHEMA, SEGMENT_HEADER_SCHEMA, TEXT_COMPONENT};
 use crate::dtype::DType;
@@ -586,6 +586,7 @@ fn write_container(
         });
     }
 
+    let provenance = super::provenance::of_model(model)?;
     let mut objects = Vec::new();
     let mut representations = BTreeMap::new();
     let mut segments = BTreeMap::new();
@@ -594,11 +595,6 @@ fn write_container(
     let mut variants = Map::new();
     let mut weakest = 0u8;
     let mut payload_total = 0u64;
-    let levels = [
-        "source-exact",
-        "source-equivalent",
-        "numerically-approximate",
-    ];
     for object in OBJECTS {
         let kind = object.split_once('.').map(|(_, k)| k).unwrap_or(object);
         let Some(keys) = by_object.get(object) else {
@@ -614,21 +610,30 @@ fn write_container(
             });
             continue;
         };
-        let w = write_segment(model, dir, object, keys, encoding, &artifact, counter)?;
-        let level = levels
-            .iter()
-            .position(|l| *l == w.entry.fidelity)
-            .unwrap_or(2) as u8;
+        let mut w = write_segment(model, dir, object, keys, encoding, &artifact, counter)?;
+        // Fidelity through the whole chain: never stronger than what the source held.
+        if let Some(floor) = provenance.floor.get(object) {
+            w.entry.fidelity = super::variants::weaker(&w.entry.fidelity, floor).to_string();
+        }
+        let level = super::variants::fidelity_rank(&w.entry.fidelity).unwrap_or(2) as u8;
         weakest = weakest.max(level);
         payload_total += w.entry.payload_bytes;
         segments.insert(
             w.entry.segment.clone(),
             json!({"schema": SEGMENT_HEADER_SCHEMA, "codec": "tensor-table"}),
         );
-        select.insert(object.to_string(), Value::String(w.rep_id.clone()));
+        select.insert(object.to_string(), Value::String(encoding.name().into()));
         variants.insert(
             object.to_string(),
-            json!({"variants": {encoding.name(): w.rep_id}, "baseline": encoding.name()}),
+            super::variants::single_variant_entry(
+                object,
+                encoding.name(),
+                &super::variants::Variant {
+                    storage: w.entry.segment.clone(),
+                    representation: w.rep_id.clone(),
+                    fidelity: w.entry.fidelity.clone(),
+                },
+            ),
         );
         objects.push(LogicalObject {
             id: object.to_string(),
@@ -706,6 +711,7 @@ fn write_container(
         "source".into(),
         json!({"artifact": artifact, "kind": model.kind, "bytes": source_bytes}),
     );
+    extra.insert("provenance".into(), json!({"chain": provenance.chain}));
     let index = Vindex3Index {
         version: INDEX_SCHEMA,
         model: model
@@ -720,18 +726,24 @@ fn write_container(
         moe_manifest: None,
         representations,
         segments,
+        // The profile carries no authority claim (it is derived from its selections); a
+        // lossy extract is never named `exact`.
         profiles: vec![json!({
-            "profile": "exact",
+            "profile": if weakest <= 1 { "exact" } else { "compact-approximate" },
             "select": select,
-            "authority": levels[weakest as usize],
         })],
         variants: Value::Object(variants),
+        // COMPILE's derivation (the base identity and applied patches) takes precedence;
+        // otherwise the provenance chain decides (a container of a container is derived).
         authority: match derivation {
-            Some(_) => Authority::Derived,
-            None => Authority::Canonical,
+            Some(_) => super::index::Authority::Derived,
+            None => provenance.authority,
         },
         precision_map: None,
-        derived_from_model: derivation.map(|d| d.derived_from_model.clone()),
+        derived_from_model: match derivation {
+            Some(d) => Some(d.derived_from_model.clone()),
+            None => provenance.derived_from_model.clone(),
+        },
         system_graph_sha256: Some(hex(Sha256::digest(&graph_bytes))),
         capabilities,
         extra,
