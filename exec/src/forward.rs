@@ -11,6 +11,7 @@ use crate::error::{ExecError, Result};
 use crate::kernels::{add_in_place, RopeTable};
 use crate::kv::KvCache;
 use crate::observer::{LayerRecord, Observer};
+use crate::overlay;
 use crate::plan::Plan;
 
 /// Which positions' logits a pass computes.
@@ -249,12 +250,16 @@ impl Pass<'_> {
             be.rmsnorm(&x, &lp.ffn_norm, s.norm_eps, &mut h);
             let (wg, wu) = (view(self.source, lp.gate)?, view(self.source, lp.up)?);
             be.matmul_group(&[wg, wu], &h, n, &mut [&mut gate, &mut up])?;
+            let ov = self.source.ffn_overlay(l);
+            overlay::scale_gate(ov, &mut gate, ff);
             if obs.is_some() {
                 gate_pre.clear();
                 gate_pre.extend_from_slice(&gate);
             }
             be.glu(s.activation, &mut gate, &up);
+            overlay::scale_activation(ov, &mut gate, ff);
             be.matmul(&view(self.source, lp.down)?, &gate, n, &mut ffn_delta)?;
+            let added = overlay::add_features(ov, s.activation, &h, &mut ffn_delta);
             add_in_place(&mut x, &ffn_delta);
 
             if let Some(o) = obs.as_deref_mut() {
@@ -270,6 +275,8 @@ impl Pass<'_> {
                     ffn_input: &h,
                     gate: &gate_pre,
                     activation: &gate,
+                    added_gate: &added.gate,
+                    added_activation: &added.activation,
                     attention: want_attn.then_some(&weights[..]),
                 });
             }

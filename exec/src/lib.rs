@@ -19,12 +19,14 @@
 pub mod backend;
 pub mod bench;
 pub mod browse;
+pub mod edit;
 pub mod error;
 pub mod forward;
 pub mod generate;
 pub mod kernels;
 pub mod kv;
 pub mod observer;
+pub mod overlay;
 pub mod plan;
 pub mod sample;
 pub mod session;

@@ -2,7 +2,7 @@
 //! that the engine does not run. Each refusal is `not supported yet: …` with the span of the
 //! clause at fault. EXPLAIN PLAN still shows their operator trees.
 
-use lql_grammar::{Span, Statement, StatementKind};
+use lql_grammar::{Span, Statement, StatementKind, Table};
 
 use crate::error::PlanError;
 use crate::logical::{ExplainMode, ExtractFormat, LogicalPlan, ShowWhat};
@@ -46,20 +46,29 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             }
         }
         (StatementKind::Show(s), LogicalPlan::Show(p))
-            if matches!(p.what, ShowWhat::Profiles | ShowWhat::Patches) =>
+            if matches!(p.what, ShowWhat::Profiles) =>
         {
             refuse(&format!("SHOW {}", p.what), s.what.span)
         }
+        (_, LogicalPlan::Update(u)) => {
+            if u.table != Table::Features {
+                return refuse(&format!("UPDATE {}", u.table.name()), stmt.span);
+            }
+            match u
+                .assignments
+                .iter()
+                .find(|(c, _)| c != "gate_scale" && c != "down_scale")
+            {
+                Some((c, _)) => refuse(
+                    &format!("UPDATE features SET {c} (gate_scale and down_scale are built)"),
+                    stmt.span,
+                ),
+                None => Ok(()),
+            }
+        }
         (
             _,
-            LogicalPlan::Insert(_)
-            | LogicalPlan::Delete(_)
-            | LogicalPlan::Update(_)
-            | LogicalPlan::BeginPatch { .. }
-            | LogicalPlan::SavePatch
-            | LogicalPlan::ApplyPatch { .. }
-            | LogicalPlan::RemovePatch { .. }
-            | LogicalPlan::Diff(_)
+            LogicalPlan::Diff(_)
             | LogicalPlan::Compile(_)
             | LogicalPlan::Compact { .. },
         ) => refuse(plan.name(), stmt.span),

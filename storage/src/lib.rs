@@ -17,6 +17,7 @@
 //! - [`fsutil`]: file-access rules (regular files only, size caps, paths resolved inside
 //!   their root, exclusive temporary files renamed into place).
 //! - [`mapped`]: mapped model files, their fingerprints and the SIGBUS reporter.
+//! - [`overlay`]: the effective model state (base + patches) and the patch file format.
 
 pub mod catalogue;
 pub mod codec;
@@ -28,6 +29,7 @@ pub mod import;
 pub mod json_strict;
 pub mod mapped;
 pub mod model;
+pub mod overlay;
 pub mod surface;
 pub mod tokenizer_spec;
 

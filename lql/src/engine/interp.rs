@@ -9,7 +9,9 @@ use std::time::Instant;
 use lql_planner::{Operator, PhysicalPlan, PlanNode};
 
 use super::datum::Datum;
-use super::{bind, describe, explain, introspect, package, run, select, trace, vindex, walk, Cx};
+use super::{
+    bind, describe, edit, explain, introspect, package, patch, run, select, trace, vindex, walk, Cx,
+};
 use crate::error::{Error, Result};
 use crate::rows::Rows;
 
@@ -191,6 +193,13 @@ fn operator(
         O::DescribeTable { table } => introspect::describe_table(cx, *table),
         O::Rows { columns } => rows(cx, inputs, columns),
         O::Explain { mode, plan } => explain::explain(cx, *mode, plan),
+        O::OverlayInsert { .. } => edit::insert(cx),
+        O::OverlayDelete { table } => edit::delete(cx, one(inputs, "OverlayDelete")?, *table),
+        O::OverlayUpdate { .. } => edit::update(cx, one(inputs, "OverlayUpdate")?),
+        O::PatchBegin { path } => patch::begin(cx, path),
+        O::PatchSave => patch::save(cx),
+        O::PatchApply { path } => patch::apply(cx, path),
+        O::PatchRemove { path } => patch::remove(cx, path),
         other => Err(Error::not_supported_yet(&other.to_string())),
     }
 }

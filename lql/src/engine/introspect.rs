@@ -29,7 +29,8 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
         ShowWhat::Components | ShowWhat::Representations => {
             return super::vindex::show(cx, &plan).map(Datum::Rows)
         }
-        ShowWhat::Profiles | ShowWhat::Patches => {
+        ShowWhat::Patches => super::patch::show(cx)?,
+        ShowWhat::Profiles => {
             return Err(Error::not_supported_yet(&format!("SHOW {}", plan.what)))
         }
     };
