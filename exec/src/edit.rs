@@ -115,7 +115,8 @@ pub fn keyed_feature(
     }
     let s = shape.beta / (len * len);
     let gate: Vec<f32> = u.iter().map(|v| v * s).collect();
-    let gate_bias = -(gate.iter().zip(centre).map(|(g, c)| g * c).sum::<f32>()) - shape.beta * shape.theta;
+    let gate_bias =
+        -(gate.iter().zip(centre).map(|(g, c)| g * c).sum::<f32>()) - shape.beta * shape.theta;
     let at_key = act(activation, shape.beta * (1.0 - shape.theta));
     Ok(AddedFeature {
         layer,

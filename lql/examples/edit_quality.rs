@@ -209,7 +209,11 @@ fn main() -> lql::Result<()> {
         clauses += &format!(" ALPHA {a}");
     }
     let path = opt("--fact-file").unwrap_or_else(|| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/edit/facts.json").to_string()
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/edit/facts.json"
+        )
+        .to_string()
     });
     let all = facts(&path);
     let db = Database::open("smollm2-135m-instruct")?;

@@ -118,8 +118,16 @@ const TENSORS: Spec = &[
 const EDGES: Spec = &[
     ("entity", Text, "the subject of the edge"),
     ("relation", Text, "the relation"),
-    ("target", Text, "the object the edit makes the prompt continue with"),
-    ("prompt", Text, "the prompt the edit was keyed and scaled on"),
+    (
+        "target",
+        Text,
+        "the object the edit makes the prompt continue with",
+    ),
+    (
+        "prompt",
+        Text,
+        "the prompt the edit was keyed and scaled on",
+    ),
     ("layer", Int, "layer carrying the edit"),
     (
         "feature",
@@ -134,11 +142,19 @@ const EDIT_RESULT: Spec = &[
     ("detail", Text, "what changed, in words"),
 ];
 const PATCHES: Spec = &[
-    ("patch", Text, "the patch file, (session) or the patch being recorded"),
+    (
+        "patch",
+        Text,
+        "the patch file, (session) or the patch being recorded",
+    ),
     ("state", Text, "applied, session or recording"),
     ("edits", Int, "edits it holds"),
     ("layers", Text, "layers its edits touch"),
-    ("sha256", Text, "sha256 of the patch file (empty until saved)"),
+    (
+        "sha256",
+        Text,
+        "sha256 of the patch file (empty until saved)",
+    ),
     (
         "base_sha256",
         Text,
@@ -439,9 +455,9 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         | LogicalPlan::SavePatch
         | LogicalPlan::ApplyPatch { .. }
         | LogicalPlan::RemovePatch { .. } => defs(EDIT_RESULT),
-        LogicalPlan::Diff(_)
-        | LogicalPlan::Compile(_)
-        | LogicalPlan::Compact { .. } => defs(STATUS),
+        LogicalPlan::Diff(_) | LogicalPlan::Compile(_) | LogicalPlan::Compact { .. } => {
+            defs(STATUS)
+        }
     }
 }
 

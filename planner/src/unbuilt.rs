@@ -45,9 +45,7 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
                 None => Ok(()),
             }
         }
-        (StatementKind::Show(s), LogicalPlan::Show(p))
-            if matches!(p.what, ShowWhat::Profiles) =>
-        {
+        (StatementKind::Show(s), LogicalPlan::Show(p)) if matches!(p.what, ShowWhat::Profiles) => {
             refuse(&format!("SHOW {}", p.what), s.what.span)
         }
         (_, LogicalPlan::Update(u)) => {
@@ -66,12 +64,9 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
                 None => Ok(()),
             }
         }
-        (
-            _,
-            LogicalPlan::Diff(_)
-            | LogicalPlan::Compile(_)
-            | LogicalPlan::Compact { .. },
-        ) => refuse(plan.name(), stmt.span),
+        (_, LogicalPlan::Diff(_) | LogicalPlan::Compile(_) | LogicalPlan::Compact { .. }) => {
+            refuse(plan.name(), stmt.span)
+        }
         _ => Ok(()),
     }
 }

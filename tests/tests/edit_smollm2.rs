@@ -96,7 +96,10 @@ fn trace_sums_and_the_edit_layer_moves_most() {
             .find(|r| r[1].to_string() == " Rome")
             .expect("Rome in the top 50");
         let logit = f(&rome[4]);
-        assert!((sum - logit).abs() < 1e-4 * logit.abs().max(1.0), "{sum} vs {logit}");
+        assert!(
+            (sum - logit).abs() < 1e-4 * logit.abs().max(1.0),
+            "{sum} vs {logit}"
+        );
         // The layer whose contribution changed most is the edit's layer.
         let li = col(&after, "layer");
         let mut best = (String::new(), 0.0f64);
@@ -167,10 +170,8 @@ fn connections_do_not_see_each_others_session_patches() {
         std::thread::scope(|s| {
             s.spawn(|| a.execute(INSERT).unwrap());
             s.spawn(|| {
-                b.execute(
-                    "UPDATE features SET down_scale = 0 WHERE layer = 29 AND feature < 8",
-                )
-                .unwrap()
+                b.execute("UPDATE features SET down_scale = 0 WHERE layer = 29 AND feature < 8")
+                    .unwrap()
             });
         });
         assert_eq!(top(&a, PROMPT).0.trim(), "Rome");

@@ -244,7 +244,14 @@ fn insert_one(
 
 /// Stand-ins for the entity: the mean last-token key of the prompt with the entity replaced
 /// by each is the part of the key the template alone explains.
-const STAND_INS: [&str; 6] = ["it", "this", "something", "the place", "that one", "someone"];
+const STAND_INS: [&str; 6] = [
+    "it",
+    "this",
+    "something",
+    "the place",
+    "that one",
+    "someone",
+];
 
 /// The contrast centre: the mean normed FFN input of `layer` at the last token of `prompt`
 /// with the entity replaced by each stand-in.
@@ -330,7 +337,10 @@ pub(crate) fn delete(cx: &mut Cx<'_>, input: Datum, table: lql_grammar::Table) -
             ))
         }
         lql_grammar::Table::Edges => delete_edges(cx, input),
-        t => Err(Error::not_supported_yet(&format!("DELETE FROM {}", t.name()))),
+        t => Err(Error::not_supported_yet(&format!(
+            "DELETE FROM {}",
+            t.name()
+        ))),
     }
 }
 
@@ -345,7 +355,14 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let mut doomed: Vec<(usize, usize)> = Vec::new();
     for r in &rows {
         let patch = r[pi].to_string();
-        if patch != "(session)" && !cx.bound()?.edits.open.as_ref().is_some_and(|o| o.0 == patch) {
+        if patch != "(session)"
+            && !cx
+                .bound()?
+                .edits
+                .open
+                .as_ref()
+                .is_some_and(|o| o.0 == patch)
+        {
             return Err(Error::semantic(format!(
                 "edge {} is held by patch file {patch}: remove the patch instead (REMOVE PATCH {patch:?})",
                 r[0]
@@ -377,7 +394,11 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
         removed += before - list.len();
     }
     rebuild(cx)?;
-    Ok(status("DELETE", removed, format!("{removed} edges removed")))
+    Ok(status(
+        "DELETE",
+        removed,
+        format!("{removed} edges removed"),
+    ))
 }
 
 /// `OverlayUpdate`: `UPDATE features SET gate_scale = a, down_scale = b WHERE …`.
@@ -398,12 +419,18 @@ pub(crate) fn update(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
             }
         };
         if !x.is_finite() || x.abs() > 1e6 {
-            return Err(Error::semantic(format!("{c} = {x} is out of range (|x| ≤ 1e6)")));
+            return Err(Error::semantic(format!(
+                "{c} = {x} is out of range (|x| ≤ 1e6)"
+            )));
         }
         match c.as_str() {
             "gate_scale" => gate = Some(x as f32),
             "down_scale" => down = Some(x as f32),
-            _ => return Err(Error::not_supported_yet(&format!("UPDATE features SET {c}"))),
+            _ => {
+                return Err(Error::not_supported_yet(&format!(
+                    "UPDATE features SET {c}"
+                )))
+            }
         }
     }
     let keys = layer_features(input)?;

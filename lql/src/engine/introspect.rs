@@ -30,9 +30,7 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
             return super::vindex::show(cx, &plan).map(Datum::Rows)
         }
         ShowWhat::Patches => super::patch::show(cx)?,
-        ShowWhat::Profiles => {
-            return Err(Error::not_supported_yet(&format!("SHOW {}", plan.what)))
-        }
+        ShowWhat::Profiles => return Err(Error::not_supported_yet(&format!("SHOW {}", plan.what))),
     };
     if let Some(pattern) = &plan.like {
         rows.rows

@@ -40,7 +40,9 @@ pub(crate) fn begin(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
 pub(crate) fn save(cx: &mut Cx<'_>) -> Result<Datum> {
     let b = cx.bound()?;
     let Some((path, edits)) = b.edits.open.clone() else {
-        return Err(Error::semantic("no patch is being recorded: BEGIN PATCH \"file\" first"));
+        return Err(Error::semantic(
+            "no patch is being recorded: BEGIN PATCH \"file\" first",
+        ));
     };
     let s = &b.model().surface;
     let file = PatchFile {
@@ -74,7 +76,9 @@ pub(crate) fn apply(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
     if b.edits.applied.iter().any(|p| p.name() == path)
         || b.edits.open.as_ref().is_some_and(|o| o.0 == path)
     {
-        return Err(Error::semantic(format!("patch {path:?} is already applied")));
+        return Err(Error::semantic(format!(
+            "patch {path:?} is already applied"
+        )));
     }
     let (file, sha256) = pf::read(Path::new(path))?;
     let identity = b.shared.identity();
@@ -94,9 +98,12 @@ pub(crate) fn apply(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
             file.hidden, file.n_layers, b.name, s.hidden, s.n_layers
         )));
     }
-    if let Some(dup) = b.edits.applied.iter().find(|p| {
-        matches!(&p.origin, PatchOrigin::File { sha256: h, .. } if *h == sha256)
-    }) {
+    if let Some(dup) = b
+        .edits
+        .applied
+        .iter()
+        .find(|p| matches!(&p.origin, PatchOrigin::File { sha256: h, .. } if *h == sha256))
+    {
         return Err(Error::semantic(format!(
             "{path} has the same contents as the applied patch {}",
             dup.name()
@@ -138,7 +145,11 @@ pub(crate) fn remove(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
             .with_help("SHOW PATCHES lists the patches in force"));
     };
     rebuild(cx)?;
-    Ok(status("REMOVE PATCH", n, format!("{path}: {n} edits removed")))
+    Ok(status(
+        "REMOVE PATCH",
+        n,
+        format!("{path}: {n} edits removed"),
+    ))
 }
 
 fn layers_of(edits: &[Edit]) -> String {

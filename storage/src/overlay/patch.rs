@@ -112,7 +112,9 @@ pub fn encode(p: &PatchFile) -> Vec<u8> {
                 out.push(2);
                 out.extend_from_slice(&(s.layer as u32).to_le_bytes());
                 out.extend_from_slice(&(s.feature as u32).to_le_bytes());
-                out.push(u8::from(s.gate_scale.is_some()) | (u8::from(s.down_scale.is_some()) << 1));
+                out.push(
+                    u8::from(s.gate_scale.is_some()) | (u8::from(s.down_scale.is_some()) << 1),
+                );
                 out.extend_from_slice(&s.gate_scale.unwrap_or(1.0).to_le_bytes());
                 out.extend_from_slice(&s.down_scale.unwrap_or(1.0).to_le_bytes());
             }
@@ -203,7 +205,10 @@ impl Cursor<'_> {
         let n = self.u32(field)? as usize;
         if n > MAX_TEXT {
             self.at = at;
-            return Err(self.err(field, format!("{n} bytes exceeds the {MAX_TEXT}-byte limit")));
+            return Err(self.err(
+                field,
+                format!("{n} bytes exceeds the {MAX_TEXT}-byte limit"),
+            ));
         }
         let s = self.take(n, field)?;
         String::from_utf8(s.to_vec()).map_err(|_| {
@@ -223,7 +228,11 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<PatchFile> {
         message,
     };
     if bytes.len() < 8 || &bytes[..8] != MAGIC {
-        return Err(fmt(0, "magic", "not an LQL patch file (no LQLPATCH magic)".into()));
+        return Err(fmt(
+            0,
+            "magic",
+            "not an LQL patch file (no LQLPATCH magic)".into(),
+        ));
     }
     if bytes.len() < HEADER + TRAILER {
         return Err(fmt(
@@ -332,7 +341,10 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<PatchFile> {
         }
     }
     if c.at != end {
-        return Err(c.err("edits", format!("{} bytes left after the last edit", end - c.at)));
+        return Err(c.err(
+            "edits",
+            format!("{} bytes left after the last edit", end - c.at),
+        ));
     }
     Ok(PatchFile {
         base_sha256,
