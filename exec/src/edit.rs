@@ -3,8 +3,9 @@
 //!
 //! ```text
 //!  key   k = normed FFN input at layer L, at the last token of the edit prompt
-//!  centre c = mean of the same with the entity replaced by stand-ins ("it", "this", …),
-//!          or, when the prompt does not name the entity, over reference text
+//!  centre c = mean of the same with the entity replaced by stand-ins ("it", "this", …)
+//!          and by other entities of the relation; over reference text when the prompt
+//!          does not name the entity
 //!  gate  pre(x) = β·(û·(x − c)/‖k − c‖ − θ)      û = (k − c)/‖k − c‖   (1 at the key)
 //!  up    1/act(β(1 − θ))                          (activation 1 at the key)
 //!  down  m · γ⊙(E[target] − E[old]) / ‖…‖         (towards the target's head row)

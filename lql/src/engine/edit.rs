@@ -177,7 +177,6 @@ fn insert_one(
     layer: usize,
     aim: f32,
 ) -> Result<ke::Strength> {
-    let _ = plan;
     let tok = cx.tokenizer()?;
     let exec = cx.executor()?;
     let ids = tok.encode(prompt, true)?;
@@ -203,7 +202,16 @@ fn insert_one(
     let d = exec.surface().hidden;
     let key_pos = ids.len() - 1;
     let centre = if prompt.contains(&row.entity) {
-        Arc::new(contrast_centre(&exec, &tok, prompt, &row.entity, layer)?)
+        let others = other_entities(plan, cx.bound()?.edits.state.as_deref(), row);
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
+        Arc::new(contrast_centre(
+            &exec,
+            &tok,
+            prompt,
+            &row.entity,
+            &others,
+            layer,
+        )?)
     } else {
         centre(cx, layer)?
     };
@@ -253,25 +261,64 @@ const STAND_INS: [&str; 6] = [
     "someone",
 ];
 
+/// At most this many other entities of the same relation join the stand-ins.
+const MAX_CONTRAST_ENTITIES: usize = 8;
+
 /// The contrast centre: the mean normed FFN input of `layer` at the last token of `prompt`
-/// with the entity replaced by each stand-in.
+/// with the entity replaced by each stand-in and by each of `others` (other entities of the
+/// same relation: the rest of the INSERT and the edges in force), so that what the key keeps
+/// is what this entity has and they lack.
 fn contrast_centre(
     exec: &Executor,
     tok: &lql_exec::tokenizer::Tokenizer,
     prompt: &str,
     entity: &str,
+    others: &[&str],
     layer: usize,
 ) -> Result<Vec<f32>> {
     let d = exec.surface().hidden;
+    let subs: Vec<&str> = STAND_INS
+        .iter()
+        .copied()
+        .chain(others.iter().copied())
+        .collect();
     let mut sum = vec![0.0f32; d];
-    for s in STAND_INS {
+    for s in &subs {
         let ids = tok.encode(&prompt.replacen(entity, s, 1), true)?;
         let rows = ke::ffn_inputs(exec, &ids, layer)?;
         for (a, b) in sum.iter_mut().zip(&rows[rows.len() - d..]) {
-            *a += b / STAND_INS.len() as f32;
+            *a += b / subs.len() as f32;
         }
     }
     Ok(sum)
+}
+
+/// Up to [`MAX_CONTRAST_ENTITIES`] other entities of `row`'s relation: the INSERT's other rows,
+/// then the edges in force.
+fn other_entities(plan: &InsertPlan, state: Option<&EffectiveModel>, row: &EdgeRow) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let edges = state
+        .map(|s| {
+            s.added_features()
+                .into_iter()
+                .filter_map(|(_, a, _)| a.edge.clone())
+                .map(|e| (e.entity, e.relation))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let rows = plan
+        .rows
+        .iter()
+        .map(|r| (r.entity.clone(), r.relation.clone()));
+    for (e, r) in rows.chain(edges) {
+        if out.len() == MAX_CONTRAST_ENTITIES {
+            break;
+        }
+        if r == row.relation && e != row.entity && !out.contains(&e) {
+            out.push(e);
+        }
+    }
+    out
 }
 
 /// The key centre of `layer` when the prompt does not name the entity: the mean normed FFN

@@ -268,3 +268,56 @@ impl OperandSource for EffectiveModel {
         self.layers.get(&layer)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::gguf::synth::TinyModel;
+
+    fn tiny() -> Arc<Model> {
+        let dir = std::env::temp_dir().join(format!("lql-overlay-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("tiny.gguf");
+        TinyModel::llama().write(&p).unwrap();
+        Arc::new(Model::open(&p).unwrap())
+    }
+
+    fn add(layer: usize, d: usize) -> Edit {
+        Edit::Add(AddedFeature {
+            layer,
+            gate: vec![1.0; d],
+            gate_bias: 0.0,
+            up: vec![0.0; d],
+            up_bias: 1.0,
+            down: vec![0.5; d],
+            edge: None,
+        })
+    }
+
+    #[test]
+    fn states_number_added_features_and_refuse_what_the_model_lacks() {
+        let m = tiny();
+        let (d, ff, n) = (m.surface.hidden, m.surface.ffn, m.surface.n_layers);
+        let patch = |edits| Patch {
+            origin: PatchOrigin::Session,
+            edits,
+        };
+        let scale = |feature| {
+            Edit::Scale(FeatureScale {
+                layer: 0,
+                feature,
+                gate_scale: None,
+                down_scale: Some(0.0),
+            })
+        };
+        let s = EffectiveModel::new(m.clone(), vec![patch(vec![add(0, d), scale(ff)])]).unwrap();
+        assert_eq!(s.ffn_width(0), ff + 1);
+        assert_eq!(s.added_features()[0].0, ff);
+        assert_eq!(s.layers()[&0].down_scale.as_ref().unwrap()[ff], 0.0);
+        let t = EffectiveModel::new(m.clone(), Vec::new()).unwrap();
+        assert!(t.is_empty() && t.version() != s.version());
+        assert!(EffectiveModel::new(m.clone(), vec![patch(vec![add(n, d)])]).is_err());
+        assert!(EffectiveModel::new(m.clone(), vec![patch(vec![add(0, d + 1)])]).is_err());
+        assert!(EffectiveModel::new(m, vec![patch(vec![scale(ff)])]).is_err());
+    }
+}
