@@ -400,16 +400,10 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
         return Err(Error::internal("edges scan lacks layer/feature/patch"));
     };
     let mut doomed: Vec<(usize, usize)> = Vec::new();
+    let recording = cx.bound()?.edits.open.as_ref().map(|o| o.0.clone());
     for r in &rows {
         let patch = r[pi].to_string();
-        if patch != "(session)"
-            && !cx
-                .bound()?
-                .edits
-                .open
-                .as_ref()
-                .is_some_and(|o| o.0 == patch)
-        {
+        if patch != "(session)" && recording.as_deref() != Some(patch.as_str()) {
             return Err(Error::semantic(format!(
                 "edge {} is held by patch file {patch}: remove the patch instead (REMOVE PATCH {patch:?})",
                 r[0]
