@@ -14,7 +14,9 @@ use crate::backend::Backend;
 use crate::error::{ExecError, Result};
 use crate::kernels::{axpy, dot, exp};
 use crate::observer::Route;
+use crate::overlay;
 use crate::plan::{BankPlan, FfnPlan, LayerPlan};
+use lql_storage::overlay::LayerOverlay;
 
 /// Scratch space of the FFN block, reused across layers of one pass, and what an observer
 /// may read after [`run`].
@@ -32,6 +34,9 @@ pub(crate) struct FfnBuffers {
     width: usize,
     /// With an observer: the router's choices of the last bank run.
     pub routes: Vec<Route>,
+    /// The effective state's added features of the last run (gate pre-activations and
+    /// activations, for observers; empty without an overlay).
+    pub added: overlay::Added,
 }
 
 impl FfnBuffers {
@@ -46,6 +51,7 @@ impl FfnBuffers {
             logits: Vec::new(),
             width: ff,
             routes: Vec::new(),
+            added: overlay::Added::default(),
         }
     }
 
@@ -100,18 +106,32 @@ pub(crate) fn run(
     observe: Option<usize>,
     out: &mut [f32],
 ) -> Result<()> {
+    // The effective state's overlay of this layer (knowledge edits, feature scales).
+    let ov = cx.source.ffn_overlay(lp.index);
     match &lp.ffn {
-        FfnPlan::Dense { gate, up, down } => {
-            dense(cx, [*gate, *up, *down], h, n, buf, observe.is_some(), out)
-        }
-        FfnPlan::Bank(b) => bank(cx, b, h, n, buf, observe, out),
+        FfnPlan::Dense { gate, up, down } => dense(
+            cx,
+            [*gate, *up, *down],
+            ov,
+            h,
+            n,
+            buf,
+            observe.is_some(),
+            out,
+        )?,
+        FfnPlan::Bank(b) => bank(cx, b, h, n, buf, observe, out)?,
     }
+    // Added features sit beside whatever FFN the layer has.
+    buf.added = overlay::add_features(ov, cx.activation, h, out);
+    Ok(())
 }
 
 /// The dense gated FFN.
+#[allow(clippy::too_many_arguments)]
 fn dense(
     cx: &FfnCtx<'_>,
     [gate, up, down]: [OperandKey; 3],
+    ov: Option<&LayerOverlay>,
     h: &[f32],
     n: usize,
     buf: &mut FfnBuffers,
@@ -121,11 +141,13 @@ fn dense(
     let be = cx.backend;
     let (wg, wu) = (view(cx.source, gate)?, view(cx.source, up)?);
     be.matmul_group(&[wg, wu], h, n, &mut [&mut buf.gate, &mut buf.up])?;
+    overlay::scale_gate(ov, &mut buf.gate, buf.width);
     if keep_pre {
         buf.gate_pre.clear();
         buf.gate_pre.extend_from_slice(&buf.gate);
     }
     be.glu(cx.activation, &mut buf.gate, &buf.up);
+    overlay::scale_activation(ov, &mut buf.gate, buf.width);
     be.matmul(&view(cx.source, down)?, &buf.gate, n, out)
 }
 

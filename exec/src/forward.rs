@@ -275,6 +275,8 @@ impl Pass<'_> {
                     ffn_input: &h,
                     gate: ffn_buf.observed_gate(),
                     activation: ffn_buf.observed_activation(),
+                    added_gate: &ffn_buf.added.gate,
+                    added_activation: &ffn_buf.added.activation,
                     attention: want_attn.then_some(&weights[..]),
                     routes: &ffn_buf.routes,
                 });

@@ -19,6 +19,7 @@
 pub mod backend;
 pub mod bench;
 pub mod browse;
+pub mod edit;
 pub mod error;
 mod ffn;
 pub mod forward;
@@ -26,6 +27,7 @@ pub mod generate;
 pub mod kernels;
 pub mod kv;
 pub mod observer;
+pub mod overlay;
 pub mod plan;
 pub mod sample;
 pub mod session;

@@ -28,6 +28,11 @@ pub struct LayerRecord<'a> {
     pub gate: &'a [f32],
     /// FFN activations `act(gate) * up` (the input of the down projection), `[n × ffn]`.
     pub activation: &'a [f32],
+    /// Gate pre-activations of the features edits added to this layer (numbered `ffn..`),
+    /// `[n × added]`; empty when the layer has none.
+    pub added_gate: &'a [f32],
+    /// Activations of the added features, `[n × added]`; empty when none.
+    pub added_activation: &'a [f32],
     /// Attention weights `[n × n_heads × positions.end]` (zero past each query's
     /// position), when the observer asked for them.
     pub attention: Option<&'a [f32]>,

@@ -113,6 +113,18 @@ impl Executor {
         })
     }
 
+    /// The same backend and cancel flag over another operand source (an edited state):
+    /// the plan is built anew from `source`.
+    pub fn with_source(&self, source: Arc<dyn OperandSource>) -> Result<Executor> {
+        let plan = Arc::new(Plan::build(source.as_ref())?);
+        Ok(Executor {
+            source,
+            plan,
+            backend: self.backend.clone(),
+            cancel: self.cancel.clone(),
+        })
+    }
+
     /// Validate only the operands of `stage` and prepare to run it (one pipeline stage of
     /// a layer package) on the CPU with `threads` threads. Its sessions hold key/value rows
     /// for the stage's layers only.

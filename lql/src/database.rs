@@ -24,6 +24,8 @@ pub(crate) struct SharedModel {
     tokenizer: OnceLock<std::result::Result<Arc<Tokenizer>, Error>>,
     /// Feature labels computed so far (browse statements fill it lazily).
     pub labels: Arc<LabelCache>,
+    /// sha256 of the mapped bytes (patch files record it), hashed on first use.
+    identity: OnceLock<[u8; 32]>,
 }
 
 impl SharedModel {
@@ -32,7 +34,15 @@ impl SharedModel {
             model: Arc::new(model),
             tokenizer: OnceLock::new(),
             labels: Arc::new(LabelCache::new()),
+            identity: OnceLock::new(),
         }
+    }
+
+    /// The model's identity for patch files: the sha256 of its mapped bytes (computed once).
+    pub fn identity(&self) -> [u8; 32] {
+        *self
+            .identity
+            .get_or_init(|| lql_storage::overlay::patch::model_identity(&self.model))
     }
 
     /// The model's tokenizer, built once.

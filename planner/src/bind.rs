@@ -695,15 +695,15 @@ impl Binder {
     fn insert(&self, i: &g::Insert) -> Result<LogicalPlan> {
         let m = self.browsable(self.stmt_span, "INSERT")?;
         let table = self.edit_table(&i.table, &[Table::Edges], "INSERT")?;
-        // Columns: exactly entity, relation, target (any order).
-        let wanted = ["entity", "relation", "target"];
-        let mut index = [usize::MAX; 3];
+        // Columns: entity, relation, target and optionally prompt (any order).
+        let wanted = ["entity", "relation", "target", "prompt"];
+        let mut index = [usize::MAX; 4];
         for (pos, c) in i.columns.iter().enumerate() {
             let lc = c.name.to_ascii_lowercase();
             let Some(k) = wanted.iter().position(|w| *w == lc) else {
                 let mut e = PlanError::semantic(
                     format!(
-                        "INSERT INTO edges takes columns entity, relation, target; not `{}`",
+                        "INSERT INTO edges takes columns entity, relation, target[, prompt]; not `{}`",
                         c.name
                     ),
                     c.span,
@@ -721,7 +721,7 @@ impl Binder {
             }
             index[k] = pos;
         }
-        if let Some(k) = index.iter().position(|i| *i == usize::MAX) {
+        if let Some(k) = index[..3].iter().position(|i| *i == usize::MAX) {
             let span = i.columns.first().map_or(self.stmt_span, |f| {
                 f.span.to(i.columns[i.columns.len() - 1].span)
             });
@@ -752,6 +752,11 @@ impl Binder {
                 entity: get(0)?,
                 relation: get(1)?,
                 target: get(2)?,
+                prompt: if index[3] == usize::MAX {
+                    None
+                } else {
+                    Some(get(3)?)
+                },
             });
         }
         let layer = match &i.at_layer {
@@ -810,8 +815,9 @@ impl Binder {
         let table = self.edit_table(&u.table, &[Table::Features, Table::Edges], "UPDATE")?;
         let schema = schema::edit_columns(table);
         let mut assignments: Vec<(String, Value)> = Vec::new();
+        let assignable = schema::assignable_columns(table);
         for a in &u.assignments {
-            let col = resolve(&schema, table, &a.column)?;
+            let col = resolve(&assignable, table, &a.column)?;
             if assignments.iter().any(|(n, _)| *n == col.name) {
                 return Err(PlanError::semantic(
                     format!("column {} assigned twice", col.name),

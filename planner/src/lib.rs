@@ -39,5 +39,7 @@ pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
 pub use error::{PlanError, PlanErrorKind};
 pub use logical::*;
 pub use physical::{lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode};
-pub use schema::{statement_columns, table_columns, ColumnDef, ColumnType, QUERYABLE_TABLES};
+pub use schema::{
+    show_columns, statement_columns, table_columns, ColumnDef, ColumnType, QUERYABLE_TABLES,
+};
 pub use unbuilt::check_built;

@@ -283,6 +283,9 @@ pub struct EdgeRow {
     pub entity: String,
     pub relation: String,
     pub target: String,
+    /// A sentence naming the entity whose continuation should be the target; None lets the
+    /// engine build one from entity and relation.
+    pub prompt: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

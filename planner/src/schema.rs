@@ -115,12 +115,60 @@ const TENSORS: Spec = &[
     ("bytes", Int, "stored bytes"),
 ];
 
+const EDGES: Spec = &[
+    ("entity", Text, "the subject of the edge"),
+    ("relation", Text, "the relation"),
+    (
+        "target",
+        Text,
+        "the object the edit makes the prompt continue with",
+    ),
+    (
+        "prompt",
+        Text,
+        "the prompt the edit was keyed and scaled on",
+    ),
+    ("layer", Int, "layer carrying the edit"),
+    (
+        "feature",
+        Int,
+        "the added feature carrying the edit (numbered after the layer's base features)",
+    ),
+    ("patch", Text, "the patch holding it: a file, or (session)"),
+];
+const EDIT_RESULT: Spec = &[
+    ("statement", Text, "what ran"),
+    ("edits", Int, "edits the statement made or removed"),
+    ("detail", Text, "what changed, in words"),
+];
+const PATCHES: Spec = &[
+    (
+        "patch",
+        Text,
+        "the patch file, (session) or the patch being recorded",
+    ),
+    ("state", Text, "applied, session or recording"),
+    ("edits", Int, "edits it holds"),
+    ("layers", Text, "layers its edits touch"),
+    (
+        "sha256",
+        Text,
+        "sha256 of the patch file (empty until saved)",
+    ),
+    (
+        "base_sha256",
+        Text,
+        "sha256 of the model it was computed on",
+    ),
+];
+
 /// The virtual tables that answer `SELECT`, in the order `SHOW TABLES` lists them.
-pub const QUERYABLE_TABLES: [Table; 4] = [
+pub const QUERYABLE_TABLES: [Table; 5] = [
     Table::Features,
     Table::Layers,
     Table::Tokens,
     Table::Tensors,
+    Table::Edges,
 ];
 
 /// The columns of a virtual table, or `None` for a table that does not answer SELECT yet.
@@ -130,7 +178,8 @@ pub fn table_columns(table: Table) -> Option<Vec<ColumnDef>> {
         Table::Layers => LAYERS,
         Table::Tokens => TOKENS,
         Table::Tensors => TENSORS,
-        Table::Edges | Table::Representations => return None,
+        Table::Edges => EDGES,
+        Table::Representations => return None,
     }))
 }
 
@@ -146,6 +195,24 @@ pub fn edit_columns(table: Table) -> Vec<ColumnDef> {
             ("feature", Int, "feature carrying the edit"),
         ])
     })
+}
+
+/// The columns `UPDATE t SET …` may assign: the table's columns plus, for `features`, the
+/// edit controls (`gate_scale`, `down_scale`, `down`).
+pub fn assignable_columns(table: Table) -> Vec<ColumnDef> {
+    let mut c = edit_columns(table);
+    if table == Table::Features {
+        c.extend(defs(&[
+            (
+                "gate_scale",
+                Float,
+                "factor on the feature's gate pre-activation",
+            ),
+            ("down_scale", Float, "factor on the feature's activation"),
+            ("down", Any, "the feature's down column"),
+        ]));
+    }
+    c
 }
 
 const INFER: Spec = &[
@@ -410,7 +477,7 @@ pub fn show_columns(what: ShowWhat) -> Vec<ColumnDef> {
         ShowWhat::Tables => SHOW_TABLES,
         ShowWhat::Package => SHOW_PACKAGE,
         ShowWhat::Profiles => SHOW_PROFILES,
-        ShowWhat::Patches => STATUS,
+        ShowWhat::Patches => PATCHES,
     })
 }
 
@@ -495,7 +562,7 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         | LogicalPlan::BeginPatch { .. }
         | LogicalPlan::SavePatch
         | LogicalPlan::ApplyPatch { .. }
-        | LogicalPlan::RemovePatch { .. } => defs(STATUS),
+        | LogicalPlan::RemovePatch { .. } => defs(EDIT_RESULT),
         LogicalPlan::Compact { .. } => defs(COMPACT),
         LogicalPlan::Diff(d) if d.physical => defs(DIFF_PHYSICAL),
         LogicalPlan::Diff(_) => defs(DIFF),

@@ -2,10 +2,10 @@
 //! that the engine does not run. Each refusal is `not supported yet: …` with the span of the
 //! clause at fault. EXPLAIN PLAN still shows their operator trees.
 
-use lql_grammar::{CompileTarget, Span, Statement, StatementKind};
+use lql_grammar::{CompileTarget, Span, Statement, StatementKind, Table};
 
 use crate::error::PlanError;
-use crate::logical::{ExplainMode, ExtractFormat, LogicalPlan, ShowWhat};
+use crate::logical::{ExplainMode, ExtractFormat, LogicalPlan};
 
 /// Refuses a statement (or one of its clauses) that is not built yet.
 pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError> {
@@ -45,34 +45,30 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
                 None => Ok(()),
             }
         }
-        (StatementKind::Show(s), LogicalPlan::Show(p))
-            if matches!(p.what, ShowWhat::Patches) =>
-        {
-            refuse(&format!("SHOW {}", p.what), s.what.span)
-        }
         (StatementKind::Diff(d), LogicalPlan::Diff(_)) => match &d.into_patch {
-            Some(p) => refuse(
-                "DIFF … INTO PATCH (the patch format is not built yet)",
-                p.span,
-            ),
+            Some(p) => refuse("DIFF … INTO PATCH", p.span),
             None => Ok(()),
         },
         (StatementKind::Compile(c), LogicalPlan::Compile(p)) => match p.target {
             CompileTarget::Package => refuse("COMPILE … INTO PACKAGE", c.target.span),
             CompileTarget::Vindex | CompileTarget::Gguf => Ok(()),
         },
-        (
-            _,
-            LogicalPlan::Insert(_)
-            | LogicalPlan::Delete(_)
-            | LogicalPlan::Update(_)
-            | LogicalPlan::BeginPatch { .. }
-            | LogicalPlan::SavePatch
-            | LogicalPlan::ApplyPatch { .. }
-            | LogicalPlan::RemovePatch { .. }
-            | LogicalPlan::Diff(_)
-            | LogicalPlan::Compile(_),
-        ) => refuse(plan.name(), stmt.span),
+        (_, LogicalPlan::Update(u)) => {
+            if u.table != Table::Features {
+                return refuse(&format!("UPDATE {}", u.table.name()), stmt.span);
+            }
+            match u
+                .assignments
+                .iter()
+                .find(|(c, _)| c != "gate_scale" && c != "down_scale")
+            {
+                Some((c, _)) => refuse(
+                    &format!("UPDATE features SET {c} (gate_scale and down_scale are built)"),
+                    stmt.span,
+                ),
+                None => Ok(()),
+            }
+        }
         _ => Ok(()),
     }
 }

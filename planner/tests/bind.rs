@@ -419,20 +419,21 @@ fn every_schema_comes_from_the_planner() {
     let m = smollm();
     // Tables that do not answer SELECT yet are refused at their name, with the ones that do.
     let e = bind(
-        &lql_grammar::parse_statement("SELECT * FROM edges").unwrap(),
+        &lql_grammar::parse_statement("SELECT * FROM representations").unwrap(),
         &m,
     )
     .unwrap_err();
     assert_eq!(e.kind, PlanErrorKind::Unsupported);
     assert!(
-        e.message.contains("not supported yet: SELECT FROM edges"),
+        e.message
+            .contains("not supported yet: SELECT FROM representations"),
         "{e:?}"
     );
     assert!(e
         .help
         .as_deref()
         .unwrap_or("")
-        .contains("features, layers, tokens, tensors"));
+        .contains("features, layers, tokens, tensors, edges"));
     for t in QUERYABLE_TABLES {
         let cols = table_columns(t).unwrap();
         let LogicalPlan::Select(s) = plan(&format!("SELECT * FROM {}", t.name()), &m) else {
@@ -461,7 +462,8 @@ fn edits() {
         vec![EdgeRow {
             entity: "France".into(),
             relation: "capital".into(),
-            target: "Paris".into()
+            target: "Paris".into(),
+            prompt: None,
         }]
     );
     assert_eq!((i.layer, i.alpha), (Some(24), Some(0.25)));

@@ -20,6 +20,7 @@
 //! - [`interrupt`]: the running statement's interrupt flag, polled by loops over counts a
 //!   file declares.
 //! - [`material`]: the material seam DIFF and COMPILE read states through; [`diff`]: DIFF.
+//! - [`overlay`]: the effective model state (base + patches) and the patch file format.
 
 pub mod catalogue;
 pub mod codec;
@@ -34,6 +35,7 @@ pub mod json_strict;
 pub mod mapped;
 pub mod material;
 pub mod model;
+pub mod overlay;
 pub mod surface;
 pub mod tokenizer_spec;
 

@@ -1,8 +1,8 @@
 //! `Model`: an execution surface plus operands, each a zero-copy view into a backing buffer.
 //!
 //! Operands are looked up by (layer, role). The executor reads them through the
-//! [`OperandSource`] trait — the effective-state seam: a base `Model` today, base plus an
-//! overlay store once edits exist, without the executor changing.
+//! [`OperandSource`] trait — the effective-state seam: a base `Model`, or base plus overlays
+//! ([`crate::overlay::EffectiveModel`]) once edits exist, without the executor changing.
 //! [`missing_for_execution`] says, in words, what a source lacks to run a forward pass.
 
 use std::collections::BTreeMap;
@@ -239,6 +239,12 @@ pub trait OperandSource: Send + Sync {
         self.view(key).ok_or_else(|| StorageError::MissingOperand {
             key: key.to_string(),
         })
+    }
+
+    /// The overlay edits put on `layer`'s FFN (added features, feature scales), if any.
+    /// A base model has none.
+    fn ffn_overlay(&self, _layer: usize) -> Option<&crate::overlay::LayerOverlay> {
+        None
     }
 }
 

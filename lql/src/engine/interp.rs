@@ -10,7 +10,8 @@ use lql_planner::{Operator, PhysicalPlan, PlanNode};
 
 use super::datum::Datum;
 use super::{
-    bind, describe, explain, introspect, package, persist, run, select, trace, vindex, walk, Cx,
+    bind, describe, edit, explain, introspect, package, patch, persist, run, select, trace, vindex,
+    walk, Cx,
 };
 use crate::error::{Error, Result};
 use crate::rows::Rows;
@@ -222,7 +223,13 @@ fn operator(
         O::DescribeTable { table } => introspect::describe_table(cx, *table),
         O::Rows { columns } => rows(cx, inputs, columns),
         O::Explain { mode, plan } => explain::explain(cx, *mode, plan),
-        other => Err(Error::not_supported_yet(&other.to_string())),
+        O::OverlayInsert { .. } => edit::insert(cx),
+        O::OverlayDelete { table } => edit::delete(cx, one(inputs, "OverlayDelete")?, *table),
+        O::OverlayUpdate { .. } => edit::update(cx, one(inputs, "OverlayUpdate")?),
+        O::PatchBegin { path } => patch::begin(cx, path),
+        O::PatchSave => patch::save(cx),
+        O::PatchApply { path } => patch::apply(cx, path),
+        O::PatchRemove { path } => patch::remove(cx, path),
     }
 }
 

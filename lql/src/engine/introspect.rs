@@ -30,7 +30,7 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
         ShowWhat::Components | ShowWhat::Representations | ShowWhat::Profiles => {
             return super::vindex::show(cx, &plan).map(Datum::Rows)
         }
-        ShowWhat::Patches => return Err(Error::not_supported_yet(&format!("SHOW {}", plan.what))),
+        ShowWhat::Patches => super::patch::show(cx)?,
     };
     if let Some(pattern) = &plan.like {
         rows.rows

@@ -18,10 +18,12 @@ mod bind;
 mod catalog;
 mod datum;
 mod describe;
+mod edit;
 mod explain;
 mod interp;
 mod introspect;
 mod package;
+mod patch;
 mod persist;
 mod rowexec;
 mod run;
@@ -58,6 +60,8 @@ pub(crate) struct Bound {
     pub executor: Option<lql_exec::Executor>,
     /// When a layer package was bound: its identity and the stage's layers.
     pub stage: Option<package::StageBinding>,
+    /// This connection's patch stack and the effective state it makes (engine/edit.rs).
+    pub edits: edit::Edits,
 }
 
 impl Bound {
@@ -69,6 +73,7 @@ impl Bound {
             facts,
             executor: None,
             stage: None,
+            edits: edit::Edits::default(),
         }
     }
 
@@ -83,7 +88,7 @@ pub(crate) struct Engine {
     pub(crate) progress: Option<ProgressHandler>,
     pub(crate) tokens: Option<crate::progress::TokenHandler>,
     pub(crate) bound: Option<Bound>,
-    /// Bumped whenever the session state a plan depends on changes (USE).
+    /// Bumped whenever the session state a plan depends on changes (USE, every edit).
     pub(crate) version: u64,
 }
 
@@ -148,7 +153,10 @@ impl Cx<'_> {
             .with_span(0..text_len));
         }
         if b.executor.is_none() {
-            let source: Arc<dyn lql_storage::OperandSource> = b.model().clone();
+            let source: Arc<dyn lql_storage::OperandSource> = match &b.edits.state {
+                Some(state) => state.clone(),
+                None => b.model().clone(),
+            };
             b.executor = Some(lql_exec::Executor::new(source, 0)?.with_cancel_flag(cancel));
         }
         b.executor

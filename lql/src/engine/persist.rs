@@ -27,6 +27,15 @@ use crate::value::Value;
 
 /// `Current`: the bound model's state.
 pub(crate) fn current(cx: &mut Cx<'_>) -> Result<Datum> {
+    // The material seam reads base tensors; with edits in force that would silently be the
+    // unedited model, so CURRENT refuses until the effective state implements the seam.
+    if let Some(b) = &cx.engine.bound {
+        if b.edits.state.is_some() {
+            return Err(Error::not_supported_yet(
+                "DIFF / COMPILE of CURRENT with edits in force (the effective state is not yet a material source; REMOVE PATCH or end the session patch first)",
+            ));
+        }
+    }
     let model = cx.model()?;
     Ok(Datum::Material(model))
 }

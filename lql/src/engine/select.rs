@@ -43,7 +43,8 @@ pub(crate) fn table_scan(
         Table::Layers => layers_rows(cx)?,
         Table::Tokens => tokens_rows(cx)?,
         Table::Tensors => tensors_rows(cx)?,
-        Table::Edges | Table::Representations => {
+        Table::Edges => super::edit::edges_rows(cx)?,
+        Table::Representations => {
             return Err(Error::not_supported_yet(&format!(
                 "SELECT FROM {}",
                 table.name()

@@ -1,0 +1,228 @@
+//! Knowledge edits computed on the model: the added gated FFN feature behind
+//! `INSERT INTO edges` (docs/editing.md has the method and the measurements).
+//!
+//! ```text
+//!  key   k = normed FFN input at layer L, at the last token of the edit prompt
+//!  centre c = mean of the same with the entity replaced by stand-ins ("it", "this", …)
+//!          and by other entities of the relation; over reference text when the prompt
+//!          does not name the entity
+//!  gate  pre(x) = β·(û·(x − c)/‖k − c‖ − θ)      û = (k − c)/‖k − c‖   (1 at the key)
+//!  up    1/act(β(1 − θ))                          (activation 1 at the key)
+//!  down  m · γ⊙(E[target] − E[old]) / ‖…‖         (towards the target's head row)
+//! ```
+//!
+//! `m` is found by measurement: the smallest strength (doubling, then bisection) at which
+//! the edit prompt gives the target at least the asked probability, with every edit already
+//! in force applied.
+
+use lql_storage::overlay::AddedFeature;
+use lql_storage::surface::Activation;
+
+use crate::error::{ExecError, Result};
+use crate::observer::{LayerRecord, Observer};
+use crate::session::{Executor, Logits};
+
+/// How sharp the feature's gate is (β) and where it opens (θ, in units of the key's
+/// centred length).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GateShape {
+    pub beta: f32,
+    pub theta: f32,
+}
+
+impl Default for GateShape {
+    fn default() -> Self {
+        GateShape {
+            beta: 100.0,
+            theta: 0.85,
+        }
+    }
+}
+
+/// Captures the normed FFN input of one layer at every position.
+struct FfnInput {
+    layer: usize,
+    rows: Vec<f32>,
+}
+
+impl Observer for FfnInput {
+    fn on_layer(&mut self, r: &LayerRecord<'_>) {
+        if r.layer == self.layer {
+            self.rows = r.ffn_input.to_vec();
+        }
+    }
+}
+
+/// The normed FFN inputs of `layer` at every position of `ids`, `[n × hidden]`.
+pub fn ffn_inputs(exec: &Executor, ids: &[u32], layer: usize) -> Result<Vec<f32>> {
+    let mut o = FfnInput {
+        layer,
+        rows: Vec::new(),
+    };
+    exec.observe_layers(ids, layer, &mut o)?;
+    Ok(o.rows)
+}
+
+/// The mean normed FFN input of `layer` over reference texts, at the key's position: early
+/// positions (1–3) have residuals of their own kind (every token there looks alike), so the
+/// centre of a key at position p < 4 is the mean of the texts' rows at p; later keys are
+/// centred on the mean of every row from position 4 on. Position 0 (the attention sink)
+/// is never used.
+pub fn centre(exec: &Executor, texts: &[Vec<u32>], layer: usize, pos: usize) -> Result<Vec<f32>> {
+    let d = exec.surface().hidden;
+    let mut sum = vec![0.0f64; d];
+    let mut count = 0usize;
+    for ids in texts {
+        let rows = ffn_inputs(exec, ids, layer)?;
+        for (p, r) in rows.chunks_exact(d).enumerate() {
+            let take = if pos < 4 { p == pos.max(1) } else { p >= 4 };
+            if take {
+                for (s, v) in sum.iter_mut().zip(r) {
+                    *s += *v as f64;
+                }
+                count += 1;
+            }
+        }
+    }
+    if count == 0 {
+        return Err(ExecError::InvalidOption(
+            "no reference positions to centre the key on".into(),
+        ));
+    }
+    Ok(sum.into_iter().map(|s| (s / count as f64) as f32).collect())
+}
+
+fn act(a: Activation, x: f32) -> f32 {
+    let mut g = [x];
+    crate::kernels::glu(a, &mut g, &[1.0]);
+    g[0]
+}
+
+/// The gate and up parts of a feature keyed on `key` (centred on `centre`); the down column
+/// is left zero.
+pub fn keyed_feature(
+    layer: usize,
+    key: &[f32],
+    centre: &[f32],
+    shape: GateShape,
+    activation: Activation,
+) -> Result<AddedFeature> {
+    let u: Vec<f32> = key.iter().zip(centre).map(|(k, c)| k - c).collect();
+    let len = u.iter().map(|v| v * v).sum::<f32>().sqrt();
+    if !(len.is_finite() && len > 0.0) {
+        return Err(ExecError::InvalidOption(
+            "the key equals the reference mean: nothing to key the edit on".into(),
+        ));
+    }
+    let s = shape.beta / (len * len);
+    let gate: Vec<f32> = u.iter().map(|v| v * s).collect();
+    let gate_bias =
+        -(gate.iter().zip(centre).map(|(g, c)| g * c).sum::<f32>()) - shape.beta * shape.theta;
+    let at_key = act(activation, shape.beta * (1.0 - shape.theta));
+    Ok(AddedFeature {
+        layer,
+        gate,
+        gate_bias,
+        up: vec![0.0; key.len()],
+        up_bias: 1.0 / at_key,
+        down: vec![0.0; key.len()],
+        edge: None,
+    })
+}
+
+/// The unit direction in the residual stream that raises `target`'s logit over `old`'s
+/// through the final norm's weights and the head.
+pub fn target_direction(exec: &Executor, target: u32, old: u32) -> Result<Vec<f32>> {
+    let plan = exec.plan();
+    let head = exec
+        .source()
+        .view(plan.head)
+        .ok_or(ExecError::MissingOperand {
+            operand: "output",
+            layer: None,
+        })?;
+    let d = plan.surface.hidden;
+    let row = |id: u32| -> Result<Vec<f32>> {
+        let mut r = vec![0.0f32; d];
+        crate::backend::encoded::decode_row(head.dtype, head.row(id as usize), &mut r)
+            .map_err(ExecError::Unsupported)?;
+        Ok(r)
+    };
+    let (t, o) = (row(target)?, row(old)?);
+    let mut w: Vec<f32> = t
+        .iter()
+        .zip(&o)
+        .zip(&plan.output_norm)
+        .map(|((t, o), g)| (t - if target == old { 0.0 } else { *o }) * g)
+        .collect();
+    let n = w.iter().map(|v| v * v).sum::<f32>().sqrt();
+    if !(n.is_finite() && n > 0.0) {
+        return Err(ExecError::InvalidOption(
+            "the target's head row is zero".into(),
+        ));
+    }
+    w.iter_mut().for_each(|v| *v /= n);
+    Ok(w)
+}
+
+/// Softmax probability of `id` in `logits`.
+pub fn prob(l: &Logits, id: u32) -> f32 {
+    let max = l.values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = l.values.iter().map(|&x| ((x - max) as f64).exp()).sum();
+    (((l.values[id as usize] - max) as f64).exp() / sum) as f32
+}
+
+/// The strength search's outcome.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Strength {
+    pub magnitude: f32,
+    /// The target's probability on the edit prompt at that strength.
+    pub prob: f32,
+    /// Forward passes the search ran.
+    pub passes: usize,
+}
+
+/// Finds the smallest down magnitude (within 1/32 of the doubling step) at which `eval`
+/// (the edit prompt's target probability with the feature's down column set to
+/// `magnitude × direction`) reaches `aim`; stops at `max` and returns the best found.
+pub fn search_strength(
+    aim: f32,
+    max: f32,
+    mut eval: impl FnMut(f32) -> Result<f32>,
+) -> Result<Strength> {
+    let mut passes = 0;
+    let mut lo = 0.0f32;
+    let mut m = 1.0f32;
+    let (mut hi, mut hi_p) = loop {
+        let p = eval(m)?;
+        passes += 1;
+        if p >= aim {
+            break (m, p);
+        }
+        lo = m;
+        if m >= max {
+            return Ok(Strength {
+                magnitude: m,
+                prob: p,
+                passes,
+            });
+        }
+        m = (m * 2.0).min(max);
+    };
+    for _ in 0..5 {
+        let mid = 0.5 * (lo + hi);
+        let p = eval(mid)?;
+        passes += 1;
+        if p >= aim {
+            hi = mid;
+            hi_p = p;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(Strength {
+        magnitude: hi,
+        prob: hi_p,
+        passes,
+    })
+}

@@ -1,0 +1,513 @@
+//! Edits: the connection's patch stack over the bound model and the statements that change
+//! it — `INSERT INTO edges` (an added gated FFN feature per edge, `lql_exec::edit`),
+//! `DELETE FROM features|edges`, `UPDATE features SET gate_scale/down_scale`. The base files
+//! are never written: every edit lands in the session patch, or in the patch being recorded
+//! after `BEGIN PATCH` (engine/patch.rs), and the effective state is rebuilt with a new
+//! version so that no statement prepared or cached against the old state is served.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lql_exec::edit::{self as ke, GateShape};
+use lql_exec::Executor;
+use lql_planner::{EdgeRow, InsertPlan, LogicalPlan};
+use lql_storage::overlay::{Edge, Edit, EffectiveModel, FeatureScale, Patch, PatchOrigin};
+
+use super::datum::Datum;
+use super::{Bound, Cx};
+use crate::error::{Error, Result};
+use crate::rows::Rows;
+use crate::value::Value;
+
+/// The default layer of an added feature, as a fraction of the model's depth
+/// (docs/editing.md: chosen by the fact-set measurements).
+pub(crate) const DEFAULT_LAYER_FRACTION: f64 = 0.5;
+/// The default ALPHA: the probability the edit prompt must give the target.
+pub(crate) const DEFAULT_ALPHA: f64 = 0.9;
+/// The strength search stops here (in units of the normed residual direction).
+const MAX_MAGNITUDE: f32 = 4096.0;
+/// Text the key is centred on (mean normed FFN input over its positions).
+const REFERENCE_TEXTS: [&str; 8] = [
+    "The weather today is mild with a light breeze from the west.",
+    "She opened the book and began to read the first chapter aloud.",
+    "In 1990 the company moved its offices to a larger building downtown.",
+    "Water boils at one hundred degrees Celsius at sea level.",
+    "He asked whether the train would arrive before noon.",
+    "A list of ingredients: flour, sugar, butter, eggs and milk.",
+    "The committee will meet again next month to review the budget.",
+    "Many people enjoy walking in the park on Sunday mornings.",
+];
+
+/// A connection's edits over its bound model.
+#[derive(Default)]
+pub(crate) struct Edits {
+    /// Patch files applied (or saved), oldest first.
+    pub applied: Vec<Patch>,
+    /// Edits made outside BEGIN PATCH: the unsaved session patch.
+    pub session: Vec<Edit>,
+    /// `BEGIN PATCH path`: the path and the edits recorded since.
+    pub open: Option<(String, Vec<Edit>)>,
+    /// The effective state (None: no edit in force, the base model is read).
+    pub state: Option<Arc<EffectiveModel>>,
+    /// Per-layer key centres over reference text, computed on the base model.
+    centres: HashMap<usize, Arc<Vec<f32>>>,
+}
+
+impl Edits {
+    /// The patch stack, oldest first: applied files, the session patch, the open patch.
+    pub fn patches(&self) -> Vec<Patch> {
+        let mut out = self.applied.clone();
+        if !self.session.is_empty() {
+            out.push(Patch {
+                origin: PatchOrigin::Session,
+                edits: self.session.clone(),
+            });
+        }
+        if let Some((path, edits)) = &self.open {
+            out.push(Patch {
+                origin: PatchOrigin::Open(path.clone()),
+                edits: edits.clone(),
+            });
+        }
+        out
+    }
+
+    /// Where new edits go.
+    fn target(&mut self) -> &mut Vec<Edit> {
+        match &mut self.open {
+            Some((_, e)) => e,
+            None => &mut self.session,
+        }
+    }
+}
+
+/// Rebuilds the effective state after the patch stack changed: a new version, the
+/// executor rebuilt on next use, prepared statements re-bound.
+pub(crate) fn rebuild(cx: &mut Cx<'_>) -> Result<()> {
+    cx.engine.version += 1;
+    let b = bound_mut(cx)?;
+    let patches = b.edits.patches();
+    b.executor = None;
+    b.edits.state = if patches.iter().all(|p| p.edits.is_empty()) {
+        None
+    } else {
+        Some(Arc::new(
+            EffectiveModel::new(b.model().clone(), patches).map_err(Error::semantic)?,
+        ))
+    };
+    Ok(())
+}
+
+pub(crate) fn bound_mut<'a>(cx: &'a mut Cx<'_>) -> Result<&'a mut Bound> {
+    cx.bound()?;
+    cx.engine
+        .bound
+        .as_mut()
+        .ok_or_else(|| Error::internal("bound model vanished"))
+}
+
+pub(crate) fn status(statement: &str, edits: usize, detail: String) -> Datum {
+    let mut rows = Rows::new(super::result_columns(&LogicalPlan::SavePatch));
+    rows.push(vec![
+        Value::from(statement),
+        Value::from(edits),
+        Value::from(detail),
+    ]);
+    Datum::Rows(rows)
+}
+
+/// The prompt an edge is keyed on: the one given, or one built from entity and relation.
+pub(crate) fn edge_prompt(row: &EdgeRow) -> (String, bool) {
+    match &row.prompt {
+        Some(p) => (p.clone(), false),
+        None => (format!("The {} of {} is", row.relation, row.entity), true),
+    }
+}
+
+/// The target's continuation text: a leading space is implied when the prompt does not end
+/// in whitespace and the target does not begin with one.
+pub(crate) fn continuation(prompt: &str, target: &str) -> String {
+    if prompt.ends_with(char::is_whitespace) || target.starts_with(char::is_whitespace) {
+        target.to_string()
+    } else {
+        format!(" {target}")
+    }
+}
+
+/// `OverlayInsert`: one added feature per row.
+pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
+    let LogicalPlan::Insert(plan) = cx.plan.clone() else {
+        return Err(Error::internal("OverlayInsert outside INSERT"));
+    };
+    let n_layers = cx.bound()?.facts.n_layers;
+    let layer = plan.layer.unwrap_or_else(|| default_layer(n_layers));
+    let aim = plan.alpha.unwrap_or(DEFAULT_ALPHA) as f32;
+    let mut built = 0usize;
+    let mut notes = Vec::new();
+    for row in &plan.rows {
+        cx.check_cancel()?;
+        let (prompt, made) = edge_prompt(row);
+        if made {
+            notes.push(format!("built the prompt {prompt:?}"));
+        }
+        let p = insert_one(cx, &plan, row, &prompt, layer, aim)?;
+        notes.push(format!(
+            "{} → {}: layer {layer}, P={:.2} at strength {:.1}",
+            row.entity, row.target, p.prob, p.magnitude
+        ));
+        built += 1;
+    }
+    let detail = if notes.len() <= 4 {
+        notes.join("; ")
+    } else {
+        format!("{} edges at layer {layer}", built)
+    };
+    Ok(status("INSERT", built, detail))
+}
+
+pub(crate) fn default_layer(n_layers: usize) -> usize {
+    ((n_layers as f64 * DEFAULT_LAYER_FRACTION) as usize).min(n_layers.saturating_sub(1))
+}
+
+fn insert_one(
+    cx: &mut Cx<'_>,
+    plan: &InsertPlan,
+    row: &EdgeRow,
+    prompt: &str,
+    layer: usize,
+    aim: f32,
+) -> Result<ke::Strength> {
+    let tok = cx.tokenizer()?;
+    let exec = cx.executor()?;
+    let ids = tok.encode(prompt, true)?;
+    if ids.is_empty() {
+        return Err(Error::semantic("the edge's prompt tokenizes to nothing"));
+    }
+    let cont = tok.encode(&continuation(prompt, &row.target), false)?;
+    let Some(&target) = cont.first() else {
+        return Err(Error::semantic(format!(
+            "target {:?} tokenizes to nothing",
+            row.target
+        )));
+    };
+    let shape = GateShape::default();
+    // The current prediction: the token the edit must overtake.
+    let now = exec.session().prefill(&ids)?;
+    let top = now.top(2);
+    let old = if top[0].token_id == target {
+        top[1].token_id
+    } else {
+        top[0].token_id
+    };
+    let d = exec.surface().hidden;
+    let key_pos = ids.len() - 1;
+    let centre = if prompt.contains(&row.entity) {
+        let others = other_entities(plan, cx.bound()?.edits.state.as_deref(), row);
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
+        Arc::new(contrast_centre(
+            &exec,
+            &tok,
+            prompt,
+            &row.entity,
+            &others,
+            layer,
+        )?)
+    } else {
+        centre(cx, layer)?
+    };
+    let key = ke::ffn_inputs(&exec, &ids[..=key_pos], layer)?;
+    let key = &key[key_pos * d..(key_pos + 1) * d];
+    let mut feature = ke::keyed_feature(layer, key, &centre, shape, exec.surface().activation)?;
+    feature.edge = Some(Edge {
+        entity: row.entity.clone(),
+        relation: row.relation.clone(),
+        target: row.target.clone(),
+        prompt: prompt.to_string(),
+    });
+    let dir = ke::target_direction(&exec, target, old)?;
+    let b = cx.bound()?;
+    let base = b.model().clone();
+    let patches = b.edits.patches();
+    let trial = |m: f32| -> Result<EffectiveModel> {
+        let mut f = feature.clone();
+        f.down = dir.iter().map(|v| v * m).collect();
+        let mut ps = patches.clone();
+        ps.push(Patch {
+            origin: PatchOrigin::Session,
+            edits: vec![Edit::Add(f)],
+        });
+        EffectiveModel::new(base.clone(), ps).map_err(Error::semantic)
+    };
+    let eval = |m: f32| -> lql_exec::Result<f32> {
+        let state = trial(m).map_err(|e| lql_exec::ExecError::InvalidOption(e.to_string()))?;
+        let ex = exec.with_source(Arc::new(state))?;
+        Ok(ke::prob(&ex.session().prefill(&ids)?, target))
+    };
+    let s = ke::search_strength(aim, MAX_MAGNITUDE, eval)?;
+    feature.down = dir.iter().map(|v| v * s.magnitude).collect();
+    bound_mut(cx)?.edits.target().push(Edit::Add(feature));
+    rebuild(cx)?;
+    Ok(s)
+}
+
+/// Stand-ins for the entity: the mean last-token key of the prompt with the entity replaced
+/// by each is the part of the key the template alone explains.
+const STAND_INS: [&str; 6] = [
+    "it",
+    "this",
+    "something",
+    "the place",
+    "that one",
+    "someone",
+];
+
+/// At most this many other entities of the same relation join the stand-ins.
+const MAX_CONTRAST_ENTITIES: usize = 8;
+
+/// The contrast centre: the mean normed FFN input of `layer` at the last token of `prompt`
+/// with the entity replaced by each stand-in and by each of `others` (other entities of the
+/// same relation: the rest of the INSERT and the edges in force), so that what the key keeps
+/// is what this entity has and they lack.
+fn contrast_centre(
+    exec: &Executor,
+    tok: &lql_exec::tokenizer::Tokenizer,
+    prompt: &str,
+    entity: &str,
+    others: &[&str],
+    layer: usize,
+) -> Result<Vec<f32>> {
+    let d = exec.surface().hidden;
+    let subs: Vec<&str> = STAND_INS
+        .iter()
+        .copied()
+        .chain(others.iter().copied())
+        .collect();
+    let mut sum = vec![0.0f32; d];
+    for s in &subs {
+        let ids = tok.encode(&prompt.replacen(entity, s, 1), true)?;
+        let rows = ke::ffn_inputs(exec, &ids, layer)?;
+        for (a, b) in sum.iter_mut().zip(&rows[rows.len() - d..]) {
+            *a += b / subs.len() as f32;
+        }
+    }
+    Ok(sum)
+}
+
+/// Up to [`MAX_CONTRAST_ENTITIES`] other entities of `row`'s relation: the INSERT's other rows,
+/// then the edges in force.
+fn other_entities(plan: &InsertPlan, state: Option<&EffectiveModel>, row: &EdgeRow) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let edges = state
+        .map(|s| {
+            s.added_features()
+                .into_iter()
+                .filter_map(|(_, a, _)| a.edge.clone())
+                .map(|e| (e.entity, e.relation))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let rows = plan
+        .rows
+        .iter()
+        .map(|r| (r.entity.clone(), r.relation.clone()));
+    for (e, r) in rows.chain(edges) {
+        if out.len() == MAX_CONTRAST_ENTITIES {
+            break;
+        }
+        if r == row.relation && e != row.entity && !out.contains(&e) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+/// The key centre of `layer` when the prompt does not name the entity: the mean normed FFN
+/// input over reference text (on the base model), computed once per binding.
+fn centre(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
+    if let Some(c) = cx.bound()?.edits.centres.get(&layer) {
+        return Ok(c.clone());
+    }
+    let tok = cx.tokenizer()?;
+    let exec = cx.executor()?;
+    let base: Arc<dyn lql_storage::OperandSource> = cx.bound()?.model().clone();
+    let base_exec: Executor = exec.with_source(base)?;
+    let texts: Vec<Vec<u32>> = REFERENCE_TEXTS
+        .iter()
+        .map(|t| tok.encode(t, true))
+        .collect::<std::result::Result<_, _>>()?;
+    let c = Arc::new(ke::centre(&base_exec, &texts, layer, 4)?);
+    bound_mut(cx)?.edits.centres.insert(layer, c.clone());
+    Ok(c)
+}
+
+/// The (layer, feature) of each input row of a features scan.
+fn layer_features(input: Datum) -> Result<Vec<(usize, usize)>> {
+    let Datum::Table { columns, rows } = input else {
+        return Err(Error::internal("edit input is not a table"));
+    };
+    let col = |n: &str| {
+        columns
+            .iter()
+            .position(|c| c.name == n)
+            .ok_or_else(|| Error::internal(format!("features scan lacks {n}")))
+    };
+    let (li, fi) = (col("layer")?, col("feature")?);
+    rows.iter()
+        .map(|r| match (&r[li], &r[fi]) {
+            (Value::Int(l), Value::Int(f)) if *l >= 0 && *f >= 0 => Ok((*l as usize, *f as usize)),
+            _ => Err(Error::internal("features scan row without layer/feature")),
+        })
+        .collect()
+}
+
+/// `OverlayDelete`: features are ablated (their activation scaled by 0); edges are removed
+/// from the session or recording patch.
+pub(crate) fn delete(cx: &mut Cx<'_>, input: Datum, table: lql_grammar::Table) -> Result<Datum> {
+    match table {
+        lql_grammar::Table::Features => {
+            let keys = layer_features(input)?;
+            let n = keys.len();
+            let target = bound_mut(cx)?.edits.target();
+            for (layer, feature) in keys {
+                target.push(Edit::Scale(FeatureScale {
+                    layer,
+                    feature,
+                    gate_scale: None,
+                    down_scale: Some(0.0),
+                }));
+            }
+            rebuild(cx)?;
+            Ok(status(
+                "DELETE",
+                n,
+                format!("{n} features ablated (activation × 0)"),
+            ))
+        }
+        lql_grammar::Table::Edges => delete_edges(cx, input),
+        t => Err(Error::not_supported_yet(&format!(
+            "DELETE FROM {}",
+            t.name()
+        ))),
+    }
+}
+
+fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
+    let Datum::Table { columns, rows } = input else {
+        return Err(Error::internal("edit input is not a table"));
+    };
+    let pos = |n: &str| columns.iter().position(|c| c.name == n);
+    let (Some(li), Some(fi), Some(pi)) = (pos("layer"), pos("feature"), pos("patch")) else {
+        return Err(Error::internal("edges scan lacks layer/feature/patch"));
+    };
+    let mut doomed: Vec<(usize, usize)> = Vec::new();
+    let recording = cx.bound()?.edits.open.as_ref().map(|o| o.0.clone());
+    for r in &rows {
+        let patch = r[pi].to_string();
+        if patch != "(session)" && recording.as_deref() != Some(patch.as_str()) {
+            return Err(Error::semantic(format!(
+                "edge {} is held by patch file {patch}: remove the patch instead (REMOVE PATCH {patch:?})",
+                r[0]
+            )));
+        }
+        if let (Value::Int(l), Value::Int(f)) = (&r[li], &r[fi]) {
+            doomed.push((*l as usize, *f as usize));
+        }
+    }
+    let state = cx.bound()?.edits.state.clone();
+    let Some(state) = state else {
+        return Ok(status("DELETE", 0, "no edges in force".into()));
+    };
+    // The added features to drop (session and recording patches hold them by value).
+    let victims: Vec<lql_storage::overlay::AddedFeature> = state
+        .added_features()
+        .into_iter()
+        .filter(|(f, a, _)| doomed.contains(&(a.layer, *f)))
+        .map(|(_, a, _)| a.clone())
+        .collect();
+    let e = &mut bound_mut(cx)?.edits;
+    let mut removed = 0;
+    for list in [Some(&mut e.session), e.open.as_mut().map(|o| &mut o.1)]
+        .into_iter()
+        .flatten()
+    {
+        let before = list.len();
+        list.retain(|x| !matches!(x, Edit::Add(a) if victims.contains(a)));
+        removed += before - list.len();
+    }
+    rebuild(cx)?;
+    Ok(status(
+        "DELETE",
+        removed,
+        format!("{removed} edges removed"),
+    ))
+}
+
+/// `OverlayUpdate`: `UPDATE features SET gate_scale = a, down_scale = b WHERE …`.
+pub(crate) fn update(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
+    let LogicalPlan::Update(plan) = cx.plan.clone() else {
+        return Err(Error::internal("OverlayUpdate outside UPDATE"));
+    };
+    let mut gate = None;
+    let mut down = None;
+    for (c, v) in &plan.assignments {
+        let x = match v {
+            lql_grammar::Value::Int(i) => *i as f64,
+            lql_grammar::Value::Float(f) => *f,
+            other => {
+                return Err(Error::semantic(format!(
+                    "{c} takes a number, not {other:?}"
+                )))
+            }
+        };
+        if !x.is_finite() || x.abs() > 1e6 {
+            return Err(Error::semantic(format!(
+                "{c} = {x} is out of range (|x| ≤ 1e6)"
+            )));
+        }
+        match c.as_str() {
+            "gate_scale" => gate = Some(x as f32),
+            "down_scale" => down = Some(x as f32),
+            _ => {
+                return Err(Error::not_supported_yet(&format!(
+                    "UPDATE features SET {c}"
+                )))
+            }
+        }
+    }
+    let keys = layer_features(input)?;
+    let n = keys.len();
+    let target = bound_mut(cx)?.edits.target();
+    for (layer, feature) in keys {
+        target.push(Edit::Scale(FeatureScale {
+            layer,
+            feature,
+            gate_scale: gate,
+            down_scale: down,
+        }));
+    }
+    rebuild(cx)?;
+    Ok(status("UPDATE", n, format!("{n} features scaled")))
+}
+
+/// `SELECT … FROM edges`: the edges in force.
+pub(crate) fn edges_rows(cx: &Cx<'_>) -> Result<Vec<Vec<Value>>> {
+    let Some(state) = cx.bound()?.edits.state.clone() else {
+        return Ok(Vec::new());
+    };
+    Ok(state
+        .added_features()
+        .into_iter()
+        .filter_map(|(f, a, patch)| {
+            let e = a.edge.as_ref()?;
+            Some(vec![
+                Value::from(e.entity.as_str()),
+                Value::from(e.relation.as_str()),
+                Value::from(e.target.as_str()),
+                Value::from(e.prompt.as_str()),
+                Value::from(a.layer),
+                Value::from(f),
+                Value::from(patch),
+            ])
+        })
+        .collect())
+}

@@ -1,0 +1,189 @@
+//! Patch statements: `BEGIN PATCH "f"` … `SAVE PATCH`, `APPLY PATCH "f"`, `REMOVE PATCH "f"`
+//! and `SHOW PATCHES`. A patch file (storage's `overlay::patch` format) records the sha256 of
+//! the model it was computed on and is refused, by name, on any other model. The session
+//! patch (edits made outside BEGIN) is named `(session)`; `REMOVE PATCH "(session)"` ends it.
+
+use std::path::Path;
+
+use lql_storage::overlay::patch::{self as pf, hex, PatchFile};
+use lql_storage::overlay::{Edit, Patch, PatchOrigin};
+
+use super::datum::Datum;
+use super::edit::{bound_mut, rebuild, status};
+use super::Cx;
+use crate::error::{Error, Result};
+use crate::rows::Rows;
+use crate::value::Value;
+
+/// The session patch's name.
+pub(crate) const SESSION: &str = "(session)";
+
+/// `PatchBegin path`: later edits are recorded into a patch to be saved to `path`.
+pub(crate) fn begin(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
+    let e = &mut bound_mut(cx)?.edits;
+    if let Some((open, _)) = &e.open {
+        return Err(Error::semantic(format!(
+            "patch {open:?} is being recorded: SAVE PATCH or REMOVE PATCH {open:?} first"
+        )));
+    }
+    if e.applied.iter().any(|p| p.name() == path) {
+        return Err(Error::semantic(format!(
+            "patch {path:?} is applied: REMOVE PATCH {path:?} first"
+        )));
+    }
+    e.open = Some((path.to_string(), Vec::new()));
+    rebuild(cx)?;
+    Ok(status("BEGIN PATCH", 0, format!("recording into {path}")))
+}
+
+/// `PatchSave`: writes the recording patch atomically; it stays applied, as a file.
+pub(crate) fn save(cx: &mut Cx<'_>) -> Result<Datum> {
+    let b = cx.bound()?;
+    let Some((path, edits)) = b.edits.open.clone() else {
+        return Err(Error::semantic(
+            "no patch is being recorded: BEGIN PATCH \"file\" first",
+        ));
+    };
+    let s = &b.model().surface;
+    let file = PatchFile {
+        base_sha256: b.shared.identity(),
+        hidden: s.hidden,
+        n_layers: s.n_layers,
+        edits: edits.clone(),
+    };
+    let sha256 = pf::write(Path::new(&path), &file)?;
+    let e = &mut bound_mut(cx)?.edits;
+    e.open = None;
+    e.applied.push(Patch {
+        origin: PatchOrigin::File {
+            path: path.clone(),
+            sha256,
+        },
+        edits,
+    });
+    rebuild(cx)?;
+    let n = file.edits.len();
+    Ok(status(
+        "SAVE PATCH",
+        n,
+        format!("{path}: {n} edits, sha256 {}", hex(&sha256)),
+    ))
+}
+
+/// `PatchApply path`: reads, checks and applies a patch file.
+pub(crate) fn apply(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
+    let b = cx.bound()?;
+    if b.edits.applied.iter().any(|p| p.name() == path)
+        || b.edits.open.as_ref().is_some_and(|o| o.0 == path)
+    {
+        return Err(Error::semantic(format!(
+            "patch {path:?} is already applied"
+        )));
+    }
+    let (file, sha256) = pf::read(Path::new(path))?;
+    let identity = b.shared.identity();
+    if file.base_sha256 != identity {
+        return Err(Error::semantic(format!(
+            "{path}: the patch was computed on the model with sha256 {}; the bound model {} has sha256 {}",
+            hex(&file.base_sha256),
+            b.name,
+            hex(&identity)
+        ))
+        .with_help("apply it to the model it was made on"));
+    }
+    let s = &b.model().surface;
+    if file.hidden != s.hidden || file.n_layers != s.n_layers {
+        return Err(Error::semantic(format!(
+            "{path}: the patch is for hidden size {} and {} layers; {} has {} and {}",
+            file.hidden, file.n_layers, b.name, s.hidden, s.n_layers
+        )));
+    }
+    if let Some(dup) = b
+        .edits
+        .applied
+        .iter()
+        .find(|p| matches!(&p.origin, PatchOrigin::File { sha256: h, .. } if *h == sha256))
+    {
+        return Err(Error::semantic(format!(
+            "{path} has the same contents as the applied patch {}",
+            dup.name()
+        )));
+    }
+    let n = file.edits.len();
+    let e = &mut bound_mut(cx)?.edits;
+    e.applied.push(Patch {
+        origin: PatchOrigin::File {
+            path: path.to_string(),
+            sha256,
+        },
+        edits: file.edits,
+    });
+    if let Err(err) = rebuild(cx) {
+        bound_mut(cx)?.edits.applied.pop();
+        rebuild(cx)?;
+        return Err(err.with_help(format!("{path} was not applied")));
+    }
+    Ok(status(
+        "APPLY PATCH",
+        n,
+        format!("{path}: {n} edits, sha256 {}", hex(&sha256)),
+    ))
+}
+
+/// `PatchRemove path`: takes a patch (a file, the recording one, or `(session)`) out of the
+/// stack; the files on disk are left alone.
+pub(crate) fn remove(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
+    let e = &mut bound_mut(cx)?.edits;
+    let n = if path == SESSION {
+        std::mem::take(&mut e.session).len()
+    } else if e.open.as_ref().is_some_and(|o| o.0 == path) {
+        e.open.take().map_or(0, |o| o.1.len())
+    } else if let Some(i) = e.applied.iter().position(|p| p.name() == path) {
+        e.applied.remove(i).edits.len()
+    } else {
+        return Err(Error::semantic(format!("patch {path:?} is not applied"))
+            .with_help("SHOW PATCHES lists the patches in force"));
+    };
+    rebuild(cx)?;
+    Ok(status(
+        "REMOVE PATCH",
+        n,
+        format!("{path}: {n} edits removed"),
+    ))
+}
+
+fn layers_of(edits: &[Edit]) -> String {
+    let mut l: Vec<usize> = edits.iter().map(|e| e.layer()).collect();
+    l.sort_unstable();
+    l.dedup();
+    if l.is_empty() {
+        String::new()
+    } else {
+        lql_storage::model::layer_list(&l)
+    }
+}
+
+/// `SHOW PATCHES`: the patch stack, oldest first.
+pub(crate) fn show(cx: &mut Cx<'_>) -> Result<Rows> {
+    let b = cx.bound()?;
+    let base = hex(&b.shared.identity());
+    let mut rows = Rows::new(super::columns_of(&lql_planner::show_columns(
+        lql_planner::ShowWhat::Patches,
+    )));
+    for p in b.edits.patches() {
+        let (state, sha) = match &p.origin {
+            PatchOrigin::File { sha256, .. } => ("applied", hex(sha256)),
+            PatchOrigin::Session => ("session", String::new()),
+            PatchOrigin::Open(_) => ("recording", String::new()),
+        };
+        rows.push(vec![
+            Value::from(p.name()),
+            Value::from(state),
+            Value::from(p.edits.len()),
+            Value::from(layers_of(&p.edits)),
+            Value::from(sha),
+            Value::from(base.as_str()),
+        ]);
+    }
+    Ok(rows)
+}
