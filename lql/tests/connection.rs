@@ -127,7 +127,9 @@ fn open_refuses_unknown_names_and_missing_files() {
 #[test]
 fn unbuilt_statements_say_so() {
     let conn = Connection::open(MODEL).unwrap();
-    let e = conn.execute("SAVE PATCH;").unwrap_err();
+    let e = conn
+        .execute("COMPILE CURRENT INTO PACKAGE 'p';")
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unsupported);
-    assert_eq!(e.message, "not supported yet: SAVE PATCH");
+    assert_eq!(e.message, "not supported yet: COMPILE … INTO PACKAGE");
 }

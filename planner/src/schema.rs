@@ -387,7 +387,6 @@ const SHOW_TABLES: Spec = &[
     ("table", Text, "virtual table name"),
     ("columns", Int, "number of columns"),
 ];
-const STATUS: Spec = &[];
 const DIFF: Spec = &[
     ("object", Text, "graph object the tensor belongs to"),
     ("layer", Int, "layer (NULL for global tensors)"),

@@ -175,12 +175,15 @@ fn unbuilt_statements_are_unsupported() {
         "--model",
         MODEL,
         "-c",
-        "BEGIN PATCH 'x.patch';",
+        "COMPILE CURRENT INTO PACKAGE 'p';",
     ]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
     assert_eq!(v["error"]["kind"], "unsupported");
-    assert_eq!(v["error"]["message"], "not supported yet: BEGIN PATCH");
+    assert_eq!(
+        v["error"]["message"],
+        "not supported yet: COMPILE … INTO PACKAGE"
+    );
 }
 
 #[test]

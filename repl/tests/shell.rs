@@ -116,7 +116,7 @@ fn offline_refuses_a_model_that_is_not_cached() {
 fn tables_and_schema_list_what_answers() {
     let o = lql(&[MODEL, ".tables"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o), "features  layers  tokens  tensors\n");
+    assert_eq!(stdout(&o), "features  layers  tokens  tensors  edges\n");
     let o = lql(&[MODEL, ".schema layers"]);
     assert_eq!(
         stdout(&o),
@@ -124,11 +124,11 @@ fn tables_and_schema_list_what_answers() {
          gate_encoding TEXT,\n  bytes INTEGER\n);\n"
     );
     let o = lql(&[MODEL, ".schema"]);
-    assert_eq!(stdout(&o).matches("CREATE TABLE").count(), 4);
+    assert_eq!(stdout(&o).matches("CREATE TABLE").count(), 5);
     // A table that does not answer is an error naming it; no model is one too.
-    let o = lql(&[MODEL, ".schema edges"]);
+    let o = lql(&[MODEL, ".schema nosuch"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains(".schema edges"), "{}", stderr(&o));
+    assert!(stderr(&o).contains(".schema nosuch"), "{}", stderr(&o));
     let o = lql(&[".tables"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no model is bound"), "{}", stderr(&o));
