@@ -325,8 +325,21 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<PatchFile> {
                 let layer = c.u32("layer")? as usize;
                 let feature = c.u32("feature")? as usize;
                 let flags = c.u8("flags")?;
-                let g = c.f32("gate_scale")?;
-                let d = c.f32("down_scale")?;
+                if flags & !3 != 0 {
+                    c.at -= 1;
+                    return Err(c.err("flags", format!("unknown scale flags {flags:#04x}")));
+                }
+                let mut scale = |field: &str, present: bool| -> Result<f32> {
+                    let v = c.f32(field)?;
+                    // One encoding per patch: an absent scale is stored as 1.0.
+                    if !present && v != 1.0 {
+                        c.at -= 4;
+                        return Err(c.err(field, format!("{v} is not a valid scale here")));
+                    }
+                    Ok(v)
+                };
+                let g = scale("gate_scale", flags & 1 != 0)?;
+                let d = scale("down_scale", flags & 2 != 0)?;
                 edits.push(Edit::Scale(FeatureScale {
                     layer,
                     feature,
