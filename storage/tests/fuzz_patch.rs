@@ -66,11 +66,20 @@ fn fuzz_patch() {
     for s in &seeds {
         decode(Path::new("seed.lqlpatch"), s).expect("the seed decodes");
     }
-    let strategy = (fuzz_support::mutated_bytes(seeds), any::<bool>())
-        .prop_map(|(b, seal)| if seal { reseal(b) } else { b });
+    let strategy = (fuzz_support::mutated_bytes(seeds), any::<bool>()).prop_map(|(b, seal)| {
+        if seal {
+            reseal(b)
+        } else {
+            b
+        }
+    });
     fuzz_support::fuzz("patch", 3000, strategy, |bytes| {
         if let Ok(p) = decode(Path::new("f.lqlpatch"), &bytes) {
-            assert_eq!(encode(&p), bytes, "an accepted patch re-encodes to its bytes");
+            assert_eq!(
+                encode(&p),
+                bytes,
+                "an accepted patch re-encodes to its bytes"
+            );
         }
     });
 }
