@@ -27,6 +27,26 @@ pub struct Progress {
 /// A progress handler: called from the thread running the statement.
 pub type ProgressHandler = Arc<dyn Fn(&Progress) + Send + Sync>;
 
+/// Reports `done` of `total` bytes of `task` to `handler`, when one is installed (the
+/// writers' byte counts: EXTRACT, COMPILE, COMPACT).
+pub(crate) fn report_bytes(
+    handler: Option<&ProgressHandler>,
+    task: &str,
+    done: u64,
+    total: u64,
+    finished: bool,
+) {
+    if let Some(h) = handler {
+        h(&Progress {
+            task: task.to_string(),
+            done,
+            total: Some(total),
+            unit: ProgressUnit::Bytes,
+            finished,
+        });
+    }
+}
+
 /// A token-stream handler: called with each piece of text GENERATE produces, as it is
 /// produced (whole UTF-8 characters; the statement's row still carries the full text).
 pub type TokenHandler = Arc<dyn Fn(&str) + Send + Sync>;

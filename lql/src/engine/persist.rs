@@ -21,7 +21,7 @@ use lql_storage::{import, Model, OperandSource};
 use super::datum::Datum;
 use super::Cx;
 use crate::error::{Error, Result};
-use crate::progress::{Progress, ProgressUnit};
+use crate::progress::{report_bytes, Progress, ProgressUnit};
 use crate::rows::Rows;
 use crate::value::Value;
 
@@ -245,17 +245,7 @@ fn compile_vindex(
         &staging,
         ExtractEncoding::Source,
         Some(derivation),
-        &mut |p| {
-            if let Some(h) = &handler {
-                h(&Progress {
-                    task: task.clone(),
-                    done: p.bytes_done,
-                    total: Some(p.bytes_total),
-                    unit: ProgressUnit::Bytes,
-                    finished: false,
-                });
-            }
-        },
+        &mut |p| report_bytes(handler.as_ref(), &task, p.bytes_done, p.bytes_total, false),
         &cancel,
     );
     let report = match report {
@@ -291,15 +281,13 @@ fn compile_vindex(
         Error::io(format!("{}: {e}", out.display()))
     })?;
     lql_storage::fsutil::sync_dir(&parent)?;
-    if let Some(h) = &handler {
-        h(&Progress {
-            task,
-            done: report.payload_bytes,
-            total: Some(report.payload_bytes),
-            unit: ProgressUnit::Bytes,
-            finished: true,
-        });
-    }
+    report_bytes(
+        handler.as_ref(),
+        &task,
+        report.payload_bytes,
+        report.payload_bytes,
+        true,
+    );
     Ok((report.tensors, report.payload_bytes, delta))
 }
 
@@ -354,17 +342,7 @@ pub(crate) fn compact(cx: &mut Cx<'_>, container: &str, into: Option<&str>) -> R
     let cancel = cx.cancel.clone();
     let staged = c::stage(
         &dir,
-        &mut |p| {
-            if let Some(h) = &handler {
-                h(&Progress {
-                    task: task.clone(),
-                    done: p.bytes_done,
-                    total: Some(p.bytes_total),
-                    unit: ProgressUnit::Bytes,
-                    finished: false,
-                });
-            }
-        },
+        &mut |p| report_bytes(handler.as_ref(), &task, p.bytes_done, p.bytes_total, false),
         &cancel,
     );
     let staged = match staged {

@@ -13,7 +13,7 @@ use lql_storage::{catalogue, import};
 use super::datum::Datum;
 use super::Cx;
 use crate::error::{Error, Result};
-use crate::progress::{Progress, ProgressUnit};
+use crate::progress::report_bytes;
 use crate::rows::Rows;
 use crate::value::Value;
 
@@ -52,17 +52,7 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         &model,
         Path::new(&plan.output),
         encoding,
-        &mut |p| {
-            if let Some(h) = &handler {
-                h(&Progress {
-                    task: task.clone(),
-                    done: p.bytes_done,
-                    total: Some(p.bytes_total),
-                    unit: ProgressUnit::Bytes,
-                    finished: false,
-                });
-            }
-        },
+        &mut |p| report_bytes(handler.as_ref(), &task, p.bytes_done, p.bytes_total, false),
         &cancel,
     );
     let report = match result {
@@ -72,15 +62,13 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         }
         Err(e) => return Err(e.into()),
     };
-    if let Some(h) = &handler {
-        h(&Progress {
-            task,
-            done: report.payload_bytes,
-            total: Some(report.payload_bytes),
-            unit: ProgressUnit::Bytes,
-            finished: true,
-        });
-    }
+    report_bytes(
+        handler.as_ref(),
+        &task,
+        report.payload_bytes,
+        report.payload_bytes,
+        true,
+    );
     let mut rows = Rows::new(super::result_columns(cx.plan));
     rows.push(vec![
         Value::from(report.path.display().to_string()),
