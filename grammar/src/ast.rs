@@ -568,6 +568,77 @@ pub enum ExprKind {
     },
 }
 
+impl ExprKind {
+    /// This node with each direct child expression replaced by `f(child)` (columns and
+    /// literals have none and are cloned): the one structural walk behind the planner's
+    /// expression rewrites.
+    pub fn try_map_children<E>(
+        &self,
+        f: &mut dyn FnMut(&Expr) -> Result<Expr, E>,
+    ) -> Result<ExprKind, E> {
+        let mut b = |x: &Expr| f(x).map(Box::new);
+        Ok(match self {
+            ExprKind::Column(_) | ExprKind::Literal(_) => self.clone(),
+            ExprKind::Compare { op, left, right } => ExprKind::Compare {
+                op: *op,
+                left: b(left)?,
+                right: b(right)?,
+            },
+            ExprKind::Like {
+                expr,
+                pattern,
+                negated,
+            } => ExprKind::Like {
+                expr: b(expr)?,
+                pattern: b(pattern)?,
+                negated: *negated,
+            },
+            ExprKind::InList {
+                expr,
+                list,
+                negated,
+            } => ExprKind::InList {
+                expr: b(expr)?,
+                list: list.iter().map(&mut *f).collect::<Result<_, E>>()?,
+                negated: *negated,
+            },
+            ExprKind::Between {
+                expr,
+                low,
+                high,
+                negated,
+            } => ExprKind::Between {
+                expr: b(expr)?,
+                low: b(low)?,
+                high: b(high)?,
+                negated: *negated,
+            },
+            ExprKind::IsNull { expr, negated } => ExprKind::IsNull {
+                expr: b(expr)?,
+                negated: *negated,
+            },
+            ExprKind::Not(x) => ExprKind::Not(b(x)?),
+            ExprKind::Neg(x) => ExprKind::Neg(b(x)?),
+            ExprKind::And(v) => ExprKind::And(v.iter().map(&mut *f).collect::<Result<_, E>>()?),
+            ExprKind::Or(v) => ExprKind::Or(v.iter().map(&mut *f).collect::<Result<_, E>>()?),
+            ExprKind::Arith { op, left, right } => ExprKind::Arith {
+                op: *op,
+                left: b(left)?,
+                right: b(right)?,
+            },
+            ExprKind::Aggregate {
+                func,
+                arg,
+                distinct,
+            } => ExprKind::Aggregate {
+                func: *func,
+                arg: arg.as_deref().map(b).transpose()?,
+                distinct: *distinct,
+            },
+        })
+    }
+}
+
 /// Arithmetic operators of the select list and WHERE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ArithOp {

@@ -1046,7 +1046,6 @@ pub(crate) fn resolve<'s>(
 
 /// Resolves every column of an expression; names are normalised to the schema's.
 pub(crate) fn resolve_expr(schema: &[ColumnDef], table: Table, e: &Expr) -> Result<Expr> {
-    let r = |x: &Expr| resolve_expr(schema, table, x).map(Box::new);
     let kind = match &e.kind {
         ExprKind::Column(c) => {
             let col = resolve(schema, table, c)?;
@@ -1055,74 +1054,7 @@ pub(crate) fn resolve_expr(schema: &[ColumnDef], table: Table, e: &Expr) -> Resu
                 span: c.span,
             })
         }
-        ExprKind::Literal(v) => ExprKind::Literal(v.clone()),
-        ExprKind::Compare { op, left, right } => ExprKind::Compare {
-            op: *op,
-            left: r(left)?,
-            right: r(right)?,
-        },
-        ExprKind::Like {
-            expr,
-            pattern,
-            negated,
-        } => ExprKind::Like {
-            expr: r(expr)?,
-            pattern: r(pattern)?,
-            negated: *negated,
-        },
-        ExprKind::InList {
-            expr,
-            list,
-            negated,
-        } => ExprKind::InList {
-            expr: r(expr)?,
-            list: list
-                .iter()
-                .map(|x| resolve_expr(schema, table, x))
-                .collect::<Result<_>>()?,
-            negated: *negated,
-        },
-        ExprKind::Between {
-            expr,
-            low,
-            high,
-            negated,
-        } => ExprKind::Between {
-            expr: r(expr)?,
-            low: r(low)?,
-            high: r(high)?,
-            negated: *negated,
-        },
-        ExprKind::IsNull { expr, negated } => ExprKind::IsNull {
-            expr: r(expr)?,
-            negated: *negated,
-        },
-        ExprKind::Not(x) => ExprKind::Not(r(x)?),
-        ExprKind::And(v) => ExprKind::And(
-            v.iter()
-                .map(|x| resolve_expr(schema, table, x))
-                .collect::<Result<_>>()?,
-        ),
-        ExprKind::Or(v) => ExprKind::Or(
-            v.iter()
-                .map(|x| resolve_expr(schema, table, x))
-                .collect::<Result<_>>()?,
-        ),
-        ExprKind::Arith { op, left, right } => ExprKind::Arith {
-            op: *op,
-            left: r(left)?,
-            right: r(right)?,
-        },
-        ExprKind::Neg(x) => ExprKind::Neg(r(x)?),
-        ExprKind::Aggregate {
-            func,
-            arg,
-            distinct,
-        } => ExprKind::Aggregate {
-            func: *func,
-            arg: arg.as_deref().map(r).transpose()?,
-            distinct: *distinct,
-        },
+        other => other.try_map_children(&mut |x| resolve_expr(schema, table, x))?,
     };
     Ok(Expr { kind, span: e.span })
 }

@@ -437,7 +437,6 @@ fn rewrite(e: &Expr, spec: &AggregateSpec) -> Result<Expr> {
             return Ok(column(&col.name, e.span));
         }
     }
-    let r = |x: &Expr| rewrite(x, spec).map(Box::new);
     let kind = match &e.kind {
         ExprKind::Aggregate { .. } => return Ok(column(&e.to_string(), e.span)),
         ExprKind::Column(c) => {
@@ -453,59 +452,7 @@ fn rewrite(e: &Expr, spec: &AggregateSpec) -> Result<Expr> {
                 c.name, c.name
             )))
         }
-        ExprKind::Literal(v) => ExprKind::Literal(v.clone()),
-        ExprKind::Compare { op, left, right } => ExprKind::Compare {
-            op: *op,
-            left: r(left)?,
-            right: r(right)?,
-        },
-        ExprKind::Like {
-            expr,
-            pattern,
-            negated,
-        } => ExprKind::Like {
-            expr: r(expr)?,
-            pattern: r(pattern)?,
-            negated: *negated,
-        },
-        ExprKind::InList {
-            expr,
-            list,
-            negated,
-        } => ExprKind::InList {
-            expr: r(expr)?,
-            list: list
-                .iter()
-                .map(|x| rewrite(x, spec))
-                .collect::<Result<_>>()?,
-            negated: *negated,
-        },
-        ExprKind::Between {
-            expr,
-            low,
-            high,
-            negated,
-        } => ExprKind::Between {
-            expr: r(expr)?,
-            low: r(low)?,
-            high: r(high)?,
-            negated: *negated,
-        },
-        ExprKind::IsNull { expr, negated } => ExprKind::IsNull {
-            expr: r(expr)?,
-            negated: *negated,
-        },
-        ExprKind::Not(x) => ExprKind::Not(r(x)?),
-        ExprKind::Neg(x) => ExprKind::Neg(r(x)?),
-        ExprKind::And(v) => {
-            ExprKind::And(v.iter().map(|x| rewrite(x, spec)).collect::<Result<_>>()?)
-        }
-        ExprKind::Or(v) => ExprKind::Or(v.iter().map(|x| rewrite(x, spec)).collect::<Result<_>>()?),
-        ExprKind::Arith { op, left, right } => ExprKind::Arith {
-            op: *op,
-            left: r(left)?,
-            right: r(right)?,
-        },
+        other => other.try_map_children(&mut |x| rewrite(x, spec))?,
     };
     Ok(Expr { kind, span: e.span })
 }
