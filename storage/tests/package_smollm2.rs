@@ -17,10 +17,14 @@ use lql_storage::format::package::{manifest, open_package, VerifyMode};
 
 /// The package, written once per test binary.
 fn package() -> &'static Path {
-    static DIR: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, p) = DIR.get_or_init(|| {
-        let t = tempfile::tempdir().unwrap();
-        let out = t.path().join("smollm2-layers");
+    // In the target's scratch folder (not a `TempDir`: a static is never dropped, so a
+    // temporary folder would outlive every run); rewritten once per test binary.
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("smollm2-layers");
+        if out.exists() {
+            std::fs::remove_dir_all(&out).unwrap();
+        }
         write_package(&WriteOptions {
             source: common::smollm2(),
             out_dir: out.clone(),
@@ -29,9 +33,8 @@ fn package() -> &'static Path {
             projectors: vec![],
         })
         .unwrap();
-        (t, out)
-    });
-    p
+        out
+    })
 }
 
 #[test]

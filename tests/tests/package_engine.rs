@@ -11,10 +11,14 @@ use lql::{Connection, StageInput, StageResult};
 use lql_storage::format::package::writer::{write_package, WriteOptions};
 
 fn package() -> &'static Path {
-    static DIR: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, p) = DIR.get_or_init(|| {
-        let t = tempfile::tempdir().unwrap();
-        let out = t.path().join("pkg");
+    // In the target's scratch folder (not a `TempDir`: a static is never dropped, so a
+    // temporary folder would outlive every run); rewritten once per test binary.
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pkg");
+        if out.exists() {
+            std::fs::remove_dir_all(&out).unwrap();
+        }
         write_package(&WriteOptions {
             source: lql_tests::default_model_path(),
             out_dir: out.clone(),
@@ -23,9 +27,8 @@ fn package() -> &'static Path {
             projectors: vec![],
         })
         .unwrap();
-        (t, out)
-    });
-    p
+        out
+    })
 }
 
 fn q(p: &Path) -> String {
