@@ -120,7 +120,7 @@ fn matrix(dt: DType, rows: usize, row_len: usize, rng: &mut Rng) -> Vec<u8> {
     for blk in out.chunks_exact_mut(bb) {
         match dt {
             DType::Q5_0 => blk[0..2].copy_from_slice(&f16(0.01)),
-            DType::Q5_1 | DType::Q4_K => {
+            DType::Q5_1 | DType::Q4_K | DType::Q5_K => {
                 blk[0..2].copy_from_slice(&f16(0.01));
                 blk[2..4].copy_from_slice(&f16(-0.02));
             }

@@ -14,6 +14,7 @@ pub enum DType {
     Q5_1,
     Q8_0,
     Q4_K,
+    Q5_K,
     Q6_K,
     BF16,
     MXFP4,
@@ -21,7 +22,7 @@ pub enum DType {
 
 impl DType {
     /// All encodings this engine knows.
-    pub const ALL: [DType; 11] = [
+    pub const ALL: [DType; 12] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -31,6 +32,7 @@ impl DType {
         DType::Q5_1,
         DType::Q8_0,
         DType::Q4_K,
+        DType::Q5_K,
         DType::Q6_K,
         DType::MXFP4,
     ];
@@ -46,6 +48,7 @@ impl DType {
             DType::Q5_1 => 7,
             DType::Q8_0 => 8,
             DType::Q4_K => 12,
+            DType::Q5_K => 13,
             DType::Q6_K => 14,
             DType::BF16 => 30,
             DType::MXFP4 => 39,
@@ -69,6 +72,7 @@ impl DType {
             DType::Q5_1 => "Q5_1",
             DType::Q8_0 => "Q8_0",
             DType::Q4_K => "Q4_K",
+            DType::Q5_K => "Q5_K",
             DType::Q6_K => "Q6_K",
             DType::MXFP4 => "MXFP4",
         }
@@ -88,7 +92,7 @@ impl DType {
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::MXFP4 => {
                 32
             }
-            DType::Q4_K | DType::Q6_K => 256,
+            DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
 
@@ -104,6 +108,7 @@ impl DType {
             DType::Q8_0 => 34,
             DType::MXFP4 => 17,
             DType::Q4_K => 144,
+            DType::Q5_K => 176,
             DType::Q6_K => 210,
         }
     }

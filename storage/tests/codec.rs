@@ -88,6 +88,7 @@ fn encode_refuses_unsupported_targets_and_partial_blocks() {
         DType::Q5_0,
         DType::Q5_1,
         DType::Q4_K,
+        DType::Q5_K,
         DType::Q6_K,
         DType::MXFP4,
     ] {
@@ -142,7 +143,7 @@ fn random_row(dt: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
                         blk[0..2].copy_from_slice(&f16(d));
                         blk[2..4].copy_from_slice(&f16(m));
                     }
-                    DType::Q4_K => {
+                    DType::Q4_K | DType::Q5_K => {
                         blk[0..2].copy_from_slice(&f16(d * 0.1));
                         blk[2..4].copy_from_slice(&f16(m * 0.1));
                     }

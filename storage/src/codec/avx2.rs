@@ -453,6 +453,71 @@ pub unsafe fn dot_q4_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
     hsum(_mm256_sub_ps(acc, accm))
 }
 
+/// The 32 five-bit codes of Q5_K sub-block pair `c` as two halves of 16 bytes each for the
+/// low (`lo`) and high (`hi`) sub-block: nibbles of `qs[32c..32c + 32]`, the fifth bit from
+/// bit `2c` (low) or `2c + 1` (high) of `qh[l]`.
+#[inline(always)]
+unsafe fn q5_k_codes(qs: *const u8, qh: *const u8, c: usize) -> ([__m128i; 2], [__m128i; 2]) {
+    let mask = _mm_set1_epi8(0x0F);
+    let sixteen = _mm_set1_epi8(16);
+    let u0 = _mm_set1_epi8((1u8 << (2 * c)) as i8);
+    let u1 = _mm_set1_epi8((2u8 << (2 * c)) as i8);
+    let a = _mm_loadu_si128(qs.add(32 * c) as *const __m128i);
+    let bb = _mm_loadu_si128(qs.add(32 * c + 16) as *const __m128i);
+    let ha = _mm_loadu_si128(qh as *const __m128i);
+    let hb = _mm_loadu_si128(qh.add(16) as *const __m128i);
+    let bit =
+        |h: __m128i, u: __m128i| _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h, u), u), sixteen);
+    let lo = [
+        _mm_or_si128(_mm_and_si128(a, mask), bit(ha, u0)),
+        _mm_or_si128(_mm_and_si128(bb, mask), bit(hb, u0)),
+    ];
+    let hi = [
+        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), mask), bit(ha, u1)),
+        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(bb, 4), mask), bit(hb, u1)),
+    ];
+    (lo, hi)
+}
+
+/// 32 unsigned byte codes (two halves of 16) as four f32 vectors.
+#[inline(always)]
+unsafe fn u8x32_ps(h: [__m128i; 2]) -> [__m256; 4] {
+    cvt4([
+        _mm256_cvtepu8_epi32(h[0]),
+        _mm256_cvtepu8_epi32(_mm_srli_si128(h[0], 8)),
+        _mm256_cvtepu8_epi32(h[1]),
+        _mm256_cvtepu8_epi32(_mm_srli_si128(h[1], 8)),
+    ])
+}
+
+/// Q5_K: Σ_sub-blocks (d·sc)·Σ(q5·x) − (dmin·mn)·Σx.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q5_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut accm = _mm256_setzero_ps();
+    for b in 0..nb {
+        let blk = row.add(b * 176);
+        let head = std::slice::from_raw_parts(blk, 16);
+        let d = super::block::f16_at(head, 0);
+        let dmin = super::block::f16_at(head, 2);
+        let scales = &head[4..16];
+        let (qh, qs) = (blk.add(16), blk.add(48));
+        let xb = x.add(b * 256);
+        for c in 0..4 {
+            let (sc0, m0) = super::block::scale_min_k4(2 * c, scales);
+            let (sc1, m1) = super::block::scale_min_k4(2 * c + 1, scales);
+            let (lo, hi) = q5_k_codes(qs, qh, c);
+            let x0 = xb.add(64 * c);
+            let x1 = x0.add(32);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc0 as f32), dot4(u8x32_ps(lo), x0), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 as f32), dot4(u8x32_ps(hi), x1), acc);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m0 as f32), sum4(x0), accm);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m1 as f32), sum4(x1), accm);
+        }
+    }
+    hsum(_mm256_sub_ps(acc, accm))
+}
+
 /// Q6_K: Σ_16-value groups (d·scale)·Σ((q6−32)·x).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q6_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
@@ -603,6 +668,31 @@ pub unsafe fn decode_q4_k(src: *const u8, out: *mut f32, nb: usize) {
                 ]);
                 let oo = o.add(64 * c + 32 * h);
                 for (k, qk) in q.into_iter().enumerate() {
+                    _mm256_storeu_ps(oo.add(8 * k), _mm256_sub_ps(_mm256_mul_ps(ds, qk), dm));
+                }
+            }
+        }
+    }
+}
+
+/// Q5_K → `(d * sc) * q5 - (dmin * mn)` (the scalar decoder's arithmetic: bit-exact).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn decode_q5_k(src: *const u8, out: *mut f32, nb: usize) {
+    for b in 0..nb {
+        let blk = src.add(b * 176);
+        let head = std::slice::from_raw_parts(blk, 16);
+        let d = super::block::f16_at(head, 0);
+        let dmin = super::block::f16_at(head, 2);
+        let scales = &head[4..16];
+        let o = out.add(b * 256);
+        for c in 0..4 {
+            let (lo, hi) = q5_k_codes(blk.add(48), blk.add(16), c);
+            for (h, codes) in [lo, hi].into_iter().enumerate() {
+                let (sc, mn) = super::block::scale_min_k4(2 * c + h, scales);
+                let ds = _mm256_set1_ps(d * sc as f32);
+                let dm = _mm256_set1_ps(dmin * mn as f32);
+                let oo = o.add(64 * c + 32 * h);
+                for (k, qk) in u8x32_ps(codes).into_iter().enumerate() {
                     _mm256_storeu_ps(oo.add(8 * k), _mm256_sub_ps(_mm256_mul_ps(ds, qk), dm));
                 }
             }

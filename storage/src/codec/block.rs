@@ -151,6 +151,31 @@ pub fn decode_q4_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// Q5_K, 176 bytes → 256 values: `(d * sc) * q5 - (dmin * mn)` per 32-value sub-block, the
+/// fifth bit of element `l` of sub-block pair `c` in bit `2c` (low half) or `2c + 1` (high
+/// half) of `qh[l]`.
+pub fn decode_q5_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qh = &b[16..48];
+    let qs = &b[48..176];
+    for c in 0..4 {
+        let q = &qs[32 * c..32 * c + 32];
+        let (sc0, m0) = scale_min_k4(2 * c, scales);
+        let (sc1, m1) = scale_min_k4(2 * c + 1, scales);
+        let (d0, dm0) = (d * sc0 as f32, dmin * m0 as f32);
+        let (d1, dm1) = (d * sc1 as f32, dmin * m1 as f32);
+        let (u0, u1) = (1u8 << (2 * c), 2u8 << (2 * c));
+        for l in 0..32 {
+            let h0 = if qh[l] & u0 != 0 { 16 } else { 0 };
+            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+            y[64 * c + l] = d0 * ((q[l] & 0x0F) + h0) as f32 - dm0;
+            y[64 * c + 32 + l] = d1 * ((q[l] >> 4) + h1) as f32 - dm1;
+        }
+    }
+}
+
 /// Q6_K, 210 bytes → 256 values: `(d * scale) * (q6 - 32)` per 16-value sub-block.
 pub fn decode_q6_k(b: &[u8], y: &mut [f32]) {
     let ql = &b[0..128];

@@ -60,6 +60,7 @@ pub(crate) fn decode_unchecked(dtype: DType, src: &[u8], out: &mut [f32]) {
                     return super::avx2::decode_mxfp4(src.as_ptr(), out.as_mut_ptr(), nb)
                 }
                 DType::Q4_K => return super::avx2::decode_q4_k(src.as_ptr(), out.as_mut_ptr(), nb),
+                DType::Q5_K => return super::avx2::decode_q5_k(src.as_ptr(), out.as_mut_ptr(), nb),
                 DType::Q6_K => return super::avx2::decode_q6_k(src.as_ptr(), out.as_mut_ptr(), nb),
                 _ => {}
             }
@@ -81,6 +82,7 @@ pub fn decode_scalar(dtype: DType, src: &[u8], out: &mut [f32]) {
         DType::Q8_0 => block::decode_q8_0,
         DType::MXFP4 => block::decode_mxfp4,
         DType::Q4_K => block::decode_q4_k,
+        DType::Q5_K => block::decode_q5_k,
         DType::Q6_K => block::decode_q6_k,
     };
     let (be, bb) = (dtype.block_elems(), dtype.block_bytes());

@@ -199,6 +199,7 @@ fn dot_avx2(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
             DType::Q5_0 => avx2::dot_q5_0(row.as_ptr(), x.as_ptr(), nb),
             DType::Q5_1 => avx2::dot_q5_1(row.as_ptr(), x.as_ptr(), nb),
             DType::Q4_K => avx2::dot_q4_k(row.as_ptr(), x.as_ptr(), nb),
+            DType::Q5_K => avx2::dot_q5_k(row.as_ptr(), x.as_ptr(), nb),
             DType::Q6_K => avx2::dot_q6_k(row.as_ptr(), x.as_ptr(), nb),
         }
     }
@@ -269,6 +270,7 @@ fn dot_blockwise(dtype: DType, row: &[u8], x: &[f32], dot: impl Fn(&[f32], &[f32
             DType::Q8_0 => block::decode_q8_0(b, y),
             DType::MXFP4 => block::decode_mxfp4(b, y),
             DType::Q4_K => block::decode_q4_k(b, y),
+            DType::Q5_K => block::decode_q5_k(b, y),
             DType::Q6_K => block::decode_q6_k(b, y),
             DType::F32 | DType::F16 | DType::BF16 => super::decode::decode_scalar(dtype, b, y),
         }
