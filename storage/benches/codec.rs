@@ -125,6 +125,8 @@ fn matrix(dt: DType, rows: usize, row_len: usize, rng: &mut Rng) -> Vec<u8> {
                 blk[2..4].copy_from_slice(&f16(-0.02));
             }
             DType::Q6_K => blk[208..210].copy_from_slice(&f16(0.001)),
+            DType::Q2_K => blk[80..84].copy_from_slice(&[f16(0.01), f16(-0.02)].concat()),
+            DType::Q3_K => blk[108..110].copy_from_slice(&f16(0.001)),
             DType::MXFP4 => blk[0] = 120,
             _ => {}
         }

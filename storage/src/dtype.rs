@@ -13,6 +13,8 @@ pub enum DType {
     Q5_0,
     Q5_1,
     Q8_0,
+    Q2_K,
+    Q3_K,
     Q4_K,
     Q5_K,
     Q6_K,
@@ -22,7 +24,7 @@ pub enum DType {
 
 impl DType {
     /// All encodings this engine knows.
-    pub const ALL: [DType; 12] = [
+    pub const ALL: [DType; 14] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -31,6 +33,8 @@ impl DType {
         DType::Q5_0,
         DType::Q5_1,
         DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
@@ -47,6 +51,8 @@ impl DType {
             DType::Q5_0 => 6,
             DType::Q5_1 => 7,
             DType::Q8_0 => 8,
+            DType::Q2_K => 10,
+            DType::Q3_K => 11,
             DType::Q4_K => 12,
             DType::Q5_K => 13,
             DType::Q6_K => 14,
@@ -71,6 +77,8 @@ impl DType {
             DType::Q5_0 => "Q5_0",
             DType::Q5_1 => "Q5_1",
             DType::Q8_0 => "Q8_0",
+            DType::Q2_K => "Q2_K",
+            DType::Q3_K => "Q3_K",
             DType::Q4_K => "Q4_K",
             DType::Q5_K => "Q5_K",
             DType::Q6_K => "Q6_K",
@@ -92,7 +100,7 @@ impl DType {
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::MXFP4 => {
                 32
             }
-            DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
+            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
 
@@ -107,6 +115,8 @@ impl DType {
             DType::Q5_1 => 24,
             DType::Q8_0 => 34,
             DType::MXFP4 => 17,
+            DType::Q2_K => 84,
+            DType::Q3_K => 110,
             DType::Q4_K => 144,
             DType::Q5_K => 176,
             DType::Q6_K => 210,

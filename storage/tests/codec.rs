@@ -87,6 +87,8 @@ fn encode_refuses_unsupported_targets_and_partial_blocks() {
     for dt in [
         DType::Q5_0,
         DType::Q5_1,
+        DType::Q2_K,
+        DType::Q3_K,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
@@ -148,6 +150,11 @@ fn random_row(dt: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
                         blk[2..4].copy_from_slice(&f16(m * 0.1));
                     }
                     DType::Q6_K => blk[208..210].copy_from_slice(&f16(d * 0.1)),
+                    DType::Q2_K => {
+                        blk[80..82].copy_from_slice(&f16(d * 0.1));
+                        blk[82..84].copy_from_slice(&f16(m * 0.1));
+                    }
+                    DType::Q3_K => blk[108..110].copy_from_slice(&f16(d * 0.1)),
                     DType::MXFP4 => blk[0] = 110 + rng.byte() % 30,
                     _ => unreachable!(),
                 }

@@ -132,6 +132,46 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// Q2_K, 84 bytes (`scales[16]`, `qs[64]`, `d`, `dmin`) → 256 values: per 16-value
+/// sub-block `j`, `(d * (scales[j] & 15)) * q2 - dmin * (scales[j] >> 4)`; element
+/// `128h + 32s + l` is bits `2s..2s + 2` of `qs[32h + l]`.
+pub fn decode_q2_k(b: &[u8], y: &mut [f32]) {
+    let scales = &b[0..16];
+    let qs = &b[16..80];
+    let d = f16_at(b, 80);
+    let dmin = f16_at(b, 82);
+    for (e, v) in y.iter_mut().enumerate().take(QK_K) {
+        let (h, s, l) = (e / 128, (e / 32) % 4, e % 32);
+        let q = (qs[32 * h + l] >> (2 * s)) & 3;
+        let sc = scales[e / 16];
+        let (dl, ml) = (d * (sc & 0x0F) as f32, dmin * (sc >> 4) as f32);
+        *v = dl * q as f32 - ml;
+    }
+}
+
+/// Q3_K, 110 bytes (`hmask[32]`, `qs[64]`, `scales[12]`, `d`) → 256 values: per 16-value
+/// sub-block `j`, `(d * (sc_j - 32)) * (q2 - 4·!hbit)`, the six-bit `sc_j` from a low nibble
+/// of `scales[j % 8]` and two high bits of `scales[8 + j % 4]`; element `128h + 32s + l` is
+/// bits `2s..2s + 2` of `qs[32h + l]` and its high bit is bit `e / 32` of `hmask[e % 32]`.
+pub fn decode_q3_k(b: &[u8], y: &mut [f32]) {
+    let hmask = &b[0..32];
+    let qs = &b[32..96];
+    let sc = &b[96..108];
+    let d = f16_at(b, 108);
+    let mut dl = [0.0f32; 16];
+    for (j, v) in dl.iter_mut().enumerate() {
+        let lo = (sc[j % 8] >> (4 * (j / 8))) & 0x0F;
+        let hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 0x03;
+        *v = d * ((lo | (hi << 4)) as i8 - 32) as f32;
+    }
+    for (e, v) in y.iter_mut().enumerate().take(QK_K) {
+        let (h, s, l) = (e / 128, (e / 32) % 4, e % 32);
+        let q = ((qs[32 * h + l] >> (2 * s)) & 3) as i8;
+        let high = (hmask[e % 32] >> (e / 32)) & 1;
+        *v = dl[e / 16] * (q - if high == 0 { 4 } else { 0 }) as f32;
+    }
+}
+
 /// Q4_K, 144 bytes → 256 values: `(d * sc) * q - (dmin * mn)` per 32-value sub-block.
 pub fn decode_q4_k(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);

@@ -81,6 +81,8 @@ pub fn decode_scalar(dtype: DType, src: &[u8], out: &mut [f32]) {
         DType::Q5_1 => block::decode_q5_1,
         DType::Q8_0 => block::decode_q8_0,
         DType::MXFP4 => block::decode_mxfp4,
+        DType::Q2_K => block::decode_q2_k,
+        DType::Q3_K => block::decode_q3_k,
         DType::Q4_K => block::decode_q4_k,
         DType::Q5_K => block::decode_q5_k,
         DType::Q6_K => block::decode_q6_k,

@@ -61,7 +61,14 @@ pub fn encode_row(dtype: DType, src: &[f32], out: &mut Vec<u8>) -> Result<(), St
         DType::Q8_0 => encode::encode_q8_0(src, out),
         DType::Q4_0 => encode::encode_q4_0(src, out),
         DType::Q4_1 => encode::encode_q4_1(src, out),
-        DType::Q5_0 | DType::Q5_1 | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::MXFP4 => {
+        DType::Q5_0
+        | DType::Q5_1
+        | DType::Q2_K
+        | DType::Q3_K
+        | DType::Q4_K
+        | DType::Q5_K
+        | DType::Q6_K
+        | DType::MXFP4 => {
             return Err(StorageError::Unsupported(format!(
                 "not supported yet: encoding to {dtype}"
             )))
