@@ -111,7 +111,7 @@ pub fn dot_rows_using(
 /// The multi-row kernels (`out.len()` rows of `rb` bytes, `x.len()` a multiple of 32,
 /// `kernels` at least AVX2 and supported by this CPU), in groups of four rows: AVX-512 for
 /// Q4_1 (and Q8_0 row by row) where chosen, AVX2 ([`super::avx2_rows`]) for Q4_0, Q4_1,
-/// Q5_0, Q5_1 (and Q8_0 row by row, one prefetched stream); returns how many leading rows it computed (0 when no kernel here
+/// Q5_0, Q5_1, Q4_K (and Q8_0 row by row, one prefetched stream); returns how many leading rows it computed (0 when no kernel here
 /// fits `dtype`).
 #[cfg(target_arch = "x86_64")]
 fn dot_rows_x86(
@@ -144,29 +144,43 @@ fn dot_rows_x86(
     unsafe fn q4_1_512(r: [*const u8; 4], x: *const f32, _s: *const f32, nb: usize) -> [f32; 4] {
         super::avx512::dot4_q4_1(r, x, nb)
     }
-    let (kernel, needs_sums): (Dot4, bool) = match (kernels, dtype) {
-        (Kernels::Avx512, DType::Q4_1) => (q4_1_512, false),
-        (_, DType::Q4_1) => (a2::dot4_q4_1, true),
-        (_, DType::Q4_0) => (a2::dot4_q4_0, true),
-        (_, DType::Q5_0) => (a2::dot4_q5_0, true),
-        (_, DType::Q5_1) => (a2::dot4_q5_1, true),
+    /// What a kernel needs precomputed from x: nothing, per-block pairs, or sub-block sums.
+    #[derive(PartialEq)]
+    enum Sums {
+        None,
+        Pairs,
+        SubBlocks,
+    }
+    let (kernel, needs_sums): (Dot4, Sums) = match (kernels, dtype) {
+        (Kernels::Avx512, DType::Q4_1) => (q4_1_512, Sums::None),
+        (_, DType::Q4_1) => (a2::dot4_q4_1, Sums::Pairs),
+        (_, DType::Q4_0) => (a2::dot4_q4_0, Sums::Pairs),
+        (_, DType::Q5_0) => (a2::dot4_q5_0, Sums::Pairs),
+        (_, DType::Q5_1) => (a2::dot4_q5_1, Sums::Pairs),
+        (_, DType::Q4_K) if x.len().is_multiple_of(256) => (a2::dot4_q4_k, Sums::SubBlocks),
         _ => return 0,
     };
     let mut sums = [0.0f32; 2 * a2::MAX_BLOCKS];
-    if needs_sums {
-        if nb > a2::MAX_BLOCKS {
-            return 0;
-        }
-        // SAFETY: AVX2 present; x holds nb*32 values and sums 2*MAX_BLOCKS >= 2*nb.
-        unsafe { a2::block_sums(x.as_ptr(), nb, sums.as_mut_ptr()) };
+    if needs_sums != Sums::None && nb > a2::MAX_BLOCKS {
+        return 0;
     }
+    match needs_sums {
+        // SAFETY: AVX2 present; x holds nb*32 values and sums 2*MAX_BLOCKS >= 2*nb floats.
+        Sums::Pairs => unsafe { a2::block_sums(x.as_ptr(), nb, sums.as_mut_ptr()) },
+        // SAFETY: as above; nb floats written.
+        Sums::SubBlocks => unsafe { a2::subblock_sums(x.as_ptr(), nb, sums.as_mut_ptr()) },
+        Sums::None => {}
+    }
+    // The kernel's blocks: 32-element blocks, or 256-element super-blocks for K-quants.
+    let nb = nb * 32 / dtype.block_elems();
     let groups = out.len() / 4;
     for (g, o) in out.chunks_exact_mut(4).take(groups).enumerate() {
         let p = rows_bytes[g * 4 * rb..(g + 1) * 4 * rb].as_ptr();
         // SAFETY: the kernel's CPU features are present (`kernels` is clamped to
         // `cpu::best()` and matched above); the four rows lie within
         // `rows_bytes[4g*rb..4(g+1)*rb]` (sliced, so bounds-checked) and each holds nb
-        // blocks; x holds nb*32 values; sums holds 2*nb values where the kernel reads them.
+        // blocks; x holds nb blocks of the encoding's elements; sums holds what the kernel
+        // reads (a pair per 32-element block, or eight sub-block sums per super-block).
         let r = unsafe {
             kernel(
                 [p, p.add(rb), p.add(2 * rb), p.add(3 * rb)],
