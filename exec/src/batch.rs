@@ -1,5 +1,6 @@
 //! Batched decoding: one step that runs the next token of several independent sequences
-//! together. Each sequence keeps its own key/value cache and position; the projections,
+//! together (or any number of new tokens each: a prompt prefilled beside the next tokens of
+//! others). Each sequence keeps its own key/value cache and position; the projections,
 //! the FFN and the head run as one matrix product over the B rows (the weights are read
 //! once per step, and the CPU backend switches to decoded tiles + GEMM from its batch
 //! threshold on); RoPE rotates each row at its own position; attention runs per sequence
@@ -58,15 +59,30 @@ impl Executor {
     /// sessions must be continuations of this executor (or a clone of it) over a whole
     /// model. On error every session is left as it was.
     pub fn decode_batch(&self, sessions: &mut [&mut Session], ids: &[u32]) -> Result<Vec<Logits>> {
+        let each: Vec<&[u32]> = ids.iter().map(std::slice::from_ref).collect();
+        self.extend_batch(sessions, &each)
+    }
+
+    /// [`Executor::decode_batch`] with any number of new tokens per session (a prompt to
+    /// prefill beside the next tokens of others): all rows of all sessions go through the
+    /// same matrix products; the logits of each session's last new token, in order.
+    pub fn extend_batch(
+        &self,
+        sessions: &mut [&mut Session],
+        ids: &[&[u32]],
+    ) -> Result<Vec<Logits>> {
         if sessions.len() != ids.len() {
             return Err(ExecError::Internal(format!(
-                "batched decode of {} sessions with {} tokens",
+                "batched step of {} sessions with {} token lists",
                 sessions.len(),
                 ids.len()
             )));
         }
         if sessions.is_empty() {
             return Ok(Vec::new());
+        }
+        if ids.iter().any(|t| t.is_empty()) {
+            return Err(ExecError::EmptyPrompt);
         }
         let plan = self.plan_arc();
         if !plan.stage.input || !plan.stage.output {
@@ -105,8 +121,10 @@ impl Executor {
             }
         };
         let vocab = plan.surface.vocab;
-        for (s, &id) in sessions.iter_mut().zip(ids) {
-            s.push_token(id);
+        for (s, t) in sessions.iter_mut().zip(ids) {
+            for &id in *t {
+                s.push_token(id);
+            }
         }
         Ok(flat
             .chunks_exact(vocab)
@@ -123,38 +141,50 @@ struct Step<'a> {
 }
 
 impl Step<'_> {
-    /// Appends one position to each cache (committed on success) and returns the logits,
-    /// `[B × vocab]`.
+    /// Appends `ids[i]` to cache `i` (committed on success) and returns the logits of
+    /// each sequence's last new row, `[B × vocab]`.
     fn run(
         &self,
         kvs: &mut [&mut KvCache],
-        ids: &[u32],
+        seqs: &[&[u32]],
         cancel: &std::sync::atomic::AtomicBool,
     ) -> Result<Vec<f32>> {
         let plan = self.plan;
         let s = &plan.surface;
         let be = self.backend;
         let d = s.hidden;
-        let b = ids.len();
-        let positions: Vec<usize> = kvs.iter().map(|kv| kv.len()).collect();
-        for (&id, &p) in ids.iter().zip(&positions) {
-            if id as usize >= s.vocab {
-                return Err(ExecError::TokenOutOfRange {
-                    id,
-                    position: p,
-                    vocab: s.vocab,
-                });
+        // Sequence i owns rows first[i] .. first[i] + seqs[i].len(), at positions
+        // p0[i] .. p0[i] + seqs[i].len().
+        let p0: Vec<usize> = kvs.iter().map(|kv| kv.len()).collect();
+        let mut first = Vec::with_capacity(seqs.len());
+        let mut b = 0usize;
+        for t in seqs {
+            first.push(b);
+            b += t.len();
+        }
+        let ids: Vec<u32> = seqs.iter().flat_map(|t| t.iter().copied()).collect();
+        let mut positions = Vec::with_capacity(b);
+        for (t, &p) in seqs.iter().zip(&p0) {
+            for (j, &id) in t.iter().enumerate() {
+                if id as usize >= s.vocab {
+                    return Err(ExecError::TokenOutOfRange {
+                        id,
+                        position: p + j,
+                        vocab: s.vocab,
+                    });
+                }
+                positions.push(p + j);
             }
         }
-        for kv in kvs.iter_mut() {
-            kv.reserve(1)?;
+        for (kv, t) in kvs.iter_mut().zip(seqs) {
+            kv.reserve(t.len())?;
         }
         let (qd, kvd, ff) = (plan.q_dim, plan.kv_dim, s.ffn);
 
         // Embedding.
         let emb = view(self.source, plan.embedding)?;
         let mut x = vec![0.0f32; b * d];
-        for (row, &id) in x.chunks_exact_mut(d).zip(ids) {
+        for (row, &id) in x.chunks_exact_mut(d).zip(&ids) {
             encoded::decode_row(emb.dtype, emb.row(id as usize), row)
                 .map_err(ExecError::Unsupported)?;
             if s.embedding_scale != 1.0 {
@@ -200,17 +230,18 @@ impl Step<'_> {
             be.rope(&mut q, s.n_heads, s.head_dim, &table, s.rope_pairing);
             be.rope(&mut k, s.n_kv_heads, s.head_dim, &table, s.rope_pairing);
             for (i, kv) in kvs.iter_mut().enumerate() {
-                kv.append(kl, &k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd]);
+                let (r, n) = (first[i], seqs[i].len());
+                kv.append(kl, &k[r * kvd..(r + n) * kvd], &v[r * kvd..(r + n) * kvd]);
                 let (kc, vc) = kv.layer(kl);
                 let step = AttnStep {
-                    q: &q[i * qd..(i + 1) * qd],
+                    q: &q[r * qd..(r + n) * qd],
                     k_cache: kc,
                     v_cache: vc,
-                    p0: positions[i],
-                    n: 1,
+                    p0: p0[i],
+                    n,
                     geom,
                 };
-                be.attention(&step, &mut att[i * qd..(i + 1) * qd], None);
+                be.attention(&step, &mut att[r * qd..(r + n) * qd], None);
             }
             be.matmul(&view(self.source, lp.o)?, &att, b, &mut attn_delta)?;
             add_in_place(&mut x, &attn_delta);
@@ -220,10 +251,21 @@ impl Step<'_> {
             ffn::run(&ffn_cx, lp, &h, b, &mut ffn_buf, None, &mut ffn_delta)?;
             add_in_place(&mut x, &ffn_delta);
         }
-        for kv in kvs.iter_mut() {
-            kv.commit(1);
+        for (kv, t) in kvs.iter_mut().zip(seqs) {
+            kv.commit(t.len());
         }
-        crate::forward::head(self.source, plan, be, &x, 0..b, None)
+        // The head over each sequence's last row only.
+        let last: Vec<f32> = if b == seqs.len() {
+            x
+        } else {
+            let mut last = Vec::with_capacity(seqs.len() * d);
+            for (&r, t) in first.iter().zip(seqs) {
+                let row = r + t.len() - 1;
+                last.extend_from_slice(&x[row * d..(row + 1) * d]);
+            }
+            last
+        };
+        crate::forward::head(self.source, plan, be, &last, 0..seqs.len(), None)
     }
 }
 

@@ -174,3 +174,48 @@ fn refusals_and_failures_leave_every_session_unchanged() {
     // An empty batch is nothing to do.
     assert!(exec.decode_batch(&mut [], &[]).unwrap().is_empty());
 }
+
+/// Prompts prefilled in the same step as the next tokens of sequences already decoding
+/// (`extend_batch`): bit-identical to each alone without GEMM, within the GEMM bound with
+/// it.
+#[test]
+fn prompts_prefill_in_the_same_step_as_decoding_sequences() {
+    let Some(exec) = executor() else { return };
+    let dots = Executor::with_backend(
+        exec.source().clone(),
+        Arc::new(CpuBackend::new(2).unwrap().without_batched_gemm()),
+    )
+    .unwrap();
+    for (e, exact) in [(&dots, true), (&exec, false)] {
+        // Alone: prompt 0 then its greedy next token; prompts 1..3 prefilled.
+        let mut a = e.session();
+        let t = a.prefill(PROMPTS[0]).unwrap().argmax();
+        let want0 = a.decode(t).unwrap();
+        let want: Vec<Logits> = PROMPTS[1..]
+            .iter()
+            .map(|p| e.session().prefill(p).unwrap())
+            .collect();
+        // Together: prompt 0's next token beside three prompts.
+        let mut s0 = e.session();
+        assert_eq!(s0.prefill(PROMPTS[0]).unwrap().argmax(), t);
+        let mut others: Vec<Session> = PROMPTS[1..].iter().map(|_| e.session()).collect();
+        let mut refs: Vec<&mut Session> = vec![&mut s0];
+        refs.extend(others.iter_mut());
+        let mut lists: Vec<&[u32]> = vec![std::slice::from_ref(&t)];
+        lists.extend(PROMPTS[1..].iter().copied());
+        let got = e.extend_batch(&mut refs, &lists).unwrap();
+        assert_eq!(got.len(), 4);
+        for (i, (g, w)) in got.iter().zip(std::iter::once(&want0).chain(&want)).enumerate() {
+            if exact {
+                assert_eq!(g.values, w.values, "sequence {i}: bit-identical");
+            } else {
+                let d = max_abs_diff(&g.values, &w.values);
+                assert!(d < 1e-3, "sequence {i}: max abs diff {d}");
+            }
+        }
+        assert_eq!(s0.position(), PROMPTS[0].len() + 1);
+        for (s, p) in others.iter().zip(&PROMPTS[1..]) {
+            assert_eq!(s.tokens(), *p);
+        }
+    }
+}

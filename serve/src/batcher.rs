@@ -1,9 +1,9 @@
 //! The decode scheduler: one thread with one executor (one backend thread pool over the
 //! shared, mapped model) that decodes every active completion together. A request that
-//! holds a slot ([`crate::pool`]) hands its choices here; each choice is prefilled on its
-//! own, then joins the decode batch: every step samples each active sequence with its own
-//! sampler, stop strings, logprobs and `max_tokens` ([`Decoding::step`]), and runs the
-//! next token of all of them as one batched step (`Executor::decode_batch`: the weights are
+//! holds a slot ([`crate::pool`]) hands its choices here; each step samples every active
+//! sequence with its own sampler, stop strings, logprobs and `max_tokens`
+//! ([`Decoding::step`]), then runs the next token of all of them, and the prompts of
+//! choices just started, as one batched step (`Executor::extend_batch`: the weights are
 //! read once per step). A finished sequence, or one whose client is gone, leaves the batch
 //! at once, and the request's slot is freed when its last choice ends.
 
@@ -89,8 +89,9 @@ impl Batcher {
 struct Seq<'t> {
     session: Session,
     dec: Decoding<'t>,
-    /// The logits after the last token run (what the next token is sampled from).
-    logits: Logits,
+    /// The logits after the last token run (what the next token is sampled from);
+    /// `None` until the prompt is prefilled.
+    logits: Option<Logits>,
 }
 
 /// A request in the scheduler: its current choice, started (prefilled) or not.
@@ -180,8 +181,8 @@ impl<'t> Scheduler<'t> {
         a.done = true;
     }
 
-    /// Prefills the request's current choice if none is running (and finishes at once the
-    /// choices that want no tokens).
+    /// Starts the request's current choice if none is running: its prompt joins the next
+    /// step (choices that want no tokens finish at once).
     fn start(&self, a: &mut Active<'t>) {
         while !a.done && a.seq.is_none() {
             if a.work.events.is_closed() {
@@ -201,29 +202,20 @@ impl<'t> Scheduler<'t> {
                 self.finished(a, outcome);
                 continue;
             }
-            let mut session = self.exec.session();
-            match session.prefill(&req.prompt_ids) {
-                Ok(logits) => {
-                    a.seq = Some(Seq {
-                        session,
-                        dec,
-                        logits,
-                    })
-                }
-                Err(ExecError::Cancelled) => {
-                    let outcome =
-                        dec.finish(Some(Finish::Cancelled), &mut sender(&a.work.events, a.index));
-                    self.finished(a, outcome);
-                }
-                Err(e) => return self.failed(a, &e),
-            }
+            a.seq = Some(Seq {
+                session: self.exec.session(),
+                dec,
+                logits: None,
+            });
         }
     }
 
-    /// Samples every running choice and runs the next token of those that go on, together.
+    /// Samples every running choice, then runs in one batched step the next token of
+    /// those that go on and the prompts of those just started.
     fn step(&self, active: &mut [Active<'t>]) {
         let cancelled = self.cancel.load(Ordering::Relaxed);
-        let mut going: Vec<(usize, u32)> = Vec::new();
+        // (request, new tokens) of each row group of the step, in order of `active`.
+        let mut rows: Vec<(usize, Vec<u32>)> = Vec::new();
         for (ai, a) in active.iter_mut().enumerate() {
             let Some(seq) = a.seq.as_mut() else { continue };
             if a.work.events.is_closed() {
@@ -233,15 +225,20 @@ impl<'t> Scheduler<'t> {
                 a.done = true;
                 continue;
             }
+            let Some(logits) = &seq.logits else {
+                let prompt = a.work.reqs[a.index].prompt_ids.clone();
+                rows.push((ai, prompt));
+                continue;
+            };
             let room = seq.session.position() < seq.session.context_limit();
             let next = seq.dec.step(
-                &seq.logits,
+                logits,
                 room,
                 cancelled,
                 &mut sender(&a.work.events, a.index),
             );
             match next {
-                Ok(Some(id)) => going.push((ai, id)),
+                Ok(Some(id)) => rows.push((ai, vec![id])),
                 Ok(None) => {
                     if let Some(seq) = a.seq.take() {
                         let outcome = seq.dec.finish(None, &mut sender(&a.work.events, a.index));
@@ -251,36 +248,37 @@ impl<'t> Scheduler<'t> {
                 Err(e) => self.failed(a, &e),
             }
         }
-        if going.is_empty() {
+        if rows.is_empty() {
             return;
         }
-        let ids: Vec<u32> = going.iter().map(|&(_, id)| id).collect();
-        // Exactly the choices in `going` still run (in the same order): the others ended.
+        let lists: Vec<&[u32]> = rows.iter().map(|(_, t)| t.as_slice()).collect();
+        // Exactly the choices in `rows` still run (in the same order): the others ended.
         let mut sessions: Vec<&mut Session> = active
             .iter_mut()
             .filter_map(|a| a.seq.as_mut().map(|s| &mut s.session))
             .collect();
-        if sessions.len() != ids.len() {
+        if sessions.len() != lists.len() {
             let e = ExecError::Internal("the decode batch lost track of a sequence".into());
             drop(sessions);
-            for &(ai, _) in &going {
+            for &(ai, _) in &rows {
                 self.failed(&mut active[ai], &e);
             }
             return;
         }
-        self.metrics.decode_step(ids.len());
-        let result = self.exec.decode_batch(&mut sessions, &ids);
+        self.metrics
+            .decode_step(rows.iter().filter(|(_, t)| t.len() == 1).count());
+        let result = self.exec.extend_batch(&mut sessions, &lists);
         drop(sessions);
         match result {
             Ok(logits) => {
-                for ((ai, _), l) in going.iter().zip(logits) {
+                for ((ai, _), l) in rows.iter().zip(logits) {
                     if let Some(seq) = active[*ai].seq.as_mut() {
-                        seq.logits = l;
+                        seq.logits = Some(l);
                     }
                 }
             }
             Err(e) => {
-                for &(ai, _) in &going {
+                for &(ai, _) in &rows {
                     let a = &mut active[ai];
                     if let Some(seq) = a.seq.take() {
                         if matches!(e, ExecError::Cancelled) {

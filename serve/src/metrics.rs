@@ -165,7 +165,7 @@ impl Metrics {
             ),
             (
                 "lql_decode_rows_total",
-                "Sequences decoded by those steps (rows / steps is the mean batch size).",
+                "Next tokens decoded by those steps (rows / steps is the mean batch size; prompts prefilled in a step are not counted).",
                 &self.decode_rows,
             ),
         ];
