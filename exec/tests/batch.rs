@@ -219,3 +219,34 @@ fn prompts_prefill_in_the_same_step_as_decoding_sequences() {
         }
     }
 }
+
+/// On-CPU seconds of this process (user + system).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 * 1e-6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+/// Opt-in figure (`cargo test --release -p lql-exec --test batch -- --ignored --nocapture`):
+/// on-CPU milliseconds of one batched decode step by batch size, per row and in all.
+#[test]
+#[ignore]
+fn batched_step_cost_by_batch_size() {
+    let Some(exec) = executor() else { return };
+    for b in [1usize, 2, 4, 8, 16] {
+        let mut sessions: Vec<Session> = (0..b).map(|_| exec.session()).collect();
+        for (i, s) in sessions.iter_mut().enumerate() {
+            s.prefill(PROMPTS[i % 4]).unwrap();
+        }
+        let steps = 16;
+        let c0 = cpu_seconds();
+        for _ in 0..steps {
+            let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
+            exec.decode_batch(&mut refs, &vec![260; b]).unwrap();
+        }
+        let ms = (cpu_seconds() - c0) * 1e3 / steps as f64;
+        eprintln!("B = {b:2}: {ms:7.1} ms on-CPU per step, {:6.1} ms per row", ms / b as f64);
+    }
+}
