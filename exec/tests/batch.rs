@@ -147,18 +147,27 @@ fn refusals_and_failures_leave_every_session_unchanged() {
     let e = exec.decode_batch(&mut [&mut a, &mut b], &[1]).unwrap_err();
     assert!(matches!(e, ExecError::Internal(_)), "{e}");
     // A token outside the vocabulary.
-    let e = exec.decode_batch(&mut [&mut a, &mut b], &[1, 500]).unwrap_err();
-    assert!(matches!(e, ExecError::TokenOutOfRange { id: 500, .. }), "{e}");
+    let e = exec
+        .decode_batch(&mut [&mut a, &mut b], &[1, 500])
+        .unwrap_err();
+    assert!(
+        matches!(e, ExecError::TokenOutOfRange { id: 500, .. }),
+        "{e}"
+    );
     check(&a, &b);
     // A session of another executor.
     let mut c = other.session();
     c.prefill(&[1]).unwrap();
-    let e = exec.decode_batch(&mut [&mut a, &mut c], &[1, 1]).unwrap_err();
+    let e = exec
+        .decode_batch(&mut [&mut a, &mut c], &[1, 1])
+        .unwrap_err();
     assert!(e.to_string().contains("another executor"), "{e}");
     check(&a, &b);
     // Cancelled mid-step.
     exec.cancel_flag().store(true, Ordering::SeqCst);
-    let e = exec.decode_batch(&mut [&mut a, &mut b], &[1, 1]).unwrap_err();
+    let e = exec
+        .decode_batch(&mut [&mut a, &mut b], &[1, 1])
+        .unwrap_err();
     assert!(matches!(e, ExecError::Cancelled), "{e}");
     exec.cancel_flag().store(false, Ordering::SeqCst);
     check(&a, &b);
@@ -167,7 +176,9 @@ fn refusals_and_failures_leave_every_session_unchanged() {
     assert_eq!(ok.len(), 2);
     let (pa, pb) = (a.position(), b.position());
     assert_eq!((pa, pb), (4, 10));
-    let e = exec.decode_batch(&mut [&mut a, &mut b], &[1, 1]).unwrap_err();
+    let e = exec
+        .decode_batch(&mut [&mut a, &mut b], &[1, 1])
+        .unwrap_err();
     assert!(matches!(e, ExecError::ContextOverflow { .. }), "{e}");
     assert_eq!((a.position(), b.position()), (4, 10));
     assert_eq!(a.tokens().len(), 4);
@@ -205,7 +216,11 @@ fn prompts_prefill_in_the_same_step_as_decoding_sequences() {
         lists.extend(PROMPTS[1..].iter().copied());
         let got = e.extend_batch(&mut refs, &lists).unwrap();
         assert_eq!(got.len(), 4);
-        for (i, (g, w)) in got.iter().zip(std::iter::once(&want0).chain(&want)).enumerate() {
+        for (i, (g, w)) in got
+            .iter()
+            .zip(std::iter::once(&want0).chain(&want))
+            .enumerate()
+        {
             if exact {
                 assert_eq!(g.values, w.values, "sequence {i}: bit-identical");
             } else {
@@ -247,6 +262,9 @@ fn batched_step_cost_by_batch_size() {
             exec.decode_batch(&mut refs, &vec![260; b]).unwrap();
         }
         let ms = (cpu_seconds() - c0) * 1e3 / steps as f64;
-        eprintln!("B = {b:2}: {ms:7.1} ms on-CPU per step, {:6.1} ms per row", ms / b as f64);
+        eprintln!(
+            "B = {b:2}: {ms:7.1} ms on-CPU per step, {:6.1} ms per row",
+            ms / b as f64
+        );
     }
 }

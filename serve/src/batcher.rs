@@ -112,7 +112,10 @@ struct Scheduler<'t> {
 }
 
 /// A callback that streams one choice's deltas to its request's handler.
-fn sender(events: &mpsc::UnboundedSender<Event>, index: usize) -> impl FnMut(Delta<'_>) -> bool + '_ {
+fn sender(
+    events: &mpsc::UnboundedSender<Event>,
+    index: usize,
+) -> impl FnMut(Delta<'_>) -> bool + '_ {
     move |d: Delta<'_>| {
         events
             .send(Event::Delta {

@@ -236,7 +236,10 @@ impl<'t> Decoding<'t> {
             return Ok(None);
         }
         // Everything but a tail that could still begin a stop string is final.
-        let safe = floor_char(&self.out.text, self.out.text.len().saturating_sub(self.hold));
+        let safe = floor_char(
+            &self.out.text,
+            self.out.text.len().saturating_sub(self.hold),
+        );
         if !self.emit(safe, on_delta) {
             self.out.finish = Finish::Cancelled;
             return Ok(None);

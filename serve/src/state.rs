@@ -75,7 +75,8 @@ impl AppState {
         };
         let metrics = Arc::new(Metrics::default());
         let source: Arc<dyn lql_storage::OperandSource> = model.clone();
-        let backend = Arc::new(CpuBackend::new(config.decode_threads()).map_err(|e| e.to_string())?);
+        let backend =
+            Arc::new(CpuBackend::new(config.decode_threads()).map_err(|e| e.to_string())?);
         let exec = Executor::with_backend(source, backend).map_err(|e| e.to_string())?;
         let batcher = Batcher::start(exec, tokenizer.clone(), metrics.clone())?;
         let pool = Pool::new(config.parallel, config.queue, batcher);

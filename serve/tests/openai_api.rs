@@ -268,6 +268,12 @@ fn concurrent_greedy_completions_decode_together_and_each_equals_generate() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("{name} in {m}"))
     };
-    let (steps, rows) = (counter("lql_decode_steps_total"), counter("lql_decode_rows_total"));
-    assert!(rows > steps, "no step decoded more than one sequence: {rows} rows in {steps} steps");
+    let (steps, rows) = (
+        counter("lql_decode_steps_total"),
+        counter("lql_decode_rows_total"),
+    );
+    assert!(
+        rows > steps,
+        "no step decoded more than one sequence: {rows} rows in {steps} steps"
+    );
 }
