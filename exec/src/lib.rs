@@ -10,6 +10,7 @@
 //! - [`backend`]: the `Backend` trait and the CPU backend (codec dot kernels, faer GEMM).
 //! - [`forward`]: one forward pass over new positions; `ffn`: its FFN block.
 //! - [`session`]: `Executor`, `Session`, `Logits`, INFER.
+//! - [`batch`]: one decode step over several sequences (`Executor::decode_batch`).
 //! - [`generate`]: GENERATE with stop conditions and streaming.
 //! - [`sample`]: greedy / temperature / top-k / top-p sampling with a seeded PRNG.
 //! - [`observer`]: hooks for TRACE, EXPLAIN INFER, WALK RESIDUAL.
@@ -17,6 +18,7 @@
 //! - [`bench`]: the throughput benchmark behind `lql bench`.
 
 pub mod backend;
+pub mod batch;
 pub mod bench;
 pub mod browse;
 pub mod edit;

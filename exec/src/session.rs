@@ -164,6 +164,11 @@ impl Executor {
         &self.plan
     }
 
+    /// The shared plan (sessions of one executor and its clones hold the same one).
+    pub(crate) fn plan_arc(&self) -> &Arc<Plan> {
+        &self.plan
+    }
+
     pub fn surface(&self) -> &ExecutionSurface {
         &self.plan.surface
     }
@@ -369,6 +374,16 @@ impl Session {
     /// Bytes allocated by the key/value cache.
     pub fn cache_bytes(&self) -> usize {
         self.kv.allocated_bytes()
+    }
+
+    /// The key/value cache (for the batched step, which appends to several at once).
+    pub(crate) fn kv_mut(&mut self) -> &mut KvCache {
+        &mut self.kv
+    }
+
+    /// Record a token the batched step ran.
+    pub(crate) fn push_token(&mut self, id: u32) {
+        self.tokens.push(id);
     }
 
     /// Keep only the first `len` positions.

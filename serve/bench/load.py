@@ -4,7 +4,8 @@
 Starts the server binary (or uses --url/--pid of a running one), measures one streaming
 client alone, then CLIENTS concurrent streaming clients × REQUESTS requests each, stopping
 new requests after --seconds (default 60) and every socket after --timeout. Reports p50/p95
-request latency, time to first token, aggregate decode tokens/s against the single stream's,
+request latency, time to first token, aggregate decode tokens/s against the single stream's
+(measured back to back in the same run, with the load average before and after),
 errors (deliberate 429s counted apart), and the server's RSS after warm-up and after the
 run; then sends SIGTERM and reports the exit code. Prints one JSON object.
 
@@ -78,7 +79,7 @@ def main():
     ap.add_argument("--url", help="a running server (http://127.0.0.1:PORT)")
     ap.add_argument("--pid", type=int, help="its pid (for RSS)")
     ap.add_argument("--parallel", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=0, help="backend threads per slot")
+    ap.add_argument("--threads", type=int, default=0, help="backend threads of the decoder (0: cores)")
     ap.add_argument("--queue", type=int, default=64)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--requests", type=int, default=20)
@@ -115,6 +116,8 @@ def main():
         for t in warm:
             t.join()
         out["rss_after_warmup_kib"] = rss_kib(pid) if pid else None
+        # The machine may be shared: its load average around the two measurements.
+        out["loadavg_before"] = round(os.getloadavg()[0], 2)
         t0 = time.monotonic()
         toks = 0
         for _ in range(a.single):
@@ -159,6 +162,7 @@ def main():
             "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
         })
         out["rss_after_kib"] = rss_kib(pid) if pid else None
+        out["loadavg_after"] = round(os.getloadavg()[0], 2)
         if out.get("rss_after_warmup_kib"):
             out["rss_ratio"] = round(out["rss_after_kib"] / out["rss_after_warmup_kib"], 3)
     finally:

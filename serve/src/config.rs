@@ -31,8 +31,8 @@ pub struct Config {
     pub max_sessions: usize,
     /// Seconds in-flight requests get to finish after SIGTERM before they are cancelled.
     pub shutdown_grace_s: u64,
-    /// Worker threads per decoding slot (0: cores / parallel, at least 1).
-    pub threads_per_slot: usize,
+    /// Backend threads of the decode scheduler (0: one per core).
+    pub threads: usize,
 }
 
 impl Config {
@@ -52,16 +52,16 @@ impl Config {
             max_n: 8,
             max_sessions: 64,
             shutdown_grace_s: 30,
-            threads_per_slot: 0,
+            threads: 0,
         }
     }
 
-    /// Threads each slot's backend gets.
-    pub fn slot_threads(&self) -> usize {
-        if self.threads_per_slot > 0 {
-            return self.threads_per_slot;
+    /// Threads of the decode scheduler's backend (every slot's sequences decode together
+    /// on them).
+    pub fn decode_threads(&self) -> usize {
+        if self.threads > 0 {
+            return self.threads;
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        (cores / self.parallel.max(1)).max(1)
+        std::thread::available_parallelism().map_or(1, |n| n.get())
     }
 }

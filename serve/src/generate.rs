@@ -1,12 +1,11 @@
-//! One completion: prefill the prompt, then sample and decode one token at a time on a
-//! slot's executor, as `GENERATE` does (same sampler, same end-of-sequence ids, same stop
-//! string rule), reporting each token's log-probability and the text completed so far to a
-//! callback (streaming), which may stop it (a client gone).
+//! One completion's sampling side: after each decode step, sample the next token as
+//! `GENERATE` does (same sampler, same end-of-sequence ids, same stop string rule), and
+//! report each token's log-probability and the text completed so far to a callback
+//! (streaming), which may stop it (a client gone). The model runs in the batch scheduler
+//! ([`crate::batcher`]), which steps every active completion together.
 
-use std::sync::atomic::Ordering;
-
-use lql_exec::tokenizer::Tokenizer;
-use lql_exec::{ExecError, Executor, Logits, Sampler, Sampling};
+use lql_exec::tokenizer::{StreamDecoder, Tokenizer};
+use lql_exec::{ExecError, Logits, Sampler, Sampling};
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -123,128 +122,163 @@ fn token_logprob(tok: &Tokenizer, logits: &Logits, id: u32, top: usize) -> Token
     }
 }
 
-/// Runs one completion on `exec`. `on_delta` sees text as it becomes final and returns
-/// `false` to stop (the client is gone). Cancellation through the executor's flag ends it
-/// with [`Finish::Cancelled`].
-pub fn run(
-    exec: &Executor,
-    tok: &Tokenizer,
-    req: &Request,
-    on_delta: &mut dyn FnMut(Delta<'_>) -> bool,
-) -> Result<Outcome, ExecError> {
-    if req.prompt_ids.is_empty() {
-        return Err(ExecError::EmptyPrompt);
-    }
-    let mut sampler = Sampler::new(req.sampling)?;
-    let special = &exec.surface().special;
-    let mut end_ids: Vec<u32> = Vec::new();
-    end_ids.extend(special.eos);
-    end_ids.extend(special.eot.iter().copied());
-    let cancel = exec.cancel_flag();
-    let mut out = Outcome {
-        text: String::new(),
-        token_ids: Vec::new(),
-        finish: Finish::Length,
-        prompt_tokens: req.prompt_ids.len(),
-        completion_tokens: 0,
-        logprobs: Vec::new(),
-    };
-    if req.max_tokens == 0 {
-        return Ok(out);
-    }
-    let mut session = exec.session();
-    let mut logits = match session.prefill(&req.prompt_ids) {
-        Ok(l) => l,
-        Err(ExecError::Cancelled) => {
-            out.finish = Finish::Cancelled;
-            return Ok(out);
+/// One completion being decoded, one token at a time, by the batch scheduler
+/// ([`crate::batcher`]): the sampler, the end-of-sequence ids, the stop strings and the
+/// text streamed so far. The scheduler runs the model; [`Decoding::step`] turns the logits
+/// after the last token into the next token (or the end), exactly as `GENERATE` samples.
+pub struct Decoding<'t> {
+    tok: &'t Tokenizer,
+    max_tokens: usize,
+    stop: Vec<String>,
+    logprobs: Option<usize>,
+    sampler: Sampler,
+    end_ids: Vec<u32>,
+    stream: StreamDecoder<'t>,
+    out: Outcome,
+    /// Bytes a stop string could still need from the end of the text.
+    hold: usize,
+    /// Bytes of `out.text` already sent, and logprobs already sent.
+    sent: usize,
+    sent_lp: usize,
+    cut_by_stop: bool,
+}
+
+impl<'t> Decoding<'t> {
+    /// A completion of `req`; `end_ids` are the model's end-of-sequence and end-of-turn ids.
+    pub fn new(tok: &'t Tokenizer, req: &Request, end_ids: &[u32]) -> Result<Self, ExecError> {
+        if req.prompt_ids.is_empty() {
+            return Err(ExecError::EmptyPrompt);
         }
-        Err(e) => return Err(e),
-    };
-    let hold = req.stop.iter().map(|s| s.len()).max().unwrap_or(1) - 1;
-    let mut stream = tok.stream_decoder();
-    // Bytes of `out.text` already sent, and logprobs already sent.
-    let mut sent = 0usize;
-    let mut sent_lp = 0usize;
-    let mut cut_by_stop = false;
-    let mut emit = |out: &Outcome, upto: usize, sent: &mut usize, sent_lp: &mut usize| -> bool {
-        if upto <= *sent && out.logprobs.len() == *sent_lp {
+        Ok(Decoding {
+            tok,
+            max_tokens: req.max_tokens,
+            stop: req.stop.clone(),
+            logprobs: req.logprobs,
+            sampler: Sampler::new(req.sampling)?,
+            end_ids: end_ids.to_vec(),
+            stream: tok.stream_decoder(),
+            out: Outcome {
+                text: String::new(),
+                token_ids: Vec::new(),
+                finish: Finish::Length,
+                prompt_tokens: req.prompt_ids.len(),
+                completion_tokens: 0,
+                logprobs: Vec::new(),
+            },
+            hold: req.stop.iter().map(|s| s.len()).max().unwrap_or(1) - 1,
+            sent: 0,
+            sent_lp: 0,
+            cut_by_stop: false,
+        })
+    }
+
+    /// Nothing to generate (`max_tokens: 0`): no prefill is needed.
+    pub fn wants_nothing(&self) -> bool {
+        self.max_tokens == 0
+    }
+
+    /// Sends the text from `sent` to `upto` and the logprobs not sent yet; `false` when the
+    /// receiver is gone.
+    fn emit(&mut self, upto: usize, on_delta: &mut dyn FnMut(Delta<'_>) -> bool) -> bool {
+        if upto <= self.sent && self.out.logprobs.len() == self.sent_lp {
             return true;
         }
-        let text = &out.text[*sent..upto.max(*sent)];
-        let lps = &out.logprobs[*sent_lp..];
         let go = on_delta(Delta {
-            text,
-            logprobs: lps,
+            text: &self.out.text[self.sent..upto.max(self.sent)],
+            logprobs: &self.out.logprobs[self.sent_lp..],
         });
-        *sent = upto.max(*sent);
-        *sent_lp = out.logprobs.len();
+        self.sent = upto.max(self.sent);
+        self.sent_lp = self.out.logprobs.len();
         go
-    };
-    loop {
-        let id = sampler.sample(&logits.values);
-        if end_ids.contains(&id) {
-            out.finish = Finish::Stop;
-            break;
+    }
+
+    /// Samples the token after `logits` and streams the text it makes final. Returns the
+    /// token to run next, or `None` when the completion is over (end of sequence, a stop
+    /// string, `max_tokens`, `cancelled`, no room left in the context (`room` false), or
+    /// `on_delta` returning `false`); then call [`Decoding::finish`].
+    pub fn step(
+        &mut self,
+        logits: &Logits,
+        room: bool,
+        cancelled: bool,
+        on_delta: &mut dyn FnMut(Delta<'_>) -> bool,
+    ) -> Result<Option<u32>, ExecError> {
+        let id = self.sampler.sample(&logits.values);
+        if self.end_ids.contains(&id) {
+            self.out.finish = Finish::Stop;
+            return Ok(None);
         }
-        if let Some(top) = req.logprobs {
-            out.logprobs.push(token_logprob(tok, &logits, id, top));
+        if let Some(top) = self.logprobs {
+            self.out
+                .logprobs
+                .push(token_logprob(self.tok, logits, id, top));
         }
-        out.token_ids.push(id);
-        let piece = stream
+        self.out.token_ids.push(id);
+        let piece = self
+            .stream
             .push(id)
             .map_err(|e| ExecError::Internal(format!("detokenizing a generated token: {e}")))?;
-        let search_from = out.text.len().saturating_sub(hold);
-        out.text.push_str(&piece);
-        let cut = req
+        let search_from = self.out.text.len().saturating_sub(self.hold);
+        self.out.text.push_str(&piece);
+        let text = &self.out.text;
+        let cut = self
             .stop
             .iter()
             .filter_map(|s| {
-                let from = floor_char(&out.text, search_from);
-                out.text[from..].find(s.as_str()).map(|i| from + i)
+                let from = floor_char(text, search_from);
+                text[from..].find(s.as_str()).map(|i| from + i)
             })
             .min();
         if let Some(c) = cut {
-            out.text.truncate(c);
-            out.finish = Finish::Stop;
-            cut_by_stop = true;
-            break;
+            self.out.text.truncate(c);
+            self.out.finish = Finish::Stop;
+            self.cut_by_stop = true;
+            return Ok(None);
         }
         // Everything but a tail that could still begin a stop string is final.
-        let safe = floor_char(&out.text, out.text.len().saturating_sub(hold));
-        if !emit(&out, safe, &mut sent, &mut sent_lp) {
-            out.finish = Finish::Cancelled;
-            break;
+        let safe = floor_char(
+            &self.out.text,
+            self.out.text.len().saturating_sub(self.hold),
+        );
+        if !self.emit(safe, on_delta) {
+            self.out.finish = Finish::Cancelled;
+            return Ok(None);
         }
-        if out.token_ids.len() >= req.max_tokens {
-            out.finish = Finish::Length;
-            break;
+        if self.out.token_ids.len() >= self.max_tokens {
+            self.out.finish = Finish::Length;
+            return Ok(None);
         }
-        if cancel.load(Ordering::Relaxed) {
-            out.finish = Finish::Cancelled;
-            break;
+        if cancelled {
+            self.out.finish = Finish::Cancelled;
+            return Ok(None);
         }
-        if session.position() >= session.context_limit() {
-            out.finish = Finish::Length;
-            break;
+        if !room {
+            self.out.finish = Finish::Length;
+            return Ok(None);
         }
-        logits = match session.decode(id) {
-            Ok(l) => l,
-            Err(ExecError::Cancelled) => {
-                out.finish = Finish::Cancelled;
-                break;
-            }
-            Err(e) => return Err(e),
-        };
+        Ok(Some(id))
     }
-    if !cut_by_stop {
-        // Bytes of an unfinished character held back by the stream decoder.
-        out.text.push_str(&stream.flush());
+
+    /// Ends the completion (with `finish` when the scheduler ended it: a cancelled pass),
+    /// sends what is left of the text and returns the outcome.
+    pub fn finish(
+        mut self,
+        finish: Option<Finish>,
+        on_delta: &mut dyn FnMut(Delta<'_>) -> bool,
+    ) -> Outcome {
+        if let Some(f) = finish {
+            self.out.finish = f;
+        }
+        if !self.cut_by_stop {
+            // Bytes of an unfinished character held back by the stream decoder.
+            let rest = self.stream.flush();
+            self.out.text.push_str(&rest);
+        }
+        self.out.completion_tokens = self.out.token_ids.len();
+        let end = self.out.text.len();
+        self.emit(end, on_delta);
+        self.out
     }
-    out.completion_tokens = out.token_ids.len();
-    let end = out.text.len();
-    emit(&out, end, &mut sent, &mut sent_lp);
-    Ok(out)
 }
 
 /// The largest char boundary ≤ `i`.

@@ -9,7 +9,8 @@
 //!
 //! ```text
 //!  request ──auth──▶ route ──▶ body (size bound, JSON) ──▶ Pool::acquire (N slots, bounded queue → 429)
-//!     ──spawn_blocking──▶ generate::run (own decode loop on a slot's Executor) ──▶ JSON or SSE
+//!     ──▶ batcher (one decode thread: prefill each choice, then every active sequence
+//!         decodes in one batched step; generate::Decoding samples each) ──events──▶ JSON or SSE
 //!     └─ /v1/lql ──▶ access::check (writes only under --allow-writes DIR) ──▶ Connection ──▶ JSON
 //! ```
 //!
@@ -17,6 +18,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod batcher;
 pub mod config;
 pub mod error;
 pub mod generate;

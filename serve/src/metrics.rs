@@ -68,6 +68,8 @@ pub struct Metrics {
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
     cancelled: AtomicU64,
+    decode_steps: AtomicU64,
+    decode_rows: AtomicU64,
     latency: Mutex<[Histogram; ROUTES.len()]>,
     first_token: Mutex<Histogram>,
 }
@@ -102,6 +104,12 @@ impl Metrics {
 
     pub fn cancelled(&self) {
         self.cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One batched decode step ran `rows` sequences.
+    pub fn decode_step(&self, rows: usize) {
+        self.decode_steps.fetch_add(1, Ordering::Relaxed);
+        self.decode_rows.fetch_add(rows as u64, Ordering::Relaxed);
     }
 
     pub fn first_token(&self, secs: f64) {
@@ -149,6 +157,16 @@ impl Metrics {
                 "lql_cancelled_total",
                 "Generations stopped early (client gone or shutdown).",
                 &self.cancelled,
+            ),
+            (
+                "lql_decode_steps_total",
+                "Batched decode steps run.",
+                &self.decode_steps,
+            ),
+            (
+                "lql_decode_rows_total",
+                "Next tokens decoded by those steps (rows / steps is the mean batch size; prompts prefilled in a step are not counted).",
+                &self.decode_rows,
             ),
         ];
         for (name, help, v) in counters {

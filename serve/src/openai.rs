@@ -14,28 +14,14 @@ use axum::Json;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::batcher::{Event, Work};
 use crate::error::ApiError;
 use crate::generate::{self, Finish, Outcome, TokenLogprob};
-use crate::pool::Slot;
 use crate::routes::JsonBody;
 use crate::sse::{self, Item};
 use crate::state::{now_secs, AppState};
 use crate::template::Message;
 use crate::wire::{self, ChatRequest, CompletionRequest, ResponsesRequest};
-
-/// What the generating thread reports.
-enum Ev {
-    Delta {
-        index: usize,
-        text: String,
-        logprobs: Vec<TokenLogprob>,
-    },
-    Done {
-        index: usize,
-        outcome: Outcome,
-    },
-    Failed(String),
-}
 
 /// Which wire shape a generation answers in.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -466,8 +452,18 @@ async fn run_job(state: Arc<AppState>, job: Result<Job, ApiError>, t0: Instant) 
             return e.into_response();
         }
     };
-    let (tx, rx) = mpsc::channel::<Ev>(256);
-    spawn_generation(state.clone(), slot, job.reqs.clone(), tx);
+    let (tx, rx) = mpsc::unbounded_channel::<Event>();
+    let work = Work {
+        reqs: job.reqs.clone(),
+        events: tx,
+        slot,
+    };
+    if let Err(msg) = state.pool.batcher().submit(work) {
+        state
+            .metrics
+            .request(route, false, t0.elapsed().as_secs_f64());
+        return ApiError::internal(msg).into_response();
+    }
     if job.stream {
         let (stx, srx) = mpsc::channel::<Item>(64);
         tokio::spawn(stream_events(state, job, rx, stx, t0));
@@ -475,49 +471,6 @@ async fn run_job(state: Arc<AppState>, job: Result<Job, ApiError>, t0: Instant) 
     } else {
         collect(state, job, rx, t0).await
     }
-}
-
-/// Runs every choice on the slot's executor in a blocking thread; the slot is freed when
-/// the thread ends. A closed channel (client gone) stops generation at the next token.
-fn spawn_generation(
-    state: Arc<AppState>,
-    slot: Slot,
-    reqs: Vec<generate::Request>,
-    tx: mpsc::Sender<Ev>,
-) {
-    tokio::task::spawn_blocking(move || {
-        let Some(exec) = slot.executor() else {
-            let _ = tx.blocking_send(Ev::Failed("no executor in the slot".into()));
-            return;
-        };
-        for (index, req) in reqs.iter().enumerate() {
-            let mut on_delta = |d: generate::Delta<'_>| {
-                tx.blocking_send(Ev::Delta {
-                    index,
-                    text: d.text.to_string(),
-                    logprobs: d.logprobs.to_vec(),
-                })
-                .is_ok()
-            };
-            match generate::run(exec, &state.tokenizer, req, &mut on_delta) {
-                Ok(outcome) => {
-                    let cancelled = outcome.finish == Finish::Cancelled;
-                    state.metrics.tokens(0, outcome.completion_tokens);
-                    if cancelled {
-                        state.metrics.cancelled();
-                    }
-                    if tx.blocking_send(Ev::Done { index, outcome }).is_err() || cancelled {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.blocking_send(Ev::Failed(e.to_string()));
-                    return;
-                }
-            }
-        }
-        drop(slot);
-    });
 }
 
 fn usage(job: &Job, completion: usize) -> Value {
@@ -571,20 +524,20 @@ fn completion_logprobs(lps: &[TokenLogprob], mut offset: usize) -> Value {
 async fn collect(
     state: Arc<AppState>,
     job: Job,
-    mut rx: mpsc::Receiver<Ev>,
+    mut rx: mpsc::UnboundedReceiver<Event>,
     t0: Instant,
 ) -> Response {
     let route = job.shape.route();
     let mut outcomes: Vec<Option<Outcome>> = vec![None; job.reqs.len()];
     while let Some(ev) = rx.recv().await {
         match ev {
-            Ev::Delta { .. } => {}
-            Ev::Done { index, outcome } => {
+            Event::Delta { .. } => {}
+            Event::Done { index, outcome } => {
                 if let Some(o) = outcomes.get_mut(index) {
                     *o = Some(outcome);
                 }
             }
-            Ev::Failed(msg) => {
+            Event::Failed(msg) => {
                 state
                     .metrics
                     .request(route, false, t0.elapsed().as_secs_f64());
@@ -677,7 +630,7 @@ async fn collect(
 async fn stream_events(
     state: Arc<AppState>,
     job: Job,
-    mut rx: mpsc::Receiver<Ev>,
+    mut rx: mpsc::UnboundedReceiver<Event>,
     tx: mpsc::Sender<Item>,
     t0: Instant,
 ) {
@@ -719,7 +672,7 @@ async fn stream_events(
     let mut ok = true;
     while let Some(ev) = rx.recv().await {
         let item = match ev {
-            Ev::Delta {
+            Event::Delta {
                 index,
                 text,
                 logprobs,
@@ -743,7 +696,7 @@ async fn stream_events(
                 };
                 chunk(c, None)
             }
-            Ev::Done { index, outcome } => {
+            Event::Done { index, outcome } => {
                 completion += outcome.completion_tokens;
                 let c = if job.shape == Shape::Chat {
                     json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": finish_str(outcome.finish)})
@@ -752,7 +705,7 @@ async fn stream_events(
                 };
                 chunk(c, None)
             }
-            Ev::Failed(msg) => {
+            Event::Failed(msg) => {
                 ok = false;
                 ApiError::internal(format!("generation failed: {msg}")).body()
             }

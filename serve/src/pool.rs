@@ -1,54 +1,28 @@
-//! Decoding slots and back-pressure: `parallel` slots, each with its own executor (its own
-//! backend threads and cancel flag) over the one shared, mapped model; requests beyond the
-//! slots wait in a queue bounded by `queue`, and one more is refused with 429.
+//! Admission and back-pressure: `parallel` slots (requests that decode at once: the
+//! decode scheduler, [`crate::batcher`], runs them together in one batch over the one
+//! shared, mapped model); requests beyond the slots wait in a queue bounded by `queue`, and
+//! one more is refused with 429.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use lql_exec::{CpuBackend, Executor};
-use lql_storage::Model;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::batcher::Batcher;
 use crate::error::ApiError;
 
-/// The slots and the queue.
+/// The slots, the queue and the decode scheduler they feed.
 pub struct Pool {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
     queue: usize,
     parallel: usize,
-    executors: Mutex<Vec<Executor>>,
-    /// Every slot's cancel flag (set all at once at shutdown).
-    flags: Vec<Arc<AtomicBool>>,
+    batcher: Batcher,
 }
 
-/// A held slot: its executor returns to the pool when dropped.
+/// A held slot, freed when dropped.
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
-    exec: Option<Executor>,
-    pool: Arc<Pool>,
-}
-
-impl Slot {
-    pub fn executor(&self) -> Option<&Executor> {
-        self.exec.as_ref()
-    }
-
-    /// The flag that stops this slot's generation.
-    pub fn cancel_flag(&self) -> Option<Arc<AtomicBool>> {
-        self.exec.as_ref().map(|e| e.cancel_flag())
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        if let Some(e) = self.exec.take() {
-            e.cancel_flag().store(false, Ordering::SeqCst);
-            if let Ok(mut v) = self.pool.executors.lock() {
-                v.push(e);
-            }
-        }
-    }
 }
 
 /// Counts a waiting request while it waits (also when its future is dropped).
@@ -61,34 +35,21 @@ impl Drop for Waiting<'_> {
 }
 
 impl Pool {
-    /// `parallel` executors over `model`, `threads` backend threads each.
-    pub fn new(
-        model: Arc<Model>,
-        parallel: usize,
-        queue: usize,
-        threads: usize,
-    ) -> Result<Pool, String> {
+    /// `parallel` slots, `queue` places to wait, feeding `batcher`.
+    pub fn new(parallel: usize, queue: usize, batcher: Batcher) -> Pool {
         let parallel = parallel.max(1);
-        let mut executors = Vec::with_capacity(parallel);
-        let mut flags = Vec::with_capacity(parallel);
-        for _ in 0..parallel {
-            let source: Arc<dyn lql_storage::OperandSource> = model.clone();
-            let backend = Arc::new(CpuBackend::new(threads).map_err(|e| e.to_string())?);
-            let flag = Arc::new(AtomicBool::new(false));
-            let exec = Executor::with_backend(source, backend)
-                .map_err(|e| e.to_string())?
-                .with_cancel_flag(flag.clone());
-            flags.push(flag);
-            executors.push(exec);
-        }
-        Ok(Pool {
+        Pool {
             slots: Arc::new(Semaphore::new(parallel)),
             waiting: AtomicUsize::new(0),
             queue,
             parallel,
-            executors: Mutex::new(executors),
-            flags,
-        })
+            batcher,
+        }
+    }
+
+    /// The decode scheduler.
+    pub fn batcher(&self) -> &Batcher {
+        &self.batcher
     }
 
     /// A slot, waiting in the queue if every slot is busy; 429 when the queue is full.
@@ -108,19 +69,7 @@ impl Pool {
                     .map_err(|_| ApiError::shutting_down())?
             }
         };
-        let exec = self
-            .executors
-            .lock()
-            .map_err(|_| ApiError::internal("executor pool poisoned"))?
-            .pop();
-        if let Some(e) = &exec {
-            e.cancel_flag().store(false, Ordering::SeqCst);
-        }
-        Ok(Slot {
-            _permit: permit,
-            exec,
-            pool: self.clone(),
-        })
+        Ok(Slot { _permit: permit })
     }
 
     /// Requests decoding now.
@@ -140,8 +89,6 @@ impl Pool {
     /// Stops every generation now (shutdown after the grace period); refuses new slots.
     pub fn cancel_all(&self) {
         self.slots.close();
-        for f in &self.flags {
-            f.store(true, Ordering::SeqCst);
-        }
+        self.batcher.cancel_all();
     }
 }

@@ -43,7 +43,7 @@ pub struct ServeArgs {
     /// Most prompt tokens (0: the model's context length)
     #[arg(long, default_value_t = 0)]
     pub max_prompt_tokens: usize,
-    /// Backend threads per slot (0: cores / parallel)
+    /// Backend threads of the decoder, shared by every slot (0: one per core)
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
     /// Seconds in-flight requests get after SIGTERM before they are cancelled
@@ -62,7 +62,7 @@ impl ServeArgs {
         c.allow_writes = self.allow_writes.clone();
         c.max_body_bytes = self.max_body;
         c.max_prompt_tokens = self.max_prompt_tokens;
-        c.threads_per_slot = self.threads;
+        c.threads = self.threads;
         c.shutdown_grace_s = self.shutdown_grace;
         c
     }

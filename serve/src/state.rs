@@ -1,5 +1,5 @@
 //! What every request handler shares: the settings, the database (mapped model, shared
-//! tokenizer), the chat template, the decoding slots, sessions and metrics.
+//! tokenizer), the chat template, the decoding slots and the decode scheduler, sessions and metrics.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use lql::Database;
 use lql_exec::tokenizer::Tokenizer;
+use lql_exec::{CpuBackend, Executor};
 use lql_storage::Model;
 
+use crate::batcher::Batcher;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pool::Pool;
@@ -27,7 +29,7 @@ pub struct AppState {
     pub template: Option<ChatTemplate>,
     pub pool: Arc<Pool>,
     pub sessions: Sessions,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     /// Unix seconds at start (`created` of the model object).
     pub started: u64,
     /// The canonical `--allow-writes` folder.
@@ -71,12 +73,13 @@ impl AppState {
             ),
             None => None,
         };
-        let pool = Pool::new(
-            model.clone(),
-            config.parallel,
-            config.queue,
-            config.slot_threads(),
-        )?;
+        let metrics = Arc::new(Metrics::default());
+        let source: Arc<dyn lql_storage::OperandSource> = model.clone();
+        let backend =
+            Arc::new(CpuBackend::new(config.decode_threads()).map_err(|e| e.to_string())?);
+        let exec = Executor::with_backend(source, backend).map_err(|e| e.to_string())?;
+        let batcher = Batcher::start(exec, tokenizer.clone(), metrics.clone())?;
+        let pool = Pool::new(config.parallel, config.queue, batcher);
         Ok(AppState {
             model_id: config.model.clone(),
             sessions: Sessions::new(config.max_sessions),
@@ -86,7 +89,7 @@ impl AppState {
             tokenizer,
             template,
             pool: Arc::new(pool),
-            metrics: Metrics::default(),
+            metrics,
             started: now_secs(),
             write_dir,
             shutting_down: AtomicBool::new(false),

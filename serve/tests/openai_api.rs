@@ -219,3 +219,61 @@ fn responses_answer_in_the_responses_shape() {
     assert_eq!(v["output"][0]["content"][0]["text"], want);
     assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0);
 }
+
+/// Four different prompts at once on four slots: they decode in one batch (the metrics
+/// count steps of more than one row), and each answers the text of its own
+/// `GENERATE … TEMPERATURE 0`.
+#[test]
+fn concurrent_greedy_completions_decode_together_and_each_equals_generate() {
+    let mut c = common::config();
+    c.parallel = 4;
+    let s = common::start(c);
+    let conn = common::reference();
+    let prompts = [
+        "The capital of France is",
+        "1, 2, 3, 4, 5,",
+        "Once upon a time",
+        "The best way to learn a language is",
+    ];
+    let url = format!("{}/v1/completions", s.url());
+    let answers: Vec<String> = std::thread::scope(|sc| {
+        let hs: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                let url = url.clone();
+                sc.spawn(move || {
+                    let (st, v) = common::post(
+                        &url,
+                        json!({"prompt": p, "max_tokens": 24, "temperature": 0}),
+                    );
+                    assert_eq!(st, 200, "{v}");
+                    v["choices"][0]["text"].as_str().unwrap().to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (p, got) in prompts.iter().zip(&answers) {
+        assert_eq!(got, &common::generate_greedy(&conn, p, 24), "{p:?}");
+    }
+    let m = common::client()
+        .get(format!("{}/metrics", s.url()))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let counter = |name: &str| -> u64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {m}"))
+    };
+    let (steps, rows) = (
+        counter("lql_decode_steps_total"),
+        counter("lql_decode_rows_total"),
+    );
+    assert!(
+        rows > steps,
+        "no step decoded more than one sequence: {rows} rows in {steps} steps"
+    );
+}

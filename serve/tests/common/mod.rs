@@ -15,12 +15,12 @@ pub fn model() -> String {
         .clone()
 }
 
-/// A config for tests: port 0, two slots of one thread each.
+/// A config for tests: port 0, two slots decoding together on two backend threads.
 pub fn config() -> Config {
     let mut c = Config::new(model());
     c.port = 0;
     c.parallel = 2;
-    c.threads_per_slot = 1;
+    c.threads = 2;
     c.shutdown_grace_s = 5;
     c
 }

@@ -1,0 +1,312 @@
+//! The decode scheduler: one thread with one executor (one backend thread pool over the
+//! shared, mapped model) that decodes every active completion together. A request that
+//! holds a slot ([`crate::pool`]) hands its choices here; each step samples every active
+//! sequence with its own sampler, stop strings, logprobs and `max_tokens`
+//! ([`Decoding::step`]), then runs the next token of all of them, and the prompts of
+//! choices just started, as one batched step (`Executor::extend_batch`: the weights are
+//! read once per step). A finished sequence, or one whose client is gone, leaves the batch
+//! at once, and the request's slot is freed when its last choice ends.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+
+use lql_exec::tokenizer::Tokenizer;
+use lql_exec::{ExecError, Executor, Logits, Session};
+use tokio::sync::mpsc;
+
+use crate::generate::{Decoding, Delta, Finish, Outcome, Request, TokenLogprob};
+use crate::metrics::Metrics;
+use crate::pool::Slot;
+
+/// What the scheduler reports about one request's choices.
+pub enum Event {
+    Delta {
+        index: usize,
+        text: String,
+        logprobs: Vec<TokenLogprob>,
+    },
+    Done {
+        index: usize,
+        outcome: Outcome,
+    },
+    Failed(String),
+}
+
+/// One request's choices, decoded one after another (choice `i + 1` starts when `i` ends).
+pub struct Work {
+    pub reqs: Vec<Request>,
+    /// Events to the request's handler; closed when the client is gone.
+    pub events: mpsc::UnboundedSender<Event>,
+    /// The request's slot, held until its last choice ends.
+    pub slot: Slot,
+}
+
+/// The handle to the decode thread.
+pub struct Batcher {
+    submit: std::sync::Mutex<std_mpsc::Sender<Work>>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Batcher {
+    /// Starts the decode thread over `exec` (its cancel flag stops every pass).
+    pub fn start(
+        exec: Executor,
+        tokenizer: Arc<Tokenizer>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Batcher, String> {
+        let (tx, rx) = std_mpsc::channel::<Work>();
+        let cancel = exec.cancel_flag();
+        std::thread::Builder::new()
+            .name("lql-decode".into())
+            .spawn(move || Scheduler::new(&exec, &tokenizer, &metrics).run(&rx))
+            .map_err(|e| format!("cannot start the decode thread: {e}"))?;
+        Ok(Batcher {
+            submit: std::sync::Mutex::new(tx),
+            cancel,
+        })
+    }
+
+    /// Hands a request to the decode thread. On failure the work (and its slot) is
+    /// dropped and its handler sees the events channel close.
+    pub fn submit(&self, work: Work) -> Result<(), String> {
+        let tx = self
+            .submit
+            .lock()
+            .map_err(|_| "the decode scheduler is poisoned".to_string())?;
+        tx.send(work)
+            .map_err(|_| "the decode thread has stopped".to_string())
+    }
+
+    /// Cancels every pass and completion now (shutdown after the grace period); the flag
+    /// stays set.
+    pub fn cancel_all(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A choice being decoded.
+struct Seq<'t> {
+    session: Session,
+    dec: Decoding<'t>,
+    /// The logits after the last token run (what the next token is sampled from);
+    /// `None` until the prompt is prefilled.
+    logits: Option<Logits>,
+}
+
+/// A request in the scheduler: its current choice, started (prefilled) or not.
+struct Active<'t> {
+    work: Work,
+    index: usize,
+    seq: Option<Seq<'t>>,
+    /// Over: remove it (dropping its slot).
+    done: bool,
+}
+
+struct Scheduler<'t> {
+    exec: &'t Executor,
+    tok: &'t Tokenizer,
+    metrics: &'t Metrics,
+    end_ids: Vec<u32>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// A callback that streams one choice's deltas to its request's handler.
+fn sender(
+    events: &mpsc::UnboundedSender<Event>,
+    index: usize,
+) -> impl FnMut(Delta<'_>) -> bool + '_ {
+    move |d: Delta<'_>| {
+        events
+            .send(Event::Delta {
+                index,
+                text: d.text.to_string(),
+                logprobs: d.logprobs.to_vec(),
+            })
+            .is_ok()
+    }
+}
+
+impl<'t> Scheduler<'t> {
+    fn new(exec: &'t Executor, tok: &'t Tokenizer, metrics: &'t Metrics) -> Self {
+        let special = &exec.surface().special;
+        let mut end_ids: Vec<u32> = Vec::new();
+        end_ids.extend(special.eos);
+        end_ids.extend(special.eot.iter().copied());
+        Scheduler {
+            exec,
+            tok,
+            metrics,
+            end_ids,
+            cancel: exec.cancel_flag(),
+        }
+    }
+
+    /// Until every handle is dropped: admit new work, start choices, step the batch.
+    fn run(&self, rx: &std_mpsc::Receiver<Work>) {
+        let mut active: Vec<Active<'t>> = Vec::new();
+        loop {
+            if active.is_empty() {
+                match rx.recv() {
+                    Ok(w) => active.push(Active::new(w)),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(w) = rx.try_recv() {
+                active.push(Active::new(w));
+            }
+            for a in active.iter_mut() {
+                self.start(a);
+            }
+            self.step(&mut active);
+            active.retain(|a| !a.done);
+        }
+    }
+
+    /// Ends the current choice with `outcome` and moves to the next one.
+    fn finished(&self, a: &mut Active<'t>, outcome: Outcome) {
+        let cancelled = outcome.finish == Finish::Cancelled;
+        self.metrics.tokens(0, outcome.completion_tokens);
+        if cancelled {
+            self.metrics.cancelled();
+        }
+        let index = a.index;
+        a.seq = None;
+        a.index += 1;
+        if a.work.events.send(Event::Done { index, outcome }).is_err() || cancelled {
+            a.done = true;
+        }
+    }
+
+    fn failed(&self, a: &mut Active<'t>, e: &ExecError) {
+        let _ = a.work.events.send(Event::Failed(e.to_string()));
+        a.seq = None;
+        a.done = true;
+    }
+
+    /// Starts the request's current choice if none is running: its prompt joins the next
+    /// step (choices that want no tokens finish at once).
+    fn start(&self, a: &mut Active<'t>) {
+        while !a.done && a.seq.is_none() {
+            if a.work.events.is_closed() {
+                a.done = true;
+                return;
+            }
+            let Some(req) = a.work.reqs.get(a.index) else {
+                a.done = true;
+                return;
+            };
+            let dec = match Decoding::new(self.tok, req, &self.end_ids) {
+                Ok(d) => d,
+                Err(e) => return self.failed(a, &e),
+            };
+            if dec.wants_nothing() {
+                let outcome = dec.finish(None, &mut sender(&a.work.events, a.index));
+                self.finished(a, outcome);
+                continue;
+            }
+            a.seq = Some(Seq {
+                session: self.exec.session(),
+                dec,
+                logits: None,
+            });
+        }
+    }
+
+    /// Samples every running choice, then runs in one batched step the next token of
+    /// those that go on and the prompts of those just started.
+    fn step(&self, active: &mut [Active<'t>]) {
+        let cancelled = self.cancel.load(Ordering::Relaxed);
+        // (request, new tokens) of each row group of the step, in order of `active`.
+        let mut rows: Vec<(usize, Vec<u32>)> = Vec::new();
+        for (ai, a) in active.iter_mut().enumerate() {
+            let Some(seq) = a.seq.as_mut() else { continue };
+            if a.work.events.is_closed() {
+                // The client is gone: leave the batch now.
+                self.metrics.cancelled();
+                a.seq = None;
+                a.done = true;
+                continue;
+            }
+            let Some(logits) = &seq.logits else {
+                let prompt = a.work.reqs[a.index].prompt_ids.clone();
+                rows.push((ai, prompt));
+                continue;
+            };
+            let room = seq.session.position() < seq.session.context_limit();
+            let next = seq.dec.step(
+                logits,
+                room,
+                cancelled,
+                &mut sender(&a.work.events, a.index),
+            );
+            match next {
+                Ok(Some(id)) => rows.push((ai, vec![id])),
+                Ok(None) => {
+                    if let Some(seq) = a.seq.take() {
+                        let outcome = seq.dec.finish(None, &mut sender(&a.work.events, a.index));
+                        self.finished(a, outcome);
+                    }
+                }
+                Err(e) => self.failed(a, &e),
+            }
+        }
+        if rows.is_empty() {
+            return;
+        }
+        let lists: Vec<&[u32]> = rows.iter().map(|(_, t)| t.as_slice()).collect();
+        // Exactly the choices in `rows` still run (in the same order): the others ended.
+        let mut sessions: Vec<&mut Session> = active
+            .iter_mut()
+            .filter_map(|a| a.seq.as_mut().map(|s| &mut s.session))
+            .collect();
+        if sessions.len() != lists.len() {
+            let e = ExecError::Internal("the decode batch lost track of a sequence".into());
+            drop(sessions);
+            for &(ai, _) in &rows {
+                self.failed(&mut active[ai], &e);
+            }
+            return;
+        }
+        self.metrics
+            .decode_step(rows.iter().filter(|(_, t)| t.len() == 1).count());
+        let result = self.exec.extend_batch(&mut sessions, &lists);
+        drop(sessions);
+        match result {
+            Ok(logits) => {
+                for ((ai, _), l) in rows.iter().zip(logits) {
+                    if let Some(seq) = active[*ai].seq.as_mut() {
+                        seq.logits = Some(l);
+                    }
+                }
+            }
+            Err(e) => {
+                for &(ai, _) in &rows {
+                    let a = &mut active[ai];
+                    if let Some(seq) = a.seq.take() {
+                        if matches!(e, ExecError::Cancelled) {
+                            let outcome = seq.dec.finish(
+                                Some(Finish::Cancelled),
+                                &mut sender(&a.work.events, a.index),
+                            );
+                            self.finished(a, outcome);
+                        } else {
+                            self.failed(a, &e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Active<'_> {
+    fn new(work: Work) -> Self {
+        Active {
+            work,
+            index: 0,
+            seq: None,
+            done: false,
+        }
+    }
+}
