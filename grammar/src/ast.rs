@@ -96,6 +96,8 @@ pub enum StatementKind {
     Diff(Diff),
     Compile(Compile),
     Extract(Extract),
+    /// `REPRESENT LABELS ["c"]` | `REPRESENT "object"|ALL AS <encoding> [INTO "c"]`
+    Represent(Represent),
     Compact(Compact),
     /// `VERIFY ["container" [AGAINST "source"]]`
     Verify(Verify),
@@ -142,6 +144,7 @@ impl StatementKind {
             StatementKind::Diff(_) => "DIFF",
             StatementKind::Compile(_) => "COMPILE",
             StatementKind::Extract(_) => "EXTRACT",
+            StatementKind::Represent(_) => "REPRESENT",
             StatementKind::Compact(_) => "COMPACT",
             StatementKind::Verify(_) => "VERIFY",
             StatementKind::Show(_) => "SHOW",
@@ -454,6 +457,28 @@ pub struct Extract {
     pub source_revision: Option<Spanned<String>>,
     /// `PROJECTOR "mmproj.gguf"`, repeatable (layer packages: copied and declared).
     pub projectors: Vec<Spanned<String>>,
+    /// `WITH LABELS`: store every feature's label as a derived segment.
+    pub labels: Option<Spanned<bool>>,
+}
+
+/// What `REPRESENT` adds to a container.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum RepresentTarget {
+    /// `LABELS`: every feature's label, as a derived segment.
+    Labels,
+    /// `ALL`: every logical object.
+    All,
+    /// One logical object by id.
+    Object(String),
+}
+
+/// `REPRESENT LABELS ["container"]` | `REPRESENT "object"|ALL AS <encoding> [INTO "container"]`
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Represent {
+    pub target: Spanned<RepresentTarget>,
+    pub encoding: Option<Spanned<Encoding>>,
+    /// The container (default: the bound one).
+    pub container: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -802,6 +827,7 @@ leaf!(
     ModelRef,
     CompileTarget,
     ExtractFormat,
+    RepresentTarget,
     Encoding,
     ShowWhat,
     Value,
@@ -942,7 +968,13 @@ fields!(Extract {
     layers,
     model_id,
     source_revision,
-    projectors
+    projectors,
+    labels
+});
+fields!(Represent {
+    target,
+    encoding,
+    container
 });
 fields!(Compact { container, into });
 fields!(Verify { target, against });
@@ -992,6 +1024,7 @@ impl SpanVisit for StatementKind {
             StatementKind::Diff(s) => s.visit_spans(f),
             StatementKind::Compile(s) => s.visit_spans(f),
             StatementKind::Extract(s) => s.visit_spans(f),
+            StatementKind::Represent(s) => s.visit_spans(f),
             StatementKind::Compact(s) => s.visit_spans(f),
             StatementKind::Verify(s) => s.visit_spans(f),
             StatementKind::Show(s) => s.visit_spans(f),

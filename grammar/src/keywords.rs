@@ -5,7 +5,7 @@
 pub const STATEMENT_KEYWORDS: &[&str] = &[
     "USE", "INFER", "GENERATE", "WALK", "DESCRIBE", "SELECT", "TRACE", "INSERT", "DELETE",
     "UPDATE", "BEGIN", "SAVE", "APPLY", "REMOVE", "DIFF", "COMPILE", "EXTRACT", "COMPACT",
-    "VERIFY", "SHOW", "STATS", "TOKENIZE", "EXPLAIN", "RUN",
+    "VERIFY", "SHOW", "STATS", "TOKENIZE", "EXPLAIN", "RUN", "REPRESENT",
 ];
 
 /// Every keyword and choice word of LQL, upper case (matching is case-insensitive).
@@ -78,6 +78,9 @@ pub const KEYWORDS: &[&str] = &[
     "MODEL_ID",
     "SOURCE_REVISION",
     "PROJECTOR",
+    "WITH",
+    "LABELS",
+    "REPRESENT",
     "COMPACT",
     "PHYSICAL",
     "VERIFY",

@@ -548,7 +548,24 @@ impl Display for StatementKind {
                 for p in &e.projectors {
                     write!(f, " PROJECTOR {}", Q(&p.value))?;
                 }
+                if e.labels.is_some() {
+                    f.write_str(" WITH LABELS")?;
+                }
                 layers(f, &e.layers)
+            }
+            StatementKind::Represent(r) => {
+                match &r.target.value {
+                    RepresentTarget::Labels => f.write_str("REPRESENT LABELS")?,
+                    RepresentTarget::All => f.write_str("REPRESENT ALL")?,
+                    RepresentTarget::Object(o) => write!(f, "REPRESENT {}", Q(o))?,
+                }
+                if let Some(e) = &r.encoding {
+                    write!(f, " AS {}", e.value)?;
+                }
+                match (&r.target.value, &r.container) {
+                    (RepresentTarget::Labels, Some(c)) => write!(f, " {}", Q(&c.value)),
+                    (_, c) => opt_str(f, "INTO", c),
+                }
             }
             StatementKind::Compact(c) => {
                 write!(f, "COMPACT {}", Q(&c.container.value))?;

@@ -302,6 +302,15 @@ const EXTRACT: Spec = &[
     ("encoding", Text, "the encoding asked for"),
     ("seconds", Float, "wall time"),
 ];
+const REPRESENT_LABELS: Spec = &[
+    ("container", Text, "the container written into"),
+    ("segment", Text, "the labels segment (container-relative)"),
+    ("labels", Int, "features labelled"),
+    ("top_k", Int, "tokens kept per feature"),
+    ("bytes", Int, "segment bytes"),
+    ("sha256", Text, "SHA-256 of the segment, recorded in index.json"),
+    ("seconds", Float, "wall time (computing and writing)"),
+];
 const VERIFY: Spec = &[
     ("object", Text, "graph object"),
     ("representation", Text, "representation id"),
@@ -546,6 +555,7 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         LogicalPlan::Select(s) => s.columns.clone(),
         LogicalPlan::Trace(t) => trace_columns(t),
         LogicalPlan::Extract(_) => defs(EXTRACT),
+        LogicalPlan::Represent(_) => defs(REPRESENT_LABELS),
         LogicalPlan::Verify { .. } => defs(VERIFY),
         LogicalPlan::Show(s) => show_columns(s.what),
         LogicalPlan::Stats => defs(STATS),
@@ -647,9 +657,12 @@ pub fn statement_docs() -> Vec<StatementDoc> {
         d("COMPILE", r#"COMPILE CURRENT|"source" INTO VINDEX|PACKAGE|GGUF "out""#,
           "Writes the current state (or a model) as a new VINDEX3 container (derived authority, gated on probe logits) or GGUF file.".into(),
           r#"COMPILE CURRENT INTO VINDEX "out.vindex""#, COMPILE),
-        d("EXTRACT", r#"EXTRACT MODEL "source" INTO "out" [FORMAT VINDEX3|PACKAGE] [ENCODING SOURCE|F32|F16|BF16|Q8_0] [LAYERS a-b] [MODEL_ID "id"] [SOURCE_REVISION "rev"] [PROJECTOR "file"]…"#,
-          "Writes a VINDEX3 container or a layer package (temporary name, fsync, rename). Default FORMAT VINDEX3, ENCODING SOURCE.".into(),
+        d("EXTRACT", r#"EXTRACT MODEL "source" INTO "out" [FORMAT VINDEX3|PACKAGE] [ENCODING SOURCE|F32|F16|BF16|Q8_0] [LAYERS a-b] [MODEL_ID "id"] [SOURCE_REVISION "rev"] [PROJECTOR "file"]… [WITH LABELS]"#,
+          "Writes a VINDEX3 container or a layer package (temporary name, fsync, rename). Default FORMAT VINDEX3, ENCODING SOURCE. WITH LABELS also stores every feature's label (its top output tokens) as a derived, checksummed segment recorded in index.json, which browse statements then read instead of computing.".into(),
           r#"EXTRACT MODEL "m.gguf" INTO "m.vindex""#, EXTRACT),
+        d("REPRESENT", r#"REPRESENT LABELS ["container"] | REPRESENT "object"|ALL AS SOURCE|F32|F16|BF16|Q8_0 [INTO "container"]"#,
+          "REPRESENT LABELS computes every feature's label of a container (the bound one by default) by batched matrix products and stores them as a derived, checksummed segment recorded in index.json, replacing labels stored before; existing segments are untouched. Adding a representation of an object (AS encoding) is not supported yet.".into(),
+          "REPRESENT LABELS", REPRESENT_LABELS),
         d("COMPACT", r#"COMPACT "container" [INTO "out"]"#, "Rewrites a container without superseded representations and stray files, preserving its answers; every discarded or carried file is a row.".into(),
           r#"COMPACT "c.vindex""#, COMPACT),
         d("VERIFY", r#"VERIFY ["container" [AGAINST "source"]]"#,

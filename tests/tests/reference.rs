@@ -26,6 +26,7 @@ fn name_of(k: &K) -> &'static str {
         | K::Diff(_)
         | K::Compile(_)
         | K::Extract(_)
+        | K::Represent(_)
         | K::Compact(_)
         | K::Verify(_)
         | K::Show(_)
@@ -58,6 +59,7 @@ const ALL: &[&str] = &[
     "DIFF",
     "COMPILE",
     "EXTRACT",
+    "REPRESENT",
     "COMPACT",
     "VERIFY",
     "SHOW",

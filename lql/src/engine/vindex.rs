@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use lql_grammar::Encoding;
-use lql_planner::{LogicalPlan, ShowPlan, ShowWhat};
-use lql_storage::format::vindex3::{self, ExtractEncoding};
+use lql_planner::{LogicalPlan, RepresentTarget, ShowPlan, ShowWhat};
+use lql_storage::format::vindex3::{self, labels, ExtractEncoding};
 use lql_storage::model::SourceKind;
 use lql_storage::{catalogue, import};
 
@@ -69,6 +69,12 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         report.payload_bytes,
         true,
     );
+    if plan.labels {
+        // The container is published; its labels are added as a derived segment and
+        // recorded in index.json (written last), read back through the new container.
+        let written = import::open(&report.path)?;
+        store_labels(cx, &written, &report.path)?;
+    }
     let mut rows = Rows::new(super::result_columns(cx.plan));
     rows.push(vec![
         Value::from(report.path.display().to_string()),
@@ -77,6 +83,104 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         Value::from(report.payload_bytes),
         Value::from(report.encoding.name()),
         Value::from(report.seconds),
+    ]);
+    Ok(Datum::Rows(rows))
+}
+
+/// Every label of `model` (opened from the container `dir`), computed by batched
+/// unembedding products and stored in `dir` as a derived segment recorded in index.json.
+fn store_labels(
+    cx: &Cx<'_>,
+    model: &lql_storage::Model,
+    dir: &Path,
+) -> Result<(labels::FeatureLabelsEntry, labels::LabelTable)> {
+    use lql_exec::browse::labels::{compute_all, LabelSource, LABEL_TOP_K};
+    use super::walk::browse_err;
+    if model.kind != SourceKind::Vindex3 {
+        return Err(Error::semantic(format!(
+            "{}: stored labels go into a VINDEX3 container, and this is a {:?} source",
+            dir.display(),
+            model.kind
+        )));
+    }
+    if model.surface.moe.is_some() {
+        return Err(Error::not_supported_yet(
+            "stored labels of a mixture-of-experts model (feature ids layer:expert:feature are not built)",
+        ));
+    }
+    let source = LabelSource::open(model).map_err(browse_err)?.describe();
+    let cancel = cx.cancel.clone();
+    let (features, computed) =
+        compute_all(model, &|| cancel.load(std::sync::atomic::Ordering::Relaxed))
+            .map_err(browse_err)?;
+    let top_k = LABEL_TOP_K.min(model.surface.vocab);
+    let mut top = Vec::with_capacity(computed.len() * top_k);
+    for (i, l) in computed.iter().enumerate() {
+        if l.top.len() != top_k {
+            return Err(Error::internal(format!(
+                "label {i} has {} tokens; {top_k} expected",
+                l.top.len()
+            )));
+        }
+        top.extend_from_slice(&l.top);
+    }
+    let table = labels::LabelTable {
+        layers: model.surface.n_layers,
+        features,
+        top_k,
+        top,
+    };
+    let inputs = labels::inputs_of(
+        model,
+        &["text.embedding", "text.decoder_stack", "text.output_head"],
+    )?;
+    let entry = labels::write(dir, &table, &source, inputs)?;
+    Ok((entry, table))
+}
+
+/// `REPRESENT LABELS ["dir"]`: every label of a container stored in it; one row (container,
+/// segment, labels, top_k, bytes, sha256, seconds). `REPRESENT … AS encoding` refuses.
+pub(crate) fn represent(
+    cx: &mut Cx<'_>,
+    target: &RepresentTarget,
+    container: Option<&str>,
+) -> Result<Datum> {
+    if *target != RepresentTarget::Labels {
+        return Err(Error::not_supported_yet(
+            "REPRESENT … AS <encoding> (adding a representation of an object beside the original)",
+        ));
+    }
+    let started = std::time::Instant::now();
+    let dir = container_dir(cx, container, "REPRESENT LABELS")?;
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    // The bound container is labelled through its binding (and its cache seeded); another
+    // is opened for the statement.
+    let bound = cx
+        .bound()
+        .ok()
+        .filter(|b| canon(&b.model().path) == canon(&dir) && b.model().kind == SourceKind::Vindex3)
+        .map(|b| b.shared.clone());
+    let opened;
+    let model: &lql_storage::Model = match &bound {
+        Some(shared) => &shared.model,
+        None => {
+            opened = import::open(&dir)?;
+            &opened
+        }
+    };
+    let (entry, table) = store_labels(cx, model, &dir)?;
+    if let Some(shared) = &bound {
+        shared.seed_labels(entry.segment.clone(), &table);
+    }
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    rows.push(vec![
+        Value::from(dir.display().to_string()),
+        Value::from(entry.segment),
+        Value::from(table.layers * table.features),
+        Value::from(table.top_k),
+        Value::from(entry.bytes),
+        Value::from(entry.sha256),
+        Value::from(started.elapsed().as_secs_f64()),
     ]);
     Ok(Datum::Rows(rows))
 }

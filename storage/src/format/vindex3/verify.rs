@@ -102,6 +102,16 @@ pub fn verify(dir: &Path) -> Result<Vec<VerifyRow>> {
             &cap.sha256,
         ));
     }
+    if let Some(l) = &c.index.feature_labels {
+        // Derived browse metadata: hashed like any other file the index names.
+        rows.push(resolved_file_row(
+            dir,
+            "feature_labels",
+            &l.segment,
+            "feature_labels.segment",
+            &l.sha256,
+        ));
+    }
     Ok(rows)
 }
 
