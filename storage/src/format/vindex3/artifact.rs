@@ -222,7 +222,8 @@ pub fn describe_object(dir: &Path, object: &str) -> Result<ObjectDescription> {
     for r in &reps {
         let e = &c.index.representations[&r.representation];
         let parsed = read_header(&resolve(dir, &e.segment, "representations.segment")?)?;
-        for t in parsed.header.tensors {
+        for (at, t) in parsed.header.tensors.into_iter().enumerate() {
+            crate::interrupt::every(at as u64, || format!("{}: tensors", e.segment))?;
             let operands = g
                 .components
                 .iter()
@@ -284,7 +285,8 @@ pub fn precision(dir: &Path) -> Result<Vec<PrecisionRow>> {
         let parsed = read_header(&resolve(dir, &e.segment, "representations.segment")?)?;
         let mut by_enc: std::collections::BTreeMap<String, u64> = Default::default();
         let (mut weights, mut bytes, mut known) = (0u64, 0u64, true);
-        for t in &parsed.header.tensors {
+        for (at, t) in parsed.header.tensors.iter().enumerate() {
+            crate::interrupt::every(at as u64, || format!("{id}: tensors"))?;
             let n = t
                 .shape
                 .iter()

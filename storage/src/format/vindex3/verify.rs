@@ -91,6 +91,7 @@ pub fn verify(dir: &Path) -> Result<Vec<VerifyRow>> {
         rows.push(resolved_file_row(dir, "graph", rel, "system_graph", want));
     }
     for (id, e) in &c.index.representations {
+        crate::interrupt::check(|| format!("{}: representation {id}", dir.display()))?;
         rows.push(verify_representation(dir, id, e));
     }
     for cap in c.index.capabilities.values() {
