@@ -98,6 +98,9 @@ pub enum StatementKind {
     Extract(Extract),
     /// `REPRESENT LABELS ["c"]` | `REPRESENT "object"|ALL AS <encoding> [INTO "c"]`
     Represent(Represent),
+    /// `INSPECT "c"`, `DESCRIBE OBJECT "c" "object"`, `PRECISION "c"`: answers from a
+    /// container's artifact alone (index.json, graph, segment headers).
+    Artifact(Artifact),
     Compact(Compact),
     /// `VERIFY ["container" [AGAINST "source"]]`
     Verify(Verify),
@@ -145,6 +148,11 @@ impl StatementKind {
             StatementKind::Compile(_) => "COMPILE",
             StatementKind::Extract(_) => "EXTRACT",
             StatementKind::Represent(_) => "REPRESENT",
+            StatementKind::Artifact(a) => match a.what {
+                ArtifactWhat::Inspect => "INSPECT",
+                ArtifactWhat::DescribeObject => "DESCRIBE OBJECT",
+                ArtifactWhat::Precision => "PRECISION",
+            },
             StatementKind::Compact(_) => "COMPACT",
             StatementKind::Verify(_) => "VERIFY",
             StatementKind::Show(_) => "SHOW",
@@ -461,6 +469,23 @@ pub struct Extract {
     pub labels: Option<Spanned<bool>>,
 }
 
+/// Which artifact-only answer a statement asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ArtifactWhat {
+    Inspect,
+    DescribeObject,
+    Precision,
+}
+
+/// `INSPECT "c"` | `DESCRIBE OBJECT "c" "object"` | `PRECISION "c"`
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Artifact {
+    pub what: ArtifactWhat,
+    pub container: Spanned<String>,
+    /// DESCRIBE OBJECT's object id.
+    pub object: Option<Spanned<String>>,
+}
+
 /// What `REPRESENT` adds to a container.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub enum RepresentTarget {
@@ -508,6 +533,8 @@ pub struct Compact {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Show {
     pub what: Spanned<ShowWhat>,
+    /// `SHOW REPRESENTATIONS|PROFILES|COMPONENTS "container"`: that container's artifact.
+    pub container: Option<Spanned<String>>,
     pub like: Option<Spanned<String>>,
 }
 
@@ -828,6 +855,7 @@ leaf!(
     CompileTarget,
     ExtractFormat,
     RepresentTarget,
+    ArtifactWhat,
     Encoding,
     ShowWhat,
     Value,
@@ -980,7 +1008,16 @@ fields!(Compact { container, into });
 fields!(Verify { target, against });
 fields!(RunStage { input, into });
 fields!(InferFrom { file, top });
-fields!(Show { what, like });
+fields!(Show {
+    what,
+    container,
+    like
+});
+fields!(Artifact {
+    what,
+    container,
+    object
+});
 fields!(Expr { kind, span });
 
 impl SpanVisit for UseSource {
@@ -1025,6 +1062,7 @@ impl SpanVisit for StatementKind {
             StatementKind::Compile(s) => s.visit_spans(f),
             StatementKind::Extract(s) => s.visit_spans(f),
             StatementKind::Represent(s) => s.visit_spans(f),
+            StatementKind::Artifact(s) => s.visit_spans(f),
             StatementKind::Compact(s) => s.visit_spans(f),
             StatementKind::Verify(s) => s.visit_spans(f),
             StatementKind::Show(s) => s.visit_spans(f),

@@ -5,7 +5,7 @@
 pub const STATEMENT_KEYWORDS: &[&str] = &[
     "USE", "INFER", "GENERATE", "WALK", "DESCRIBE", "SELECT", "TRACE", "INSERT", "DELETE",
     "UPDATE", "BEGIN", "SAVE", "APPLY", "REMOVE", "DIFF", "COMPILE", "EXTRACT", "COMPACT",
-    "VERIFY", "SHOW", "STATS", "TOKENIZE", "EXPLAIN", "RUN", "REPRESENT",
+    "VERIFY", "SHOW", "STATS", "TOKENIZE", "EXPLAIN", "RUN", "REPRESENT", "INSPECT", "PRECISION",
 ];
 
 /// Every keyword and choice word of LQL, upper case (matching is case-insensitive).
@@ -81,6 +81,9 @@ pub const KEYWORDS: &[&str] = &[
     "WITH",
     "LABELS",
     "REPRESENT",
+    "INSPECT",
+    "PRECISION",
+    "OBJECT",
     "COMPACT",
     "PHYSICAL",
     "VERIFY",

@@ -580,8 +580,24 @@ impl Display for StatementKind {
             }
             StatementKind::Show(s) => {
                 write!(f, "SHOW {}", s.what.value)?;
+                if let Some(c) = &s.container {
+                    write!(f, " {}", Q(&c.value))?;
+                }
                 opt_str(f, "LIKE", &s.like)
             }
+            StatementKind::Artifact(a) => match (a.what, &a.object) {
+                (ArtifactWhat::DescribeObject, Some(o)) => write!(
+                    f,
+                    "DESCRIBE OBJECT {} {}",
+                    Q(&a.container.value),
+                    Q(&o.value)
+                ),
+                (ArtifactWhat::DescribeObject, None) => {
+                    write!(f, "DESCRIBE OBJECT {}", Q(&a.container.value))
+                }
+                (ArtifactWhat::Inspect, _) => write!(f, "INSPECT {}", Q(&a.container.value)),
+                (ArtifactWhat::Precision, _) => write!(f, "PRECISION {}", Q(&a.container.value)),
+            },
             StatementKind::Stats => f.write_str("STATS"),
             StatementKind::Tokenize(t) => write!(f, "TOKENIZE {}", Q(&t.value)),
             StatementKind::Explain(inner) => write!(f, "EXPLAIN {inner}"),

@@ -132,6 +132,11 @@ impl Binder {
                     .collect::<Result<_>>()?,
                 labels: e.labels.is_some(),
             }),
+            K::Artifact(a) => LogicalPlan::Artifact {
+                what: a.what,
+                container: path(&a.container, "container path")?,
+                object: a.object.as_ref().map(|o| o.value.clone()),
+            },
             K::Represent(r) => {
                 let container = r
                     .container
@@ -224,10 +229,32 @@ impl Binder {
                 }
             }
             K::Show(s) => {
-                if !matches!(
-                    s.what.value,
-                    ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables
-                ) {
+                let container = match &s.container {
+                    Some(c)
+                        if matches!(
+                            s.what.value,
+                            ShowWhat::Representations | ShowWhat::Profiles | ShowWhat::Components
+                        ) =>
+                    {
+                        Some(path(c, "container path")?)
+                    }
+                    Some(c) => {
+                        return Err(PlanError::semantic(
+                            format!(
+                                "SHOW {} takes no container (SHOW REPRESENTATIONS, PROFILES and COMPONENTS do)",
+                                s.what.value
+                            ),
+                            c.span,
+                        ))
+                    }
+                    None => None,
+                };
+                if container.is_none()
+                    && !matches!(
+                        s.what.value,
+                        ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables
+                    )
+                {
                     self.model()?;
                 }
                 if s.what.value == ShowWhat::Package {
@@ -235,6 +262,7 @@ impl Binder {
                 }
                 LogicalPlan::Show(ShowPlan {
                     what: s.what.value,
+                    container,
                     like: s.like.as_ref().map(|l| l.value.clone()),
                 })
             }

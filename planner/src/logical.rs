@@ -5,7 +5,7 @@
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
     CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef, Positions,
-    RepresentTarget, ShowWhat, Table, Value, WalkMode,
+    ArtifactWhat, RepresentTarget, ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
 
@@ -363,6 +363,8 @@ pub struct RepresentPlan {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ShowPlan {
     pub what: ShowWhat,
+    /// A named container (answered from its artifact alone); None: the bound model.
+    pub container: Option<String>,
     pub like: Option<String>,
 }
 
@@ -393,6 +395,12 @@ pub enum LogicalPlan {
     Compile(CompilePlan),
     Extract(ExtractPlan),
     Represent(RepresentPlan),
+    /// `INSPECT`, `DESCRIBE OBJECT`, `PRECISION`: a container's artifact alone.
+    Artifact {
+        what: ArtifactWhat,
+        container: String,
+        object: Option<String>,
+    },
     Compact {
         container: String,
         into: Option<String>,
@@ -485,6 +493,11 @@ impl LogicalPlan {
             LogicalPlan::Compile(_) => "COMPILE",
             LogicalPlan::Extract(_) => "EXTRACT",
             LogicalPlan::Represent(_) => "REPRESENT",
+            LogicalPlan::Artifact { what, .. } => match what {
+                ArtifactWhat::Inspect => "INSPECT",
+                ArtifactWhat::DescribeObject => "DESCRIBE OBJECT",
+                ArtifactWhat::Precision => "PRECISION",
+            },
             LogicalPlan::Compact { .. } => "COMPACT",
             LogicalPlan::Verify { .. } => "VERIFY",
             LogicalPlan::RunStage { .. } => "RUN STAGE",

@@ -624,8 +624,22 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             O::Detokenize,
         ],
         LogicalPlan::Show(s) => vec![O::Inspect {
-            what: format!("SHOW {}", s.what),
+            what: match &s.container {
+                Some(c) => format!("SHOW {} {} (index.json, graph, segment headers)", s.what, quote(c)),
+                None => format!("SHOW {}", s.what),
+            },
             like: s.like.clone(),
+        }],
+        LogicalPlan::Artifact {
+            container, object, ..
+        } => vec![O::Inspect {
+            what: format!(
+                "{} {}{} (index.json, graph, segment headers; no payload byte)",
+                plan.name(),
+                quote(container),
+                object.as_ref().map_or(String::new(), |o| format!(" {}", quote(o)))
+            ),
+            like: None,
         }],
         LogicalPlan::Stats => vec![O::Inspect {
             what: "STATS".into(),

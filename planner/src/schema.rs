@@ -311,6 +311,27 @@ const REPRESENT_LABELS: Spec = &[
     ("sha256", Text, "SHA-256 of the segment, recorded in index.json"),
     ("seconds", Float, "wall time (computing and writing)"),
 ];
+const INSPECT: Spec = &[
+    ("field", Text, "what the artifact records or implies"),
+    ("value", Any, "its value"),
+];
+const DESCRIBE_OBJECT: Spec = &[
+    ("representation", Text, "representation id"),
+    ("name", Text, "tensor name in its segment"),
+    ("dtype", Text, "stored encoding"),
+    ("shape", List, "ggml order"),
+    ("bytes", Int, "tensor bytes"),
+    ("operands", List, "operands the graph binds to it"),
+];
+const PRECISION: Spec = &[
+    ("object", Text, "graph object, or TOTAL (the baseline selection)"),
+    ("representation", Text, "representation id"),
+    ("encodings", Text, "encodings with their weight counts"),
+    ("weights", Int, "weights"),
+    ("bytes", Int, "bytes the encodings imply"),
+    ("bits_per_weight", Float, "8 × bytes / weights, from the encodings (NULL: an unknown encoding)"),
+    ("baseline", Bool, "the representation USE binds by default"),
+];
 const VERIFY: Spec = &[
     ("object", Text, "graph object"),
     ("representation", Text, "representation id"),
@@ -556,6 +577,11 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         LogicalPlan::Trace(t) => trace_columns(t),
         LogicalPlan::Extract(_) => defs(EXTRACT),
         LogicalPlan::Represent(_) => defs(REPRESENT_LABELS),
+        LogicalPlan::Artifact { what, .. } => match what {
+            lql_grammar::ArtifactWhat::Inspect => defs(INSPECT),
+            lql_grammar::ArtifactWhat::DescribeObject => defs(DESCRIBE_OBJECT),
+            lql_grammar::ArtifactWhat::Precision => defs(PRECISION),
+        },
         LogicalPlan::Verify { .. } => defs(VERIFY),
         LogicalPlan::Show(s) => show_columns(s.what),
         LogicalPlan::Stats => defs(STATS),
@@ -663,6 +689,15 @@ pub fn statement_docs() -> Vec<StatementDoc> {
         d("REPRESENT", r#"REPRESENT LABELS ["container"] | REPRESENT "object"|ALL AS SOURCE|F32|F16|BF16|Q8_0 [INTO "container"]"#,
           "REPRESENT LABELS computes every feature's label of a container (the bound one by default) by batched matrix products and stores them as a derived, checksummed segment recorded in index.json, replacing labels stored before; existing segments are untouched. Adding a representation of an object (AS encoding) is not supported yet.".into(),
           "REPRESENT LABELS", REPRESENT_LABELS),
+        d("INSPECT", r#"INSPECT "container""#,
+          "A container reconstructed from itself: generation, shape, identity, provenance, components, representations, profiles, capabilities and stored labels, from index.json, the graph and segment headers (no model is bound, no payload byte is read).".into(),
+          r#"INSPECT "m.vindex""#, INSPECT),
+        d("DESCRIBE OBJECT", r#"DESCRIBE OBJECT "container" "object""#,
+          "One logical object of a container: a row per tensor of each representation, with the operands the graph binds to it; from the artifact alone.".into(),
+          r#"DESCRIBE OBJECT "m.vindex" "text.decoder_stack""#, DESCRIBE_OBJECT),
+        d("PRECISION", r#"PRECISION "container""#,
+          "Bits per weight of every representation and the total over the baseline selection, derived from each tensor's encoding and shape (never read from a field); from the artifact alone.".into(),
+          r#"PRECISION "m.vindex""#, PRECISION),
         d("COMPACT", r#"COMPACT "container" [INTO "out"]"#, "Rewrites a container without superseded representations and stray files, preserving its answers; every discarded or carried file is a row.".into(),
           r#"COMPACT "c.vindex""#, COMPACT),
         d("VERIFY", r#"VERIFY ["container" [AGAINST "source"]]"#,
@@ -674,8 +709,8 @@ pub fn statement_docs() -> Vec<StatementDoc> {
         d("INFER FROM", r#"INFER FROM "h.bin" [TOP n]"#,
           "The last stage of a layer package: the previous stage's activations to the most likely next tokens.".into(),
           r#"INFER FROM "h2.bin" TOP 5"#, INFER),
-        d("SHOW", r#"SHOW MODELS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|TABLES|PACKAGE [LIKE "pattern"]"#,
-          "Introspection; the columns of each target are listed below.".into(),
+        d("SHOW", r#"SHOW MODELS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|TABLES|PACKAGE [LIKE "pattern"] | SHOW COMPONENTS|REPRESENTATIONS|PROFILES "container""#,
+          "Introspection; the columns of each target are listed below. With a container path, COMPONENTS, REPRESENTATIONS and PROFILES answer from that container's artifact alone (no binding).".into(),
           "SHOW TABLES", &[]),
         d("STATS", "STATS", "Key/value statistics of the bound model.".into(), "STATS", STATS),
         d("TOKENIZE", r#"TOKENIZE "text""#, "The token ids of a text, with the model's BOS handling.".into(),

@@ -27,6 +27,7 @@ fn name_of(k: &K) -> &'static str {
         | K::Compile(_)
         | K::Extract(_)
         | K::Represent(_)
+        | K::Artifact(_)
         | K::Compact(_)
         | K::Verify(_)
         | K::Show(_)
@@ -60,6 +61,9 @@ const ALL: &[&str] = &[
     "COMPILE",
     "EXTRACT",
     "REPRESENT",
+    "INSPECT",
+    "DESCRIBE OBJECT",
+    "PRECISION",
     "COMPACT",
     "VERIFY",
     "SHOW",

@@ -303,6 +303,18 @@ fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
         Rule::compile_stmt => compile_stmt(p)?,
         Rule::extract_stmt => extract_stmt(p)?,
         Rule::represent_stmt => represent_stmt(p)?,
+        Rule::inspect_stmt | Rule::precision_stmt => {
+            let what = if p.as_rule() == Rule::inspect_stmt {
+                ArtifactWhat::Inspect
+            } else {
+                ArtifactWhat::Precision
+            };
+            StatementKind::Artifact(Artifact {
+                what,
+                container: first_string(p)?,
+                object: None,
+            })
+        }
         Rule::compact_stmt => {
             let mut container = None;
             let mut into = None;
@@ -503,6 +515,24 @@ fn describe_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                 SyntaxError::new("DESCRIBE TABLE needs a table name", Span::default())
             })?;
         return Ok(StatementKind::DescribeTable(table(name)?));
+    }
+    if let Some(o) = p
+        .clone()
+        .into_inner()
+        .find(|q| q.as_rule() == Rule::describe_object)
+    {
+        let sp = span(&o);
+        let mut s = o.into_inner().filter(|q| q.as_rule() == Rule::string);
+        let container = string(
+            s.next()
+                .ok_or_else(|| SyntaxError::new("DESCRIBE OBJECT needs a container", sp))?,
+        )?;
+        let object = s.next().map(string).transpose()?;
+        return Ok(StatementKind::Artifact(Artifact {
+            what: ArtifactWhat::DescribeObject,
+            container,
+            object,
+        }));
     }
     let mut entity = None;
     let (mut scope, mut detail) = (None, None);
@@ -991,9 +1021,11 @@ fn represent_stmt(p: Pair<Rule>) -> Result<StatementKind> {
 fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut what = None;
     let mut like = None;
+    let mut container = None;
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_show => {}
+            Rule::string => container = Some(string(q)?),
             Rule::word => {
                 what = Some(choose(
                     &q,
@@ -1016,5 +1048,9 @@ fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         }
     }
     let what = what.ok_or_else(|| SyntaxError::new("SHOW needs a target", Span::default()))?;
-    Ok(StatementKind::Show(Show { what, like }))
+    Ok(StatementKind::Show(Show {
+        what,
+        container,
+        like,
+    }))
 }

@@ -203,7 +203,10 @@ fn reads_bound_model(plan: &LogicalPlan) -> bool {
         | LogicalPlan::Extract(_)
         | LogicalPlan::Represent(_)
         | LogicalPlan::DescribeTable { .. } => false,
-        LogicalPlan::Show(s) => !matches!(s.what, ShowWhat::Models | ShowWhat::Tables),
+        LogicalPlan::Artifact { .. } => false,
+        LogicalPlan::Show(s) => {
+            s.container.is_none() && !matches!(s.what, ShowWhat::Models | ShowWhat::Tables)
+        }
         LogicalPlan::Explain(e) => e.mode != ExplainMode::Plan && reads_bound_model(&e.inner),
         _ => true,
     }

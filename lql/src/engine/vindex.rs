@@ -185,6 +185,78 @@ pub(crate) fn represent(
     Ok(Datum::Rows(rows))
 }
 
+/// `INSPECT "c"`, `DESCRIBE OBJECT "c" "obj"`, `PRECISION "c"`: answered from the
+/// container's index.json, graph and segment headers (the code behind `lql vindex …`);
+/// no model is bound and no payload byte is read.
+pub(crate) fn artifact(
+    cx: &mut Cx<'_>,
+    what: lql_grammar::ArtifactWhat,
+    container: &str,
+    object: Option<&str>,
+) -> Result<Rows> {
+    use lql_grammar::ArtifactWhat as W;
+    use vindex3::artifact as a;
+    let dir = Path::new(container);
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    match what {
+        W::Inspect => {
+            let doc = serde_json::to_value(a::inspect(dir)?)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            if let serde_json::Value::Object(fields) = doc {
+                for (k, v) in fields {
+                    rows.push(vec![Value::from(k), json_value(v)]);
+                }
+            }
+        }
+        W::DescribeObject => {
+            let object = object.ok_or_else(|| Error::internal("DESCRIBE OBJECT without an object"))?;
+            for t in a::describe_object(dir, object)?.tensors {
+                rows.push(vec![
+                    Value::from(t.representation),
+                    Value::from(t.name),
+                    Value::from(t.dtype),
+                    Value::from(t.shape),
+                    Value::from(t.bytes),
+                    Value::from(t.operands),
+                ]);
+            }
+        }
+        W::Precision => {
+            for p in a::precision(dir)? {
+                rows.push(vec![
+                    Value::from(p.object),
+                    Value::from(p.representation),
+                    Value::from(p.encodings),
+                    Value::from(p.weights),
+                    Value::from(p.bytes),
+                    Value::from(p.bits_per_weight),
+                    Value::Bool(p.baseline),
+                ]);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// A JSON value as a cell: scalars as themselves, a list of scalars as a list, anything
+/// else as its compact JSON text.
+fn json_value(v: serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::Null,
+        J::Bool(b) => Value::Bool(b),
+        J::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int(i),
+            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::Text(s),
+        J::Array(items) if items.iter().all(|i| !i.is_array() && !i.is_object()) => {
+            Value::List(items.into_iter().map(json_value).collect())
+        }
+        other => Value::Text(other.to_string()),
+    }
+}
+
 /// A source path as given, else a catalogue name resolved to its cached file.
 fn resolve_source(source: &str) -> Result<PathBuf> {
     let p = Path::new(source);
@@ -268,7 +340,7 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
         ShowWhat::Profiles => "SHOW PROFILES",
         _ => "SHOW REPRESENTATIONS",
     };
-    let dir = container_dir(cx, None, word)?;
+    let dir = container_dir(cx, plan.container.as_deref(), word)?;
     let mut rows = match plan.what {
         ShowWhat::Components => {
             let mut rows = Rows::new(super::result_columns(cx.plan));
@@ -306,11 +378,14 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
         _ => {
             let mut rows = Rows::new(super::result_columns(cx.plan));
             // `selected`: what the binding actually maps (a USE … PROFILE may select other
-            // variants than the baselines).
-            let bound = cx.bound()?.model();
-            let in_use = vindex3::Container::load(&dir)
-                .and_then(|c| vindex3::provenance::in_use(bound, &c))
-                .ok();
+            // variants than the baselines); a named container that is not bound maps nothing.
+            let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+            let in_use = match cx.bound() {
+                Ok(b) if canon(&b.model().path) == canon(&dir) => vindex3::Container::load(&dir)
+                    .and_then(|c| vindex3::provenance::in_use(b.model(), &c))
+                    .ok(),
+                _ => None,
+            };
             for mut r in vindex3::show_representations(&dir)? {
                 if let Some(u) = &in_use {
                     r.selected = u.get(&r.object) == Some(&r.representation);

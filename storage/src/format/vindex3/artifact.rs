@@ -50,6 +50,9 @@ pub struct Inspection {
     pub capabilities: Vec<String>,
     /// Segment files the index lists (bank shape: with their declared codec).
     pub segments: BTreeMap<String, Value>,
+    /// Stored feature labels (derived browse metadata), when the container carries them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feature_labels: Option<super::labels::FeatureLabelsEntry>,
 }
 
 /// A component, for JSON.
@@ -174,6 +177,7 @@ pub fn inspect(dir: &Path) -> Result<Inspection> {
         profiles: if graph { profiles(dir)? } else { Vec::new() },
         capabilities: c.index.capabilities.keys().cloned().collect(),
         segments: c.index.segments.clone(),
+        feature_labels: c.index.feature_labels.clone(),
     })
 }
 
