@@ -3,9 +3,33 @@
 
 /// The words a statement starts with.
 pub const STATEMENT_KEYWORDS: &[&str] = &[
-    "USE", "INFER", "GENERATE", "WALK", "DESCRIBE", "SELECT", "TRACE", "INSERT", "DELETE",
-    "UPDATE", "BEGIN", "SAVE", "APPLY", "REMOVE", "DIFF", "COMPILE", "EXTRACT", "COMPACT",
-    "VERIFY", "SHOW", "STATS", "TOKENIZE", "EXPLAIN", "RUN", "REPRESENT", "INSPECT", "PRECISION",
+    "USE",
+    "INFER",
+    "GENERATE",
+    "WALK",
+    "DESCRIBE",
+    "SELECT",
+    "TRACE",
+    "INSERT",
+    "DELETE",
+    "UPDATE",
+    "BEGIN",
+    "SAVE",
+    "APPLY",
+    "REMOVE",
+    "DIFF",
+    "COMPILE",
+    "EXTRACT",
+    "COMPACT",
+    "VERIFY",
+    "SHOW",
+    "STATS",
+    "TOKENIZE",
+    "EXPLAIN",
+    "RUN",
+    "REPRESENT",
+    "INSPECT",
+    "PRECISION",
 ];
 
 /// Every keyword and choice word of LQL, upper case (matching is case-insensitive).

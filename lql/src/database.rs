@@ -73,7 +73,11 @@ impl SharedModel {
     }
 
     /// Seeds the cache from labels just stored for this binding (REPRESENT LABELS).
-    pub fn seed_labels(&self, segment: String, table: &lql_storage::format::vindex3::labels::LabelTable) {
+    pub fn seed_labels(
+        &self,
+        segment: String,
+        table: &lql_storage::format::vindex3::labels::LabelTable,
+    ) {
         self.labels.clear();
         self.labels
             .seed_stored(segment, table.features, table.top_k, &table.top);

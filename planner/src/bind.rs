@@ -988,7 +988,11 @@ pub(crate) fn pushdown(
     let estimate = Some(ScanEstimate {
         rows,
         labels: labelled,
-        label_macs: if stored { 0 } else { labelled * (m.vocab * m.hidden) as u64 },
+        label_macs: if stored {
+            0
+        } else {
+            labelled * (m.vocab * m.hidden) as u64
+        },
         layers: n_layers,
         labels_everything: !stored
             && labels == LabelTiming::Early

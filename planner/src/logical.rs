@@ -4,8 +4,8 @@
 
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
-    CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef, Positions,
-    ArtifactWhat, RepresentTarget, ShowWhat, Table, Value, WalkMode,
+    ArtifactWhat, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef,
+    Positions, RepresentTarget, ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
 

@@ -625,7 +625,11 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
         ],
         LogicalPlan::Show(s) => vec![O::Inspect {
             what: match &s.container {
-                Some(c) => format!("SHOW {} {} (index.json, graph, segment headers)", s.what, quote(c)),
+                Some(c) => format!(
+                    "SHOW {} {} (index.json, graph, segment headers)",
+                    s.what,
+                    quote(c)
+                ),
                 None => format!("SHOW {}", s.what),
             },
             like: s.like.clone(),
@@ -637,7 +641,9 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 "{} {}{} (index.json, graph, segment headers; no payload byte)",
                 plan.name(),
                 quote(container),
-                object.as_ref().map_or(String::new(), |o| format!(" {}", quote(o)))
+                object
+                    .as_ref()
+                    .map_or(String::new(), |o| format!(" {}", quote(o)))
             ),
             like: None,
         }],

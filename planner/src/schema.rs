@@ -308,7 +308,11 @@ const REPRESENT_LABELS: Spec = &[
     ("labels", Int, "features labelled"),
     ("top_k", Int, "tokens kept per feature"),
     ("bytes", Int, "segment bytes"),
-    ("sha256", Text, "SHA-256 of the segment, recorded in index.json"),
+    (
+        "sha256",
+        Text,
+        "SHA-256 of the segment, recorded in index.json",
+    ),
     ("seconds", Float, "wall time (computing and writing)"),
 ];
 const INSPECT: Spec = &[
@@ -324,12 +328,20 @@ const DESCRIBE_OBJECT: Spec = &[
     ("operands", List, "operands the graph binds to it"),
 ];
 const PRECISION: Spec = &[
-    ("object", Text, "graph object, or TOTAL (the baseline selection)"),
+    (
+        "object",
+        Text,
+        "graph object, or TOTAL (the baseline selection)",
+    ),
     ("representation", Text, "representation id"),
     ("encodings", Text, "encodings with their weight counts"),
     ("weights", Int, "weights"),
     ("bytes", Int, "bytes the encodings imply"),
-    ("bits_per_weight", Float, "8 × bytes / weights, from the encodings (NULL: an unknown encoding)"),
+    (
+        "bits_per_weight",
+        Float,
+        "8 × bytes / weights, from the encodings (NULL: an unknown encoding)",
+    ),
     ("baseline", Bool, "the representation USE binds by default"),
 ];
 const VERIFY: Spec = &[

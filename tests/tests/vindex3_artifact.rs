@@ -53,7 +53,14 @@ fn artifact_statements_read_no_payload_byte() {
         .unwrap();
     assert_eq!(
         describe.column_names(),
-        ["representation", "name", "dtype", "shape", "bytes", "operands"]
+        [
+            "representation",
+            "name",
+            "dtype",
+            "shape",
+            "bytes",
+            "operands"
+        ]
     );
     assert!(describe.rows.iter().any(|r| r[2].to_string() == "Q8_0"));
 

@@ -197,12 +197,23 @@ fn represent_labels_on_a_small_container() {
     let r = v.execute("REPRESENT LABELS").unwrap();
     assert_eq!(
         r.column_names(),
-        ["container", "segment", "labels", "top_k", "bytes", "sha256", "seconds"]
+        [
+            "container",
+            "segment",
+            "labels",
+            "top_k",
+            "bytes",
+            "sha256",
+            "seconds"
+        ]
     );
     let seg = r.rows[0][1].to_string();
     assert!(out.join(&seg).is_file());
     assert_eq!(segment_hashes(&out), before);
-    assert_eq!(index(&out)["feature_labels"]["segment"], J::from(seg.clone()));
+    assert_eq!(
+        index(&out)["feature_labels"]["segment"],
+        J::from(seg.clone())
+    );
 
     // A new binding reads them: equal to the lazily computed rows.
     let w = conn(&out);

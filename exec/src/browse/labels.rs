@@ -262,12 +262,12 @@ pub fn compute_all(
     let s = src.surface();
     let mut ffn = None;
     for l in 0..s.n_layers {
-        let v = src
-            .view(OperandKey::layer(l, Role::FfnDown))
-            .ok_or(BrowseError::MissingOperand {
-                operand: "ffn_down",
-                layer: Some(l),
-            })?;
+        let v =
+            src.view(OperandKey::layer(l, Role::FfnDown))
+                .ok_or(BrowseError::MissingOperand {
+                    operand: "ffn_down",
+                    layer: Some(l),
+                })?;
         match ffn {
             None => ffn = Some(v.row_len()),
             Some(f) if f != v.row_len() => {
@@ -366,13 +366,7 @@ impl LabelCache {
 
     /// Seeds every label of a stored table (`top[(layer × features + feature) × k ..]`)
     /// and remembers `origin` (the segment) for EXPLAIN.
-    pub fn seed_stored(
-        &self,
-        origin: String,
-        features: usize,
-        top_k: usize,
-        top: &[(u32, f32)],
-    ) {
+    pub fn seed_stored(&self, origin: String, features: usize, top_k: usize, top: &[(u32, f32)]) {
         if features == 0 || top_k == 0 {
             return;
         }
@@ -389,7 +383,10 @@ impl LabelCache {
 
     /// The stored labels segment this cache was seeded from, if any.
     pub fn stored_origin(&self) -> Option<String> {
-        self.stored.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.stored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Labels of `wanted`, computing the missing ones in one batch.

@@ -94,8 +94,8 @@ fn store_labels(
     model: &lql_storage::Model,
     dir: &Path,
 ) -> Result<(labels::FeatureLabelsEntry, labels::LabelTable)> {
-    use lql_exec::browse::labels::{compute_all, LabelSource, LABEL_TOP_K};
     use super::walk::browse_err;
+    use lql_exec::browse::labels::{compute_all, LabelSource, LABEL_TOP_K};
     if model.kind != SourceKind::Vindex3 {
         return Err(Error::semantic(format!(
             "{}: stored labels go into a VINDEX3 container, and this is a {:?} source",
@@ -209,7 +209,8 @@ pub(crate) fn artifact(
             }
         }
         W::DescribeObject => {
-            let object = object.ok_or_else(|| Error::internal("DESCRIBE OBJECT without an object"))?;
+            let object =
+                object.ok_or_else(|| Error::internal("DESCRIBE OBJECT without an object"))?;
             for t in a::describe_object(dir, object)?.tensors {
                 rows.push(vec![
                     Value::from(t.representation),

@@ -89,7 +89,9 @@ impl LabelTable {
 /// alone (no payload byte): `Ok(Some(entry))` when they were computed from exactly the
 /// representations the binding maps, `Ok(None)` when the container records none, and
 /// `Err(reason)` when they exist but were computed from other bytes.
-pub fn applicable(model: &Model) -> Result<std::result::Result<Option<FeatureLabelsEntry>, String>> {
+pub fn applicable(
+    model: &Model,
+) -> Result<std::result::Result<Option<FeatureLabelsEntry>, String>> {
     let c = Container::load(&model.path)?;
     let Some(entry) = c.index.feature_labels.clone() else {
         return Ok(Ok(None));
@@ -316,7 +318,8 @@ pub fn write(
         computed_from,
     };
     index.feature_labels = Some(entry.clone());
-    let text = serde_json::to_vec_pretty(&index).map_err(|e| StorageError::Internal(e.to_string()))?;
+    let text =
+        serde_json::to_vec_pretty(&index).map_err(|e| StorageError::Internal(e.to_string()))?;
     crate::fsutil::write_atomic(&dir.join("index.json"), &text)?;
     crate::fsutil::sync_dir(dir)?;
     if let Some(old) = old.filter(|o| *o != rel) {

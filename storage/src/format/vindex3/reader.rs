@@ -277,7 +277,9 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
     let mut backings = Vec::new();
     let mut mapped: BTreeMap<String, Mapped> = BTreeMap::new();
     for (at, b) in comp.operands.iter().enumerate() {
-        crate::interrupt::every(at as u64, || format!("component {}: operand table", comp.id))?;
+        crate::interrupt::every(at as u64, || {
+            format!("component {}: operand table", comp.id)
+        })?;
         if mapped.contains_key(&b.object) {
             continue;
         }

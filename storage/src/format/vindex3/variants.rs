@@ -186,7 +186,9 @@ pub fn region_set(dir: &Path, index: &Vindex3Index, object: &str) -> Result<Regi
 pub fn profiles(dir: &Path, index: &Vindex3Index) -> Result<Vec<Profile>> {
     let mut out: Vec<Profile> = Vec::new();
     for (i, p) in index.profiles.iter().enumerate() {
-        crate::interrupt::every(i as u64, || format!("{}: index.json profiles", dir.display()))?;
+        crate::interrupt::every(i as u64, || {
+            format!("{}: index.json profiles", dir.display())
+        })?;
         let at = format!("profiles[{i}]");
         let p = p
             .as_object()
