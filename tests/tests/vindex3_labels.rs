@@ -209,6 +209,8 @@ fn represent_labels_on_a_small_container() {
     );
     let seg = r.rows[0][1].to_string();
     assert!(out.join(&seg).is_file());
+    let plan = plan_text(&v, &format!("EXPLAIN PLAN {all}"));
+    assert!(plan.contains("label_source=stored"), "{plan}");
     assert_eq!(segment_hashes(&out), before);
     assert_eq!(
         index(&out)["feature_labels"]["segment"],

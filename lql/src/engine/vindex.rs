@@ -171,6 +171,11 @@ pub(crate) fn represent(
     let (entry, table) = store_labels(cx, model, &dir)?;
     if let Some(shared) = &bound {
         shared.seed_labels(entry.segment.clone(), &table);
+        // The binding's facts (EXPLAIN's label source) follow; prepared plans re-bind.
+        if let Some(b) = cx.engine.bound.as_mut() {
+            b.facts.stored_labels = Some(entry.segment.clone());
+        }
+        cx.engine.version += 1;
     }
     let mut rows = Rows::new(super::result_columns(cx.plan));
     rows.push(vec![
