@@ -96,6 +96,11 @@ pub enum StatementKind {
     Diff(Diff),
     Compile(Compile),
     Extract(Extract),
+    /// `REPRESENT LABELS ["c"]` | `REPRESENT "object"|ALL AS <encoding> [INTO "c"]`
+    Represent(Represent),
+    /// `INSPECT "c"`, `DESCRIBE OBJECT "c" "object"`, `PRECISION "c"`: answers from a
+    /// container's artifact alone (index.json, graph, segment headers).
+    Artifact(Artifact),
     Compact(Compact),
     /// `VERIFY ["container" [AGAINST "source"]]`
     Verify(Verify),
@@ -142,6 +147,12 @@ impl StatementKind {
             StatementKind::Diff(_) => "DIFF",
             StatementKind::Compile(_) => "COMPILE",
             StatementKind::Extract(_) => "EXTRACT",
+            StatementKind::Represent(_) => "REPRESENT",
+            StatementKind::Artifact(a) => match a.what {
+                ArtifactWhat::Inspect => "INSPECT",
+                ArtifactWhat::DescribeObject => "DESCRIBE OBJECT",
+                ArtifactWhat::Precision => "PRECISION",
+            },
             StatementKind::Compact(_) => "COMPACT",
             StatementKind::Verify(_) => "VERIFY",
             StatementKind::Show(_) => "SHOW",
@@ -454,6 +465,45 @@ pub struct Extract {
     pub source_revision: Option<Spanned<String>>,
     /// `PROJECTOR "mmproj.gguf"`, repeatable (layer packages: copied and declared).
     pub projectors: Vec<Spanned<String>>,
+    /// `WITH LABELS`: store every feature's label as a derived segment.
+    pub labels: Option<Spanned<bool>>,
+}
+
+/// Which artifact-only answer a statement asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ArtifactWhat {
+    Inspect,
+    DescribeObject,
+    Precision,
+}
+
+/// `INSPECT "c"` | `DESCRIBE OBJECT "c" "object"` | `PRECISION "c"`
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Artifact {
+    pub what: ArtifactWhat,
+    pub container: Spanned<String>,
+    /// DESCRIBE OBJECT's object id.
+    pub object: Option<Spanned<String>>,
+}
+
+/// What `REPRESENT` adds to a container.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum RepresentTarget {
+    /// `LABELS`: every feature's label, as a derived segment.
+    Labels,
+    /// `ALL`: every logical object.
+    All,
+    /// One logical object by id.
+    Object(String),
+}
+
+/// `REPRESENT LABELS ["container"]` | `REPRESENT "object"|ALL AS <encoding> [INTO "container"]`
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Represent {
+    pub target: Spanned<RepresentTarget>,
+    pub encoding: Option<Spanned<Encoding>>,
+    /// The container (default: the bound one).
+    pub container: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -483,6 +533,8 @@ pub struct Compact {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Show {
     pub what: Spanned<ShowWhat>,
+    /// `SHOW REPRESENTATIONS|PROFILES|COMPONENTS "container"`: that container's artifact.
+    pub container: Option<Spanned<String>>,
     pub like: Option<Spanned<String>>,
 }
 
@@ -802,6 +854,8 @@ leaf!(
     ModelRef,
     CompileTarget,
     ExtractFormat,
+    RepresentTarget,
+    ArtifactWhat,
     Encoding,
     ShowWhat,
     Value,
@@ -942,13 +996,28 @@ fields!(Extract {
     layers,
     model_id,
     source_revision,
-    projectors
+    projectors,
+    labels
+});
+fields!(Represent {
+    target,
+    encoding,
+    container
 });
 fields!(Compact { container, into });
 fields!(Verify { target, against });
 fields!(RunStage { input, into });
 fields!(InferFrom { file, top });
-fields!(Show { what, like });
+fields!(Show {
+    what,
+    container,
+    like
+});
+fields!(Artifact {
+    what,
+    container,
+    object
+});
 fields!(Expr { kind, span });
 
 impl SpanVisit for UseSource {
@@ -992,6 +1061,8 @@ impl SpanVisit for StatementKind {
             StatementKind::Diff(s) => s.visit_spans(f),
             StatementKind::Compile(s) => s.visit_spans(f),
             StatementKind::Extract(s) => s.visit_spans(f),
+            StatementKind::Represent(s) => s.visit_spans(f),
+            StatementKind::Artifact(s) => s.visit_spans(f),
             StatementKind::Compact(s) => s.visit_spans(f),
             StatementKind::Verify(s) => s.visit_spans(f),
             StatementKind::Show(s) => s.visit_spans(f),

@@ -548,7 +548,24 @@ impl Display for StatementKind {
                 for p in &e.projectors {
                     write!(f, " PROJECTOR {}", Q(&p.value))?;
                 }
+                if e.labels.is_some() {
+                    f.write_str(" WITH LABELS")?;
+                }
                 layers(f, &e.layers)
+            }
+            StatementKind::Represent(r) => {
+                match &r.target.value {
+                    RepresentTarget::Labels => f.write_str("REPRESENT LABELS")?,
+                    RepresentTarget::All => f.write_str("REPRESENT ALL")?,
+                    RepresentTarget::Object(o) => write!(f, "REPRESENT {}", Q(o))?,
+                }
+                if let Some(e) = &r.encoding {
+                    write!(f, " AS {}", e.value)?;
+                }
+                match (&r.target.value, &r.container) {
+                    (RepresentTarget::Labels, Some(c)) => write!(f, " {}", Q(&c.value)),
+                    (_, c) => opt_str(f, "INTO", c),
+                }
             }
             StatementKind::Compact(c) => {
                 write!(f, "COMPACT {}", Q(&c.container.value))?;
@@ -563,8 +580,24 @@ impl Display for StatementKind {
             }
             StatementKind::Show(s) => {
                 write!(f, "SHOW {}", s.what.value)?;
+                if let Some(c) = &s.container {
+                    write!(f, " {}", Q(&c.value))?;
+                }
                 opt_str(f, "LIKE", &s.like)
             }
+            StatementKind::Artifact(a) => match (a.what, &a.object) {
+                (ArtifactWhat::DescribeObject, Some(o)) => write!(
+                    f,
+                    "DESCRIBE OBJECT {} {}",
+                    Q(&a.container.value),
+                    Q(&o.value)
+                ),
+                (ArtifactWhat::DescribeObject, None) => {
+                    write!(f, "DESCRIBE OBJECT {}", Q(&a.container.value))
+                }
+                (ArtifactWhat::Inspect, _) => write!(f, "INSPECT {}", Q(&a.container.value)),
+                (ArtifactWhat::Precision, _) => write!(f, "PRECISION {}", Q(&a.container.value)),
+            },
             StatementKind::Stats => f.write_str("STATS"),
             StatementKind::Tokenize(t) => write!(f, "TOKENIZE {}", Q(&t.value)),
             StatementKind::Explain(inner) => write!(f, "EXPLAIN {inner}"),

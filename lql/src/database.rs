@@ -31,6 +31,9 @@ pub(crate) struct SharedModel {
     /// one thread pool sized to the machine's cores, so N connections share the cores
     /// instead of starting N pools that oversubscribe them.
     backend: OnceLock<std::result::Result<Arc<CpuBackend>, Error>>,
+    /// The container's stored labels, read into `labels` on first use: the segment they
+    /// came from (`None`: nothing stored that applies to this binding).
+    stored_labels: OnceLock<std::result::Result<Option<String>, Error>>,
 }
 
 impl SharedModel {
@@ -41,7 +44,49 @@ impl SharedModel {
             labels: Arc::new(LabelCache::new()),
             identity: OnceLock::new(),
             backend: OnceLock::new(),
+            stored_labels: OnceLock::new(),
         }
+    }
+
+    /// The label cache, seeded once from the container's stored labels segment when it
+    /// applies to this binding (computed from the representations it maps). A stored
+    /// segment that fails its checks is an error naming it, never a silent fallback.
+    pub fn labels(&self) -> Result<Arc<LabelCache>> {
+        self.stored_labels
+            .get_or_init(|| self.seed_stored_labels())
+            .clone()?;
+        Ok(self.labels.clone())
+    }
+
+    fn seed_stored_labels(&self) -> std::result::Result<Option<String>, Error> {
+        use lql_storage::format::vindex3::labels;
+        let m = &self.model;
+        if m.kind != lql_storage::model::SourceKind::Vindex3 || m.surface.moe.is_some() {
+            return Ok(None);
+        }
+        let Ok(Some(entry)) = labels::applicable(m)? else {
+            return Ok(None);
+        };
+        let s = &m.surface;
+        let table = labels::read(&m.path, &entry, s.n_layers, s.ffn, s.vocab)?;
+        self.labels.seed_stored(
+            entry.segment.clone(),
+            table.features,
+            table.top_k,
+            &table.top,
+        );
+        Ok(Some(entry.segment))
+    }
+
+    /// Seeds the cache from labels just stored for this binding (REPRESENT LABELS).
+    pub fn seed_labels(
+        &self,
+        segment: String,
+        table: &lql_storage::format::vindex3::labels::LabelTable,
+    ) {
+        self.labels.clear();
+        self.labels
+            .seed_stored(segment, table.features, table.top_k, &table.top);
     }
 
     /// The shared CPU backend (see the field).

@@ -130,7 +130,28 @@ impl Binder {
                     .iter()
                     .map(|p| path(p, "projector file"))
                     .collect::<Result<_>>()?,
+                labels: e.labels.is_some(),
             }),
+            K::Artifact(a) => LogicalPlan::Artifact {
+                what: a.what,
+                container: path(&a.container, "container path")?,
+                object: a.object.as_ref().map(|o| o.value.clone()),
+            },
+            K::Represent(r) => {
+                let container = r
+                    .container
+                    .as_ref()
+                    .map(|p| path(p, "container path"))
+                    .transpose()?;
+                if container.is_none() {
+                    self.model()?;
+                }
+                LogicalPlan::Represent(RepresentPlan {
+                    target: r.target.value.clone(),
+                    encoding: r.encoding.as_ref().map(|e| e.value),
+                    container,
+                })
+            }
             K::Compact(c) => LogicalPlan::Compact {
                 container: path(&c.container, "container path")?,
                 into: c
@@ -208,10 +229,32 @@ impl Binder {
                 }
             }
             K::Show(s) => {
-                if !matches!(
-                    s.what.value,
-                    ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables
-                ) {
+                let container = match &s.container {
+                    Some(c)
+                        if matches!(
+                            s.what.value,
+                            ShowWhat::Representations | ShowWhat::Profiles | ShowWhat::Components
+                        ) =>
+                    {
+                        Some(path(c, "container path")?)
+                    }
+                    Some(c) => {
+                        return Err(PlanError::semantic(
+                            format!(
+                                "SHOW {} takes no container (SHOW REPRESENTATIONS, PROFILES and COMPONENTS do)",
+                                s.what.value
+                            ),
+                            c.span,
+                        ))
+                    }
+                    None => None,
+                };
+                if container.is_none()
+                    && !matches!(
+                        s.what.value,
+                        ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables
+                    )
+                {
                     self.model()?;
                 }
                 if s.what.value == ShowWhat::Package {
@@ -219,6 +262,7 @@ impl Binder {
                 }
                 LogicalPlan::Show(ShowPlan {
                     what: s.what.value,
+                    container,
                     like: s.like.as_ref().map(|l| l.value.clone()),
                 })
             }
@@ -935,6 +979,7 @@ pub(crate) fn pushdown(
         .as_ref()
         .map_or(hi + 1 - lo, |v: &Vec<usize>| v.len()) as u64;
     let rows = n_layers * features.as_ref().map_or(m.ffn, |v| v.len()) as u64;
+    let stored = m.stored_labels.is_some();
     let labelled = if labels == LabelTiming::Early {
         rows
     } else {
@@ -943,9 +988,17 @@ pub(crate) fn pushdown(
     let estimate = Some(ScanEstimate {
         rows,
         labels: labelled,
-        label_macs: labelled * (m.vocab * m.hidden) as u64,
+        label_macs: if stored {
+            0
+        } else {
+            labelled * (m.vocab * m.hidden) as u64
+        },
         layers: n_layers,
-        labels_everything: labels == LabelTiming::Early && layers.is_none() && n_layers > 1,
+        labels_everything: !stored
+            && labels == LabelTiming::Early
+            && layers.is_none()
+            && n_layers > 1,
+        stored,
     });
     ScanSpec {
         layers,

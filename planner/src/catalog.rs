@@ -59,6 +59,9 @@ pub struct ModelFacts {
     pub gate_encoding: Option<String>,
     /// Bytes of gate rows read per layer by a full gate scan, for EXPLAIN.
     pub gate_bytes_per_layer: Option<u64>,
+    /// The container's stored labels segment, when it applies to this binding (labels are
+    /// then read, not computed).
+    pub stored_labels: Option<String>,
 }
 
 impl ModelFacts {

@@ -4,8 +4,8 @@
 
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
-    CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef, Positions,
-    ShowWhat, Table, Value, WalkMode,
+    ArtifactWhat, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef,
+    Positions, RepresentTarget, ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
 
@@ -223,6 +223,8 @@ pub struct ScanEstimate {
     /// Every feature of every layer is labelled: a label column is read before LIMIT
     /// with no `layer` bound (EXPLAIN warns).
     pub labels_everything: bool,
+    /// The binding's container stores every label: they are read, not computed.
+    pub stored: bool,
 }
 
 /// What a table scan reads, decided by the planner's pushdown rule.
@@ -345,11 +347,24 @@ pub struct ExtractPlan {
     pub source_revision: Option<String>,
     /// Layer packages: projector files to copy and declare.
     pub projectors: Vec<String>,
+    /// `WITH LABELS`: store every feature's label in the container (derived segment).
+    pub labels: bool,
+}
+
+/// `REPRESENT …`: what to add to which container.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RepresentPlan {
+    pub target: RepresentTarget,
+    pub encoding: Option<Encoding>,
+    /// None: the bound container.
+    pub container: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ShowPlan {
     pub what: ShowWhat,
+    /// A named container (answered from its artifact alone); None: the bound model.
+    pub container: Option<String>,
     pub like: Option<String>,
 }
 
@@ -379,6 +394,13 @@ pub enum LogicalPlan {
     Diff(DiffPlan),
     Compile(CompilePlan),
     Extract(ExtractPlan),
+    Represent(RepresentPlan),
+    /// `INSPECT`, `DESCRIBE OBJECT`, `PRECISION`: a container's artifact alone.
+    Artifact {
+        what: ArtifactWhat,
+        container: String,
+        object: Option<String>,
+    },
     Compact {
         container: String,
         into: Option<String>,
@@ -470,6 +492,12 @@ impl LogicalPlan {
             LogicalPlan::Diff(_) => "DIFF",
             LogicalPlan::Compile(_) => "COMPILE",
             LogicalPlan::Extract(_) => "EXTRACT",
+            LogicalPlan::Represent(_) => "REPRESENT",
+            LogicalPlan::Artifact { what, .. } => match what {
+                ArtifactWhat::Inspect => "INSPECT",
+                ArtifactWhat::DescribeObject => "DESCRIBE OBJECT",
+                ArtifactWhat::Precision => "PRECISION",
+            },
             LogicalPlan::Compact { .. } => "COMPACT",
             LogicalPlan::Verify { .. } => "VERIFY",
             LogicalPlan::RunStage { .. } => "RUN STAGE",

@@ -178,6 +178,15 @@ pub enum Operator {
         path: String,
         encoding: Option<Encoding>,
         layers: Option<LayerRange>,
+        /// Also store every feature's label (EXTRACT … WITH LABELS).
+        labels: bool,
+    },
+    /// Adds to a container beside what it holds: stored labels, or a representation.
+    Represent {
+        target: RepresentTarget,
+        encoding: Option<Encoding>,
+        /// None: the bound container.
+        container: Option<String>,
     },
     /// Physically reorganises a container.
     Compact {
@@ -572,6 +581,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 path: c.output.clone(),
                 encoding: None,
                 layers: None,
+                labels: false,
             },
         ],
         LogicalPlan::Extract(e) => vec![
@@ -585,8 +595,14 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 path: e.output.clone(),
                 encoding: Some(e.encoding),
                 layers: e.layers,
+                labels: e.labels,
             },
         ],
+        LogicalPlan::Represent(r) => vec![O::Represent {
+            target: r.target.clone(),
+            encoding: r.encoding,
+            container: r.container.clone(),
+        }],
         LogicalPlan::Compact { container, into } => vec![O::Compact {
             container: container.clone(),
             into: into.clone(),
@@ -608,8 +624,28 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             O::Detokenize,
         ],
         LogicalPlan::Show(s) => vec![O::Inspect {
-            what: format!("SHOW {}", s.what),
+            what: match &s.container {
+                Some(c) => format!(
+                    "SHOW {} {} (index.json, graph, segment headers)",
+                    s.what,
+                    quote(c)
+                ),
+                None => format!("SHOW {}", s.what),
+            },
             like: s.like.clone(),
+        }],
+        LogicalPlan::Artifact {
+            container, object, ..
+        } => vec![O::Inspect {
+            what: format!(
+                "{} {}{} (index.json, graph, segment headers; no payload byte)",
+                plan.name(),
+                quote(container),
+                object
+                    .as_ref()
+                    .map_or(String::new(), |o| format!(" {}", quote(o)))
+            ),
+            like: None,
         }],
         LogicalPlan::Stats => vec![O::Inspect {
             what: "STATS".into(),
@@ -779,10 +815,12 @@ impl fmt::Display for Operator {
                 }
                 if let Some(e) = estimate {
                     write!(f, " est_rows={} layers_run=0", e.rows)?;
-                    if e.labels > 0 {
+                    if e.labels > 0 && e.stored {
+                        write!(f, " est_labels={} label_source=stored segment", e.labels)?;
+                    } else if e.labels > 0 {
                         write!(
                             f,
-                            " est_labels={} label_work={:.1e} MACs",
+                            " est_labels={} label_source=computed label_work={:.1e} MACs",
                             e.labels, e.label_macs as f64
                         )?;
                     }
@@ -892,6 +930,7 @@ impl fmt::Display for Operator {
                 path,
                 encoding,
                 layers,
+                labels,
             } => {
                 write!(f, "Write {kind} {}", quote(path))?;
                 if let Some(e) = encoding {
@@ -900,7 +939,35 @@ impl fmt::Display for Operator {
                 if let Some(l) = layers {
                     write!(f, " layers={l}")?;
                 }
-                f.write_str(" (temp+fsync+rename)")
+                f.write_str(" (temp+fsync+rename)")?;
+                if *labels {
+                    f.write_str(" + labels: every feature, batched unembedding products, stored as a derived segment")?;
+                }
+                Ok(())
+            }
+            O::Represent {
+                target,
+                encoding,
+                container,
+            } => {
+                match target {
+                    RepresentTarget::Labels => f.write_str("Represent labels")?,
+                    RepresentTarget::All => f.write_str("Represent all")?,
+                    RepresentTarget::Object(o) => write!(f, "Represent {}", quote(o))?,
+                }
+                if let Some(e) = encoding {
+                    write!(f, " as={e}")?;
+                }
+                match container {
+                    Some(c) => write!(f, " into={}", quote(c))?,
+                    None => f.write_str(" into=current")?,
+                }
+                match target {
+                    RepresentTarget::Labels => f.write_str(
+                        " (every feature, batched unembedding products; new segment, index.json last)",
+                    ),
+                    _ => f.write_str(" (new segments beside the existing ones; index.json last)"),
+                }
             }
             O::Compact { container, into } => {
                 write!(f, "Compact {}", quote(container))?;

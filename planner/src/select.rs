@@ -179,7 +179,9 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
     if let (Some(e), LabelTiming::Late) = (scan.estimate.as_mut(), scan.labels) {
         // Late labels: only the rows that survive LIMIT (at most) are labelled.
         e.labels = limit.map_or(e.rows, |n| e.rows.min(n as u64));
-        e.label_macs = e.labels * (m.vocab * m.hidden) as u64;
+        if !e.stored {
+            e.label_macs = e.labels * (m.vocab * m.hidden) as u64;
+        }
     }
     Ok(LogicalPlan::Select(Box::new(SelectPlan {
         table,

@@ -28,6 +28,12 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             _ => Ok(()),
         },
         (StatementKind::Extract(x), LogicalPlan::Extract(p)) => {
+            if let (ExtractFormat::Package, Some(l)) = (p.format, &x.labels) {
+                return refuse(
+                    "EXTRACT … FORMAT PACKAGE WITH LABELS (stored labels are a VINDEX3 segment)",
+                    l.span,
+                );
+            }
             if p.format == ExtractFormat::Package {
                 return match &x.layers {
                     Some(l) => refuse(
@@ -45,6 +51,13 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
                 None => Ok(()),
             }
         }
+        (StatementKind::Represent(r), LogicalPlan::Represent(_)) => match r.target.value {
+            lql_grammar::RepresentTarget::Labels => Ok(()),
+            _ => refuse(
+                "REPRESENT … AS <encoding> (adding a representation of an object beside the original; REPRESENT LABELS is built)",
+                r.target.span,
+            ),
+        },
         (StatementKind::Diff(d), LogicalPlan::Diff(_)) => match &d.into_patch {
             Some(p) => refuse("DIFF … INTO PATCH", p.span),
             None => Ok(()),

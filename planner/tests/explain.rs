@@ -96,7 +96,7 @@ Rows [layer, top_token]
     Limit 10
       Sort c_score DESC
         Filter layer >= 20 AND top_token LIKE "Par%"
-          TableScan features layers=20-29 labels=early est_rows=15360 layers_run=0 est_labels=15360 label_work=4.3e11 MACs
+          TableScan features layers=20-29 labels=early est_rows=15360 layers_run=0 est_labels=15360 label_source=computed label_work=4.3e11 MACs
 "#
         .trim_start(),
     );

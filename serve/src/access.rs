@@ -2,10 +2,11 @@
 //! model; those that read or write files are the server's business:
 //!
 //! - USE is refused (the served model is fixed);
-//! - statements that write files (EXTRACT, COMPILE, COMPACT, DIFF … INTO PATCH, BEGIN/SAVE
+//! - statements that write files (EXTRACT, REPRESENT, COMPILE, COMPACT, DIFF … INTO PATCH, BEGIN/SAVE
 //!   PATCH, TRACE … SAVE) are refused unless the server runs with `--allow-writes DIR`, and
 //!   then every path they name must lie under DIR (after resolving `..` and symbolic links);
-//! - statements that read other files (APPLY/REMOVE PATCH, VERIFY "file", a source path)
+//! - statements that read other files (APPLY/REMOVE PATCH, VERIFY "file", INSPECT,
+//!   DESCRIBE OBJECT, PRECISION, SHOW … "container", a source path)
 //!   follow the same rule;
 //! - `GET /v1/lql` runs only statements that change nothing (no overlay edits either).
 //!
@@ -96,6 +97,16 @@ fn classify_kind(kind: &StatementKind) -> Access {
             read.push(e.source.value.clone());
             write.push(e.output.value.clone());
         }
+        StatementKind::Artifact(a) => read.push(a.container.value.clone()),
+        StatementKind::Show(s) => read.extend(s.container.iter().map(|c| c.value.clone())),
+        StatementKind::Represent(r) => match &r.container {
+            Some(c) => write.push(c.value.clone()),
+            None => {
+                return Access::Refused(
+                    "REPRESENT into the served model's container over HTTP (name a container under --allow-writes DIR)",
+                )
+            }
+        },
         StatementKind::Compact(c) => match &c.into {
             Some(into) => {
                 read.push(c.container.value.clone());

@@ -48,3 +48,33 @@ fn a_raised_flag_stops_header_and_package_reads_by_name() {
         other => panic!("expected an interruption, got {other:?}"),
     }
 }
+
+#[test]
+fn a_raised_flag_stops_container_reads_by_name() {
+    use lql_storage::format::vindex3::{self, ExtractEncoding};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("tiny.gguf");
+    TinyModel::llama().write(&src).unwrap();
+    let out = dir.path().join("tiny.vindex");
+    let model = lql_storage::import::open(&src).unwrap();
+    vindex3::extract(&model, &out, ExtractEncoding::Source, &mut |_| {}).unwrap();
+
+    let down = Arc::new(AtomicBool::new(false));
+    {
+        let _s = Scope::new(&down);
+        vindex3::open_model(&out).unwrap();
+        assert!(vindex3::all_ok(&vindex3::verify(&out).unwrap()));
+    }
+    let raised = Arc::new(AtomicBool::new(true));
+    let _s = Scope::new(&raised);
+    for result in [
+        vindex3::open_model(&out).map(|_| ()),
+        vindex3::verify(&out).map(|_| ()),
+        vindex3::show_tensors(&out).map(|_| ()),
+    ] {
+        match result {
+            Err(StorageError::Interrupted { what }) => assert!(!what.is_empty()),
+            other => panic!("expected an interruption, got {other:?}"),
+        }
+    }
+}

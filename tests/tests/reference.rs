@@ -26,6 +26,8 @@ fn name_of(k: &K) -> &'static str {
         | K::Diff(_)
         | K::Compile(_)
         | K::Extract(_)
+        | K::Represent(_)
+        | K::Artifact(_)
         | K::Compact(_)
         | K::Verify(_)
         | K::Show(_)
@@ -58,6 +60,10 @@ const ALL: &[&str] = &[
     "DIFF",
     "COMPILE",
     "EXTRACT",
+    "REPRESENT",
+    "INSPECT",
+    "DESCRIBE OBJECT",
+    "PRECISION",
     "COMPACT",
     "VERIFY",
     "SHOW",

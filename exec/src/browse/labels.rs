@@ -13,10 +13,12 @@
 //! blocked product — vocabulary rows decoded a chunk at a time into a small buffer, times
 //! the batch of columns (faer GEMM), a running top-k per column — so a batch costs one pass
 //! over the unembedding whatever its size. Labels for a WALK (≤ 10 × layers features) take
-//! tens of milliseconds; all 46 080 features of SmolLM2 take tens of seconds. So labels are
-//! computed on demand, for the features a statement shows, and cached per binding in a
-//! [`LabelCache`]; a container may carry them precomputed (derived metadata), in which case
-//! the engine seeds the cache from it.
+//! tens of milliseconds; all 46 080 features of SmolLM2 ([`compute_all`], passes of
+//! [`PASS_FEATURES`] columns) are 1.3 × 10¹² multiply-adds, tens of seconds of CPU. So labels
+//! are computed on demand, for the features a statement shows, and cached per binding in a
+//! [`LabelCache`]; a container may carry them stored (`EXTRACT … WITH LABELS`, `REPRESENT
+//! LABELS`: derived metadata, `lql_storage::format::vindex3::labels`), in which case the
+//! engine seeds the cache from the segment ([`LabelCache::seed_stored`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -232,11 +234,67 @@ pub fn compute_labels(
     )
 }
 
-/// Computes labels for `(layer, feature)` pairs from any layers in one unembedding pass.
+/// Features labelled per unembedding pass: large enough that decoding a vocabulary chunk is
+/// noise beside its product, small enough that the column batch (`hidden × n` f32) and each
+/// thread's logits block (`256 × n` f32, 4 MiB) stay small.
+pub const PASS_FEATURES: usize = 4096;
+
+/// Computes labels for `(layer, feature)` pairs from any layers, [`PASS_FEATURES`] per
+/// unembedding pass.
 pub fn compute_many(
     src: &dyn OperandSource,
     wanted: &[(usize, usize)],
 ) -> Result<Vec<FeatureLabel>> {
+    let mut out = Vec::with_capacity(wanted.len());
+    for chunk in wanted.chunks(PASS_FEATURES) {
+        out.extend(compute_pass(src, chunk)?);
+    }
+    Ok(out)
+}
+
+/// Every feature of every layer, layer-major, in passes of [`PASS_FEATURES`] (the whole
+/// model as a sequence of blocked matrix products); `cancelled` is polled between passes.
+/// Returns the features per layer and the labels.
+pub fn compute_all(
+    src: &dyn OperandSource,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<(usize, Vec<FeatureLabel>)> {
+    let s = src.surface();
+    let mut ffn = None;
+    for l in 0..s.n_layers {
+        let v =
+            src.view(OperandKey::layer(l, Role::FfnDown))
+                .ok_or(BrowseError::MissingOperand {
+                    operand: "ffn_down",
+                    layer: Some(l),
+                })?;
+        match ffn {
+            None => ffn = Some(v.row_len()),
+            Some(f) if f != v.row_len() => {
+                return Err(BrowseError::Internal(format!(
+                    "layer {l} has {} features and layer 0 has {f}: stored labels need one width",
+                    v.row_len()
+                )))
+            }
+            _ => {}
+        }
+    }
+    let ffn = ffn.unwrap_or(0);
+    let wanted: Vec<(usize, usize)> = (0..s.n_layers)
+        .flat_map(|l| (0..ffn).map(move |f| (l, f)))
+        .collect();
+    let mut out = Vec::with_capacity(wanted.len());
+    for chunk in wanted.chunks(PASS_FEATURES) {
+        if cancelled() {
+            return Err(BrowseError::Cancelled);
+        }
+        out.extend(compute_pass(src, chunk)?);
+    }
+    Ok((ffn, out))
+}
+
+/// One unembedding pass over the columns of `wanted`.
+fn compute_pass(src: &dyn OperandSource, wanted: &[(usize, usize)]) -> Result<Vec<FeatureLabel>> {
     let s = src.surface();
     let source = LabelSource::open(src)?;
     let n = wanted.len();
@@ -275,6 +333,8 @@ pub fn compute_many(
 #[derive(Debug, Default)]
 pub struct LabelCache {
     map: Mutex<HashMap<(usize, usize), Arc<FeatureLabel>>>,
+    /// Where seeded labels came from (a stored labels segment), for EXPLAIN.
+    stored: Mutex<Option<String>>,
     computed: AtomicUsize,
     served: AtomicUsize,
 }
@@ -302,6 +362,31 @@ impl LabelCache {
     /// Seeds a label (from precomputed metadata).
     pub fn insert(&self, layer: usize, feature: usize, label: FeatureLabel) {
         self.lock().insert((layer, feature), Arc::new(label));
+    }
+
+    /// Seeds every label of a stored table (`top[(layer × features + feature) × k ..]`)
+    /// and remembers `origin` (the segment) for EXPLAIN.
+    pub fn seed_stored(&self, origin: String, features: usize, top_k: usize, top: &[(u32, f32)]) {
+        if features == 0 || top_k == 0 {
+            return;
+        }
+        let mut map = self.lock();
+        for (i, t) in top.chunks_exact(top_k).enumerate() {
+            map.insert(
+                (i / features, i % features),
+                Arc::new(FeatureLabel { top: t.to_vec() }),
+            );
+        }
+        drop(map);
+        *self.stored.lock().unwrap_or_else(|e| e.into_inner()) = Some(origin);
+    }
+
+    /// The stored labels segment this cache was seeded from, if any.
+    pub fn stored_origin(&self) -> Option<String> {
+        self.stored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Labels of `wanted`, computing the missing ones in one batch.
@@ -357,6 +442,7 @@ impl LabelCache {
     /// Drops every label (the weights changed).
     pub fn clear(&self) {
         self.lock().clear();
+        *self.stored.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, usize), Arc<FeatureLabel>>> {

@@ -16,7 +16,7 @@ use super::gate_scan::GateRegion;
 use super::labels::{FeatureLabel, LabelCache};
 
 /// Label batches are computed this many features at a time (one unembedding pass each).
-pub const LABEL_BATCH: usize = 1536;
+pub const LABEL_BATCH: usize = super::labels::PASS_FEATURES;
 
 /// One row of `features`.
 #[derive(Debug, Clone, PartialEq)]

@@ -302,6 +302,19 @@ fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
         Rule::diff_stmt => diff_stmt(p)?,
         Rule::compile_stmt => compile_stmt(p)?,
         Rule::extract_stmt => extract_stmt(p)?,
+        Rule::represent_stmt => represent_stmt(p)?,
+        Rule::inspect_stmt | Rule::precision_stmt => {
+            let what = if p.as_rule() == Rule::inspect_stmt {
+                ArtifactWhat::Inspect
+            } else {
+                ArtifactWhat::Precision
+            };
+            StatementKind::Artifact(Artifact {
+                what,
+                container: first_string(p)?,
+                object: None,
+            })
+        }
         Rule::compact_stmt => {
             let mut container = None;
             let mut into = None;
@@ -502,6 +515,24 @@ fn describe_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                 SyntaxError::new("DESCRIBE TABLE needs a table name", Span::default())
             })?;
         return Ok(StatementKind::DescribeTable(table(name)?));
+    }
+    if let Some(o) = p
+        .clone()
+        .into_inner()
+        .find(|q| q.as_rule() == Rule::describe_object)
+    {
+        let sp = span(&o);
+        let mut s = o.into_inner().filter(|q| q.as_rule() == Rule::string);
+        let container = string(
+            s.next()
+                .ok_or_else(|| SyntaxError::new("DESCRIBE OBJECT needs a container", sp))?,
+        )?;
+        let object = s.next().map(string).transpose()?;
+        return Ok(StatementKind::Artifact(Artifact {
+            what: ArtifactWhat::DescribeObject,
+            container,
+            object,
+        }));
     }
     let mut entity = None;
     let (mut scope, mut detail) = (None, None);
@@ -884,6 +915,7 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let (mut format, mut encoding, mut layers) = (None, None, None);
     let (mut model_id, mut source_revision) = (None, None);
     let mut projectors = Vec::new();
+    let mut labels = None;
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_extract | Rule::kw_model | Rule::kw_into => {}
@@ -910,21 +942,13 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             }
             Rule::encoding_clause => {
                 let sp = span(&q);
-                let w = last_child(q)?;
-                let e = choose(
-                    &w,
-                    "encoding",
-                    &[
-                        ("SOURCE", Encoding::Source),
-                        ("F32", Encoding::F32),
-                        ("F16", Encoding::F16),
-                        ("BF16", Encoding::Bf16),
-                        ("Q8_0", Encoding::Q8_0),
-                    ],
-                )?;
+                let e = encoding_word(&last_child(q)?)?;
                 set(&mut encoding, Spanned::new(e.value, sp), "ENCODING")?
             }
             Rule::layers_clause => set(&mut layers, layer_spec(q)?, "LAYERS")?,
+            Rule::with_labels_clause => {
+                set(&mut labels, Spanned::new(true, span(&q)), "WITH LABELS")?
+            }
             _ => return Err(internal(&q)),
         }
     }
@@ -939,17 +963,69 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             model_id,
             source_revision,
             projectors,
+            labels,
         })),
         _ => Err(SyntaxError::new("incomplete EXTRACT", Span::default())),
     }
 }
 
+/// An encoding EXTRACT or REPRESENT may write, by name.
+fn encoding_word(w: &Pair<Rule>) -> Result<Spanned<Encoding>> {
+    choose(
+        w,
+        "encoding",
+        &[
+            ("SOURCE", Encoding::Source),
+            ("F32", Encoding::F32),
+            ("F16", Encoding::F16),
+            ("BF16", Encoding::Bf16),
+            ("Q8_0", Encoding::Q8_0),
+        ],
+    )
+}
+
+fn represent_stmt(p: Pair<Rule>) -> Result<StatementKind> {
+    let sp = span(&p);
+    let body = p
+        .into_inner()
+        .find(|q| q.as_rule() != Rule::kw_represent)
+        .ok_or_else(|| SyntaxError::new("incomplete REPRESENT", sp))?;
+    let body_span = span(&body);
+    let labels = body.as_rule() == Rule::represent_labels;
+    let (mut target, mut encoding, mut container) = (None, None, None);
+    if labels {
+        target = Some(Spanned::new(RepresentTarget::Labels, body_span));
+    }
+    for q in body.into_inner() {
+        match q.as_rule() {
+            Rule::kw_labels | Rule::kw_as => {}
+            Rule::kw_all => target = Some(Spanned::new(RepresentTarget::All, span(&q))),
+            Rule::string if labels => container = Some(string(q)?),
+            Rule::string => {
+                let s = string(q)?;
+                target = Some(Spanned::new(RepresentTarget::Object(s.value), s.span));
+            }
+            Rule::word => encoding = Some(encoding_word(&q)?),
+            Rule::into_clause => container = Some(clause_str(q)?),
+            _ => return Err(internal(&q)),
+        }
+    }
+    let target = target.ok_or_else(|| SyntaxError::new("incomplete REPRESENT", body_span))?;
+    Ok(StatementKind::Represent(Represent {
+        target,
+        encoding,
+        container,
+    }))
+}
+
 fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut what = None;
     let mut like = None;
+    let mut container = None;
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_show => {}
+            Rule::string => container = Some(string(q)?),
             Rule::word => {
                 what = Some(choose(
                     &q,
@@ -972,5 +1048,9 @@ fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         }
     }
     let what = what.ok_or_else(|| SyntaxError::new("SHOW needs a target", Span::default()))?;
-    Ok(StatementKind::Show(Show { what, like }))
+    Ok(StatementKind::Show(Show {
+        what,
+        container,
+        like,
+    }))
 }

@@ -76,5 +76,18 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         can_tokenize,
         gate_encoding: gate.map(|g| g.dtype.name().to_string()),
         gate_bytes_per_layer: gate.map(|g| g.len as u64),
+        stored_labels: stored_labels(model),
+    }
+}
+
+/// The container's stored labels segment when it applies to this binding, judged from
+/// `index.json` alone (no payload byte is read at bind).
+fn stored_labels(model: &Model) -> Option<String> {
+    if model.kind != StorageKind::Vindex3 || model.surface.moe.is_some() {
+        return None;
+    }
+    match lql_storage::format::vindex3::labels::applicable(model) {
+        Ok(Ok(Some(e))) => Some(e.segment),
+        _ => None,
     }
 }

@@ -215,6 +215,9 @@ fn operator(
         O::Distinct => select::distinct(one(inputs, "Distinct")?),
         O::Write { kind, .. } if kind == "PACKAGE" => package::write(cx, one(inputs, "Write")?),
         O::Write { .. } => vindex::write(cx, one(inputs, "Write")?, op),
+        O::Represent {
+            target, container, ..
+        } => vindex::represent(cx, target, container.as_deref()),
         O::Verify { container, against } => {
             vindex::verify(cx, container.as_deref(), against.as_deref())
         }

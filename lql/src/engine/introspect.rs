@@ -19,6 +19,14 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
     let plan = match cx.plan {
         LogicalPlan::Stats => return Ok(Datum::Rows(stats(cx)?)),
         LogicalPlan::Show(p) => p.clone(),
+        LogicalPlan::Artifact {
+            what,
+            container,
+            object,
+        } => {
+            return super::vindex::artifact(cx, *what, container, object.as_deref())
+                .map(Datum::Rows)
+        }
         _ => return Err(Error::internal("Inspect outside SHOW/STATS")),
     };
     let mut rows = match plan.what {

@@ -173,7 +173,7 @@ impl Cx<'_> {
 
     /// The bound model's feature-label cache (shared by every connection).
     pub fn labels(&self) -> Result<Arc<LabelCache>> {
-        Ok(self.bound()?.shared.labels.clone())
+        self.bound()?.shared.labels()
     }
 
     /// Token id → display text through the binding's tokenizer (`<id>` when it has none).
@@ -203,8 +203,12 @@ fn reads_bound_model(plan: &LogicalPlan) -> bool {
         LogicalPlan::Use(_)
         | LogicalPlan::Verify { .. }
         | LogicalPlan::Extract(_)
+        | LogicalPlan::Represent(_)
         | LogicalPlan::DescribeTable { .. } => false,
-        LogicalPlan::Show(s) => !matches!(s.what, ShowWhat::Models | ShowWhat::Tables),
+        LogicalPlan::Artifact { .. } => false,
+        LogicalPlan::Show(s) => {
+            s.container.is_none() && !matches!(s.what, ShowWhat::Models | ShowWhat::Tables)
+        }
         LogicalPlan::Explain(e) => e.mode != ExplainMode::Plan && reads_bound_model(&e.inner),
         _ => true,
     }

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use lql_grammar::Encoding;
-use lql_planner::{LogicalPlan, ShowPlan, ShowWhat};
-use lql_storage::format::vindex3::{self, ExtractEncoding};
+use lql_planner::{LogicalPlan, RepresentTarget, ShowPlan, ShowWhat};
+use lql_storage::format::vindex3::{self, labels, ExtractEncoding};
 use lql_storage::model::SourceKind;
 use lql_storage::{catalogue, import};
 
@@ -69,6 +69,12 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         report.payload_bytes,
         true,
     );
+    if plan.labels {
+        // The container is published; its labels are added as a derived segment and
+        // recorded in index.json (written last), read back through the new container.
+        let written = import::open(&report.path)?;
+        store_labels(cx, &written, &report.path)?;
+    }
     let mut rows = Rows::new(super::result_columns(cx.plan));
     rows.push(vec![
         Value::from(report.path.display().to_string()),
@@ -79,6 +85,182 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         Value::from(report.seconds),
     ]);
     Ok(Datum::Rows(rows))
+}
+
+/// Every label of `model` (opened from the container `dir`), computed by batched
+/// unembedding products and stored in `dir` as a derived segment recorded in index.json.
+fn store_labels(
+    cx: &Cx<'_>,
+    model: &lql_storage::Model,
+    dir: &Path,
+) -> Result<(labels::FeatureLabelsEntry, labels::LabelTable)> {
+    use super::walk::browse_err;
+    use lql_exec::browse::labels::{compute_all, LabelSource, LABEL_TOP_K};
+    if model.kind != SourceKind::Vindex3 {
+        return Err(Error::semantic(format!(
+            "{}: stored labels go into a VINDEX3 container, and this is a {:?} source",
+            dir.display(),
+            model.kind
+        )));
+    }
+    if model.surface.moe.is_some() {
+        return Err(Error::not_supported_yet(
+            "stored labels of a mixture-of-experts model (feature ids layer:expert:feature are not built)",
+        ));
+    }
+    let source = LabelSource::open(model).map_err(browse_err)?.describe();
+    let cancel = cx.cancel.clone();
+    let (features, computed) =
+        compute_all(model, &|| cancel.load(std::sync::atomic::Ordering::Relaxed))
+            .map_err(browse_err)?;
+    let top_k = LABEL_TOP_K.min(model.surface.vocab);
+    let mut top = Vec::with_capacity(computed.len() * top_k);
+    for (i, l) in computed.iter().enumerate() {
+        if l.top.len() != top_k {
+            return Err(Error::internal(format!(
+                "label {i} has {} tokens; {top_k} expected",
+                l.top.len()
+            )));
+        }
+        top.extend_from_slice(&l.top);
+    }
+    let table = labels::LabelTable {
+        layers: model.surface.n_layers,
+        features,
+        top_k,
+        top,
+    };
+    let inputs = labels::inputs_of(
+        model,
+        &["text.embedding", "text.decoder_stack", "text.output_head"],
+    )?;
+    let entry = labels::write(dir, &table, &source, inputs)?;
+    Ok((entry, table))
+}
+
+/// `REPRESENT LABELS ["dir"]`: every label of a container stored in it; one row (container,
+/// segment, labels, top_k, bytes, sha256, seconds). `REPRESENT … AS encoding` refuses.
+pub(crate) fn represent(
+    cx: &mut Cx<'_>,
+    target: &RepresentTarget,
+    container: Option<&str>,
+) -> Result<Datum> {
+    if *target != RepresentTarget::Labels {
+        return Err(Error::not_supported_yet(
+            "REPRESENT … AS <encoding> (adding a representation of an object beside the original)",
+        ));
+    }
+    let started = std::time::Instant::now();
+    let dir = container_dir(cx, container, "REPRESENT LABELS")?;
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    // The bound container is labelled through its binding (and its cache seeded); another
+    // is opened for the statement.
+    let bound = cx
+        .bound()
+        .ok()
+        .filter(|b| canon(&b.model().path) == canon(&dir) && b.model().kind == SourceKind::Vindex3)
+        .map(|b| b.shared.clone());
+    let opened;
+    let model: &lql_storage::Model = match &bound {
+        Some(shared) => &shared.model,
+        None => {
+            opened = import::open(&dir)?;
+            &opened
+        }
+    };
+    let (entry, table) = store_labels(cx, model, &dir)?;
+    if let Some(shared) = &bound {
+        shared.seed_labels(entry.segment.clone(), &table);
+        // The binding's facts (EXPLAIN's label source) follow; prepared plans re-bind.
+        if let Some(b) = cx.engine.bound.as_mut() {
+            b.facts.stored_labels = Some(entry.segment.clone());
+        }
+        cx.engine.version += 1;
+    }
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    rows.push(vec![
+        Value::from(dir.display().to_string()),
+        Value::from(entry.segment),
+        Value::from(table.layers * table.features),
+        Value::from(table.top_k),
+        Value::from(entry.bytes),
+        Value::from(entry.sha256),
+        Value::from(started.elapsed().as_secs_f64()),
+    ]);
+    Ok(Datum::Rows(rows))
+}
+
+/// `INSPECT "c"`, `DESCRIBE OBJECT "c" "obj"`, `PRECISION "c"`: answered from the
+/// container's index.json, graph and segment headers (the code behind `lql vindex …`);
+/// no model is bound and no payload byte is read.
+pub(crate) fn artifact(
+    cx: &mut Cx<'_>,
+    what: lql_grammar::ArtifactWhat,
+    container: &str,
+    object: Option<&str>,
+) -> Result<Rows> {
+    use lql_grammar::ArtifactWhat as W;
+    use vindex3::artifact as a;
+    let dir = Path::new(container);
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    match what {
+        W::Inspect => {
+            let doc = serde_json::to_value(a::inspect(dir)?)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            if let serde_json::Value::Object(fields) = doc {
+                for (k, v) in fields {
+                    rows.push(vec![Value::from(k), json_value(v)]);
+                }
+            }
+        }
+        W::DescribeObject => {
+            let object =
+                object.ok_or_else(|| Error::internal("DESCRIBE OBJECT without an object"))?;
+            for t in a::describe_object(dir, object)?.tensors {
+                rows.push(vec![
+                    Value::from(t.representation),
+                    Value::from(t.name),
+                    Value::from(t.dtype),
+                    Value::from(t.shape),
+                    Value::from(t.bytes),
+                    Value::from(t.operands),
+                ]);
+            }
+        }
+        W::Precision => {
+            for p in a::precision(dir)? {
+                rows.push(vec![
+                    Value::from(p.object),
+                    Value::from(p.representation),
+                    Value::from(p.encodings),
+                    Value::from(p.weights),
+                    Value::from(p.bytes),
+                    Value::from(p.bits_per_weight),
+                    Value::Bool(p.baseline),
+                ]);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// A JSON value as a cell: scalars as themselves, a list of scalars as a list, anything
+/// else as its compact JSON text.
+fn json_value(v: serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::Null,
+        J::Bool(b) => Value::Bool(b),
+        J::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int(i),
+            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::Text(s),
+        J::Array(items) if items.iter().all(|i| !i.is_array() && !i.is_object()) => {
+            Value::List(items.into_iter().map(json_value).collect())
+        }
+        other => Value::Text(other.to_string()),
+    }
 }
 
 /// A source path as given, else a catalogue name resolved to its cached file.
@@ -164,7 +346,7 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
         ShowWhat::Profiles => "SHOW PROFILES",
         _ => "SHOW REPRESENTATIONS",
     };
-    let dir = container_dir(cx, None, word)?;
+    let dir = container_dir(cx, plan.container.as_deref(), word)?;
     let mut rows = match plan.what {
         ShowWhat::Components => {
             let mut rows = Rows::new(super::result_columns(cx.plan));
@@ -202,11 +384,14 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
         _ => {
             let mut rows = Rows::new(super::result_columns(cx.plan));
             // `selected`: what the binding actually maps (a USE … PROFILE may select other
-            // variants than the baselines).
-            let bound = cx.bound()?.model();
-            let in_use = vindex3::Container::load(&dir)
-                .and_then(|c| vindex3::provenance::in_use(bound, &c))
-                .ok();
+            // variants than the baselines); a named container that is not bound maps nothing.
+            let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+            let in_use = match cx.bound() {
+                Ok(b) if canon(&b.model().path) == canon(&dir) => vindex3::Container::load(&dir)
+                    .and_then(|c| vindex3::provenance::in_use(b.model(), &c))
+                    .ok(),
+                _ => None,
+            };
             for mut r in vindex3::show_representations(&dir)? {
                 if let Some(u) = &in_use {
                     r.selected = u.get(&r.object) == Some(&r.representation);

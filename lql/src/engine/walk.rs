@@ -134,10 +134,16 @@ pub(crate) fn feature_labels(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> 
         .map_err(browse_err)?
         .describe();
     let n = labels.len();
-    cost.notes.push(format!(
-        "source {source}; computed lazily and cached per binding: {n} labels, {} from cache, {missing} computed",
-        n - missing.min(n)
-    ));
+    cost.notes.push(match cache.stored_origin() {
+        Some(seg) => format!(
+            "source stored labels segment {seg} (derived from {source}): {n} labels, {} read, {missing} computed",
+            n - missing.min(n)
+        ),
+        None => format!(
+            "source {source}; computed lazily and cached per binding: {n} labels, {} from cache, {missing} computed",
+            n - missing.min(n)
+        ),
+    });
     Ok(Datum::Labeled { hits, labels })
 }
 

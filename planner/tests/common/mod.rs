@@ -18,6 +18,7 @@ pub fn smollm() -> ModelFacts {
         gate_encoding: Some("Q4_1".into()),
         // Q4_1: 24 bytes per 32 values; 1536 rows of 576.
         gate_bytes_per_layer: Some(1536 * 576 / 32 * 24),
+        stored_labels: None,
         ..Default::default()
     }
 }

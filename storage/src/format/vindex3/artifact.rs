@@ -50,6 +50,9 @@ pub struct Inspection {
     pub capabilities: Vec<String>,
     /// Segment files the index lists (bank shape: with their declared codec).
     pub segments: BTreeMap<String, Value>,
+    /// Stored feature labels (derived browse metadata), when the container carries them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feature_labels: Option<super::labels::FeatureLabelsEntry>,
 }
 
 /// A component, for JSON.
@@ -174,6 +177,7 @@ pub fn inspect(dir: &Path) -> Result<Inspection> {
         profiles: if graph { profiles(dir)? } else { Vec::new() },
         capabilities: c.index.capabilities.keys().cloned().collect(),
         segments: c.index.segments.clone(),
+        feature_labels: c.index.feature_labels.clone(),
     })
 }
 
@@ -222,7 +226,8 @@ pub fn describe_object(dir: &Path, object: &str) -> Result<ObjectDescription> {
     for r in &reps {
         let e = &c.index.representations[&r.representation];
         let parsed = read_header(&resolve(dir, &e.segment, "representations.segment")?)?;
-        for t in parsed.header.tensors {
+        for (at, t) in parsed.header.tensors.into_iter().enumerate() {
+            crate::interrupt::every(at as u64, || format!("{}: tensors", e.segment))?;
             let operands = g
                 .components
                 .iter()
@@ -284,7 +289,8 @@ pub fn precision(dir: &Path) -> Result<Vec<PrecisionRow>> {
         let parsed = read_header(&resolve(dir, &e.segment, "representations.segment")?)?;
         let mut by_enc: std::collections::BTreeMap<String, u64> = Default::default();
         let (mut weights, mut bytes, mut known) = (0u64, 0u64, true);
-        for t in &parsed.header.tensors {
+        for (at, t) in parsed.header.tensors.iter().enumerate() {
+            crate::interrupt::every(at as u64, || format!("{id}: tensors"))?;
             let n = t
                 .shape
                 .iter()

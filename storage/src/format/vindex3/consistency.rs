@@ -131,6 +131,9 @@ pub(crate) fn check_attention(dir: &Path, comp: &Component, s: &ExecutionSurface
         },
     );
     for (i, a) in comp.attention.iter().enumerate() {
+        crate::interrupt::every(i as u64, || {
+            format!("component {}: attention census", comp.id)
+        })?;
         if a.layer as usize != i {
             return Err(bad(
                 dir,

@@ -96,6 +96,9 @@ pub struct Vindex3Index {
     /// The capability snapshot: name → file.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capabilities: BTreeMap<String, CapabilityEntry>,
+    /// Stored feature labels (derived browse metadata, §15.8), when computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_labels: Option<super::labels::FeatureLabelsEntry>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

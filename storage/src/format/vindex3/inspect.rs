@@ -134,7 +134,8 @@ pub fn show_tensors(dir: &Path) -> Result<Vec<TensorRow>> {
     for (id, e) in &c.index.representations {
         let path = resolve(dir, &e.segment, "representations.segment")?;
         let parsed = read_header(&path)?;
-        for t in parsed.header.tensors {
+        for (at, t) in parsed.header.tensors.into_iter().enumerate() {
+            crate::interrupt::every(at as u64, || format!("{}: tensors", path.display()))?;
             rows.push(TensorRow {
                 object: e.object.clone(),
                 representation: id.clone(),
@@ -210,6 +211,7 @@ fn bank_regions(c: &Container) -> Result<Vec<TensorRow>> {
             };
             let per = bank.schemas.len().max(1);
             for (i, &(offset, len)) in seg.regions.iter().enumerate() {
+                crate::interrupt::every(i as u64, || format!("{rel}: regions"))?;
                 let s = &bank.schemas[i % per];
                 rows.push(TensorRow {
                     object: format!("layer.{}.bank.{}", f.logical_layer, bank.bank_id),

@@ -236,7 +236,8 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LyrwFile> {
     c.room(num_banks as u64, BANK, "bank descriptors")?;
     let mut banks = Vec::with_capacity(num_banks as usize);
     let mut schema_counts = Vec::with_capacity(num_banks as usize);
-    for _ in 0..num_banks {
+    for i in 0..num_banks {
+        crate::interrupt::every(i as u64, || "LYRW bank descriptors".to_string())?;
         let bank_id = c.u16("bank_id")?;
         let kind = c.u16("bank_kind")?;
         let schema_count = c.u16("region_schema_count")?;
@@ -255,7 +256,8 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LyrwFile> {
     }
     c.room(num_segments as u64, SEGMENT, "segment descriptors")?;
     let mut segments = Vec::with_capacity(num_segments as usize);
-    for _ in 0..num_segments {
+    for i in 0..num_segments {
+        crate::interrupt::every(i as u64, || "LYRW segment descriptors".to_string())?;
         segments.push(SegmentDescriptor {
             bank_id: c.u16("segment bank_id")?,
             segment_index: c.u16("segment_index")?,
@@ -267,7 +269,8 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LyrwFile> {
     let total_schemas: u64 = schema_counts.iter().map(|&n| n as u64).sum();
     c.room(total_schemas, SCHEMA, "region schemas")?;
     for (bank, &n) in banks.iter_mut().zip(&schema_counts) {
-        for _ in 0..n {
+        for i in 0..n {
+            crate::interrupt::every(i as u64, || "LYRW region schemas".to_string())?;
             bank.schemas.push(RegionSchema {
                 schema_index: c.u16("schema_index")?,
                 role: c.u16("role")?,
@@ -323,7 +326,8 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LyrwFile> {
         let n = seg.entry_count as u64 * bank.schemas.len() as u64;
         c.room(n, ENTRY, "entry table")?;
         seg.regions.reserve(n as usize);
-        for _ in 0..n {
+        for i in 0..n {
+            crate::interrupt::every(i, || "LYRW entry table".to_string())?;
             let at = c.at as u64;
             let offset = c.u64("region offset")?;
             let length = c.u64("region length")?;

@@ -51,6 +51,7 @@ mod encode;
 pub mod graph;
 pub mod index;
 mod inspect;
+pub mod labels;
 pub mod lyrw;
 pub mod meter;
 pub mod provenance;

@@ -276,7 +276,10 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
     // Map the segment of every object the operand table references.
     let mut backings = Vec::new();
     let mut mapped: BTreeMap<String, Mapped> = BTreeMap::new();
-    for b in &comp.operands {
+    for (at, b) in comp.operands.iter().enumerate() {
+        crate::interrupt::every(at as u64, || {
+            format!("component {}: operand table", comp.id)
+        })?;
         if mapped.contains_key(&b.object) {
             continue;
         }
@@ -335,7 +338,8 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
 
     let mut operands = BTreeMap::new();
     let mut unreadable: BTreeMap<OperandKey, String> = BTreeMap::new();
-    for b in &comp.operands {
+    for (at, b) in comp.operands.iter().enumerate() {
+        crate::interrupt::every(at as u64, || format!("component {}: operands", comp.id))?;
         let m = &mapped[&b.object];
         let role = role_by_name(&b.role).ok_or_else(|| {
             StorageError::Unsupported(format!(

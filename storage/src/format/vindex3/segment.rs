@@ -139,7 +139,8 @@ pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<ParsedSe
     }
     let payload_len = file_len - payload_start;
     let mut prev: Option<&str> = None;
-    for t in &header.tensors {
+    for (at, t) in header.tensors.iter().enumerate() {
+        crate::interrupt::every(at as u64, || format!("{}: tensor table", path.display()))?;
         let field = format!("tensor {:?}", t.name);
         if let Some(p) = prev {
             if p >= t.name.as_str() {

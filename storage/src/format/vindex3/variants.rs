@@ -142,7 +142,8 @@ pub fn region_set(dir: &Path, index: &Vindex3Index, object: &str) -> Result<Regi
             )
         })?;
     let mut variants = BTreeMap::new();
-    for (name, v) in list {
+    for (i, (name, v)) in list.iter().enumerate() {
+        crate::interrupt::every(i as u64, || format!("index.json {at}: variants"))?;
         let vat = format!("{at}.variants[{name:?}]");
         let v = v
             .as_object()
@@ -185,6 +186,9 @@ pub fn region_set(dir: &Path, index: &Vindex3Index, object: &str) -> Result<Regi
 pub fn profiles(dir: &Path, index: &Vindex3Index) -> Result<Vec<Profile>> {
     let mut out: Vec<Profile> = Vec::new();
     for (i, p) in index.profiles.iter().enumerate() {
+        crate::interrupt::every(i as u64, || {
+            format!("{}: index.json profiles", dir.display())
+        })?;
         let at = format!("profiles[{i}]");
         let p = p
             .as_object()

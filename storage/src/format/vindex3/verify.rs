@@ -91,6 +91,7 @@ pub fn verify(dir: &Path) -> Result<Vec<VerifyRow>> {
         rows.push(resolved_file_row(dir, "graph", rel, "system_graph", want));
     }
     for (id, e) in &c.index.representations {
+        crate::interrupt::check(|| format!("{}: representation {id}", dir.display()))?;
         rows.push(verify_representation(dir, id, e));
     }
     for cap in c.index.capabilities.values() {
@@ -100,6 +101,16 @@ pub fn verify(dir: &Path) -> Result<Vec<VerifyRow>> {
             &cap.file,
             "capabilities",
             &cap.sha256,
+        ));
+    }
+    if let Some(l) = &c.index.feature_labels {
+        // Derived browse metadata: hashed like any other file the index names.
+        rows.push(resolved_file_row(
+            dir,
+            "feature_labels",
+            &l.segment,
+            "feature_labels.segment",
+            &l.sha256,
         ));
     }
     Ok(rows)

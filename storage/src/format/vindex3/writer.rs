@@ -746,6 +746,7 @@ fn write_container(
         },
         system_graph_sha256: Some(hex(Sha256::digest(&graph_bytes))),
         capabilities,
+        feature_labels: None,
         extra,
     };
     let index_bytes =
