@@ -91,7 +91,7 @@ struct Cli {
     #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     nullvalue: Option<String>,
 
-    /// Never download: a catalogue model must already be cached (sets LQL_OFFLINE=1)
+    /// Never download: a catalogue model must already be cached (OpenFlags::OFFLINE)
     #[arg(long)]
     offline: bool,
 }
@@ -149,11 +149,6 @@ fn main() -> ExitCode {
             }
         };
     }
-    if cli.offline {
-        // Before any thread starts; the library reads it when a catalogue name is bound.
-        std::env::set_var("LQL_OFFLINE", "1");
-    }
-
     let (positional_model, inputs) = match args::classify(&cli.args) {
         Ok(sorted) => sorted,
         Err(msg) => {
@@ -170,19 +165,17 @@ fn main() -> ExitCode {
         (None, b) => b,
     };
 
-    if cli.offline {
-        if let Some(msg) = model.as_deref().and_then(args::offline_refusal) {
-            eprintln!("lql: {msg}");
-            return ExitCode::FAILURE;
-        }
-    }
-
     let stdin_tty = std::io::stdin().is_terminal();
     let stdout_tty = std::io::stdout().is_terminal();
     let stderr_tty = std::io::stderr().is_terminal();
     let interactive = inputs.is_empty() && cli.command.is_empty() && stdin_tty;
 
-    let conn = match lql::Connection::open_in_memory() {
+    let flags = if cli.offline {
+        lql::OpenFlags::OFFLINE
+    } else {
+        lql::OpenFlags::NONE
+    };
+    let conn = match lql::Connection::open_in_memory_with_flags(flags) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");

@@ -100,10 +100,21 @@ fn offline_refuses_a_model_that_is_not_cached() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
+    let cached = home.path().join("models").join(format!("{MODEL}.gguf"));
     assert!(
-        err.contains("--offline: model smollm2-135m-instruct is not in the cache"),
+        err.contains("model smollm2-135m-instruct: offline: it is not in the cache")
+            && err.contains(&cached.display().to_string()),
         "{err}"
     );
+    // USE MODEL inside a script is refused the same way.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lql"))
+        .args(["-offline", &format!("USE MODEL \"{MODEL}\"; STATS;")])
+        .env("LQL_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("offline: it is not in the cache"), "{}", stderr(&o));
     // Nothing was fetched.
     assert!(!home
         .path()
