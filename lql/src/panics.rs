@@ -36,7 +36,8 @@ pub(crate) fn handler_error(what: &str, message: &str) -> Error {
 
 /// Runs a caller's closure, turning a panic into [`handler_error`].
 pub(crate) fn catch_closure<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(handler_error(what, &payload_text(&*p))))
+    catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(handler_error(what, &payload_text(&*p))))
 }
 
 /// The first handler panic of the running statement, if any.

@@ -152,8 +152,14 @@ fn limits_section(out: &mut String) {
     let mib = |b: u64| format!("{} MiB", b >> 20);
     let rows: [(&str, String); 16] = [
         ("WHERE terms", lql_planner::MAX_WHERE_NODES.to_string()),
-        ("parenthesis depth", lql_grammar::MAX_PAREN_DEPTH.to_string()),
-        ("parameters of a statement", lql_grammar::MAX_PARAMS.to_string()),
+        (
+            "parenthesis depth",
+            lql_grammar::MAX_PAREN_DEPTH.to_string(),
+        ),
+        (
+            "parameters of a statement",
+            lql_grammar::MAX_PARAMS.to_string(),
+        ),
         ("GGUF string value", format!("{} bytes", g::MAX_STRING)),
         ("GGUF metadata key", format!("{} bytes", g::MAX_KEY)),
         ("GGUF array elements", g::MAX_ARRAY.to_string()),

@@ -69,7 +69,11 @@ fn panicking_callbacks_and_closures_are_errors() {
         })
         .unwrap_err();
     assert_eq!(e.code(), "LQL-E0205");
-    assert!(e.message.contains("the query_row closure panicked"), "{}", e.message);
+    assert!(
+        e.message.contains("the query_row closure panicked"),
+        "{}",
+        e.message
+    );
 
     let mut stmt = conn
         .prepare("SELECT layer FROM layers WHERE layer < 3 ORDER BY layer")
@@ -103,7 +107,8 @@ fn read_only_refuses_writes_before_they_run() {
     let out = |name: &str| dir.path().join(name).display().to_string();
     let conn = Connection::open_with_flags(MODEL, OpenFlags::READ_ONLY).unwrap();
     let writes = [
-        "INSERT INTO edges (entity, relation, target) VALUES ('France', 'capital', 'Lyon')".to_string(),
+        "INSERT INTO edges (entity, relation, target) VALUES ('France', 'capital', 'Lyon')"
+            .to_string(),
         "DELETE FROM edges WHERE entity = 'France'".into(),
         format!("BEGIN PATCH '{}'", out("p.lqlpatch")),
         "SAVE PATCH".into(),
@@ -120,7 +125,11 @@ fn read_only_refuses_writes_before_they_run() {
     for w in &writes {
         let e = conn.execute(w).expect_err(w);
         assert_eq!(e.code(), "LQL-E0204", "{w}: {e}");
-        assert!(e.message.starts_with("read-only connection: "), "{w}: {}", e.message);
+        assert!(
+            e.message.starts_with("read-only connection: "),
+            "{w}: {}",
+            e.message
+        );
         assert_eq!(e.span, Some(0..w.len()), "{w}");
     }
     // Nothing was written.
@@ -128,7 +137,10 @@ fn read_only_refuses_writes_before_they_run() {
     // Reads, and plans of writes, still run.
     assert_eq!(conn.execute("SELECT * FROM layers").unwrap().len(), 30);
     assert!(!conn
-        .execute(&format!("EXPLAIN PLAN EXTRACT MODEL '{MODEL}' INTO '{}'", out("m.vindex")))
+        .execute(&format!(
+            "EXPLAIN PLAN EXTRACT MODEL '{MODEL}' INTO '{}'",
+            out("m.vindex")
+        ))
         .unwrap()
         .is_empty());
     assert_eq!(conn.database().flags(), OpenFlags::READ_ONLY);
@@ -237,8 +249,7 @@ fn offline_and_the_user_catalogue() {
     .unwrap();
     let e = Connection::open_with_flags("my-smollm", OpenFlags::OFFLINE).unwrap_err();
     assert!(
-        e.message.contains("catalogue.json")
-            && e.message.contains("models[1] (\"broken\").sha256"),
+        e.message.contains("catalogue.json") && e.message.contains("models[1] (\"broken\").sha256"),
         "{}",
         e.message
     );

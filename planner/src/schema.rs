@@ -761,6 +761,11 @@ mod tests {
         let docs = super::statement_docs().unwrap();
         let infer = docs.iter().find(|d| d.name == "INFER").unwrap();
         assert_eq!(infer.columns[0].name, "rank");
-        assert!(docs.iter().find(|d| d.name == "SELECT").unwrap().columns.is_empty());
+        assert!(docs
+            .iter()
+            .find(|d| d.name == "SELECT")
+            .unwrap()
+            .columns
+            .is_empty());
     }
 }

@@ -114,7 +114,11 @@ fn offline_refuses_a_model_that_is_not_cached() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("offline: it is not in the cache"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("offline: it is not in the cache"),
+        "{}",
+        stderr(&o)
+    );
     // Nothing was fetched.
     assert!(!home
         .path()

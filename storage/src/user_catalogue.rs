@@ -105,10 +105,10 @@ pub fn load(path: &Path, builtin: &[CatalogueEntry]) -> Result<Vec<CatalogueEntr
     }
     let mut out: Vec<CatalogueEntry> = Vec::with_capacity(shape.models.len());
     for (i, v) in shape.models.into_iter().enumerate() {
-        let label = v
-            .get("name")
-            .and_then(|n| n.as_str())
-            .map_or_else(|| format!("models[{i}]"), |n| format!("models[{i}] ({n:?})"));
+        let label = v.get("name").and_then(|n| n.as_str()).map_or_else(
+            || format!("models[{i}]"),
+            |n| format!("models[{i}] ({n:?})"),
+        );
         let e: EntryShape =
             serde_json::from_value(v).map_err(|e| bad(path, label.clone(), e.to_string()))?;
         let field = |f: &str| format!("{label}.{f}");
@@ -160,7 +160,11 @@ pub fn load(path: &Path, builtin: &[CatalogueEntry]) -> Result<Vec<CatalogueEntr
                 ),
             ));
         }
-        if builtin.iter().chain(&out).any(|b| b.file_name == e.file_name) {
+        if builtin
+            .iter()
+            .chain(&out)
+            .any(|b| b.file_name == e.file_name)
+        {
             return Err(bad(
                 path,
                 field("file_name"),

@@ -60,11 +60,7 @@ fn malformed_entries_are_refused_by_name_and_field() {
     let one = |e: String| format!(r#"{{"models": [{e}]}}"#);
     refused("{", "catalogue", "EOF");
     refused(r#"{"model": []}"#, "catalogue", "unknown field");
-    refused(
-        r#"{"models": [], "models": []}"#,
-        "catalogue",
-        "models",
-    );
+    refused(r#"{"models": [], "models": []}"#, "catalogue", "models");
     refused(
         &one(entry("Bad Name", "a.gguf")),
         r#"models[0] ("Bad Name").name"#,
@@ -124,9 +120,5 @@ fn malformed_entries_are_refused_by_name_and_field() {
         r#"models[0] ("a")"#,
         "missing field",
     );
-    refused(
-        r#"{"models": [7]}"#,
-        "models[0]",
-        "expected struct",
-    );
+    refused(r#"{"models": [7]}"#, "models[0]", "expected struct");
 }

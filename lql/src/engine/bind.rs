@@ -146,7 +146,12 @@ pub(crate) fn bind_catalogue(cx: &mut Cx<'_>, name: &str) -> Result<Rows> {
             }
             last_task = Some(task);
         };
-        if cx.engine.db.flags().contains(crate::flags::OpenFlags::OFFLINE) {
+        if cx
+            .engine
+            .db
+            .flags()
+            .contains(crate::flags::OpenFlags::OFFLINE)
+        {
             catalogue::resolve_offline(&entry.name, &mut report)
         } else {
             catalogue::resolve(&entry.name, &mut report)

@@ -28,7 +28,10 @@ const FAMILIES: [(&str, &str, bool); 3] = [
 /// The Hugging Face `config.json` architecture classes the importer accepts, with the
 /// family each is read as (docs/reference.md lists them).
 pub fn supported_architectures() -> Vec<(&'static str, &'static str)> {
-    FAMILIES.iter().map(|&(class, family, _)| (class, family)).collect()
+    FAMILIES
+        .iter()
+        .map(|&(class, family, _)| (class, family))
+        .collect()
 }
 
 /// The HF name of an operand.
