@@ -45,6 +45,7 @@ fn sqlite_option(arg: &str) -> Option<&'static [&'static str]> {
         "-cmd" => &["--cmd"],
         "-nullvalue" => &["--nullvalue"],
         "-offline" => &["--offline"],
+        "-readonly" => &["--readonly"],
         "-version" => &["--version"],
         "-help" => &["--help"],
         _ => return None,

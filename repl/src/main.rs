@@ -94,6 +94,10 @@ struct Cli {
     /// Never download: a catalogue model must already be cached (OpenFlags::OFFLINE)
     #[arg(long)]
     offline: bool,
+
+    /// Refuse statements that write files or edit the model (OpenFlags::READ_ONLY)
+    #[arg(long)]
+    readonly: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -170,11 +174,13 @@ fn main() -> ExitCode {
     let stderr_tty = std::io::stderr().is_terminal();
     let interactive = inputs.is_empty() && cli.command.is_empty() && stdin_tty;
 
-    let flags = if cli.offline {
-        lql::OpenFlags::OFFLINE
-    } else {
-        lql::OpenFlags::NONE
-    };
+    let mut flags = lql::OpenFlags::NONE;
+    if cli.offline {
+        flags |= lql::OpenFlags::OFFLINE;
+    }
+    if cli.readonly {
+        flags |= lql::OpenFlags::READ_ONLY;
+    }
     let conn = match lql::Connection::open_in_memory_with_flags(flags) {
         Ok(c) => c,
         Err(e) => {

@@ -87,6 +87,21 @@ fn sqlite_single_dash_options() {
     // --offline with a cached model works as usual.
     let o = lql(&["--offline", MODEL, "-csv", "SHOW LAYERS LIKE '1';"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // -readonly refuses writes (and the run fails), reads still answer.
+    let o = lql(&[
+        "-readonly",
+        MODEL,
+        "-csv",
+        "SAVE PATCH; SELECT count(*) FROM layers;",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("LQL-E0204"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("read-only connection"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).contains("30"), "{}", stdout(&o));
 }
 
 #[test]
