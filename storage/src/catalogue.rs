@@ -93,7 +93,11 @@ pub fn builtin() -> Vec<CatalogueEntry> {
 /// (`$LQL_HOME/catalogue.json`; a malformed file is an error naming the entry and field).
 pub fn entries() -> Result<Vec<CatalogueEntry>> {
     let mut all = builtin();
-    let user = crate::user_catalogue::load(&crate::user_catalogue::path()?, &all)?;
+    // Neither LQL_HOME nor HOME: there is no place a user file could be.
+    let Ok(path) = crate::user_catalogue::path() else {
+        return Ok(all);
+    };
+    let user = crate::user_catalogue::load(&path, &all)?;
     all.extend(user);
     Ok(all)
 }

@@ -60,8 +60,11 @@ pub(crate) fn bind_any(cx: &mut Cx<'_>, path_or_name: &str) -> Result<Rows> {
     let p = Path::new(path_or_name);
     let looks_like_path =
         path_or_name.contains(std::path::MAIN_SEPARATOR) || p.extension().is_some();
+    if p.exists() {
+        return bind_path(cx, path_or_name, None);
+    }
     let is_catalogue = catalogue::find(path_or_name)?.is_some();
-    if p.exists() || (looks_like_path && !is_catalogue) {
+    if looks_like_path && !is_catalogue {
         bind_path(cx, path_or_name, None)
     } else {
         bind_catalogue(cx, path_or_name)
