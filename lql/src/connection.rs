@@ -5,7 +5,9 @@
 //! `Send + Sync`: its session sits behind a mutex, so statements on one connection run one at
 //! a time, while different connections of one database run concurrently. An
 //! [`InterruptHandle`] cancels the statement running now from any thread (the REPL's
-//! Ctrl-C), as `rusqlite::InterruptHandle` does.
+//! Ctrl-C), as `rusqlite::InterruptHandle` does. A handler or callback that panics is
+//! caught (`panics.rs`) and answered as an error with code `LQL-E0205`; the connection
+//! stays usable.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::database::{Database, SharedModel};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::flags::OpenFlags;
+use crate::panics::{catch_closure, PanicSlot};
 use crate::progress::{Progress, ProgressHandler};
 use crate::rows::Rows;
 use crate::statement::Statement;
@@ -34,6 +38,16 @@ pub struct Connection {
     db: Database,
     engine: Mutex<Engine>,
     interrupt: Arc<AtomicBool>,
+    /// A panic of one of the connection's handlers during the running statement.
+    panicked: PanicSlot,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Cancels the statement a connection is running now; harmless when none is.
@@ -62,7 +76,23 @@ impl Connection {
             engine: Mutex::new(Engine::new(db.clone())),
             db,
             interrupt: Arc::new(AtomicBool::new(false)),
+            panicked: PanicSlot::default(),
         }
+    }
+
+    /// [`Connection::open_in_memory`] with options ([`OpenFlags`]: offline, read-only).
+    pub fn open_in_memory_with_flags(flags: OpenFlags) -> Result<Connection> {
+        Database::new_with_flags(flags).connect()
+    }
+
+    /// [`Connection::open`] with options: with [`OpenFlags::OFFLINE`] a catalogue name that
+    /// is not in the cache is refused (naming the cache path) instead of downloaded; with
+    /// [`OpenFlags::READ_ONLY`] statements that write files or edit the model state are
+    /// refused with code `LQL-E0204`.
+    pub fn open_with_flags(path_or_name: impl AsRef<str>, flags: OpenFlags) -> Result<Connection> {
+        let conn = Connection::open_in_memory_with_flags(flags)?;
+        conn.bind(path_or_name.as_ref())?;
+        Ok(conn)
     }
 
     /// Opens a model: a path that exists is opened as a file or folder (GGUF, Hugging Face
@@ -110,7 +140,8 @@ impl Connection {
     pub fn bind(&self, path_or_name: &str) -> Result<Rows> {
         let mut engine = self.engine()?;
         self.interrupt.store(false, Ordering::SeqCst);
-        engine.bind(path_or_name, &self.interrupt)
+        self.panicked
+            .run(|| engine.bind(path_or_name, &self.interrupt))
     }
 
     /// Installs (or removes, with `None`) the progress handler.
@@ -118,8 +149,14 @@ impl Connection {
     where
         F: Fn(&Progress) + Send + Sync + 'static,
     {
+        let handler = handler.map(|h| {
+            Arc::new(
+                self.panicked
+                    .wrap("the progress handler", self.interrupt.clone(), h),
+            ) as ProgressHandler
+        });
         if let Ok(mut e) = self.engine() {
-            e.progress = handler.map(|h| Arc::new(h) as ProgressHandler);
+            e.progress = handler;
         }
     }
 
@@ -129,8 +166,14 @@ impl Connection {
     where
         F: Fn(&str) + Send + Sync + 'static,
     {
+        let handler = handler.map(|h| {
+            Arc::new(
+                self.panicked
+                    .wrap("the token handler", self.interrupt.clone(), h),
+            ) as crate::progress::TokenHandler
+        });
         if let Ok(mut e) = self.engine() {
-            e.tokens = handler.map(|h| Arc::new(h) as crate::progress::TokenHandler);
+            e.tokens = handler;
         }
     }
 
@@ -164,7 +207,8 @@ impl Connection {
 
     /// Runs the statements of `text` one at a time, handing each result to `on_result` as
     /// soon as it completes (the REPL prints it then). Stops at the first error, from a
-    /// statement or from `on_result`. Spans in errors are byte ranges in `text`.
+    /// statement or from `on_result` (a panic of `on_result` is caught and answered with code
+    /// `LQL-E0205`). Spans in errors are byte ranges in `text`.
     pub fn execute_each<F>(&self, text: &str, mut on_result: F) -> Result<()>
     where
         F: FnMut(StatementResult) -> Result<()>,
@@ -177,14 +221,16 @@ impl Connection {
                 return Err(Error::interrupted().with_span(span));
             }
             let stmt_text = &text[span.clone()];
-            let rows = engine
-                .run_text(stmt_text, &self.interrupt)
+            let rows = self
+                .panicked
+                .run(|| engine.run_text(stmt_text, &self.interrupt))
                 .map_err(|e| e.offset_spans(span.start))?;
-            on_result(StatementResult {
+            let result = StatementResult {
                 text: stmt_text.to_string(),
                 span,
                 rows,
-            })?;
+            };
+            catch_closure("the execute_each callback", || on_result(result))?;
         }
         Ok(())
     }
@@ -252,12 +298,14 @@ impl Connection {
     pub(crate) fn run_one(&self, stmt_text: &str) -> Result<Rows> {
         let mut engine = self.engine()?;
         self.interrupt.store(false, Ordering::SeqCst);
-        engine.run_text(stmt_text, &self.interrupt)
+        self.panicked
+            .run(|| engine.run_text(stmt_text, &self.interrupt))
     }
 
     /// Binds and lowers one statement's text without running it.
     pub(crate) fn prepare_plan(&self, stmt_text: &str) -> Result<crate::engine::Prepared> {
-        self.engine()?.prepare(stmt_text)
+        let engine = self.engine()?;
+        self.panicked.run(|| engine.prepare(stmt_text))
     }
 
     /// Runs a prepared plan, re-binding it first when the session changed since.
@@ -271,7 +319,8 @@ impl Connection {
         if prepared.version != engine.version {
             *prepared = engine.prepare(stmt_text)?;
         }
-        engine.run_prepared(prepared, stmt_text, &self.interrupt)
+        self.panicked
+            .run(|| engine.run_prepared(prepared, stmt_text, &self.interrupt))
     }
 
     /// The session version (bumped by USE), for prepared statements.
@@ -311,7 +360,8 @@ impl Connection {
     ) -> Result<crate::engine::StageResult> {
         let mut engine = self.engine()?;
         self.interrupt.store(false, Ordering::SeqCst);
-        crate::engine::run_stage(&mut engine, input, out)
+        self.panicked
+            .run(|| crate::engine::run_stage(&mut engine, input, out))
     }
 
     /// The package artifacts the bound layer package mapped (repository-relative, in

@@ -17,6 +17,7 @@ use lql_storage::Model;
 
 use crate::connection::Connection;
 use crate::error::{Error, Result};
+use crate::flags::OpenFlags;
 
 /// A model opened once and shared by every connection of a database.
 pub(crate) struct SharedModel {
@@ -122,6 +123,8 @@ struct Inner {
     models: Mutex<Vec<(PathBuf, Weak<SharedModel>)>>,
     /// The model `Database::open` bound, handed to each new connection.
     default: Option<(String, Arc<SharedModel>)>,
+    /// How the database may be used (offline, read-only), for every connection.
+    flags: OpenFlags,
 }
 
 /// Shared, read-only state of any number of connections. Cheap to clone.
@@ -147,10 +150,16 @@ impl Default for Database {
 impl Database {
     /// A database with no model; connections bind one with `USE`.
     pub fn new() -> Database {
+        Database::new_with_flags(OpenFlags::NONE)
+    }
+
+    /// [`Database::new`] with options ([`OpenFlags`]: offline, read-only).
+    pub fn new_with_flags(flags: OpenFlags) -> Database {
         Database {
             inner: Arc::new(Inner {
                 models: Mutex::new(Vec::new()),
                 default: None,
+                flags,
             }),
         }
     }
@@ -158,7 +167,13 @@ impl Database {
     /// Opens a model (a path, or a catalogue name fetched into the local cache if needed)
     /// that every connection of this database starts bound to.
     pub fn open(path_or_name: impl AsRef<str>) -> Result<Database> {
-        let db = Database::new();
+        Database::open_with_flags(path_or_name, OpenFlags::NONE)
+    }
+
+    /// [`Database::open`] with options: with [`OpenFlags::OFFLINE`] a catalogue name must
+    /// already be cached; with [`OpenFlags::READ_ONLY`] every connection refuses writes.
+    pub fn open_with_flags(path_or_name: impl AsRef<str>, flags: OpenFlags) -> Result<Database> {
+        let db = Database::new_with_flags(flags);
         let probe = db.connect()?;
         probe.bind(path_or_name.as_ref())?;
         let (name, shared) = probe
@@ -168,8 +183,14 @@ impl Database {
             inner: Arc::new(Inner {
                 models: Mutex::new(vec![(shared.model.path.clone(), Arc::downgrade(&shared))]),
                 default: Some((name, shared)),
+                flags,
             }),
         })
+    }
+
+    /// The options this database was made with.
+    pub fn flags(&self) -> OpenFlags {
+        self.inner.flags
     }
 
     /// A new connection: its own session, bound to the database's model if it has one.

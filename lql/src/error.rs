@@ -79,6 +79,8 @@ pub const CODES: &[(&str, &str)] = &[
     ("LQL-E0201", "semantic: the statement means nothing here (no model, layer out of range, type mismatch, …)"),
     ("LQL-E0202", "busy: a connection was used from inside one of its own callbacks (a result, token or progress handler); use another connection of the same Database"),
     ("LQL-E0203", "no rows: query_row found no row to map"),
+    ("LQL-E0204", "read-only: the connection was opened with OpenFlags::READ_ONLY and the statement writes a file or edits the model state"),
+    ("LQL-E0205", "panic: a handler or closure given to the connection (token or progress handler, execute_each callback, query_row/query_map closure) panicked; the statement stopped and the connection stays usable"),
     ("LQL-E0301", "unsupported: not built yet, or not available for this model"),
     ("LQL-E0401", "io: reading or writing a file failed"),
     ("LQL-E0501", "format: a malformed, hostile or inconsistent file"),

@@ -20,12 +20,13 @@
 //!        ──engine dispatch (engine/*.rs, one file per statement family)──▶ Rows
 //! ```
 //!
-//! - [`Connection`]: `open`, `open_in_memory`, `execute`, `execute_batch`, `execute_each`,
+//! - [`Connection`]: `open`, `open_with_flags` ([`OpenFlags`]: offline, read-only), `open_in_memory`, `execute`, `execute_batch`, `execute_each`,
 //!   `prepare`, `query_row`, `interrupt_handle`, `set_progress_handler`, `set_token_handler`,
 //!   `bench`; [`Statement`]: `query`, `query_row`, `query_map`, `column_names`.
 //! - `for row in &rows`, `row.get::<T>(index or name)` (see [`Row`]); an interrupted
 //!   GENERATE's text so far in [`Error::partial_rows`]; a connection used from its own
-//!   callback answers `LQL-E0202` instead of deadlocking.
+//!   callback answers `LQL-E0202` instead of deadlocking; a panicking handler or closure is
+//!   caught and answered as `LQL-E0205`, and the connection stays usable.
 //! - [`Rows`], [`Row`], [`Column`], [`Value`]: typed results; rendering is the caller's.
 //! - [`Error`]: kind, message, span, labels, help; [`Error::render`] (ariadne) and
 //!   [`Error::to_json`].
@@ -34,7 +35,9 @@ mod connection;
 mod database;
 mod engine;
 pub mod error;
+mod flags;
 mod json;
+mod panics;
 pub mod progress;
 pub mod reference;
 mod rows;
@@ -45,6 +48,7 @@ pub use connection::{BenchReport, Connection, InterruptHandle, StatementResult};
 pub use database::Database;
 pub use engine::{StageInput, StageResult};
 pub use error::{Error, ErrorKind, Label, Result, CODES};
+pub use flags::OpenFlags;
 pub use json::statement_json;
 pub use progress::{Progress, ProgressHandler, ProgressUnit, TokenHandler};
 pub use rows::{Column, Row, RowIndex, RowIter, Rows};

@@ -239,7 +239,8 @@ impl<'conn> Statement<'conn> {
     }
 
     /// Runs the statement and maps every row with `f` (as rusqlite's `query_map`): an
-    /// iterator of each row's result.
+    /// iterator of each row's result (a row whose `f` panicked gives an error with code
+    /// `LQL-E0205`).
     ///
     /// ```no_run
     /// # fn main() -> lql::Result<()> {
@@ -261,7 +262,11 @@ impl<'conn> Statement<'conn> {
         F: FnMut(&crate::rows::Row<'_>) -> Result<T>,
     {
         let rows = self.query(params)?;
-        Ok(rows.iter().map(|r| f(&r)).collect::<Vec<_>>().into_iter())
+        Ok(rows
+            .iter()
+            .map(|r| crate::panics::catch_closure("the query_map closure", || f(&r)))
+            .collect::<Vec<_>>()
+            .into_iter())
     }
 
     /// The physical plan, one line per row (as `EXPLAIN PLAN <statement>`).
@@ -310,7 +315,7 @@ pub(crate) fn first_row<T>(
     f: impl FnOnce(&crate::rows::Row<'_>) -> Result<T>,
 ) -> Result<T> {
     match rows.row(0) {
-        Some(r) => f(&r),
+        Some(r) => crate::panics::catch_closure("the query_row closure", || f(&r)),
         None => Err(Error::semantic("the query returned no rows").with_code("LQL-E0203")),
     }
 }

@@ -962,12 +962,17 @@ pub(crate) fn pushdown(
             layers: None,
             features: None,
             labels: LabelTiming::None,
+            label_set: LabelSet::default(),
             estimate: None,
         };
     }
     let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
     let features = domain("feature", m.ffn.saturating_sub(1));
     let is_label = |c: &String| LABEL_COLUMNS.contains(&c.to_ascii_lowercase().as_str());
+    let mut label_set = LabelSet::default();
+    for c in early.iter().chain(late) {
+        label_set.add(c);
+    }
     let labels = if early.iter().any(is_label) {
         LabelTiming::Early
     } else if late.iter().any(is_label) {
@@ -1004,6 +1009,7 @@ pub(crate) fn pushdown(
         layers,
         features,
         labels,
+        label_set,
         estimate,
     }
 }

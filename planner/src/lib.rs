@@ -33,6 +33,7 @@ pub mod schema;
 mod select;
 mod typecheck;
 mod unbuilt;
+mod writes;
 
 pub use bind::{bind, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP, MAX_WHERE_NODES};
 pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
@@ -43,3 +44,4 @@ pub use schema::{
     show_columns, statement_columns, table_columns, ColumnDef, ColumnType, QUERYABLE_TABLES,
 };
 pub use unbuilt::check_built;
+pub use writes::writes;

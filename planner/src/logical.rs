@@ -209,6 +209,37 @@ pub enum LabelTiming {
     Late,
 }
 
+/// Which label columns of `features` a statement reads: the scan fills only these (the
+/// others stay NULL, unread), so a query of `c_score` builds no token texts or lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct LabelSet {
+    pub top_token: bool,
+    pub top_token_id: bool,
+    pub c_score: bool,
+    pub down_tokens: bool,
+}
+
+impl LabelSet {
+    /// Every label column (`SELECT *`).
+    pub const ALL: LabelSet = LabelSet {
+        top_token: true,
+        top_token_id: true,
+        c_score: true,
+        down_tokens: true,
+    };
+
+    /// Adds the label column `name` (case-insensitive); other names are ignored.
+    pub fn add(&mut self, name: &str) {
+        match name.to_ascii_lowercase().as_str() {
+            "top_token" => self.top_token = true,
+            "top_token_id" => self.top_token_id = true,
+            "c_score" => self.c_score = true,
+            "down_tokens" => self.down_tokens = true,
+            _ => {}
+        }
+    }
+}
+
 /// The binder's estimate of a `features` scan's work, shown by EXPLAIN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ScanEstimate {
@@ -235,6 +266,8 @@ pub struct ScanSpec {
     /// Features to scan (`None`: all), from `feature` predicates of WHERE.
     pub features: Option<Vec<usize>>,
     pub labels: LabelTiming,
+    /// The label columns the statement reads (projection pushed into the scan).
+    pub label_set: LabelSet,
     /// The work of a `features` scan (`None` for the other tables).
     pub estimate: Option<ScanEstimate>,
 }

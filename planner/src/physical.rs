@@ -106,6 +106,8 @@ pub enum Operator {
         layers: Option<Vec<usize>>,
         features: Option<Vec<usize>>,
         labels: LabelTiming,
+        /// The label columns filled (the others are not read).
+        label_set: LabelSet,
         estimate: Option<ScanEstimate>,
     },
     Filter {
@@ -118,7 +120,10 @@ pub enum Operator {
         n: usize,
     },
     /// Labels the rows that survived (features' label columns, computed late).
-    LateLabels,
+    LateLabels {
+        /// The label columns filled (the others are not read).
+        label_set: LabelSet,
+    },
     /// One row per group of `keys` (one row in all without keys), with the key columns
     /// then one column per call; `columns` names them all.
     Aggregate {
@@ -435,6 +440,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 layers: s.scan.layers.clone(),
                 features: s.scan.features.clone(),
                 labels: s.scan.labels,
+                label_set: s.scan.label_set,
                 estimate: s.scan.estimate,
             }];
             if let Some(f) = &s.filter {
@@ -471,7 +477,9 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 ops.push(O::Limit { n });
             }
             if s.scan.labels == LabelTiming::Late {
-                ops.push(O::LateLabels);
+                ops.push(O::LateLabels {
+                    label_set: s.scan.label_set,
+                });
             }
             if !s.distinct {
                 ops.push(project);
@@ -523,6 +531,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 layers: None,
                 features: None,
                 labels: LabelTiming::None,
+                label_set: LabelSet::default(),
                 estimate: None,
             },
             O::Filter {
@@ -536,6 +545,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 layers: None,
                 features: None,
                 labels: LabelTiming::None,
+                label_set: LabelSet::default(),
                 estimate: None,
             },
             O::Filter {
@@ -800,6 +810,7 @@ impl fmt::Display for Operator {
                 features,
                 labels,
                 estimate,
+                ..
             } => {
                 write!(f, "TableScan {table}")?;
                 if let Some(l) = layers {
@@ -827,7 +838,7 @@ impl fmt::Display for Operator {
                 }
                 Ok(())
             }
-            O::LateLabels => f.write_str("LateLabels"),
+            O::LateLabels { .. } => f.write_str("LateLabels"),
             O::Filter { predicate } => write!(f, "Filter {predicate}"),
             O::Sort { keys } => {
                 let k: Vec<String> = keys

@@ -636,107 +636,164 @@ pub struct StatementDoc {
     pub notes: String,
     /// One statement that parses (the reference test checks it is this statement).
     pub example: &'static str,
-    /// Its result columns (empty: a status, or columns that depend on the statement).
+    /// Its result columns, from [`statement_columns`] of the example bound against
+    /// [`reference_facts`] (empty: a status, or columns that depend on the statement's
+    /// clauses — SELECT, SHOW and TRACE — which the reference describes in words).
     pub columns: Vec<ColumnDef>,
 }
 
-/// Every statement of the grammar, for docs/reference.md.
-pub fn statement_docs() -> Vec<StatementDoc> {
+/// How a statement's result columns are documented.
+#[derive(Clone, Copy)]
+enum Cols {
+    /// The columns of its example, bound.
+    OfExample,
+    /// The columns of its example, bound with layers `first-last` of a layer package bound.
+    OfStage(usize, usize),
+    /// They depend on the clauses (the reference says so in words).
+    Vary,
+}
+use Cols::{OfExample, OfStage, Vary};
+
+/// The model the reference binds its examples against: SmolLM2-135M's shape, able to
+/// run, browse and tokenize.
+pub fn reference_facts() -> crate::ModelFacts {
+    crate::ModelFacts {
+        name: "smollm2-135m-instruct".into(),
+        n_layers: 30,
+        vocab: 49152,
+        hidden: 576,
+        ffn: 1536,
+        context_length: Some(8192),
+        can_execute: true,
+        can_browse: true,
+        can_tokenize: true,
+        ..Default::default()
+    }
+}
+
+/// The result columns of `example`, bound against `facts`.
+fn example_columns(example: &str, facts: &crate::ModelFacts) -> Result<Vec<ColumnDef>, String> {
+    let stmt = lql_grammar::parse_statement(example)
+        .map_err(|e| format!("reference example `{example}` does not parse: {e}"))?;
+    let plan = crate::bind(&stmt, facts)
+        .map_err(|e| format!("reference example `{example}` does not bind: {}", e.message))?;
+    Ok(statement_columns(&plan))
+}
+
+/// Every statement of the grammar, for docs/reference.md. The result columns are those
+/// [`statement_columns`] gives for each example, so the reference cannot drift from what
+/// statements return; an example that does not bind is an error naming it.
+pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
     use crate::bind::{DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP};
-    let d = |name, grammar, notes: String, example, spec: Spec| StatementDoc {
-        name,
-        grammar,
-        notes,
-        example,
-        columns: defs(spec),
+    let d = |name, grammar, notes: String, example, cols: Cols| -> Result<StatementDoc, String> {
+        Ok(StatementDoc {
+            name,
+            grammar,
+            notes,
+            example,
+            columns: match cols {
+                OfExample => example_columns(example, &reference_facts())?,
+                OfStage(first, last) => example_columns(
+                    example,
+                    &crate::ModelFacts {
+                        source: crate::SourceKind::Package,
+                        stage: Some((first, last)),
+                        ..reference_facts()
+                    },
+                )?,
+                Vary => Vec::new(),
+            },
+        })
     };
-    vec![
+    [
         d("USE", r#"USE "path" | USE MODEL "name" [LAYERS a-b] [PROFILE "name"]"#,
           "Binds a GGUF file, VINDEX3 container, layer package, Hugging Face folder or catalogue model; `LAYERS` loads part of a layer package.".into(),
-          r#"USE MODEL "smollm2-135m-instruct""#, USE),
+          r#"USE MODEL "smollm2-135m-instruct""#, OfExample),
         d("INFER", r#"INFER "prompt" [TOP n] [GENERATE n]"#,
           format!("The next-token distribution after the prompt. Default TOP {DEFAULT_INFER_TOP}."),
-          r#"INFER "The capital of France is" TOP 3"#, INFER),
+          r#"INFER "The capital of France is" TOP 3"#, OfExample),
         d("GENERATE", r#"GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "s", …]"#,
           format!("Decodes a continuation. Default MAX {DEFAULT_MAX_TOKENS} (capped by the context length), TEMPERATURE 0 (greedy), SEED 0. An interrupted GENERATE fails with LQL-E0601 and keeps its text so far (`Error::partial_rows`, finish_reason `interrupted`)."),
-          r#"GENERATE "Once upon a time" MAX 8"#, GENERATE),
+          r#"GENERATE "Once upon a time" MAX 8"#, OfExample),
         d("WALK", r#"WALK "prompt" [TOP k] [LAYERS a-b] [MODE EMBEDDING|RESIDUAL]"#,
           format!("The features whose gates respond most to the prompt, per layer. Default TOP {DEFAULT_WALK_TOP}, all layers, RESIDUAL when the model can run (else EMBEDDING)."),
-          r#"WALK "France" TOP 3 LAYERS 20-22"#, WALK),
+          r#"WALK "France" TOP 3 LAYERS 20-22"#, OfExample),
         d("DESCRIBE", r#"DESCRIBE "entity" [AT LAYER n | LAYERS a-b] [BRIEF|VERBOSE|RAW]"#,
           "What the model's features say about an entity, as edges grouped by layer band. Default BRIEF, all layers.".into(),
-          r#"DESCRIBE "Paris""#, DESCRIBE),
+          r#"DESCRIBE "Paris""#, OfExample),
         d("DESCRIBE TABLE", "DESCRIBE TABLE name",
           "The columns of a virtual table.".into(),
-          "DESCRIBE TABLE features", DESCRIBE_TABLE),
+          "DESCRIBE TABLE features", OfExample),
         d("SELECT", "SELECT [DISTINCT] * | expr [[AS] alias], … FROM table [WHERE expr] [GROUP BY expr, …] [HAVING expr] [ORDER BY expr [ASC|DESC], …] [LIMIT n]",
           "Reads a virtual table. Expressions: columns, literals, `+ - * / %`, unary `-`, comparisons, `LIKE`, `IN`, `BETWEEN`, `IS [NOT] NULL`, `AND`/`OR`/`NOT`, and the aggregates `count(*)`, `count([DISTINCT] x)`, `sum`, `avg`, `min`, `max`. ORDER BY takes a column, an alias, a 1-based position or an expression. Integer arithmetic follows SQLite (`/` truncates, division by zero is NULL). Result columns: the alias, the column's name, or the expression as printed (`count(*)`).".into(),
-          "SELECT layer, count(*) AS n FROM features WHERE layer < 2 GROUP BY layer", &[]),
+          "SELECT layer, count(*) AS n FROM features WHERE layer < 2 GROUP BY layer", Vary),
         d("TRACE", r#"TRACE "prompt" [FOR "token"] [DECOMPOSE] [LAYERS a-b] [POSITIONS LAST|ALL] [SAVE "file"]"#,
           "Per-layer logit lens of the prompt (docs/trace.md). The columns depend on FOR, DECOMPOSE and POSITIONS; the default form's are listed.".into(),
-          r#"TRACE "The capital of France is" FOR " Paris""#, &[]),
+          r#"TRACE "The capital of France is" FOR " Paris""#, Vary),
         d("INSERT", "INSERT INTO edges (entity, relation, target) VALUES (…), … [AT LAYER n] [ALPHA a] [CONFIDENCE c]",
           "A knowledge edit: an added gated FFN feature per row in the connection's effective state (never the base files); optional prompt column, AT LAYER, ALPHA (docs/editing.md).".into(),
-          r#"INSERT INTO edges (entity, relation, target) VALUES ("A", "r", "B")"#, EDIT_RESULT),
+          r#"INSERT INTO edges (entity, relation, target) VALUES ("A", "r", "B")"#, OfExample),
         d("DELETE", "DELETE FROM table [WHERE expr]", "Removes rows through the overlay.".into(),
-          "DELETE FROM edges WHERE entity = 'A'", EDIT_RESULT),
+          "DELETE FROM edges WHERE entity = 'A'", OfExample),
         d("UPDATE", "UPDATE table SET column = value, … [WHERE expr]", "Changes rows through the overlay.".into(),
-          "UPDATE features SET top_token = 'x' WHERE layer = 1 AND feature = 2", EDIT_RESULT),
+          "UPDATE features SET top_token = 'x' WHERE layer = 1 AND feature = 2", OfExample),
         d("BEGIN PATCH", r#"BEGIN PATCH "file""#, "Starts recording edits into a patch file.".into(),
-          r#"BEGIN PATCH "p.vlp""#, EDIT_RESULT),
-        d("SAVE PATCH", "SAVE PATCH", "Writes the patch being recorded.".into(), "SAVE PATCH", EDIT_RESULT),
+          r#"BEGIN PATCH "p.vlp""#, OfExample),
+        d("SAVE PATCH", "SAVE PATCH", "Writes the patch being recorded.".into(), "SAVE PATCH", OfExample),
         d("APPLY PATCH", r#"APPLY PATCH "file""#, "Applies a patch file's edits.".into(),
-          r#"APPLY PATCH "p.vlp""#, EDIT_RESULT),
+          r#"APPLY PATCH "p.vlp""#, OfExample),
         d("REMOVE PATCH", r#"REMOVE PATCH "file""#, "Removes an applied patch.".into(),
-          r#"REMOVE PATCH "p.vlp""#, EDIT_RESULT),
+          r#"REMOVE PATCH "p.vlp""#, OfExample),
         d("DIFF", r#"DIFF "a" ["b"|CURRENT] [LAYER n] [LIMIT n] [PHYSICAL] [INTO PATCH "file"] | DIFF CURRENT"#,
           "Compares two models (or the current state with its base) tensor by tensor, streaming, across encodings; PHYSICAL compares bytes and hashes (its columns differ: bytes, rows differing, sha256 of each side).".into(),
-          "DIFF CURRENT", DIFF),
+          "DIFF CURRENT", OfExample),
         d("COMPILE", r#"COMPILE CURRENT|"source" INTO VINDEX|PACKAGE|GGUF "out""#,
           "Writes the current state (or a model) as a new VINDEX3 container (derived authority, gated on probe logits) or GGUF file.".into(),
-          r#"COMPILE CURRENT INTO VINDEX "out.vindex""#, COMPILE),
+          r#"COMPILE CURRENT INTO VINDEX "out.vindex""#, OfExample),
         d("EXTRACT", r#"EXTRACT MODEL "source" INTO "out" [FORMAT VINDEX3|PACKAGE] [ENCODING SOURCE|F32|F16|BF16|Q8_0] [LAYERS a-b] [MODEL_ID "id"] [SOURCE_REVISION "rev"] [PROJECTOR "file"]… [WITH LABELS]"#,
           "Writes a VINDEX3 container or a layer package (temporary name, fsync, rename). Default FORMAT VINDEX3, ENCODING SOURCE. WITH LABELS also stores every feature's label (its top output tokens) as a derived, checksummed segment recorded in index.json, which browse statements then read instead of computing.".into(),
-          r#"EXTRACT MODEL "m.gguf" INTO "m.vindex""#, EXTRACT),
+          r#"EXTRACT MODEL "m.gguf" INTO "m.vindex""#, OfExample),
         d("REPRESENT", r#"REPRESENT LABELS ["container"] | REPRESENT "object"|ALL AS SOURCE|F32|F16|BF16|Q8_0 [INTO "container"]"#,
           "REPRESENT LABELS computes every feature's label of a container (the bound one by default) by batched matrix products and stores them as a derived, checksummed segment recorded in index.json, replacing labels stored before; existing segments are untouched. Adding a representation of an object (AS encoding) is not supported yet.".into(),
-          "REPRESENT LABELS", REPRESENT_LABELS),
+          r#"REPRESENT LABELS "m.vindex""#, OfExample),
         d("INSPECT", r#"INSPECT "container""#,
           "A container reconstructed from itself: generation, shape, identity, provenance, components, representations, profiles, capabilities and stored labels, from index.json, the graph and segment headers (no model is bound, no payload byte is read).".into(),
-          r#"INSPECT "m.vindex""#, INSPECT),
+          r#"INSPECT "m.vindex""#, OfExample),
         d("DESCRIBE OBJECT", r#"DESCRIBE OBJECT "container" "object""#,
           "One logical object of a container: a row per tensor of each representation, with the operands the graph binds to it; from the artifact alone.".into(),
-          r#"DESCRIBE OBJECT "m.vindex" "text.decoder_stack""#, DESCRIBE_OBJECT),
+          r#"DESCRIBE OBJECT "m.vindex" "text.decoder_stack""#, OfExample),
         d("PRECISION", r#"PRECISION "container""#,
           "Bits per weight of every representation and the total over the baseline selection, derived from each tensor's encoding and shape (never read from a field); from the artifact alone.".into(),
-          r#"PRECISION "m.vindex""#, PRECISION),
+          r#"PRECISION "m.vindex""#, OfExample),
         d("COMPACT", r#"COMPACT "container" [INTO "out"]"#, "Rewrites a container without superseded representations and stray files, preserving its answers; every discarded or carried file is a row.".into(),
-          r#"COMPACT "c.vindex""#, COMPACT),
+          r#"COMPACT "c.vindex""#, OfExample),
         d("VERIFY", r#"VERIFY ["container" [AGAINST "source"]]"#,
           "Checks every recorded hash of a container or package (the bound one by default); a layer package AGAINST its source GGUF also checks every tensor once with identical bytes. A FAILED row makes the shell's exit code non-zero.".into(),
-          "VERIFY", VERIFY),
+          "VERIFY", OfExample),
         d("RUN STAGE", r#"RUN STAGE "prompt" | FROM "h.bin" INTO "out.bin""#,
           "Runs the bound stage of a layer package (USE \"dir\" LAYERS a-b) from a prompt (first stage) or the previous stage's activation file, writing its hidden states (docs/packages.md).".into(),
-          r#"RUN STAGE "The capital of France is" INTO "h1.bin""#, RUN_STAGE),
+          r#"RUN STAGE "The capital of France is" INTO "h1.bin""#, OfStage(0, 14)),
         d("INFER FROM", r#"INFER FROM "h.bin" [TOP n]"#,
           "The last stage of a layer package: the previous stage's activations to the most likely next tokens.".into(),
-          r#"INFER FROM "h2.bin" TOP 5"#, INFER),
+          r#"INFER FROM "h2.bin" TOP 5"#, OfStage(15, 29)),
         d("SHOW", r#"SHOW MODELS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|TABLES|PACKAGE [LIKE "pattern"] | SHOW COMPONENTS|REPRESENTATIONS|PROFILES "container""#,
           "Introspection; the columns of each target are listed below. With a container path, COMPONENTS, REPRESENTATIONS and PROFILES answer from that container's artifact alone (no binding).".into(),
-          "SHOW TABLES", &[]),
-        d("STATS", "STATS", "Key/value statistics of the bound model.".into(), "STATS", STATS),
+          "SHOW TABLES", Vary),
+        d("STATS", "STATS", "Key/value statistics of the bound model.".into(), "STATS", OfExample),
         d("TOKENIZE", r#"TOKENIZE "text""#, "The token ids of a text, with the model's BOS handling.".into(),
-          r#"TOKENIZE "Hello""#, TOKENIZE),
+          r#"TOKENIZE "Hello""#, OfExample),
         d("EXPLAIN", "EXPLAIN statement",
           "For WALK and INFER: runs it and shows the per-layer trace (INFER: the columns below); for the others, as EXPLAIN PLAN.".into(),
-          r#"EXPLAIN INFER "The capital of France is""#, EXPLAIN_INFER),
+          r#"EXPLAIN INFER "The capital of France is""#, OfExample),
         d("EXPLAIN PLAN", "EXPLAIN PLAN statement",
           "The operator tree the engine would run, with cost estimates for scans; nothing runs.".into(),
-          "EXPLAIN PLAN SELECT * FROM layers", PLAN),
+          "EXPLAIN PLAN SELECT * FROM layers", OfExample),
         d("EXPLAIN ANALYZE", "EXPLAIN ANALYZE statement",
           "Runs the statement and shows the tree with rows, time, weight bytes, encodings and layers run per operator.".into(),
-          "EXPLAIN ANALYZE SELECT * FROM layers", PLAN),
+          "EXPLAIN ANALYZE SELECT * FROM layers", OfExample),
     ]
+    .into_iter()
+    .collect()
 }
 
 /// Every SHOW target with its result columns, for the reference.
@@ -755,4 +812,20 @@ pub fn show_docs() -> Vec<(&'static str, Vec<ColumnDef>)> {
     .into_iter()
     .map(|(n, w)| (n, show_columns(w)))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_reference_example_binds() {
+        let docs = super::statement_docs().unwrap();
+        let infer = docs.iter().find(|d| d.name == "INFER").unwrap();
+        assert_eq!(infer.columns[0].name, "rank");
+        assert!(docs
+            .iter()
+            .find(|d| d.name == "SELECT")
+            .unwrap()
+            .columns
+            .is_empty());
+    }
 }

@@ -45,6 +45,7 @@ fn sqlite_option(arg: &str) -> Option<&'static [&'static str]> {
         "-cmd" => &["--cmd"],
         "-nullvalue" => &["--nullvalue"],
         "-offline" => &["--offline"],
+        "-readonly" => &["--readonly"],
         "-version" => &["--version"],
         "-help" => &["--help"],
         _ => return None,
@@ -144,29 +145,12 @@ pub fn is_model(arg: &str) -> bool {
             .and_then(|mut f| f.read_exact(&mut magic))
             .is_ok_and(|_| &magic == b"GGUF");
     }
-    lql_storage::catalogue::find(arg).is_some()
-}
-
-/// With `--offline`, why binding `model` would need a download: a catalogue name (not a
-/// path here) whose file is not in the cache. `None` when binding needs no network.
-pub fn offline_refusal(model: &str) -> Option<String> {
-    if Path::new(model).exists() {
-        return None;
+    match lql_storage::catalogue::find(arg) {
+        Ok(found) => found.is_some(),
+        // A malformed user catalogue: a word that could be a model name is taken as one, so
+        // that binding it reports the file's fault.
+        Err(_) => !arg.is_empty() && !arg.contains(|c: char| c.is_whitespace() || c == ';'),
     }
-    let entry = lql_storage::catalogue::find(model)?;
-    let list = match lql_storage::catalogue::list() {
-        Ok(l) => l,
-        Err(e) => return Some(format!("--offline: {e}")),
-    };
-    let status = list.into_iter().find(|m| m.name == entry.name)?;
-    (!status.cached).then(|| {
-        format!(
-            "--offline: model {} is not in the cache ({}); run once without --offline \
-             to download it, or place the file there",
-            entry.name,
-            status.path.display()
-        )
-    })
 }
 
 /// One word naming a file (`x.lql`, `dir/x`), not statements (`STATS`, `SHOW MODELS;`).

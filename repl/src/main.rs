@@ -91,9 +91,13 @@ struct Cli {
     #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     nullvalue: Option<String>,
 
-    /// Never download: a catalogue model must already be cached (sets LQL_OFFLINE=1)
+    /// Never download: a catalogue model must already be cached (OpenFlags::OFFLINE)
     #[arg(long)]
     offline: bool,
+
+    /// Refuse statements that write files or edit the model (OpenFlags::READ_ONLY)
+    #[arg(long)]
+    readonly: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -149,11 +153,6 @@ fn main() -> ExitCode {
             }
         };
     }
-    if cli.offline {
-        // Before any thread starts; the library reads it when a catalogue name is bound.
-        std::env::set_var("LQL_OFFLINE", "1");
-    }
-
     let (positional_model, inputs) = match args::classify(&cli.args) {
         Ok(sorted) => sorted,
         Err(msg) => {
@@ -170,19 +169,19 @@ fn main() -> ExitCode {
         (None, b) => b,
     };
 
-    if cli.offline {
-        if let Some(msg) = model.as_deref().and_then(args::offline_refusal) {
-            eprintln!("lql: {msg}");
-            return ExitCode::FAILURE;
-        }
-    }
-
     let stdin_tty = std::io::stdin().is_terminal();
     let stdout_tty = std::io::stdout().is_terminal();
     let stderr_tty = std::io::stderr().is_terminal();
     let interactive = inputs.is_empty() && cli.command.is_empty() && stdin_tty;
 
-    let conn = match lql::Connection::open_in_memory() {
+    let mut flags = lql::OpenFlags::NONE;
+    if cli.offline {
+        flags |= lql::OpenFlags::OFFLINE;
+    }
+    if cli.readonly {
+        flags |= lql::OpenFlags::READ_ONLY;
+    }
+    let conn = match lql::Connection::open_in_memory_with_flags(flags) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");

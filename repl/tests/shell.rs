@@ -87,6 +87,21 @@ fn sqlite_single_dash_options() {
     // --offline with a cached model works as usual.
     let o = lql(&["--offline", MODEL, "-csv", "SHOW LAYERS LIKE '1';"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // -readonly refuses writes (and the run fails), reads still answer.
+    let o = lql(&[
+        "-readonly",
+        MODEL,
+        "-csv",
+        "SAVE PATCH; SELECT count(*) FROM layers;",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("LQL-E0204"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("read-only connection"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).contains("30"), "{}", stdout(&o));
 }
 
 #[test]
@@ -100,9 +115,24 @@ fn offline_refuses_a_model_that_is_not_cached() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
+    let cached = home.path().join("models").join(format!("{MODEL}.gguf"));
     assert!(
-        err.contains("--offline: model smollm2-135m-instruct is not in the cache"),
+        err.contains("model smollm2-135m-instruct: offline: it is not in the cache")
+            && err.contains(&cached.display().to_string()),
         "{err}"
+    );
+    // USE MODEL inside a script is refused the same way.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lql"))
+        .args(["-offline", &format!("USE MODEL \"{MODEL}\"; STATS;")])
+        .env("LQL_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("offline: it is not in the cache"),
+        "{}",
+        stderr(&o)
     );
     // Nothing was fetched.
     assert!(!home

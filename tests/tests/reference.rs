@@ -80,7 +80,7 @@ const ALL: &[&str] = &[
 #[test]
 fn reference_is_current() {
     let path = lql_tests::repo_root().join("docs/reference.md");
-    let want = lql::reference::reference_markdown();
+    let want = lql::reference::reference_markdown().unwrap();
     if std::env::var("LQL_BLESS").is_ok_and(|v| v == "1") {
         std::fs::write(&path, &want).unwrap();
         return;
@@ -95,8 +95,8 @@ fn reference_is_current() {
 
 #[test]
 fn every_statement_has_a_heading_and_an_example() {
-    let docs = lql_planner::schema::statement_docs();
-    let text = lql::reference::reference_markdown();
+    let docs = lql_planner::schema::statement_docs().unwrap();
+    let text = lql::reference::reference_markdown().unwrap();
     for name in ALL {
         let d = docs
             .iter()

@@ -60,8 +60,11 @@ pub(crate) fn bind_any(cx: &mut Cx<'_>, path_or_name: &str) -> Result<Rows> {
     let p = Path::new(path_or_name);
     let looks_like_path =
         path_or_name.contains(std::path::MAIN_SEPARATOR) || p.extension().is_some();
-    let is_catalogue = catalogue::find(path_or_name).is_some();
-    if p.exists() || (looks_like_path && !is_catalogue) {
+    if p.exists() {
+        return bind_path(cx, path_or_name, None);
+    }
+    let is_catalogue = catalogue::find(path_or_name)?.is_some();
+    if looks_like_path && !is_catalogue {
         bind_path(cx, path_or_name, None)
     } else {
         bind_catalogue(cx, path_or_name)
@@ -89,7 +92,7 @@ pub(crate) fn bind_path(cx: &mut Cx<'_>, path: &str, name: Option<&str>) -> Resu
     let p = Path::new(path);
     if !p.exists() {
         let mut e = Error::io(format!("{path}: no such file or folder"));
-        if catalogue::find(path).is_some() {
+        if catalogue::find(path).ok().flatten().is_some() {
             e = e.with_help(format!("{path} is a catalogue model: USE MODEL \"{path}\""));
         }
         return Err(e);
@@ -103,8 +106,9 @@ pub(crate) fn bind_path(cx: &mut Cx<'_>, path: &str, name: Option<&str>) -> Resu
 
 /// Resolves a catalogue name (fetching it if needed) and binds it.
 pub(crate) fn bind_catalogue(cx: &mut Cx<'_>, name: &str) -> Result<Rows> {
-    let Some(entry) = catalogue::find(name) else {
-        let names: Vec<&str> = catalogue::ENTRIES.iter().map(|e| e.name).collect();
+    let entries = catalogue::entries()?;
+    let Some(entry) = entries.iter().find(|e| e.name.eq_ignore_ascii_case(name)) else {
+        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
         let mut e = Error::semantic(format!("no model named {name:?} in the catalogue"))
             .with_help(format!("catalogue models: {}", names.join(", ")));
         if let Some(s) = lql_grammar::suggest(name, names.iter().copied()) {
@@ -145,7 +149,16 @@ pub(crate) fn bind_catalogue(cx: &mut Cx<'_>, name: &str) -> Result<Rows> {
             }
             last_task = Some(task);
         };
-        catalogue::resolve(entry.name, &mut report)
+        if cx
+            .engine
+            .db
+            .flags()
+            .contains(crate::flags::OpenFlags::OFFLINE)
+        {
+            catalogue::resolve_offline(&entry.name, &mut report)
+        } else {
+            catalogue::resolve(&entry.name, &mut report)
+        }
     };
     if let (Some(h), Some(task)) = (&handler, last_task) {
         h(&Progress {
@@ -158,7 +171,7 @@ pub(crate) fn bind_catalogue(cx: &mut Cx<'_>, name: &str) -> Result<Rows> {
     }
     let path = path?;
     cx.check_cancel()?;
-    bind_path(cx, &path.to_string_lossy(), Some(entry.name))
+    bind_path(cx, &path.to_string_lossy(), Some(&entry.name))
 }
 
 /// The one-row result of USE: what got bound.

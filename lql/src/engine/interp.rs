@@ -200,12 +200,22 @@ fn operator(
             layers,
             features,
             labels,
+            label_set,
             ..
-        } => select::table_scan(cx, *table, layers.as_deref(), features.as_deref(), *labels),
+        } => select::table_scan(
+            cx,
+            *table,
+            layers.as_deref(),
+            features.as_deref(),
+            *labels,
+            *label_set,
+        ),
         O::Filter { predicate } => select::filter(cx, one(inputs, "Filter")?, predicate),
         O::Sort { keys } => select::sort(one(inputs, "Sort")?, keys),
         O::Limit { n } => select::limit(one(inputs, "Limit")?, *n),
-        O::LateLabels => select::late_labels(cx, one(inputs, "LateLabels")?),
+        O::LateLabels { label_set } => {
+            select::late_labels(cx, one(inputs, "LateLabels")?, *label_set)
+        }
         O::Project { columns, exprs } => select::project(one(inputs, "Project")?, columns, exprs),
         O::Aggregate {
             keys,

@@ -299,6 +299,17 @@ impl Engine {
         cancel: &Arc<AtomicBool>,
     ) -> Result<Rows> {
         let span = p.stmt.span.range();
+        if self.db.flags().contains(crate::flags::OpenFlags::READ_ONLY) {
+            if let Some(what) = lql_planner::writes(&p.logical) {
+                return Err(Error::semantic(format!(
+                    "read-only connection: {} {what}",
+                    p.logical.name()
+                ))
+                .with_code("LQL-E0204")
+                .with_span(span)
+                .with_help("open the connection without OpenFlags::READ_ONLY to write"));
+            }
+        }
         lql_planner::check_built(&p.stmt, &p.logical)?;
         // A mapped file replaced or truncated since USE would give wrong answers or SIGBUS.
         if let Some(b) = &self.bound {

@@ -11,13 +11,15 @@
 //! feature, so the planner decides how late they are filled: `SELECT * FROM features WHERE
 //! layer = 5 LIMIT 10` scans one layer's shape and labels ten features. `c_score` is the top
 //! token's logit, `unembedding[top_token] · down_column` (LARQL's down_meta `c_score`).
+//! The scan fills only the label columns the statement reads (`LabelSet`): a query of
+//! `c_score` builds no token texts or `down_tokens` lists.
 
 use std::sync::Arc;
 
 use lql_exec::browse::tables::{scan_features, scan_layers_table, FeatureSet};
 use lql_exec::browse::FeatureLabel;
 use lql_grammar::{Expr, Table};
-use lql_planner::{LabelTiming, SortKey};
+use lql_planner::{LabelSet, LabelTiming, SortKey};
 
 use super::datum::Datum;
 use super::interp::wrong_input;
@@ -34,12 +36,19 @@ pub(crate) fn table_scan(
     layers: Option<&[usize]>,
     features: Option<&[usize]>,
     labels: LabelTiming,
+    label_set: LabelSet,
 ) -> Result<Datum> {
     let defs = lql_planner::table_columns(table)
         .ok_or_else(|| Error::not_supported_yet(&format!("SELECT FROM {}", table.name())))?;
     let columns = columns_of(&defs);
     let rows = match table {
-        Table::Features => features_rows(cx, layers, features, labels == LabelTiming::Early)?,
+        Table::Features => features_rows(
+            cx,
+            layers,
+            features,
+            labels == LabelTiming::Early,
+            label_set,
+        )?,
         Table::Layers => layers_rows(cx)?,
         Table::Tokens => tokens_rows(cx)?,
         Table::Tensors => tensors_rows(cx)?,
@@ -83,7 +92,7 @@ pub(crate) fn limit(input: Datum, n: usize) -> Result<Datum> {
 }
 
 /// `LateLabels`: fills the label columns of the rows that survived.
-pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
+pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) -> Result<Datum> {
     let (columns, rows) = table(input, "LateLabels")?;
     let keys: Vec<(usize, usize)> = rows
         .iter()
@@ -103,7 +112,7 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let rows = keys
         .iter()
         .zip(labels)
-        .map(|(&(l, f), label)| feature_row(l, f, Some(&label), &text))
+        .map(|(&(l, f), label)| feature_row(l, f, Some(&label), label_set, &text))
         .collect();
     Ok(Datum::Table { columns, rows })
 }
@@ -158,28 +167,35 @@ pub(crate) fn aggregate(
     })
 }
 
+/// One row of `features`; of a label, only the columns in `set` are filled (the statement
+/// reads no other).
 fn feature_row(
     layer: usize,
     feature: usize,
     label: Option<&Arc<FeatureLabel>>,
+    set: LabelSet,
     text: &dyn Fn(u32) -> String,
 ) -> Vec<Value> {
-    let (top, id, c, down) = match label {
-        Some(l) => (
-            l.top_token_id().map(text).into(),
-            l.top_token_id().into(),
-            l.c_score().into(),
+    let when = |wanted: bool, v: &dyn Fn(&FeatureLabel) -> Value| match label {
+        Some(l) if wanted => v(l),
+        _ => Value::Null,
+    };
+    vec![
+        Value::from(layer),
+        Value::from(feature),
+        when(set.top_token, &|l| l.top_token_id().map(text).into()),
+        when(set.top_token_id, &|l| l.top_token_id().into()),
+        when(set.c_score, &|l| l.c_score().into()),
+        when(set.down_tokens, &|l| {
             Value::List(
                 l.top
                     .iter()
                     .take(DOWN_TOKENS)
                     .map(|t| Value::Text(text(t.0)))
                     .collect(),
-            ),
-        ),
-        None => (Value::Null, Value::Null, Value::Null, Value::Null),
-    };
-    vec![Value::from(layer), Value::from(feature), top, id, c, down]
+            )
+        }),
+    ]
 }
 
 fn features_rows(
@@ -187,6 +203,7 @@ fn features_rows(
     layers: Option<&[usize]>,
     features: Option<&[usize]>,
     labels_now: bool,
+    label_set: LabelSet,
 ) -> Result<Vec<Vec<Value>>> {
     let model = cx.model()?;
     if model.surface.moe.is_some() {
@@ -215,7 +232,7 @@ fn features_rows(
     let text = cx.token_texts();
     Ok(scan
         .iter()
-        .map(|r| feature_row(r.layer, r.feature, r.label.as_ref(), &text))
+        .map(|r| feature_row(r.layer, r.feature, r.label.as_ref(), label_set, &text))
         .collect())
 }
 

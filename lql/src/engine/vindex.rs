@@ -22,7 +22,12 @@ pub(crate) fn open_source(cx: &mut Cx<'_>, op: &lql_planner::Operator) -> Result
     let lql_planner::Operator::Open { target, .. } = op else {
         return Err(Error::internal("open_source needs Open"));
     };
-    let source = resolve_source(target)?;
+    let offline = cx
+        .engine
+        .db
+        .flags()
+        .contains(crate::flags::OpenFlags::OFFLINE);
+    let source = resolve_source(target, offline)?;
     cx.check_cancel()?;
     Ok(Datum::Source(Box::new(import::open(&source)?)))
 }
@@ -263,14 +268,19 @@ fn json_value(v: serde_json::Value) -> Value {
     }
 }
 
-/// A source path as given, else a catalogue name resolved to its cached file.
-fn resolve_source(source: &str) -> Result<PathBuf> {
+/// A source path as given, else a catalogue name resolved to its cached file (never
+/// downloaded when `offline`).
+fn resolve_source(source: &str, offline: bool) -> Result<PathBuf> {
     let p = Path::new(source);
     if p.exists() {
         return Ok(p.to_path_buf());
     }
-    if let Some(entry) = catalogue::find(source) {
-        return Ok(catalogue::resolve(entry.name, &mut |_| {})?);
+    if let Some(entry) = catalogue::find(source)? {
+        return Ok(if offline {
+            catalogue::resolve_offline(&entry.name, &mut |_| {})?
+        } else {
+            catalogue::resolve(&entry.name, &mut |_| {})?
+        });
     }
     Err(Error::io(format!(
         "{source}: no such file or folder, and not a catalogue model"

@@ -62,6 +62,15 @@ const FAMILIES: [Family; 3] = [
     },
 ];
 
+/// The GGUF architectures (`general.architecture`) the importer accepts, each with
+/// whether its FFNs may be banks of experts (docs/reference.md lists them).
+pub fn supported_architectures() -> Vec<(&'static str, bool)> {
+    FAMILIES
+        .iter()
+        .map(|f| (f.name, f.selection.is_some()))
+        .collect()
+}
+
 /// Open a GGUF file as a model.
 pub fn open(path: &Path) -> Result<Model> {
     let file = GgufFile::open(path)?;

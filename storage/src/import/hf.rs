@@ -25,6 +25,15 @@ const FAMILIES: [(&str, &str, bool); 3] = [
     ("Qwen2ForCausalLM", "qwen2", true),
 ];
 
+/// The Hugging Face `config.json` architecture classes the importer accepts, with the
+/// family each is read as (docs/reference.md lists them).
+pub fn supported_architectures() -> Vec<(&'static str, &'static str)> {
+    FAMILIES
+        .iter()
+        .map(|&(class, family, _)| (class, family))
+        .collect()
+}
+
 /// The HF name of an operand.
 pub fn tensor_name(key: OperandKey) -> String {
     let base = match key.role {
