@@ -21,6 +21,7 @@ pub fn writes(plan: &LogicalPlan) -> Option<&'static str> {
         LogicalPlan::Compile(_) => Some("writes a model file"),
         LogicalPlan::Extract(_) => Some("writes a container or package"),
         LogicalPlan::Compact { .. } => Some("rewrites a container"),
+        LogicalPlan::Represent(_) => Some("adds a segment to a container"),
         LogicalPlan::RunStage { .. } => Some("writes an activation file"),
         LogicalPlan::Trace(t) if t.save.is_some() => Some("writes a trace file"),
         LogicalPlan::Explain(e) => match e.mode {
@@ -40,7 +41,8 @@ pub fn writes(plan: &LogicalPlan) -> Option<&'static str> {
         | LogicalPlan::Show(_)
         | LogicalPlan::Stats
         | LogicalPlan::Tokenize { .. }
-        | LogicalPlan::DescribeTable { .. } => None,
+        | LogicalPlan::DescribeTable { .. }
+        | LogicalPlan::Artifact { .. } => None,
     }
 }
 
@@ -75,6 +77,7 @@ mod tests {
             "EXTRACT MODEL 'm.gguf' INTO 'o.vindex'",
             "COMPILE CURRENT INTO GGUF 'o.gguf'",
             "COMPACT 'c.vindex'",
+            "REPRESENT LABELS 'c.vindex'",
             "TRACE 'x' SAVE 't.trace'",
             "EXPLAIN ANALYZE COMPACT 'c.vindex'",
         ] {
@@ -88,6 +91,8 @@ mod tests {
             "VERIFY",
             "EXPLAIN PLAN COMPACT 'c.vindex'",
             "STATS",
+            "INSPECT 'c.vindex'",
+            "PRECISION 'c.vindex'",
         ] {
             assert!(writes(&plan(r)).is_none(), "{r}");
         }
