@@ -446,6 +446,10 @@ pub struct Extract {
     pub source: Spanned<String>,
     pub output: Spanned<String>,
     pub format: Option<Spanned<ExtractFormat>>,
+    /// `SHAPE GRAPH | BANK` (VINDEX3; default GRAPH).
+    pub shape: Option<Spanned<ExtractShape>>,
+    /// `GROUP n`: experts per group extent of the bank shape (seed 002 §7).
+    pub group: Option<Spanned<u64>>,
     pub encoding: Option<Spanned<Encoding>>,
     pub layers: Option<Spanned<LayerSpec>>,
     /// `MODEL_ID "org/repo:dist"` (layer packages).
@@ -454,6 +458,15 @@ pub struct Extract {
     pub source_revision: Option<Spanned<String>>,
     /// `PROJECTOR "mmproj.gguf"`, repeatable (layer packages: copied and declared).
     pub projectors: Vec<Spanned<String>>,
+}
+
+/// The on-disk shape of a VINDEX3 EXTRACT (seed 002 §5.3, §5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ExtractShape {
+    /// `system_graph.json` + plain tensor-table segments.
+    Graph,
+    /// `moe_manifest.json` + LYRW v2 bank files.
+    Bank,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -499,6 +512,8 @@ pub enum ShowWhat {
     Tables,
     /// The bound layer package: identity, ABI, stage, artifacts, generation policy.
     Package,
+    /// The bound model's FFN programmes and the maturity rung of each (seed 002 §10–11).
+    Capabilities,
 }
 
 /// A literal value.
@@ -802,6 +817,7 @@ leaf!(
     ModelRef,
     CompileTarget,
     ExtractFormat,
+    ExtractShape,
     Encoding,
     ShowWhat,
     Value,
@@ -938,6 +954,8 @@ fields!(Extract {
     source,
     output,
     format,
+    shape,
+    group,
     encoding,
     layers,
     model_id,

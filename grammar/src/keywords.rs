@@ -74,6 +74,9 @@ pub const KEYWORDS: &[&str] = &[
     "COMPILE",
     "EXTRACT",
     "FORMAT",
+    "SHAPE",
+    "BANK",
+    "GRAPH",
     "ENCODING",
     "MODEL_ID",
     "SOURCE_REVISION",
@@ -114,6 +117,7 @@ pub const KEYWORDS: &[&str] = &[
     "REPRESENTATIONS",
     "TENSORS",
     "PROFILES",
+    "CAPABILITIES",
     "PATCHES",
     // tables
     "FEATURES",

@@ -4,7 +4,7 @@
 
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
-    CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef, Positions,
+    CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ExtractShape, ModelRef, Positions,
     ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
@@ -337,6 +337,10 @@ pub struct ExtractPlan {
     pub output: String,
     /// Default VINDEX3.
     pub format: ExtractFormat,
+    /// VINDEX3's on-disk shape (default GRAPH).
+    pub shape: ExtractShape,
+    /// Experts per group extent of the bank shape (`None`: the writer's default).
+    pub group: Option<u64>,
     /// Default SOURCE (keep each tensor's stored encoding).
     pub encoding: Encoding,
     pub layers: Option<LayerRange>,

@@ -581,7 +581,13 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 profile: None,
             },
             O::Write {
-                kind: e.format.to_string(),
+                kind: match (e.format, e.shape) {
+                    (ExtractFormat::Vindex3, ExtractShape::Bank) => match e.group {
+                        Some(g) => format!("VINDEX3 BANK GROUP {g}"),
+                        None => "VINDEX3 BANK".into(),
+                    },
+                    _ => e.format.to_string(),
+                },
                 path: e.output.clone(),
                 encoding: Some(e.encoding),
                 layers: e.layers,

@@ -383,6 +383,31 @@ const SHOW_PROFILES: Spec = &[
         "object = variant, for every selection it states",
     ),
 ];
+const SHOW_CAPABILITIES: Spec = &[
+    (
+        "programme",
+        Text,
+        "expert programme (seed 002 §8.4), e.g. gated-mlp-v1",
+    ),
+    ("bank", Text, "routed, shared or dense (a bank with one entry)"),
+    ("formats", Text, "role=format of each region the programme requires"),
+    (
+        "grouping",
+        Text,
+        "group of n (bank container's group extents), stacked (3-D expert tensors) or single entry",
+    ),
+    (
+        "maturity",
+        Text,
+        "rung of §10 this build reaches: representable, reference, grouped, dispatched or production",
+    ),
+    ("layers", Text, "the layers this row covers"),
+    (
+        "detail",
+        Text,
+        "how it runs, or what is missing (layer, bank, role, segment)",
+    ),
+];
 const SHOW_TABLES: Spec = &[
     ("table", Text, "virtual table name"),
     ("columns", Int, "number of columns"),
@@ -477,6 +502,7 @@ pub fn show_columns(what: ShowWhat) -> Vec<ColumnDef> {
         ShowWhat::Package => SHOW_PACKAGE,
         ShowWhat::Profiles => SHOW_PROFILES,
         ShowWhat::Patches => PATCHES,
+        ShowWhat::Capabilities => SHOW_CAPABILITIES,
     })
 }
 
@@ -691,6 +717,7 @@ pub fn show_docs() -> Vec<(&'static str, Vec<ColumnDef>)> {
         ("PATCHES", ShowWhat::Patches),
         ("TABLES", ShowWhat::Tables),
         ("PACKAGE", ShowWhat::Package),
+        ("CAPABILITIES", ShowWhat::Capabilities),
     ]
     .into_iter()
     .map(|(n, w)| (n, show_columns(w)))

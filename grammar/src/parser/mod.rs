@@ -882,6 +882,7 @@ fn compile_stmt(p: Pair<Rule>) -> Result<StatementKind> {
 fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut strings = Vec::new();
     let (mut format, mut encoding, mut layers) = (None, None, None);
+    let (mut shape, mut group) = (None, None);
     let (mut model_id, mut source_revision) = (None, None);
     let mut projectors = Vec::new();
     for q in p.into_inner() {
@@ -907,6 +908,21 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                     ],
                 )?;
                 set(&mut format, Spanned::new(f.value, sp), "FORMAT")?
+            }
+            Rule::shape_clause => {
+                let sp = span(&q);
+                let w = last_child(q)?;
+                let s = choose(
+                    &w,
+                    "shape",
+                    &[("GRAPH", ExtractShape::Graph), ("BANK", ExtractShape::Bank)],
+                )?;
+                set(&mut shape, Spanned::new(s.value, sp), "SHAPE")?
+            }
+            Rule::group_width_clause => {
+                let sp = span(&q);
+                let n = unsigned(last_child(q)?)?;
+                set(&mut group, Spanned::new(n.value, sp), "GROUP")?
             }
             Rule::encoding_clause => {
                 let sp = span(&q);
@@ -934,6 +950,8 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             source,
             output,
             format,
+            shape,
+            group,
             encoding,
             layers,
             model_id,
@@ -964,6 +982,7 @@ fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                         ("PATCHES", ShowWhat::Patches),
                         ("TABLES", ShowWhat::Tables),
                         ("PACKAGE", ShowWhat::Package),
+                        ("CAPABILITIES", ShowWhat::Capabilities),
                     ],
                 )?)
             }
