@@ -282,6 +282,9 @@ pub enum Table {
     Tokens,
     Tensors,
     Representations,
+    /// The router's choices over a prompt (`WHERE prompt = '…'`): one row per layer,
+    /// position and chosen expert.
+    Routes,
 }
 
 impl Table {
@@ -292,6 +295,7 @@ impl Table {
         Table::Tokens,
         Table::Tensors,
         Table::Representations,
+        Table::Routes,
     ];
     pub fn name(&self) -> &'static str {
         match self {
@@ -301,6 +305,7 @@ impl Table {
             Table::Tokens => "tokens",
             Table::Tensors => "tensors",
             Table::Representations => "representations",
+            Table::Routes => "routes",
         }
     }
 }

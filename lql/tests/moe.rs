@@ -187,3 +187,58 @@ fn bank_missing_down_region_browses_and_refuses_to_infer() {
     assert!(rungs.contains(&"representable".to_string()), "{rungs:?}");
     assert!(rungs.contains(&"dispatched".to_string()), "{rungs:?}");
 }
+
+/// `routes` as SQL: the router's choices over a prompt, aggregated with GROUP BY; the
+/// rows are the executor's own routes (best first, rank 1 the top choice).
+#[test]
+fn routes_are_a_table() {
+    let (_dir, conn) = open_with_tokenizer();
+    let rows = conn
+        .execute("SELECT * FROM routes WHERE prompt = 'abc' ORDER BY layer, position, rank")
+        .unwrap();
+    // 2 layers × 3 positions ('ab' merges: "ab" + "c" = 2 tokens; no BOS) × top-2.
+    let n_tokens = conn.execute("TOKENIZE 'abc'").unwrap().len();
+    assert_eq!(rows.len(), 2 * n_tokens * 2);
+    for i in 0..rows.len() {
+        let r = rows.row(i).unwrap();
+        assert_eq!(r.get::<String>("prompt").unwrap(), "abc");
+        let rank = r.get::<i64>("rank").unwrap();
+        assert!(rank == 1 || rank == 2);
+        let e = r.get::<i64>("expert").unwrap();
+        assert!((0..4).contains(&e));
+    }
+    // Weights of one position sum to 1 (top-k then softmax).
+    let sums = conn
+        .execute(
+            "SELECT layer, position, sum(weight) AS w FROM routes WHERE prompt = 'abc' \
+             GROUP BY layer, position",
+        )
+        .unwrap();
+    assert_eq!(sums.len(), 2 * n_tokens);
+    for i in 0..sums.len() {
+        let w = sums.row(i).unwrap().get::<f64>("w").unwrap();
+        assert!((w - 1.0).abs() < 1e-6, "{w}");
+    }
+    let per = conn
+        .execute(
+            "SELECT layer, expert, count(*) AS n FROM routes WHERE prompt = 'abc' AND rank = 1 \
+             GROUP BY layer, expert ORDER BY layer, expert",
+        )
+        .unwrap();
+    let total: i64 = (0..per.len())
+        .map(|i| per.row(i).unwrap().get::<i64>("n").unwrap())
+        .sum();
+    assert_eq!(total as usize, 2 * n_tokens);
+    let e = conn
+        .execute("SELECT * FROM routes")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("WHERE prompt"), "{e}");
+    let plan = conn
+        .execute("EXPLAIN PLAN SELECT count(*) FROM routes WHERE prompt = 'abc'")
+        .unwrap();
+    let text: String = (0..plan.len())
+        .map(|i| format!("{:?}\n", plan.row(i).unwrap()))
+        .collect();
+    assert!(text.contains("prompt="), "{text}");
+}

@@ -945,6 +945,7 @@ pub(crate) fn pushdown(
             features: None,
             labels: LabelTiming::None,
             estimate: None,
+            prompt: None,
         };
     }
     let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
@@ -978,6 +979,7 @@ pub(crate) fn pushdown(
         features,
         labels,
         estimate,
+        prompt: None,
     }
 }
 

@@ -235,6 +235,8 @@ pub struct ScanSpec {
     pub labels: LabelTiming,
     /// The work of a `features` scan (`None` for the other tables).
     pub estimate: Option<ScanEstimate>,
+    /// The prompt a `routes` scan runs (from `WHERE prompt = '…'`).
+    pub prompt: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

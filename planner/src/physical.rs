@@ -107,6 +107,8 @@ pub enum Operator {
         features: Option<Vec<usize>>,
         labels: LabelTiming,
         estimate: Option<ScanEstimate>,
+        /// The prompt a `routes` scan runs.
+        prompt: Option<String>,
     },
     Filter {
         predicate: Expr,
@@ -427,6 +429,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 features: s.scan.features.clone(),
                 labels: s.scan.labels,
                 estimate: s.scan.estimate,
+                prompt: s.scan.prompt.clone(),
             }];
             if let Some(f) = &s.filter {
                 ops.push(O::Filter {
@@ -515,6 +518,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 features: None,
                 labels: LabelTiming::None,
                 estimate: None,
+                prompt: None,
             },
             O::Filter {
                 predicate: d.filter.clone(),
@@ -528,6 +532,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 features: None,
                 labels: LabelTiming::None,
                 estimate: None,
+                prompt: None,
             },
             O::Filter {
                 predicate: u.filter.clone(),
@@ -770,8 +775,12 @@ impl fmt::Display for Operator {
                 features,
                 labels,
                 estimate,
+                prompt,
             } => {
                 write!(f, "TableScan {table}")?;
+                if let Some(p) = prompt {
+                    write!(f, " prompt={}", quote(p))?;
+                }
                 if let Some(l) = layers {
                     write!(f, " layers={}", list_text(l))?;
                 }

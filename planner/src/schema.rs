@@ -105,6 +105,24 @@ const TOKENS: Spec = &[
         "normal, control, byte, unused or user-defined",
     ),
 ];
+const ROUTES: Spec = &[
+    (
+        "prompt",
+        Text,
+        "the prompt run (WHERE prompt = '…' chooses it; required)",
+    ),
+    ("position", Int, "prompt position"),
+    ("token_id", Int, "the token at that position"),
+    ("token", Text, "its text"),
+    ("layer", Int, "layer whose router chose"),
+    ("rank", Int, "1 for the expert with the highest selection score"),
+    ("expert", Int, "the routed expert chosen"),
+    (
+        "weight",
+        Float,
+        "its weight in the layer's combine (after the model's normalisation)",
+    ),
+];
 const TENSORS: Spec = &[
     ("name", Text, "the tensor's name in its source file"),
     ("object", Text, "the system-graph object it belongs to"),
@@ -163,12 +181,13 @@ const PATCHES: Spec = &[
 ];
 
 /// The virtual tables that answer `SELECT`, in the order `SHOW TABLES` lists them.
-pub const QUERYABLE_TABLES: [Table; 5] = [
+pub const QUERYABLE_TABLES: [Table; 6] = [
     Table::Features,
     Table::Layers,
     Table::Tokens,
     Table::Tensors,
     Table::Edges,
+    Table::Routes,
 ];
 
 /// The columns of a virtual table, or `None` for a table that does not answer SELECT yet.
@@ -179,6 +198,7 @@ pub fn table_columns(table: Table) -> Option<Vec<ColumnDef>> {
         Table::Tokens => TOKENS,
         Table::Tensors => TENSORS,
         Table::Edges => EDGES,
+        Table::Routes => ROUTES,
         Table::Representations => return None,
     }))
 }

@@ -552,6 +552,7 @@ const TABLES: &[(&str, Table)] = &[
     ("tokens", Table::Tokens),
     ("tensors", Table::Tensors),
     ("representations", Table::Representations),
+    ("routes", Table::Routes),
 ];
 
 fn table(p: Pair<Rule>) -> Result<Spanned<Table>> {
