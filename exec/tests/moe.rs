@@ -462,7 +462,8 @@ fn bank_shape_agrees_with_an_independent_reader() {
         assert_eq!(v["banks"], banks, "{name}: {v}");
         let regions = src.surface.n_layers * 3 * (m.n_experts + usize::from(m.shared_ffn > 0));
         assert_eq!(v["expert_regions_equal_gguf"], regions, "{name}: {v}");
-        let spine = src.operands.len() - src.surface.n_layers * if m.shared_ffn > 0 { 6 } else { 3 };
+        let spine =
+            src.operands.len() - src.surface.n_layers * if m.shared_ffn > 0 { 6 } else { 3 };
         assert_eq!(v["spine_tensors_equal_gguf"], spine, "{name}: {v}");
     }
 }

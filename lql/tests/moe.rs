@@ -177,7 +177,12 @@ fn bank_missing_down_region_browses_and_refuses_to_infer() {
     bank.execute("SHOW LAYERS").unwrap();
     bank.execute("TOKENIZE 'ab'").unwrap();
     let e = bank.execute("INFER 'ab'").unwrap_err().to_string();
-    for part in ["layer 1", "bank 0", "role down", "segment banks/layer_001.lyrw"] {
+    for part in [
+        "layer 1",
+        "bank 0",
+        "role down",
+        "segment banks/layer_001.lyrw",
+    ] {
         assert!(e.contains(part), "{part}: {e}");
     }
     let caps = bank.execute("SHOW CAPABILITIES").unwrap();

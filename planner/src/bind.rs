@@ -131,7 +131,9 @@ impl Binder {
             }
             K::Extract(e)
                 if e.group.is_some()
-                    && e.shape.as_ref().is_none_or(|s| s.value != ExtractShape::Bank) =>
+                    && e.shape
+                        .as_ref()
+                        .is_none_or(|s| s.value != ExtractShape::Bank) =>
             {
                 return Err(PlanError::semantic(
                     "GROUP sizes the group extents of the bank shape: add SHAPE BANK",

@@ -4,8 +4,8 @@
 
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
-    CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ExtractShape, ModelRef, Positions,
-    ShowWhat, Table, Value, WalkMode,
+    CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ExtractShape, ModelRef,
+    Positions, ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
 

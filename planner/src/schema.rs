@@ -115,7 +115,11 @@ const ROUTES: Spec = &[
     ("token_id", Int, "the token at that position"),
     ("token", Text, "its text"),
     ("layer", Int, "layer whose router chose"),
-    ("rank", Int, "1 for the expert with the highest selection score"),
+    (
+        "rank",
+        Int,
+        "1 for the expert with the highest selection score",
+    ),
     ("expert", Int, "the routed expert chosen"),
     (
         "weight",

@@ -997,8 +997,22 @@ fn build(out: &Path) {
     const ENTRIES: usize = 120;
     let lyrw = "banks/layer_000.lyrw";
     b.moe_bank("bank-shape-valid", |_| {});
-    b.add("bank-shape-valid", "detect", None, "accept", &["bank"], "§5.4");
-    b.add("bank-shape-valid", "open", None, "accept", &[], "§5.4, §6, §8");
+    b.add(
+        "bank-shape-valid",
+        "detect",
+        None,
+        "accept",
+        &["bank"],
+        "§5.4",
+    );
+    b.add(
+        "bank-shape-valid",
+        "open",
+        None,
+        "accept",
+        &[],
+        "§5.4, §6, §8",
+    );
     b.add("bank-shape-valid", "verify", None, "ok", &[], "§20");
     b.moe_bank("refuse-bank-group-not-dividing", |d| {
         edit(&d.join("index.json"), |v| {
@@ -1044,7 +1058,11 @@ fn build(out: &Path) {
         "§6.4, §7",
     );
     b.moe_bank("refuse-bank-region-outside-file", |d| {
-        patch_file(&d.join(lyrw), ENTRIES + 16 * 11, &(1u64 << 40).to_le_bytes());
+        patch_file(
+            &d.join(lyrw),
+            ENTRIES + 16 * 11,
+            &(1u64 << 40).to_le_bytes(),
+        );
     });
     b.add(
         "refuse-bank-region-outside-file",

@@ -42,7 +42,11 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
     {
         // A reason the binding recorded (a bank region missing: layer, bank, role,
         // segment) says more than the operand's name.
-        let what = model.absent.get(&k).cloned().unwrap_or_else(|| k.to_string());
+        let what = model
+            .absent
+            .get(&k)
+            .cloned()
+            .unwrap_or_else(|| k.to_string());
         if matches!(k.role, Role::TokenEmbedding | Role::FfnGate) {
             missing_browse.push(what.clone());
         }

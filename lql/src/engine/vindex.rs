@@ -49,8 +49,9 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
     let task = format!("extract {}", plan.output);
     let handler = cx.engine.progress.clone();
     let cancel = cx.cancel.clone();
-    let mut progress =
-        |p: vindex3::ExtractProgress| report_bytes(handler.as_ref(), &task, p.bytes_done, p.bytes_total, false);
+    let mut progress = |p: vindex3::ExtractProgress| {
+        report_bytes(handler.as_ref(), &task, p.bytes_done, p.bytes_total, false)
+    };
     let result = match plan.shape {
         lql_grammar::ExtractShape::Bank => vindex3::extract_bank(
             &model,

@@ -22,8 +22,8 @@ use std::path::Path;
 use super::index::{read_json, resolve};
 use super::lyrw::{self, LyrwFile};
 use super::moe_manifest::{
-    format_dtype, programme, selection_from_name, BankRef, Maturity, MoeManifest,
-    MANIFEST_SCHEMA, MAX_MANIFEST_BYTES,
+    format_dtype, programme, selection_from_name, BankRef, Maturity, MoeManifest, MANIFEST_SCHEMA,
+    MAX_MANIFEST_BYTES,
 };
 use super::reader::Container;
 use super::segment::parse_header;
@@ -55,11 +55,10 @@ fn bad(path: &Path, field: &str, message: impl Into<String>) -> StorageError {
 
 /// Read and check `moe_manifest.json` of a bank container.
 pub fn read_manifest(c: &Container) -> Result<MoeManifest> {
-    let rel = c
-        .index
-        .moe_manifest
-        .as_deref()
-        .ok_or_else(|| StorageError::Invalid(format!("{}: no moe_manifest", c.dir.display())))?;
+    let rel =
+        c.index.moe_manifest.as_deref().ok_or_else(|| {
+            StorageError::Invalid(format!("{}: no moe_manifest", c.dir.display()))
+        })?;
     let path = resolve(&c.dir, rel, "moe_manifest")?;
     let v = read_json(&path, MAX_MANIFEST_BYTES)?;
     match v.get("schema").and_then(|s| s.as_u64()) {
@@ -120,10 +119,7 @@ fn map_once(
             return Err(bad(
                 &path,
                 what,
-                format!(
-                    "file is {} bytes, index.json records {want}",
-                    map.len()
-                ),
+                format!("file is {} bytes, index.json records {want}", map.len()),
             ));
         }
     }
@@ -136,7 +132,12 @@ fn map_once(
 pub fn open(c: &Container) -> Result<Model> {
     let dir = &c.dir;
     let manifest = read_manifest(c)?;
-    let mpath = dir.join(c.index.moe_manifest.as_deref().unwrap_or("moe_manifest.json"));
+    let mpath = dir.join(
+        c.index
+            .moe_manifest
+            .as_deref()
+            .unwrap_or("moe_manifest.json"),
+    );
     let surface: ExecutionSurface =
         serde_json::from_value(manifest.model.execution_surface.clone())
             .map_err(|e| bad(&mpath, "model.execution_surface", e.to_string()))?;
@@ -164,7 +165,9 @@ pub fn open(c: &Container) -> Result<Model> {
             "a bank container's surface has no bank facts",
         ));
     };
-    if c.index.hidden_size as usize != surface.hidden || c.index.num_layers as usize != surface.n_layers {
+    if c.index.hidden_size as usize != surface.hidden
+        || c.index.num_layers as usize != surface.n_layers
+    {
         return Err(bad(
             &dir.join("index.json"),
             "hidden_size / num_layers",
@@ -188,7 +191,14 @@ pub fn open(c: &Container) -> Result<Model> {
         .get(spine_rel)
         .and_then(|d| d.get("bytes"))
         .and_then(|v| v.as_u64());
-    let sb = map_once(dir, spine_rel, spine_bytes, "spine segment", &mut backings, &mut mapped)?;
+    let sb = map_once(
+        dir,
+        spine_rel,
+        spine_bytes,
+        "spine segment",
+        &mut backings,
+        &mut mapped,
+    )?;
     let spine_path = dir.join(spine_rel);
     let parsed = {
         let b = backings[sb].bytes();
@@ -206,13 +216,18 @@ pub fn open(c: &Container) -> Result<Model> {
             return Err(bad(
                 &mpath,
                 "model.operands",
-                format!("operand {} names layer {:?} of {}", o.role, o.layer, surface.n_layers),
+                format!(
+                    "operand {} names layer {:?} of {}",
+                    o.role, o.layer, surface.n_layers
+                ),
             ));
         }
         let key = OperandKey { layer, role };
-        let t = parsed.tensor(&o.tensor).ok_or_else(|| StorageError::MissingOperand {
-            key: format!("{key}: tensor {:?} is not in segment {spine_rel}", o.tensor),
-        })?;
+        let t = parsed
+            .tensor(&o.tensor)
+            .ok_or_else(|| StorageError::MissingOperand {
+                key: format!("{key}: tensor {:?} is not in segment {spine_rel}", o.tensor),
+            })?;
         let Some(dtype) = DType::from_name(&t.dtype) else {
             absent.insert(
                 key,
@@ -232,7 +247,11 @@ pub fn open(c: &Container) -> Result<Model> {
             len: t.len as usize,
         };
         if operands.insert(key, op).is_some() {
-            return Err(bad(&mpath, "model.operands", format!("operand {key} is bound twice")));
+            return Err(bad(
+                &mpath,
+                "model.operands",
+                format!("operand {key} is bound twice"),
+            ));
         }
     }
 
@@ -241,9 +260,15 @@ pub fn open(c: &Container) -> Result<Model> {
         let m = &entry.moe_layer;
         let field = format!("layers[{l}].moe_layer");
         if m.layer as usize != l {
-            return Err(bad(&mpath, &field, format!("entry {l} describes layer {}", m.layer)));
+            return Err(bad(
+                &mpath,
+                &field,
+                format!("entry {l} describes layer {}", m.layer),
+            ));
         }
-        if m.transforms.as_ref().is_some_and(|t| !t.is_null()) || m.routed_output_norm.as_ref().is_some_and(|t| !t.is_null()) {
+        if m.transforms.as_ref().is_some_and(|t| !t.is_null())
+            || m.routed_output_norm.as_ref().is_some_and(|t| !t.is_null())
+        {
             return Err(StorageError::Unsupported(format!(
                 "not supported yet: layer {l}: routed pre/post transforms or a routed output norm"
             )));
@@ -254,7 +279,9 @@ pub fn open(c: &Container) -> Result<Model> {
             || sel != Some(moe.selection)
             || m.routed_bank.experts as usize != moe.n_experts
             || m.routed_bank.expert_dims.intermediate as usize != moe.expert_ffn
-            || m.shared_bank.as_ref().map_or(0, |b| b.expert_dims.intermediate as usize)
+            || m.shared_bank
+                .as_ref()
+                .map_or(0, |b| b.expert_dims.intermediate as usize)
                 != moe.shared_ffn
         {
             return Err(bad(
@@ -298,9 +325,11 @@ pub fn open(c: &Container) -> Result<Model> {
         if absent.contains_key(&key) {
             continue;
         }
-        let op = operands.get(&key).ok_or_else(|| StorageError::MissingOperand {
-            key: format!("{key} (layer {:?}) in {}", key.layer, dir.display()),
-        })?;
+        let op = operands
+            .get(&key)
+            .ok_or_else(|| StorageError::MissingOperand {
+                key: format!("{key} (layer {:?}) in {}", key.layer, dir.display()),
+            })?;
         let want = surface.operand_shape(key.role);
         let mut got = op.shape.clone();
         while got.len() > want.len() && got.last() == Some(&1) {
@@ -348,11 +377,21 @@ fn bind_bank(
         return Err(bad(
             &path,
             "logical_layer",
-            format!("the file holds layer {}, the manifest binds it to layer {layer}", f.logical_layer),
+            format!(
+                "the file holds layer {}, the manifest binds it to layer {layer}",
+                f.logical_layer
+            ),
         ));
     }
     let b = f.bank(bank.bank_id).ok_or_else(|| {
-        bad(&path, "bank_id", format!("the manifest names bank {} which the file lacks", bank.bank_id))
+        bad(
+            &path,
+            "bank_id",
+            format!(
+                "the manifest names bank {} which the file lacks",
+                bank.bank_id
+            ),
+        )
     })?;
     let n = bank.experts as usize;
     // The index states the routed bank's group width too: the two must agree.
@@ -402,7 +441,11 @@ fn bind_bank(
             ),
         ));
     }
-    let segs: Vec<_> = f.segments.iter().filter(|d| d.bank_id == b.bank_id).collect();
+    let segs: Vec<_> = f
+        .segments
+        .iter()
+        .filter(|d| d.bank_id == b.bank_id)
+        .collect();
     let place = |role: &str| {
         format!(
             "layer {layer}, bank {} ({}), role {role}, segment {rel}",
@@ -417,14 +460,22 @@ fn bind_bank(
     let Some(prog) = programme(&bank.programme) else {
         refuse_all(
             absent,
-            format!("{}: programme {:?} is not registered (not supported yet)", place("-"), bank.programme),
+            format!(
+                "{}: programme {:?} is not registered (not supported yet)",
+                place("-"),
+                bank.programme
+            ),
         );
         return Ok(());
     };
     if !prog.executed {
         refuse_all(
             absent,
-            format!("{}: programme {} is representable only (no kernel in this build)", place("-"), prog.name),
+            format!(
+                "{}: programme {} is representable only (no kernel in this build)",
+                place("-"),
+                prog.name
+            ),
         );
         return Ok(());
     }
@@ -449,7 +500,11 @@ fn bind_bank(
         let Some((si, schema)) = b.schemas.iter().enumerate().find(|(_, x)| x.role == tag) else {
             absent.insert(
                 key,
-                format!("{}: the bank has no {rname} region, which {} requires", place(&rname), prog.name),
+                format!(
+                    "{}: the bank has no {rname} region, which {} requires",
+                    place(&rname),
+                    prog.name
+                ),
             );
             continue;
         };
@@ -467,7 +522,11 @@ fn bind_bank(
         if schema.packing != 0 && schema.packing != 1 {
             absent.insert(
                 key,
-                format!("{}: packing {} is not supported yet", place(&rname), schema.packing),
+                format!(
+                    "{}: packing {} is not supported yet",
+                    place(&rname),
+                    schema.packing
+                ),
             );
             continue;
         }
@@ -495,11 +554,18 @@ fn bind_bank(
             return Err(bad(
                 &path,
                 &format!("bank {} entry {e}", bank.bank_id),
-                format!("{rname} region is {} bytes; {rows}×{cols} {dtype} is {len}", regions[e].1),
+                format!(
+                    "{rname} region is {} bytes; {rows}×{cols} {dtype} is {len}",
+                    regions[e].1
+                ),
             ));
         }
         let start = regions[0].0;
-        if regions.iter().enumerate().any(|(e, r)| r.0 != start + e as u64 * len) {
+        if regions
+            .iter()
+            .enumerate()
+            .any(|(e, r)| r.0 != start + e as u64 * len)
+        {
             absent.insert(
                 key,
                 format!(
@@ -510,11 +576,12 @@ fn bind_bank(
             );
             continue;
         }
-        let shape = if role == Role::FfnGateExps || role == Role::FfnUpExps || role == Role::FfnDownExps {
-            vec![cols, rows, n]
-        } else {
-            vec![cols, rows]
-        };
+        let shape =
+            if role == Role::FfnGateExps || role == Role::FfnUpExps || role == Role::FfnDownExps {
+                vec![cols, rows, n]
+            } else {
+                vec![cols, rows]
+            };
         operands.insert(
             key,
             Operand {
@@ -567,10 +634,20 @@ pub fn capabilities(model: &Model) -> Vec<CapabilityRow> {
             for &(tag, role) in roles {
                 let key = OperandKey::layer(l, role);
                 match model.operand(key) {
-                    Some(op) => formats.push(format!("{}={}", lyrw::role_name(tag), op.dtype.name().to_lowercase())),
+                    Some(op) => formats.push(format!(
+                        "{}={}",
+                        lyrw::role_name(tag),
+                        op.dtype.name().to_lowercase()
+                    )),
                     None => {
                         formats.push(format!("{}=absent", lyrw::role_name(tag)));
-                        why.push(model.absent.get(&key).cloned().unwrap_or_else(|| format!("{key} is absent")));
+                        why.push(
+                            model
+                                .absent
+                                .get(&key)
+                                .cloned()
+                                .unwrap_or_else(|| format!("{key} is absent")),
+                        );
                     }
                 }
             }
@@ -597,21 +674,23 @@ pub fn capabilities(model: &Model) -> Vec<CapabilityRow> {
         }
     }
     rows.into_iter()
-        .map(|((programme, bank, formats, grouping, maturity, why), layers)| CapabilityRow {
-            programme,
-            bank,
-            formats,
-            grouping,
-            maturity,
-            layers: crate::model::layer_list(&layers),
-            detail: if why.is_empty() {
-                "executed by the CPU kernels on the stored encoding (no repacking); one \
+        .map(
+            |((programme, bank, formats, grouping, maturity, why), layers)| CapabilityRow {
+                programme,
+                bank,
+                formats,
+                grouping,
+                maturity,
+                layers: crate::model::layer_list(&layers),
+                detail: if why.is_empty() {
+                    "executed by the CPU kernels on the stored encoding (no repacking); one \
                  dispatch per selected expert, not grouped"
-                    .into()
-            } else {
-                why
+                        .into()
+                } else {
+                    why
+                },
             },
-        })
+        )
         .collect()
 }
 

@@ -547,7 +547,11 @@ fn write_lyrw(
         }
     }
     // Region offsets: bank by bank, role by role, entry by entry, each 64-aligned.
-    let tables = h.len() as u64 + banks.iter().map(|b| b.entries * b.roles.len() * 16).sum::<usize>() as u64;
+    let tables = h.len() as u64
+        + banks
+            .iter()
+            .map(|b| b.entries * b.roles.len() * 16)
+            .sum::<usize>() as u64;
     let mut at = tables.div_ceil(REGION_ALIGN) * REGION_ALIGN;
     // offsets[bank][role][entry]
     let mut offsets: Vec<Vec<Vec<u64>>> = Vec::with_capacity(banks.len());
@@ -584,7 +588,11 @@ fn write_lyrw(
                 f.put(&r.4[e * per..(e + 1) * per])?;
             }
             payload += r.4.len() as u64;
-            p.tick(&format!("layer.{layer}.bank.{}", b.id), &r.5, r.4.len() as u64)?;
+            p.tick(
+                &format!("layer.{layer}.bank.{}", b.id),
+                &r.5,
+                r.4.len() as u64,
+            )?;
         }
     }
     f.pad_to(at)?;
