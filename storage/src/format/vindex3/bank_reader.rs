@@ -408,7 +408,7 @@ fn bind_bank(
         ));
     }
     if let Some(g) = bank.group_width.map(u64::from) {
-        if g == 0 || g as usize > n || n % g as usize != 0 {
+        if g == 0 || g as usize > n || !n.is_multiple_of(g as usize) {
             return Err(bad(
                 &path,
                 "group_width",
@@ -617,8 +617,9 @@ pub struct CapabilityRow {
 pub fn capabilities(model: &Model) -> Vec<CapabilityRow> {
     let s = &model.surface;
     let group = bank_groups(model);
-    let mut rows: BTreeMap<(String, String, String, String, Maturity, String), Vec<usize>> =
-        BTreeMap::new();
+    // (programme, bank, formats, grouping, maturity, detail) → layers.
+    type Key = (String, String, String, String, Maturity, String);
+    let mut rows: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
     let banks: &[(&str, &[(u16, Role)])] = match &s.moe {
         Some(m) if m.shared_ffn > 0 => &[("routed", &ROUTED), ("shared", &SHARED)],
         Some(_) => &[("routed", &ROUTED)],

@@ -458,9 +458,12 @@ struct BankSpec<'m> {
     kind: u16,
     entries: usize,
     dims: [usize; 3],
-    /// (role tag, format tag, rows, cols, bytes of all entries, operand name).
-    roles: Vec<(u16, u16, usize, usize, &'m [u8], String)>,
+    roles: Vec<RoleData<'m>>,
 }
+
+/// One role of a bank: (role tag, format tag, rows, cols, bytes of all entries, operand
+/// name).
+type RoleData<'m> = (u16, u16, usize, usize, &'m [u8], String);
 
 impl<'m> BankSpec<'m> {
     fn of(
@@ -490,7 +493,7 @@ impl<'m> BankSpec<'m> {
             let (cols, rows) = (op.shape[0], op.shape.get(1).copied().unwrap_or(1));
             let bytes = model.view_of(op).bytes;
             let per = bytes.len() / entries;
-            if entries > 1 && per as u64 % REGION_ALIGN != 0 {
+            if entries > 1 && !(per as u64).is_multiple_of(REGION_ALIGN) {
                 return Err(StorageError::Unsupported(format!(
                     "not supported yet: {} ({key}): expert regions of {per} bytes are not a \
                      multiple of {REGION_ALIGN}, so a bank's regions cannot stay one \
