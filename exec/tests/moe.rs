@@ -361,3 +361,109 @@ fn moe_vindex3_extract_executes_bit_identically() {
         assert_eq!(a, b, "{name}");
     }
 }
+
+/// The same models extracted to the seed-002 bank shape (`moe_manifest.json`, the spine
+/// segment, one LYRW v2 file per layer): logits bit-identical to the GGUF at every
+/// position, greedy 16 identical, VERIFY passes, and the router picks the same experts.
+#[test]
+fn moe_bank_shape_executes_bit_identically() {
+    use lql_storage::format::vindex3::{self, extract_bank};
+    use std::sync::atomic::AtomicBool;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, model, enc) in fixtures() {
+        let path = write(dir.path(), name, &model, enc);
+        let src = lql_storage::import::open(&path).unwrap();
+        let n = src.surface.moe.as_ref().unwrap().n_experts;
+        for group in [None, Some(n / 2), Some(1)] {
+            let out = dir.path().join(format!("{name}.{group:?}.bank"));
+            extract_bank(&src, &out, group, &mut |_| {}, &AtomicBool::new(false)).unwrap();
+            let rows = vindex3::verify(&out).unwrap();
+            assert!(vindex3::all_ok(&rows), "{name}: {rows:?}");
+            assert_eq!(
+                vindex3::detect(&out).unwrap(),
+                vindex3::ContainerShape::Bank
+            );
+            let (a, b) = (open(&path), open(&out));
+            assert_eq!(
+                a.logits_all(&IDS).unwrap(),
+                b.logits_all(&IDS).unwrap(),
+                "{name}"
+            );
+            assert_eq!(greedy(&a, &IDS, 16), greedy(&b, &IDS, 16), "{name}");
+        }
+    }
+}
+
+/// A Python that imports numpy and gguf (gguf-py), or why there is none:
+/// `LQL_BANK_READER_PYTHON`, else `~/.cache/lql-tools/venv/bin/python`, else `python3`.
+fn bank_reader_python() -> Result<PathBuf, String> {
+    let mut candidates = Vec::new();
+    if let Some(p) = std::env::var_os("LQL_BANK_READER_PYTHON") {
+        candidates.push(PathBuf::from(p));
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        candidates.push(PathBuf::from(h).join(".cache/lql-tools/venv/bin/python"));
+    }
+    candidates.push(PathBuf::from("python3"));
+    for c in &candidates {
+        let ok = std::process::Command::new(c)
+            .args(["-c", "import numpy, gguf"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Ok(c.clone());
+        }
+    }
+    Err(format!(
+        "no Python with numpy and gguf among {candidates:?} (set LQL_BANK_READER_PYTHON)"
+    ))
+}
+
+/// Every fixture in the bank shape, read by an independent Python reader written from seed
+/// 002 §6 (`tests/tools/read_bank.py`, numpy only): every LYRW header, bank, segment,
+/// schema and entry parses and agrees with the manifest, and every expert region and
+/// spine tensor equals the GGUF's bytes as gguf-py reads them. Skips with a note without
+/// such a Python, unless `LQL_REQUIRE_BANK_READER=1` (set by `.ci/run`).
+#[test]
+fn bank_shape_agrees_with_an_independent_reader() {
+    use lql_storage::format::vindex3::extract_bank;
+    use std::sync::atomic::AtomicBool;
+    let py = match bank_reader_python() {
+        Ok(p) => p,
+        Err(why) if std::env::var_os("LQL_REQUIRE_BANK_READER").is_none() => {
+            eprintln!("skipping the independent bank reader: {why}");
+            return;
+        }
+        Err(why) => panic!("LQL_REQUIRE_BANK_READER is set: {why}"),
+    };
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/tools/read_bank.py");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, model, enc) in fixtures() {
+        let path = write(dir.path(), name, &model, enc);
+        let src = lql_storage::import::open(&path).unwrap();
+        let out = dir.path().join(format!("{name}.bank"));
+        extract_bank(&src, &out, Some(2), &mut |_| {}, &AtomicBool::new(false)).unwrap();
+        let o = std::process::Command::new(&py)
+            .arg(&script)
+            .arg(&out)
+            .arg("--gguf")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{name}: {text}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: Value = serde_json::from_str(text.trim()).unwrap();
+        let m = src.surface.moe.as_ref().unwrap();
+        let banks = src.surface.n_layers * (1 + usize::from(m.shared_ffn > 0));
+        assert_eq!(v["banks"], banks, "{name}: {v}");
+        let regions = src.surface.n_layers * 3 * (m.n_experts + usize::from(m.shared_ffn > 0));
+        assert_eq!(v["expert_regions_equal_gguf"], regions, "{name}: {v}");
+        let spine =
+            src.operands.len() - src.surface.n_layers * if m.shared_ffn > 0 { 6 } else { 3 };
+        assert_eq!(v["spine_tensors_equal_gguf"], spine, "{name}: {v}");
+    }
+}

@@ -293,6 +293,9 @@ pub enum Table {
     Tokens,
     Tensors,
     Representations,
+    /// The router's choices over a prompt (`WHERE prompt = '…'`): one row per layer,
+    /// position and chosen expert.
+    Routes,
 }
 
 impl Table {
@@ -303,6 +306,7 @@ impl Table {
         Table::Tokens,
         Table::Tensors,
         Table::Representations,
+        Table::Routes,
     ];
     pub fn name(&self) -> &'static str {
         match self {
@@ -312,6 +316,7 @@ impl Table {
             Table::Tokens => "tokens",
             Table::Tensors => "tensors",
             Table::Representations => "representations",
+            Table::Routes => "routes",
         }
     }
 }
@@ -457,6 +462,10 @@ pub struct Extract {
     pub source: Spanned<String>,
     pub output: Spanned<String>,
     pub format: Option<Spanned<ExtractFormat>>,
+    /// `SHAPE GRAPH | BANK` (VINDEX3; default GRAPH).
+    pub shape: Option<Spanned<ExtractShape>>,
+    /// `GROUP n`: experts per group extent of the bank shape (seed 002 §7).
+    pub group: Option<Spanned<u64>>,
     pub encoding: Option<Spanned<Encoding>>,
     pub layers: Option<Spanned<LayerSpec>>,
     /// `MODEL_ID "org/repo:dist"` (layer packages).
@@ -506,6 +515,15 @@ pub struct Represent {
     pub container: Option<Spanned<String>>,
 }
 
+/// The on-disk shape of a VINDEX3 EXTRACT (seed 002 §5.3, §5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ExtractShape {
+    /// `system_graph.json` + plain tensor-table segments.
+    Graph,
+    /// `moe_manifest.json` + LYRW v2 bank files.
+    Bank,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ExtractFormat {
     Vindex3,
@@ -551,6 +569,8 @@ pub enum ShowWhat {
     Tables,
     /// The bound layer package: identity, ABI, stage, artifacts, generation policy.
     Package,
+    /// The bound model's FFN programmes and the maturity rung of each (seed 002 §10–11).
+    Capabilities,
 }
 
 /// A literal value.
@@ -856,6 +876,7 @@ leaf!(
     ExtractFormat,
     RepresentTarget,
     ArtifactWhat,
+    ExtractShape,
     Encoding,
     ShowWhat,
     Value,
@@ -992,6 +1013,8 @@ fields!(Extract {
     source,
     output,
     format,
+    shape,
+    group,
     encoding,
     layers,
     model_id,

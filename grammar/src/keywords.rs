@@ -98,6 +98,9 @@ pub const KEYWORDS: &[&str] = &[
     "COMPILE",
     "EXTRACT",
     "FORMAT",
+    "SHAPE",
+    "BANK",
+    "GRAPH",
     "ENCODING",
     "MODEL_ID",
     "SOURCE_REVISION",
@@ -144,6 +147,7 @@ pub const KEYWORDS: &[&str] = &[
     "REPRESENTATIONS",
     "TENSORS",
     "PROFILES",
+    "CAPABILITIES",
     "PATCHES",
     // tables
     "FEATURES",

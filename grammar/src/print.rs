@@ -122,6 +122,15 @@ impl Display for CompileTarget {
         })
     }
 }
+impl Display for ExtractShape {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ExtractShape::Graph => "GRAPH",
+            ExtractShape::Bank => "BANK",
+        })
+    }
+}
+
 impl Display for ExtractFormat {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -153,6 +162,7 @@ impl Display for ShowWhat {
             ShowWhat::Patches => "PATCHES",
             ShowWhat::Tables => "TABLES",
             ShowWhat::Package => "PACKAGE",
+            ShowWhat::Capabilities => "CAPABILITIES",
         })
     }
 }
@@ -535,6 +545,12 @@ impl Display for StatementKind {
                 )?;
                 if let Some(x) = &e.format {
                     write!(f, " FORMAT {}", x.value)?;
+                }
+                if let Some(x) = &e.shape {
+                    write!(f, " SHAPE {}", x.value)?;
+                }
+                if let Some(x) = &e.group {
+                    write!(f, " GROUP {}", x.value)?;
                 }
                 if let Some(x) = &e.encoding {
                     write!(f, " ENCODING {}", x.value)?;

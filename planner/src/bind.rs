@@ -114,6 +114,32 @@ impl Binder {
                     sp,
                 ));
             }
+            K::Extract(e)
+                if e.format
+                    .as_ref()
+                    .is_some_and(|f| f.value == ExtractFormat::Package)
+                    && (e.shape.is_some() || e.group.is_some()) =>
+            {
+                let sp = e.shape.as_ref().map_or_else(
+                    || e.group.as_ref().map_or(self.stmt_span, |g| g.span),
+                    |s| s.span,
+                );
+                return Err(PlanError::semantic(
+                    "SHAPE and GROUP describe a VINDEX3 container: drop them or use FORMAT VINDEX3",
+                    sp,
+                ));
+            }
+            K::Extract(e)
+                if e.group.is_some()
+                    && e.shape
+                        .as_ref()
+                        .is_none_or(|s| s.value != ExtractShape::Bank) =>
+            {
+                return Err(PlanError::semantic(
+                    "GROUP sizes the group extents of the bank shape: add SHAPE BANK",
+                    e.group.as_ref().map_or(self.stmt_span, |g| g.span),
+                ));
+            }
             K::Extract(e) => LogicalPlan::Extract(ExtractPlan {
                 source: path(&e.source, "source")?,
                 output: path(&e.output, "output path")?,
@@ -121,6 +147,8 @@ impl Binder {
                     .format
                     .as_ref()
                     .map_or(ExtractFormat::Vindex3, |f| f.value),
+                shape: e.shape.as_ref().map_or(ExtractShape::Graph, |s| s.value),
+                group: e.group.as_ref().map(|g| g.value),
                 encoding: e.encoding.as_ref().map_or(Encoding::Source, |x| x.value),
                 layers: e.layers.as_ref().map(unchecked_layers).transpose()?,
                 model_id: e.model_id.as_ref().map(|s| s.value.clone()),
@@ -964,6 +992,7 @@ pub(crate) fn pushdown(
             labels: LabelTiming::None,
             label_set: LabelSet::default(),
             estimate: None,
+            prompt: None,
         };
     }
     let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
@@ -1011,6 +1040,7 @@ pub(crate) fn pushdown(
         labels,
         label_set,
         estimate,
+        prompt: None,
     }
 }
 

@@ -4,8 +4,8 @@
 
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
-    ArtifactWhat, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef,
-    Positions, RepresentTarget, ShowWhat, Table, Value, WalkMode,
+    ArtifactWhat, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ExtractShape,
+    ModelRef, Positions, RepresentTarget, ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
 
@@ -270,6 +270,8 @@ pub struct ScanSpec {
     pub label_set: LabelSet,
     /// The work of a `features` scan (`None` for the other tables).
     pub estimate: Option<ScanEstimate>,
+    /// The prompt a `routes` scan runs (from `WHERE prompt = '…'`).
+    pub prompt: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -372,6 +374,10 @@ pub struct ExtractPlan {
     pub output: String,
     /// Default VINDEX3.
     pub format: ExtractFormat,
+    /// VINDEX3's on-disk shape (default GRAPH).
+    pub shape: ExtractShape,
+    /// Experts per group extent of the bank shape (`None`: the writer's default).
+    pub group: Option<u64>,
     /// Default SOURCE (keep each tensor's stored encoding).
     pub encoding: Encoding,
     pub layers: Option<LayerRange>,

@@ -109,6 +109,8 @@ pub enum Operator {
         /// The label columns filled (the others are not read).
         label_set: LabelSet,
         estimate: Option<ScanEstimate>,
+        /// The prompt a `routes` scan runs.
+        prompt: Option<String>,
     },
     Filter {
         predicate: Expr,
@@ -442,6 +444,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 labels: s.scan.labels,
                 label_set: s.scan.label_set,
                 estimate: s.scan.estimate,
+                prompt: s.scan.prompt.clone(),
             }];
             if let Some(f) = &s.filter {
                 ops.push(O::Filter {
@@ -533,6 +536,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 labels: LabelTiming::None,
                 label_set: LabelSet::default(),
                 estimate: None,
+                prompt: None,
             },
             O::Filter {
                 predicate: d.filter.clone(),
@@ -547,6 +551,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 labels: LabelTiming::None,
                 label_set: LabelSet::default(),
                 estimate: None,
+                prompt: None,
             },
             O::Filter {
                 predicate: u.filter.clone(),
@@ -601,7 +606,13 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 profile: None,
             },
             O::Write {
-                kind: e.format.to_string(),
+                kind: match (e.format, e.shape) {
+                    (ExtractFormat::Vindex3, ExtractShape::Bank) => match e.group {
+                        Some(g) => format!("VINDEX3 BANK GROUP {g}"),
+                        None => "VINDEX3 BANK".into(),
+                    },
+                    _ => e.format.to_string(),
+                },
                 path: e.output.clone(),
                 encoding: Some(e.encoding),
                 layers: e.layers,
@@ -810,9 +821,13 @@ impl fmt::Display for Operator {
                 features,
                 labels,
                 estimate,
+                prompt,
                 ..
             } => {
                 write!(f, "TableScan {table}")?;
+                if let Some(p) = prompt {
+                    write!(f, " prompt={}", quote(p))?;
+                }
                 if let Some(l) = layers {
                     write!(f, " layers={}", list_text(l))?;
                 }

@@ -33,6 +33,34 @@ pub fn columns_in(e: &Expr, out: &mut Vec<String>) {
     });
 }
 
+/// The text `col` must equal for `e` to hold, from a top-level conjunct `col = 'text'`
+/// (or `'text' = col`); `None` when no such conjunct exists.
+pub fn text_equal(e: &Expr, col: &str) -> Option<String> {
+    let conjuncts: Vec<&Expr> = match &e.kind {
+        ExprKind::And(xs) => xs.iter().collect(),
+        _ => vec![e],
+    };
+    let is_col =
+        |x: &Expr| matches!(&x.kind, ExprKind::Column(c) if c.name.eq_ignore_ascii_case(col));
+    let text = |x: &Expr| match &x.kind {
+        ExprKind::Literal(Lit::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    conjuncts.into_iter().find_map(|c| match &c.kind {
+        ExprKind::Compare {
+            op: CmpOp::Eq,
+            left,
+            right,
+        } if is_col(left) => text(right),
+        ExprKind::Compare {
+            op: CmpOp::Eq,
+            left,
+            right,
+        } if is_col(right) => text(left),
+        _ => None,
+    })
+}
+
 /// The set of integer values of column `col` that can satisfy `e`, as far as its top-level
 /// conjuncts say (`col = n`, `col IN (…)`, `col BETWEEN a AND b`, `col <,<=,>,>= n`);
 /// `None` when unconstrained. The full filter still runs afterwards, so this only needs to

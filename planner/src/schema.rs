@@ -105,6 +105,28 @@ const TOKENS: Spec = &[
         "normal, control, byte, unused or user-defined",
     ),
 ];
+const ROUTES: Spec = &[
+    (
+        "prompt",
+        Text,
+        "the prompt run (WHERE prompt = '…' chooses it; required)",
+    ),
+    ("position", Int, "prompt position"),
+    ("token_id", Int, "the token at that position"),
+    ("token", Text, "its text"),
+    ("layer", Int, "layer whose router chose"),
+    (
+        "rank",
+        Int,
+        "1 for the expert with the highest selection score",
+    ),
+    ("expert", Int, "the routed expert chosen"),
+    (
+        "weight",
+        Float,
+        "its weight in the layer's combine (after the model's normalisation)",
+    ),
+];
 const TENSORS: Spec = &[
     ("name", Text, "the tensor's name in its source file"),
     ("object", Text, "the system-graph object it belongs to"),
@@ -163,12 +185,13 @@ const PATCHES: Spec = &[
 ];
 
 /// The virtual tables that answer `SELECT`, in the order `SHOW TABLES` lists them.
-pub const QUERYABLE_TABLES: [Table; 5] = [
+pub const QUERYABLE_TABLES: [Table; 6] = [
     Table::Features,
     Table::Layers,
     Table::Tokens,
     Table::Tensors,
     Table::Edges,
+    Table::Routes,
 ];
 
 /// The columns of a virtual table, or `None` for a table that does not answer SELECT yet.
@@ -179,6 +202,7 @@ pub fn table_columns(table: Table) -> Option<Vec<ColumnDef>> {
         Table::Tokens => TOKENS,
         Table::Tensors => TENSORS,
         Table::Edges => EDGES,
+        Table::Routes => ROUTES,
         Table::Representations => return None,
     }))
 }
@@ -425,6 +449,31 @@ const SHOW_PROFILES: Spec = &[
         "object = variant, for every selection it states",
     ),
 ];
+const SHOW_CAPABILITIES: Spec = &[
+    (
+        "programme",
+        Text,
+        "expert programme (seed 002 §8.4), e.g. gated-mlp-v1",
+    ),
+    ("bank", Text, "routed, shared or dense (a bank with one entry)"),
+    ("formats", Text, "role=format of each region the programme requires"),
+    (
+        "grouping",
+        Text,
+        "group of n (bank container's group extents), stacked (3-D expert tensors) or single entry",
+    ),
+    (
+        "maturity",
+        Text,
+        "rung of §10 this build reaches: representable, reference, grouped, dispatched or production",
+    ),
+    ("layers", Text, "the layers this row covers"),
+    (
+        "detail",
+        Text,
+        "how it runs, or what is missing (layer, bank, role, segment)",
+    ),
+];
 const SHOW_TABLES: Spec = &[
     ("table", Text, "virtual table name"),
     ("columns", Int, "number of columns"),
@@ -519,6 +568,7 @@ pub fn show_columns(what: ShowWhat) -> Vec<ColumnDef> {
         ShowWhat::Package => SHOW_PACKAGE,
         ShowWhat::Profiles => SHOW_PROFILES,
         ShowWhat::Patches => PATCHES,
+        ShowWhat::Capabilities => SHOW_CAPABILITIES,
     })
 }
 
@@ -750,8 +800,8 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("COMPILE", r#"COMPILE CURRENT|"source" INTO VINDEX|PACKAGE|GGUF "out""#,
           "Writes the current state (or a model) as a new VINDEX3 container (derived authority, gated on probe logits) or GGUF file.".into(),
           r#"COMPILE CURRENT INTO VINDEX "out.vindex""#, OfExample),
-        d("EXTRACT", r#"EXTRACT MODEL "source" INTO "out" [FORMAT VINDEX3|PACKAGE] [ENCODING SOURCE|F32|F16|BF16|Q8_0] [LAYERS a-b] [MODEL_ID "id"] [SOURCE_REVISION "rev"] [PROJECTOR "file"]… [WITH LABELS]"#,
-          "Writes a VINDEX3 container or a layer package (temporary name, fsync, rename). Default FORMAT VINDEX3, ENCODING SOURCE. WITH LABELS also stores every feature's label (its top output tokens) as a derived, checksummed segment recorded in index.json, which browse statements then read instead of computing.".into(),
+        d("EXTRACT", r#"EXTRACT MODEL "source" INTO "out" [FORMAT VINDEX3|PACKAGE] [SHAPE GRAPH|BANK] [GROUP n] [ENCODING SOURCE|F32|F16|BF16|Q8_0] [LAYERS a-b] [MODEL_ID "id"] [SOURCE_REVISION "rev"] [PROJECTOR "file"]… [WITH LABELS]"#,
+          "Writes a VINDEX3 container or a layer package (temporary name, fsync, rename). Default FORMAT VINDEX3, SHAPE GRAPH, ENCODING SOURCE. SHAPE BANK writes a mixture-of-experts model as seed 002's bank shape (moe_manifest.json, one LYRW v2 file per layer; GROUP n experts per group extent, default 8 when it divides the experts, else all; docs/moe.md). WITH LABELS also stores every feature's label (its top output tokens) as a derived, checksummed segment recorded in index.json, which browse statements then read instead of computing.".into(),
           r#"EXTRACT MODEL "m.gguf" INTO "m.vindex""#, OfExample),
         d("REPRESENT", r#"REPRESENT LABELS ["container"] | REPRESENT "object"|ALL AS SOURCE|F32|F16|BF16|Q8_0 [INTO "container"]"#,
           "REPRESENT LABELS computes every feature's label of a container (the bound one by default) by batched matrix products and stores them as a derived, checksummed segment recorded in index.json, replacing labels stored before; existing segments are untouched. Adding a representation of an object (AS encoding) is not supported yet.".into(),
@@ -808,6 +858,7 @@ pub fn show_docs() -> Vec<(&'static str, Vec<ColumnDef>)> {
         ("PATCHES", ShowWhat::Patches),
         ("TABLES", ShowWhat::Tables),
         ("PACKAGE", ShowWhat::Package),
+        ("CAPABILITIES", ShowWhat::Capabilities),
     ]
     .into_iter()
     .map(|(n, w)| (n, show_columns(w)))

@@ -176,6 +176,19 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
         early.append(&mut late);
     }
     let mut scan = pushdown(m, table, filter.as_ref(), &early, &late);
+    if table == g::Table::Routes {
+        scan.prompt = Some(
+            filter
+                .as_ref()
+                .and_then(|f| crate::pushdown::text_equal(f, "prompt"))
+                .ok_or_else(|| {
+                    PlanError::semantic(
+                        "SELECT FROM routes runs a prompt: add WHERE prompt = '…'",
+                        s.table.span,
+                    )
+                })?,
+        );
+    }
     if let (Some(e), LabelTiming::Late) = (scan.estimate.as_mut(), scan.labels) {
         // Late labels: only the rows that survive LIMIT (at most) are labelled.
         e.labels = limit.map_or(e.rows, |n| e.rows.min(n as u64));

@@ -5,7 +5,7 @@
 use lql_grammar::{CompileTarget, Span, Statement, StatementKind, Table};
 
 use crate::error::PlanError;
-use crate::logical::{ExplainMode, ExtractFormat, LogicalPlan};
+use crate::logical::{Encoding, ExplainMode, ExtractFormat, ExtractShape, LogicalPlan};
 
 /// Refuses a statement (or one of its clauses) that is not built yet.
 pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError> {
@@ -42,6 +42,15 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
                     ),
                     None => Ok(()),
                 };
+            }
+            if let (Some(s), Some(enc)) = (
+                x.shape.as_ref().filter(|s| s.value == ExtractShape::Bank),
+                x.encoding.as_ref().filter(|e| e.value != Encoding::Source),
+            ) {
+                return refuse(
+                    "EXTRACT … SHAPE BANK ENCODING (the bank shape copies each region as stored)",
+                    Span { start: s.span.start.min(enc.span.start), end: s.span.end.max(enc.span.end) },
+                );
             }
             match &x.layers {
                 Some(l) => refuse(

@@ -415,6 +415,23 @@ fn select_resolves_columns() {
 }
 
 #[test]
+fn routes_needs_its_prompt() {
+    let m = smollm();
+    refuse(
+        "SELECT * FROM «routes» WHERE layer = 1",
+        &m,
+        "add WHERE prompt",
+    );
+    let LogicalPlan::Select(s) = plan(
+        "SELECT layer, count(*) FROM routes WHERE layer < 2 AND 'hi' = prompt GROUP BY layer",
+        &m,
+    ) else {
+        panic!()
+    };
+    assert_eq!(s.scan.prompt.as_deref(), Some("hi"));
+}
+
+#[test]
 fn every_schema_comes_from_the_planner() {
     let m = smollm();
     // Tables that do not answer SELECT yet are refused at their name, with the ones that do.
@@ -433,10 +450,17 @@ fn every_schema_comes_from_the_planner() {
         .help
         .as_deref()
         .unwrap_or("")
-        .contains("features, layers, tokens, tensors, edges"));
+        .contains("features, layers, tokens, tensors, edges, routes"));
     for t in QUERYABLE_TABLES {
         let cols = table_columns(t).unwrap();
-        let LogicalPlan::Select(s) = plan(&format!("SELECT * FROM {}", t.name()), &m) else {
+        // `routes` runs a prompt, which WHERE names.
+        let filter = if t == Table::Routes {
+            " WHERE prompt = 'x'"
+        } else {
+            ""
+        };
+        let LogicalPlan::Select(s) = plan(&format!("SELECT * FROM {}{filter}", t.name()), &m)
+        else {
             panic!()
         };
         assert_eq!(s.columns, cols);

@@ -227,6 +227,10 @@ pub struct Model {
     pub tokenizer: TokenizerSlot,
     pub operands: BTreeMap<OperandKey, Operand>,
     pub backings: Vec<Backing>,
+    /// Operands the source declares but this binding leaves out, with the reason (a bank
+    /// container's region a programme requires and the bank lacks, an encoding not
+    /// supported yet, …): naming layer, bank, role and segment. Empty for most sources.
+    pub absent: BTreeMap<OperandKey, String>,
 }
 
 /// The effective-state seam: anything the executor can read operands from.

@@ -111,6 +111,44 @@ impl Builder {
         });
     }
 
+    /// A tiny Mixtral-style model (1 layer, hidden 16, 4 experts of width 16, top-2)
+    /// written by `EXTRACT … SHAPE BANK GROUP 2` as `name`, then `f` applied to it.
+    fn moe_bank(&self, name: &str, f: impl FnOnce(&Path)) {
+        use lql_storage::format::gguf::synth::{TinyModel, TinyMoe};
+        let t = tempfile::tempdir().unwrap();
+        let gguf = t.path().join("tiny-moe.gguf");
+        TinyModel {
+            layers: 1,
+            hidden: 16,
+            ffn: 16,
+            heads: 2,
+            kv_heads: 1,
+            vocab: 259,
+            moe: Some(TinyMoe {
+                experts: 4,
+                used: 2,
+                expert_ffn: 16,
+                shared_ffn: 0,
+                shared_gate: false,
+                sigmoid: false,
+            }),
+            ..TinyModel::llama()
+        }
+        .write(&gguf)
+        .unwrap();
+        let model = lql_storage::import::open(&gguf).unwrap();
+        let out = self.dir(name);
+        vindex3::extract_bank(
+            &model,
+            &out,
+            Some(2),
+            &mut |_| {},
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .unwrap();
+        f(&out);
+    }
+
     fn bank(&self, name: &str, segments: Value, files: &[(&str, Vec<u8>)]) {
         let d = self.dir(name);
         std::fs::create_dir_all(&d).unwrap();
@@ -129,6 +167,13 @@ impl Builder {
             std::fs::write(d.join(f), bytes).unwrap();
         }
     }
+}
+
+/// Overwrite `bytes` at `at` in file `f`.
+fn patch_file(f: &Path, at: usize, bytes: &[u8]) {
+    let mut b = std::fs::read(f).unwrap();
+    b[at..at + bytes.len()].copy_from_slice(bytes);
+    std::fs::write(f, b).unwrap();
 }
 
 /// Rewrite one tensor's dtype in a segment header (same header length) and re-record the
@@ -854,8 +899,8 @@ fn build(out: &Path) {
         "open",
         None,
         "refuse",
-        &["not supported yet", "bank shape"],
-        "§5.4",
+        &["MoE manifest schema missing"],
+        "§8, §12",
     );
     b.bank(
         "bank-declared-by-tag-not-name",
@@ -943,6 +988,113 @@ fn build(out: &Path) {
         "failed",
         &["layer_000.lyrw"],
         "§6",
+    );
+
+    // ---- bank shape written by EXTRACT … SHAPE BANK (§6, §7, §8) ----------------------
+    // One layer, 4 experts of width 16 (f32), top-2, group extents of 2. In each LYRW file:
+    // header 24 B, one bank descriptor (24), one segment descriptor (12), three region
+    // schemas (60), then the entry table at byte 120: entry e, role r at 120 + 16·(3e + r).
+    const ENTRIES: usize = 120;
+    let lyrw = "banks/layer_000.lyrw";
+    b.moe_bank("bank-shape-valid", |_| {});
+    b.add(
+        "bank-shape-valid",
+        "detect",
+        None,
+        "accept",
+        &["bank"],
+        "§5.4",
+    );
+    b.add(
+        "bank-shape-valid",
+        "open",
+        None,
+        "accept",
+        &[],
+        "§5.4, §6, §8",
+    );
+    b.add("bank-shape-valid", "verify", None, "ok", &[], "§20");
+    b.moe_bank("refuse-bank-group-not-dividing", |d| {
+        edit(&d.join("index.json"), |v| {
+            v["segments"][lyrw]["group_width"] = json!(3)
+        });
+        edit(&d.join("moe_manifest.json"), |v| {
+            v["layers"][0]["moe_layer"]["routed_bank"]["group_width"] = json!(3)
+        });
+    });
+    b.add(
+        "refuse-bank-group-not-dividing",
+        "open",
+        None,
+        "refuse",
+        &["bad group extents", "group width of 3", "4 entries"],
+        "§7",
+    );
+    b.moe_bank("refuse-bank-count-exceeds-file", |d| {
+        patch_file(&d.join(lyrw), 12, &u16::MAX.to_le_bytes());
+    });
+    b.add(
+        "refuse-bank-count-exceeds-file",
+        "open",
+        None,
+        "refuse",
+        &["layer_000.lyrw", "bank descriptors", "65535 records"],
+        "§6.1",
+    );
+    b.moe_bank("refuse-bank-overlapping-groups", |d| {
+        // Entry 2 (the second group extent) points its gate region at entry 1's bytes.
+        let f = d.join(lyrw);
+        let bytes = std::fs::read(&f).unwrap();
+        let e1 = ENTRIES + 16 * 3;
+        let off = bytes[e1..e1 + 8].to_vec();
+        patch_file(&f, ENTRIES + 16 * 6, &off);
+    });
+    b.add(
+        "refuse-bank-overlapping-groups",
+        "open",
+        None,
+        "refuse",
+        &["layer_000.lyrw", "overlapping regions", "entry 2"],
+        "§6.4, §7",
+    );
+    b.moe_bank("refuse-bank-region-outside-file", |d| {
+        patch_file(
+            &d.join(lyrw),
+            ENTRIES + 16 * 11,
+            &(1u64 << 40).to_le_bytes(),
+        );
+    });
+    b.add(
+        "refuse-bank-region-outside-file",
+        "open",
+        None,
+        "refuse",
+        &["layer_000.lyrw", "not a 64-byte-aligned range inside"],
+        "§6.4",
+    );
+    b.moe_bank("refuse-bank-manifest-schema-2", |d| {
+        edit(&d.join("moe_manifest.json"), |v| v["schema"] = json!(2));
+    });
+    b.add(
+        "refuse-bank-manifest-schema-2",
+        "open",
+        None,
+        "refuse",
+        &["MoE manifest schema 2", "reads schema 1"],
+        "§12",
+    );
+    b.moe_bank("refuse-bank-entries-disagree", |d| {
+        edit(&d.join("moe_manifest.json"), |v| {
+            v["layers"][0]["moe_layer"]["routed_bank"]["experts"] = json!(8)
+        });
+    });
+    b.add(
+        "refuse-bank-entries-disagree",
+        "open",
+        None,
+        "refuse",
+        &["layers[0].moe_layer", "disagree with the surface"],
+        "§8.1",
     );
 
     let manifest: Vec<Value> = b

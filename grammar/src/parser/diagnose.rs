@@ -117,6 +117,8 @@ fn describe_rule(rule: Rule) -> String {
         Rule::confidence_clause => "CONFIDENCE",
         Rule::into_patch_clause | Rule::into_clause => "INTO",
         Rule::format_clause => "FORMAT",
+        Rule::shape_clause => "SHAPE",
+        Rule::group_width_clause => "GROUP",
         Rule::encoding_clause => "ENCODING",
         Rule::like_clause | Rule::like_tail => "LIKE",
         Rule::column_list | Rule::value_row => "`(`",

@@ -583,6 +583,7 @@ const TABLES: &[(&str, Table)] = &[
     ("tokens", Table::Tokens),
     ("tensors", Table::Tensors),
     ("representations", Table::Representations),
+    ("routes", Table::Routes),
 ];
 
 fn table(p: Pair<Rule>) -> Result<Spanned<Table>> {
@@ -913,6 +914,7 @@ fn compile_stmt(p: Pair<Rule>) -> Result<StatementKind> {
 fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut strings = Vec::new();
     let (mut format, mut encoding, mut layers) = (None, None, None);
+    let (mut shape, mut group) = (None, None);
     let (mut model_id, mut source_revision) = (None, None);
     let mut projectors = Vec::new();
     let mut labels = None;
@@ -940,6 +942,21 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                 )?;
                 set(&mut format, Spanned::new(f.value, sp), "FORMAT")?
             }
+            Rule::shape_clause => {
+                let sp = span(&q);
+                let w = last_child(q)?;
+                let s = choose(
+                    &w,
+                    "shape",
+                    &[("GRAPH", ExtractShape::Graph), ("BANK", ExtractShape::Bank)],
+                )?;
+                set(&mut shape, Spanned::new(s.value, sp), "SHAPE")?
+            }
+            Rule::group_width_clause => {
+                let sp = span(&q);
+                let n = unsigned(last_child(q)?)?;
+                set(&mut group, Spanned::new(n.value, sp), "GROUP")?
+            }
             Rule::encoding_clause => {
                 let sp = span(&q);
                 let e = encoding_word(&last_child(q)?)?;
@@ -958,6 +975,8 @@ fn extract_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             source,
             output,
             format,
+            shape,
+            group,
             encoding,
             layers,
             model_id,
@@ -1040,6 +1059,7 @@ fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                         ("PATCHES", ShowWhat::Patches),
                         ("TABLES", ShowWhat::Tables),
                         ("PACKAGE", ShowWhat::Package),
+                        ("CAPABILITIES", ShowWhat::Capabilities),
                     ],
                 )?)
             }

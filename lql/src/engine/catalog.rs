@@ -40,10 +40,17 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         .into_iter()
         .filter(|k| !model.operands.contains_key(k))
     {
+        // A reason the binding recorded (a bank region missing: layer, bank, role,
+        // segment) says more than the operand's name.
+        let what = model
+            .absent
+            .get(&k)
+            .cloned()
+            .unwrap_or_else(|| k.to_string());
         if matches!(k.role, Role::TokenEmbedding | Role::FfnGate) {
-            missing_browse.push(k.to_string());
+            missing_browse.push(what.clone());
         }
-        missing_exec.push(k.to_string());
+        missing_exec.push(what);
     }
     if s.moe.is_some() {
         // Browsing reads dense gate rows; a bank's experts are not browsed yet.

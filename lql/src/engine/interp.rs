@@ -196,6 +196,11 @@ fn operator(
         O::Decompose => trace::decompose(one(inputs, "Decompose")?),
         O::SaveTrace { path } => trace::save(cx, one(inputs, "SaveTrace")?, path),
         O::TableScan {
+            table: lql_grammar::Table::Routes,
+            prompt,
+            ..
+        } => select::routes_scan(cx, prompt.as_deref()),
+        O::TableScan {
             table,
             layers,
             features,

@@ -39,6 +39,7 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
             return super::vindex::show(cx, &plan).map(Datum::Rows)
         }
         ShowWhat::Patches => super::patch::show(cx)?,
+        ShowWhat::Capabilities => super::vindex::show_capabilities(cx)?,
     };
     if let Some(pattern) = &plan.like {
         rows.rows

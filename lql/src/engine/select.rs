@@ -1,4 +1,5 @@
-//! SELECT's operators over the virtual tables `features`, `layers`, `tokens` and `tensors`:
+//! SELECT's operators over the virtual tables `features`, `layers`, `tokens`, `tensors` and
+//! `routes` (the router's choices over `WHERE prompt = '…'`, one forward pass):
 //! TableScan, Filter, Aggregate, Distinct, Sort, Limit, LateLabels, Project.
 //!
 //! ```text
@@ -53,7 +54,7 @@ pub(crate) fn table_scan(
         Table::Tokens => tokens_rows(cx)?,
         Table::Tensors => tensors_rows(cx)?,
         Table::Edges => super::edit::edges_rows(cx)?,
-        Table::Representations => {
+        Table::Representations | Table::Routes => {
             return Err(Error::not_supported_yet(&format!(
                 "SELECT FROM {}",
                 table.name()
@@ -283,4 +284,59 @@ pub(crate) fn tensors_rows(cx: &mut Cx<'_>) -> Result<Vec<Vec<Value>>> {
             ]
         })
         .collect())
+}
+
+/// `TableScan routes prompt='…'`: one forward pass over the prompt (with BOS when the
+/// tokenizer adds one) with an observer copying each bank layer's routes: one row per
+/// (layer, position, chosen expert), best first. A model whose FFNs are dense has no router
+/// and is refused by name.
+pub(crate) fn routes_scan(cx: &mut Cx<'_>, prompt: Option<&str>) -> Result<Datum> {
+    let prompt = prompt.ok_or_else(|| Error::internal("routes scan without a prompt"))?;
+    let defs = lql_planner::table_columns(Table::Routes)
+        .ok_or_else(|| Error::internal("routes has no schema"))?;
+    let columns = columns_of(&defs);
+    let model = cx.model()?;
+    if model.surface.moe.is_none() {
+        return Err(Error::semantic(
+            "SELECT FROM routes: the bound model's FFNs are dense; it has no router to choose experts",
+        ));
+    }
+    let tok = cx.tokenizer()?;
+    let ids = tok.encode(prompt, true)?;
+    if ids.is_empty() {
+        return Err(Error::semantic(
+            "the prompt is empty: at least one token is needed",
+        ));
+    }
+    let exec = cx.executor()?;
+    struct Capture(Vec<(usize, Vec<lql_exec::Route>)>);
+    impl lql_exec::Observer for Capture {
+        fn on_layer(&mut self, r: &lql_exec::LayerRecord<'_>) {
+            self.0.push((r.layer, r.routes.to_vec()));
+        }
+    }
+    let mut cap = Capture(Vec::new());
+    let last = model.surface.n_layers.saturating_sub(1);
+    exec.observe_layers(&ids, last, &mut cap)?;
+    let texts: Vec<Value> = ids.iter().map(|&i| tok.token_text(i).into()).collect();
+    let mut rows = Vec::new();
+    for (layer, routes) in cap.0 {
+        let mut rank = 0;
+        let mut at = usize::MAX;
+        for r in routes {
+            rank = if r.position == at { rank + 1 } else { 1 };
+            at = r.position;
+            rows.push(vec![
+                Value::from(prompt),
+                Value::from(r.position),
+                Value::from(ids[r.position]),
+                texts[r.position].clone(),
+                Value::from(layer),
+                Value::from(rank),
+                Value::from(r.expert),
+                Value::from(r.weight as f64),
+            ]);
+        }
+    }
+    Ok(Datum::Table { columns, rows })
 }

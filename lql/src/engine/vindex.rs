@@ -1,5 +1,6 @@
 //! VINDEX3 statements: `EXTRACT MODEL … INTO … [ENCODING …]`, `VERIFY ["dir"]` and
-//! `SHOW COMPONENTS | REPRESENTATIONS` (answered from the container artifact alone).
+//! `SHOW COMPONENTS | REPRESENTATIONS` (answered from the container artifact alone);
+//! `SHOW CAPABILITIES` of the bound model (its FFN programmes and their maturity rungs).
 //! `USE "container"` goes through `lql_storage::import::open` like every other source.
 
 use std::path::{Path, PathBuf};
@@ -53,13 +54,25 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
     let task = format!("extract {}", plan.output);
     let handler = cx.engine.progress.clone();
     let cancel = cx.cancel.clone();
-    let result = vindex3::extract_cancellable(
-        &model,
-        Path::new(&plan.output),
-        encoding,
-        &mut |p| report_bytes(handler.as_ref(), &task, p.bytes_done, p.bytes_total, false),
-        &cancel,
-    );
+    let mut progress = |p: vindex3::ExtractProgress| {
+        report_bytes(handler.as_ref(), &task, p.bytes_done, p.bytes_total, false)
+    };
+    let result = match plan.shape {
+        lql_grammar::ExtractShape::Bank => vindex3::extract_bank(
+            &model,
+            Path::new(&plan.output),
+            plan.group.map(|g| usize::try_from(g).unwrap_or(usize::MAX)),
+            &mut progress,
+            &cancel,
+        ),
+        lql_grammar::ExtractShape::Graph => vindex3::extract_cancellable(
+            &model,
+            Path::new(&plan.output),
+            encoding,
+            &mut progress,
+            &cancel,
+        ),
+    };
     let report = match result {
         Ok(r) => r,
         Err(_) if cancel.load(std::sync::atomic::Ordering::Relaxed) => {
@@ -426,6 +439,26 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
             r.first()
                 .is_some_and(|v| super::introspect::like(&v.to_string(), pattern))
         });
+    }
+    Ok(rows)
+}
+
+/// `SHOW CAPABILITIES`: one row per (programme, bank, formats, grouping, rung) of the bound
+/// model's FFNs (seed 002 §10–11), computed from its operands (a missing region shows as
+/// `representable` with what is missing).
+pub(crate) fn show_capabilities(cx: &mut Cx<'_>) -> Result<Rows> {
+    let model = cx.model()?;
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    for r in vindex3::bank_reader::capabilities(&model) {
+        rows.push(vec![
+            Value::from(r.programme),
+            Value::from(r.bank),
+            Value::from(r.formats),
+            Value::from(r.grouping),
+            Value::from(r.maturity.name()),
+            Value::from(r.layers),
+            Value::from(r.detail),
+        ]);
     }
     Ok(rows)
 }

@@ -340,6 +340,7 @@ pub fn from_parts(
         tokenizer: slot,
         operands,
         backings: parts.iter().map(|p| p.backing().clone()).collect(),
+        absent: Default::default(),
     })
 }
 

@@ -213,6 +213,7 @@ pub fn open(dir: &Path) -> Result<Model> {
         tokenizer: slot,
         operands,
         backings: folder.backings,
+        absent: Default::default(),
     })
 }
 

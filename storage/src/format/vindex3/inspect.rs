@@ -156,6 +156,9 @@ pub(crate) enum BankCodec {
     /// `{"codec": "lyrw", "format_version": 2}` (or `format_version` 2 alone, the bank
     /// shape's own codec).
     LyrwV2,
+    /// `{"codec": "tensor_table", "schema": 1}`: the bank shape's spine segment (plain
+    /// segment framing, [`super::segment`]).
+    TensorTable,
     /// Anything else: preserved, never read; the declaration as written.
     Unknown(String),
 }
@@ -180,6 +183,12 @@ pub(crate) fn bank_segments(c: &Container) -> Vec<BankSegment<'_>> {
             let version = decl.get("format_version").and_then(|v| v.as_u64());
             let codec = match (codec, version) {
                 (None | Some("lyrw"), Some(2)) => BankCodec::LyrwV2,
+                (Some("tensor_table"), _)
+                    if decl.get("schema").and_then(|v| v.as_u64())
+                        == Some(super::SEGMENT_HEADER_SCHEMA as u64) =>
+                {
+                    BankCodec::TensorTable
+                }
                 _ => BankCodec::Unknown(decl.to_string()),
             };
             BankSegment {

@@ -346,6 +346,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LyrwFile> {
             seg.regions.push((offset, length));
         }
     }
+    check_overlaps(path, c.at as u64, &segments)?;
     Ok(LyrwFile {
         logical_layer,
         flags,
@@ -354,6 +355,53 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LyrwFile> {
         file_len,
         bank_index,
     })
+}
+
+/// No region may overlap the tables (which end at `tables_end`) or another region: two
+/// entries (or two groups of entries) sharing bytes would alias one expert's weights into
+/// another's. Empty regions occupy nothing. Sorting is O(n log n) in the regions the file
+/// declares, which the table-size check already bounded by the file's length.
+fn check_overlaps(path: &Path, tables_end: u64, segments: &[SegmentDescriptor]) -> Result<()> {
+    let mut all: Vec<(u64, u64, u16, u32)> = Vec::new();
+    for s in segments {
+        let per = if s.entry_count == 0 {
+            1
+        } else {
+            (s.regions.len() / s.entry_count as usize).max(1)
+        };
+        all.extend(
+            s.regions
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.1 > 0)
+                .map(|(i, r)| (r.0, r.1, s.bank_id, s.first_entry + (i / per) as u32)),
+        );
+    }
+    all.sort_unstable();
+    if let Some(r) = all.first().filter(|r| r.0 < tables_end) {
+        return Err(StorageError::Format {
+            path: path.to_path_buf(),
+            offset: r.0,
+            field: format!("region of bank {} entry {}", r.2, r.3),
+            message: format!(
+                "region [{}, +{}) overlaps the file's tables, which end at {tables_end}",
+                r.0, r.1
+            ),
+        });
+    }
+    if let Some(w) = all.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
+        return Err(StorageError::Format {
+            path: path.to_path_buf(),
+            offset: w[1].0,
+            field: format!("region of bank {} entry {}", w[1].2, w[1].3),
+            message: format!(
+                "overlapping regions: [{}, +{}) of bank {} entry {} overlaps [{}, +{}) of bank {} \
+                 entry {}",
+                w[1].0, w[1].1, w[1].2, w[1].3, w[0].0, w[0].1, w[0].2, w[0].3
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Map and parse a LYRW v2 file.

@@ -33,9 +33,10 @@
 //!   `<out>` last. A crash leaves either no
 //!   `<out>` or a complete one; the leftover temporary directory has no `index.json` unless
 //!   it is itself complete.
-//! - **Bank shape.** A container whose index names `moe_manifest` and no graph is
-//!   recognised; [`open_model`] refuses it by name ("not supported yet"), while STATS,
-//!   SHOW TENSORS and VERIFY read its LYRW v2 files structurally ([`lyrw`]).
+//! - **Bank shape.** A container whose index names `moe_manifest` and no graph is written
+//!   by [`bank_writer`] (`EXTRACT … SHAPE BANK`) and bound by [`bank_reader`] (the spine
+//!   segment plus one LYRW v2 file per layer, experts read in place); STATS, SHOW TENSORS
+//!   and VERIFY read its LYRW v2 files structurally ([`lyrw`]).
 //! - **Open is O(1).** [`open_model`] parses `index.json`, the graph and the segment
 //!   headers and maps the segments; it never hashes payloads ([`verify()`] does) and builds
 //!   the tokenizer lazily.
@@ -45,6 +46,8 @@
 
 pub mod artifact;
 mod atomic;
+pub mod bank_reader;
+pub mod bank_writer;
 pub mod compact;
 mod consistency;
 mod encode;
@@ -54,6 +57,7 @@ mod inspect;
 pub mod labels;
 pub mod lyrw;
 pub mod meter;
+pub mod moe_manifest;
 pub mod provenance;
 mod reader;
 pub mod segment;
@@ -61,6 +65,7 @@ pub mod variants;
 mod verify;
 mod writer;
 
+pub use bank_writer::extract_bank;
 pub use encode::ExtractEncoding;
 pub use graph::SystemGraph;
 pub use index::{detect, ContainerShape, Vindex3Index};

@@ -241,6 +241,14 @@ pub fn open_model(dir: &Path) -> Result<Model> {
 /// [`open_model`] with the variants `profile` selects (`None`: every baseline).
 pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
     let c = Container::load(dir)?;
+    if c.shape == ContainerShape::Bank {
+        if let Some(p) = profile {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: profile {p:?} of a bank container (its banks bind as stored)"
+            )));
+        }
+        return super::bank_reader::open(&c);
+    }
     let graph = c.require_graph()?;
     if graph.components.len() != 1 || graph.components[0].id != TEXT_COMPONENT {
         let ids: Vec<&str> = graph.components.iter().map(|c| c.id.as_str()).collect();
@@ -417,6 +425,7 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
         tokenizer,
         operands,
         backings,
+        absent: Default::default(),
     })
 }
 
@@ -483,7 +492,7 @@ fn check_closure(
 }
 
 /// The tokenizer, read from the capability snapshot on first use.
-fn tokenizer_slot(dir: &Path, index: &Vindex3Index) -> TokenizerSlot {
+pub(super) fn tokenizer_slot(dir: &Path, index: &Vindex3Index) -> TokenizerSlot {
     let Some(entry) = index.capabilities.get("tokenizer_spec") else {
         return TokenizerSlot::ready(TokenizerSpec::None);
     };

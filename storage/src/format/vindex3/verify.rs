@@ -326,6 +326,7 @@ fn verify_bank(c: &Container) -> Vec<VerifyRow> {
                 representation: s.rel.to_string(),
                 encoding: match &s.codec {
                     BankCodec::LyrwV2 => "lyrw-v2".into(),
+                    BankCodec::TensorTable => "tensor-table".into(),
                     BankCodec::Unknown(_) => "unknown".into(),
                 },
                 status: VerifyStatus::Failed,
@@ -369,6 +370,15 @@ fn verify_bank(c: &Container) -> Vec<VerifyRow> {
                         f.banks.len(),
                         f.segments.len()
                     ),
+                    Err(e) => {
+                        row.detail = e.to_string();
+                        return row;
+                    }
+                },
+                BankCodec::TensorTable => match crate::mapped::map_file(&path, "segment")
+                    .and_then(|m| super::segment::parse_header(&path, &m, m.len() as u64))
+                {
+                    Ok(p) => format!("{} tensors; header checked", p.header.tensors.len()),
                     Err(e) => {
                         row.detail = e.to_string();
                         return row;

@@ -475,7 +475,10 @@ fn write_segment(
 }
 
 /// Write the capability snapshot files; returns their index entries.
-fn write_capabilities(model: &Model, dir: &Path) -> Result<BTreeMap<String, CapabilityEntry>> {
+pub(super) fn write_capabilities(
+    model: &Model,
+    dir: &Path,
+) -> Result<BTreeMap<String, CapabilityEntry>> {
     let spec = model.tokenizer_spec()?;
     let mut files: Vec<(&str, &str, Vec<u8>)> = Vec::new();
     let spec_json =
