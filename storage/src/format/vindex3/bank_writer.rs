@@ -443,6 +443,7 @@ fn write_all(model: &Model, dir: &Path, g: usize, p: &mut Progress<'_>) -> Resul
         derived_from_model: provenance.derived_from_model,
         system_graph_sha256: None,
         capabilities,
+        feature_labels: None,
         extra,
     };
     let index_bytes = serde_json::to_vec_pretty(&index).map_err(internal)?;
