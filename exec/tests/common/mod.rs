@@ -188,6 +188,7 @@ pub fn build(spec: &Spec, seed: u64) -> Model {
     Model {
         surface: s,
         operands,
+        overlays: Default::default(),
     }
 }
 

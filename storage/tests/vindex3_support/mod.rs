@@ -171,6 +171,7 @@ pub fn synthetic(g: Geometry) -> Model {
         }),
         operands,
         backings: vec![Backing::Owned(Arc::new(buf))],
+        overlays: Default::default(),
     }
 }
 
