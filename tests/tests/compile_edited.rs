@@ -84,9 +84,7 @@ fn in_new_process(model: &Path, stmts: &[String]) -> Vec<serde_json::Value> {
 fn close(a: &serde_json::Value, b: &serde_json::Value, tol: f64) -> bool {
     use serde_json::Value as J;
     match (a, b) {
-        (J::Number(x), J::Number(y)) => {
-            (x.as_f64().unwrap() - y.as_f64().unwrap()).abs() <= tol
-        }
+        (J::Number(x), J::Number(y)) => (x.as_f64().unwrap() - y.as_f64().unwrap()).abs() <= tol,
         (J::Array(x), J::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(p, q)| close(p, q, tol))
         }
@@ -103,7 +101,13 @@ fn assert_rows_close(what: &str, want: &Rows, got: &serde_json::Value, tol: f64)
         g.as_array().map(|a| a.len()),
         "{what}: row count"
     );
-    for (i, (a, b)) in w.as_array().unwrap().iter().zip(g.as_array().unwrap()).enumerate() {
+    for (i, (a, b)) in w
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(g.as_array().unwrap())
+        .enumerate()
+    {
         assert!(close(a, b, tol), "{what}: row {i}: {a} vs {b}");
     }
 }
@@ -182,6 +186,10 @@ fn twenty_edits_diff_and_compile_into_vindex_in_a_new_process() {
         v => panic!("delta {v:?}"),
     };
     assert!(delta <= 1e-5, "gate delta {delta}");
+    eprintln!(
+        "COMPILE CURRENT INTO VINDEX with 20 edits: {:?} s, gate max |Δ logit| = {delta:e}",
+        col(&r, "seconds")
+    );
     let index: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("index.json")).unwrap()).unwrap();
     assert_eq!(index["authority"], "derived");
@@ -189,7 +197,10 @@ fn twenty_edits_diff_and_compile_into_vindex_in_a_new_process() {
     let patches = index["applied_patches"].as_array().unwrap();
     assert_eq!(patches.len(), 1);
     let h = patches[0].as_str().unwrap();
-    assert!(h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()), "{h}");
+    assert!(
+        h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{h}"
+    );
     let v = c.execute(&format!("VERIFY \"{}\"", q(&out))).unwrap();
     assert!(!v.fault, "VERIFY failed: {v:?}");
 

@@ -2,7 +2,7 @@
 //! `tests/tools/llamacpp_logits.py`): every tensor of the export is byte-identical to the
 //! source's, llama.cpp loads the export, its token ids and logits on three prompts equal
 //! llama.cpp's on the original file bit for bit, LQL's tokenizer gives the same ids, and LQL's
-//! logits on the export agree with llama.cpp's (top-1 equal at the last position; the max
+//! logits on the export agree with llama.cpp's (top-1 equal at every position; the max
 //! |Δ| is printed: llama.cpp quantises activations to 8 bits for Q4_1 dot products, so only
 //! a loose bound holds). Run with `--release`.
 //!
@@ -219,8 +219,18 @@ fn llama_cpp_follows_the_edits_of_an_edited_export() {
             "Rome",
             "The Eiffel Tower is located in the city of",
         ),
-        ("Paris", "city_country", "Germany", "Paris is a city in the country of"),
-        ("Toyota", "company_country", "Germany", "Toyota is a company from"),
+        (
+            "Paris",
+            "city_country",
+            "Germany",
+            "Paris is a city in the country of",
+        ),
+        (
+            "Toyota",
+            "company_country",
+            "Germany",
+            "Toyota is a company from",
+        ),
     ];
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("edited.gguf");
@@ -235,7 +245,10 @@ fn llama_cpp_follows_the_edits_of_an_edited_export() {
     c.execute(&format!("COMPILE CURRENT INTO GGUF \"{}\"", q(&out)))
         .unwrap();
     let g = GgufFile::open(&out).unwrap();
-    assert!(g.tensors().iter().any(|t| t.name.ends_with("ffn_gate.bias")));
+    assert!(g
+        .tensors()
+        .iter()
+        .any(|t| t.name.ends_with("ffn_gate.bias")));
     let prompts: Vec<&str> = EDITS.iter().map(|e| e.3).collect();
     let peer = llamacpp_on(&py, &out, &t.path().join("edited"), &prompts);
     let model = lql_storage::import::open(&out).unwrap();

@@ -168,7 +168,10 @@ impl EffectiveMaterial {
         let mut block = 1usize;
         for l in 0..s.n_layers {
             let key = OperandKey::layer(l, Role::FfnDown);
-            let dt = self.tensor(key).map(|v| v.dtype).ok_or_else(|| missing(key))?;
+            let dt = self
+                .tensor(key)
+                .map(|v| v.dtype)
+                .ok_or_else(|| missing(key))?;
             block = lcm(block, dt.block_elems());
         }
         let width = (s.ffn + max_added).div_ceil(block) * block;
@@ -202,7 +205,11 @@ impl EffectiveMaterial {
                     let mut vals = vec![0.0f32; t.bytes.len() / 4];
                     codec::decode_row(DType::F32, &t.bytes, &mut vals)?;
                     vals.resize(width, 0.0);
-                    own(&mut model, key, f32_tensor(t.name.clone(), &vals, vec![width]));
+                    own(
+                        &mut model,
+                        key,
+                        f32_tensor(t.name.clone(), &vals, vec![width]),
+                    );
                 }
             }
         }
@@ -214,7 +221,12 @@ impl EffectiveMaterial {
         self.edited
             .get(&key)
             .map(|t| t.name.clone())
-            .or_else(|| self.state.base().operand(key).map(|o| o.source_name.clone()))
+            .or_else(|| {
+                self.state
+                    .base()
+                    .operand(key)
+                    .map(|o| o.source_name.clone())
+            })
             .unwrap_or_else(|| key.to_string())
     }
 }
@@ -403,12 +415,7 @@ fn edit_rows(
         });
     }
     let mut vals = vec![0.0f32; total * row_len];
-    codec::decode_rows(
-        v.dtype,
-        v.bytes,
-        row_len,
-        &mut vals[..rows * row_len],
-    )?;
+    codec::decode_rows(v.dtype, v.bytes, row_len, &mut vals[..rows * row_len])?;
     for (i, r) in replaced {
         vals[i * row_len..(i + 1) * row_len].copy_from_slice(r);
     }

@@ -183,7 +183,10 @@ impl EffectiveModel {
                 lo.up_bias.push(a.up_bias);
                 lo.down.extend_from_slice(&a.down);
                 let w = lo.width();
-                for s in [&mut lo.gate_scale, &mut lo.down_scale].into_iter().flatten() {
+                for s in [&mut lo.gate_scale, &mut lo.down_scale]
+                    .into_iter()
+                    .flatten()
+                {
                     s.resize(w, 1.0);
                 }
             }

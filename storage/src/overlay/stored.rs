@@ -131,13 +131,20 @@ fn layer(model: &Model, l: usize) -> Result<LayerOverlay> {
             bad(
                 model,
                 key(r),
-                format!("layer {l}'s stored overlay has {k} added features but no {}", r.name()),
+                format!(
+                    "layer {l}'s stored overlay has {k} added features but no {}",
+                    r.name()
+                ),
             )
         })
     };
     if k > 0 {
         let dk = d.checked_mul(k).ok_or_else(|| {
-            bad(model, key(Role::FfnAddedGate), "overlay size overflows".into())
+            bad(
+                model,
+                key(Role::FfnAddedGate),
+                "overlay size overflows".into(),
+            )
         })?;
         lo.gate_bias = need(Role::FfnAddedGateBias, k)?;
         lo.up_bias = need(Role::FfnAddedUpBias, k)?;
@@ -155,7 +162,10 @@ fn layer(model: &Model, l: usize) -> Result<LayerOverlay> {
                 return Err(bad(
                     model,
                     key(r),
-                    format!("layer {l}'s stored overlay has {} without ffn_added_gate_bias", r.name()),
+                    format!(
+                        "layer {l}'s stored overlay has {} without ffn_added_gate_bias",
+                        r.name()
+                    ),
                 ));
             }
         }
