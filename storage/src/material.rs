@@ -56,6 +56,11 @@ pub trait MaterialSource: Send + Sync {
         Vec::new()
     }
 
+    /// The identity of the state's base source ([`source_identity`] of the base).
+    fn source_identity(&self) -> Result<String> {
+        source_identity(self.base())
+    }
+
     /// The state as one `Model`, for writers that take a model: borrowed when nothing is
     /// edited, else a model whose edited operands live in owned backings.
     fn as_model(&self) -> Result<Cow<'_, Model>>;

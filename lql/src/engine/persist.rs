@@ -15,7 +15,7 @@ use lql_planner::LogicalPlan;
 use lql_storage::diff::{self, DiffScope};
 use lql_storage::format::gguf::export::export_gguf;
 use lql_storage::format::vindex3::{self, Derivation, ExtractEncoding};
-use lql_storage::material::{source_identity, MaterialSource};
+use lql_storage::material::MaterialSource;
 use lql_storage::overlay::material::EffectiveMaterial;
 use lql_storage::overlay::EffectiveModel;
 use lql_storage::{import, OperandSource};
@@ -32,14 +32,14 @@ pub(crate) fn current(cx: &mut Cx<'_>) -> Result<Datum> {
     // With edits in force, the effective state (base + overlays, edits folded into the
     // tensors they change); else the base.
     if let Some(state) = cx.bound()?.edits.state.clone() {
-        let m = EffectiveMaterial::new(state)?;
+        let m = EffectiveMaterial::new(state, cx.bound()?.shared.identity())?;
         return Ok(Datum::Material(Arc::new(m)));
     }
     let model = cx.model()?;
     if !model.overlays.is_empty() {
         // A compiled container holding an overlay: its state is base + that overlay.
         let state = EffectiveModel::new(model, Vec::new()).map_err(Error::semantic)?;
-        let m = EffectiveMaterial::new(Arc::new(state))?;
+        let m = EffectiveMaterial::new(Arc::new(state), cx.bound()?.shared.identity())?;
         return Ok(Datum::Material(Arc::new(m)));
     }
     Ok(Datum::Material(model))
@@ -165,7 +165,7 @@ pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     };
     let started = Instant::now();
     let out = PathBuf::from(&plan.output);
-    let identity = source_identity(state.base())?;
+    let identity = state.source_identity()?;
     let patches = state.applied_patches();
     let (format, tensors, bytes, gate) = match plan.target {
         CompileTarget::Gguf => {

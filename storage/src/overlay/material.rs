@@ -70,20 +70,25 @@ pub struct EffectiveMaterial {
     state: Arc<EffectiveModel>,
     edited: BTreeMap<OperandKey, Owned>,
     patches: Vec<String>,
+    /// `patch::model_identity` of the base (the caller's cached copy).
+    base_identity: [u8; 32],
 }
 
 impl EffectiveMaterial {
     /// Folds the state's overlays into the tensors of the layers they touch.
-    pub fn new(state: Arc<EffectiveModel>) -> Result<EffectiveMaterial> {
+    /// `base_identity` is `patch::model_identity` of the base (hashing 100 MB costs a
+    /// third of a second, so callers pass the copy they keep).
+    pub fn new(state: Arc<EffectiveModel>, base_identity: [u8; 32]) -> Result<EffectiveMaterial> {
         let mut edited = BTreeMap::new();
         for (&layer, lo) in state.layers() {
             fold_layer(state.base(), layer, lo, &mut edited)?;
         }
-        let patches = patch_hashes(&state);
+        let patches = patch_hashes(&state, base_identity);
         Ok(EffectiveMaterial {
             state,
             edited,
             patches,
+            base_identity,
         })
     }
 
@@ -271,6 +276,15 @@ impl MaterialSource for EffectiveMaterial {
         self.patches.clone()
     }
 
+    fn source_identity(&self) -> Result<String> {
+        let base = self.state.base();
+        // One mapped file: its model identity is the file's SHA-256.
+        if base.path.is_file() && base.backings.len() == 1 {
+            return Ok(patch::hex(&self.base_identity));
+        }
+        crate::material::source_identity(base)
+    }
+
     fn as_model(&self) -> Result<Cow<'_, Model>> {
         if self.state.layers().is_empty() {
             return Ok(Cow::Borrowed(self.state.base()));
@@ -309,9 +323,8 @@ fn lcm(a: usize, b: usize) -> usize {
 
 /// SHA-256 (hex) of each patch in the stack: a saved file's own hash, else the hash of the
 /// bytes `SAVE PATCH` would write for it.
-fn patch_hashes(state: &EffectiveModel) -> Vec<String> {
+fn patch_hashes(state: &EffectiveModel, identity: [u8; 32]) -> Vec<String> {
     let base = state.base();
-    let mut identity = None;
     state
         .patches()
         .iter()
@@ -319,9 +332,8 @@ fn patch_hashes(state: &EffectiveModel) -> Vec<String> {
         .map(|p| match &p.origin {
             PatchOrigin::File { sha256, .. } => patch::hex(sha256),
             PatchOrigin::Session | PatchOrigin::Open(_) => {
-                let id = *identity.get_or_insert_with(|| patch::model_identity(base));
                 let bytes = patch::encode(&PatchFile {
-                    base_sha256: id,
+                    base_sha256: identity,
                     hidden: base.surface.hidden,
                     n_layers: base.surface.n_layers,
                     edits: p.edits.clone(),
