@@ -571,3 +571,135 @@ fn pad_columns(v: &TensorView<'_>, width: usize) -> Result<Owned> {
     }
     Ok(f32_tensor(String::new(), &vals, vec![width, rows]))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::gguf::synth::TinyModel;
+    use crate::overlay::{AddedFeature, Edit, FeatureScale, Patch};
+
+    fn tiny(dir: &std::path::Path) -> Arc<Model> {
+        let p = dir.join("tiny.gguf");
+        TinyModel::llama().write(&p).unwrap();
+        Arc::new(Model::open(&p).unwrap())
+    }
+
+    fn state(m: &Arc<Model>) -> Arc<EffectiveModel> {
+        let (d, ff) = (m.surface.hidden, m.surface.ffn);
+        let edits = vec![
+            Edit::Add(AddedFeature {
+                layer: 1,
+                gate: vec![0.25; d],
+                gate_bias: -0.5,
+                up: vec![0.0; d],
+                up_bias: 2.0,
+                down: vec![0.125; d],
+                edge: None,
+            }),
+            Edit::Scale(FeatureScale {
+                layer: 0,
+                feature: 3,
+                gate_scale: None,
+                down_scale: Some(0.0),
+            }),
+            Edit::Scale(FeatureScale {
+                layer: 1,
+                feature: ff,
+                gate_scale: Some(2.0),
+                down_scale: None,
+            }),
+        ];
+        let p = Patch {
+            origin: crate::overlay::PatchOrigin::Session,
+            edits,
+        };
+        Arc::new(EffectiveModel::new(m.clone(), vec![p]).unwrap())
+    }
+
+    #[test]
+    fn folds_edits_into_the_tensors_they_touch_only() {
+        let t = tempfile::tempdir().unwrap();
+        let m = tiny(t.path());
+        let (d, ff) = (m.surface.hidden, m.surface.ffn);
+        let mat = EffectiveMaterial::new(state(&m), [7; 32]).unwrap();
+        let keys: Vec<OperandKey> = mat.encodings().iter().map(|e| e.key).collect();
+        let l = OperandKey::layer;
+        assert_eq!(
+            keys,
+            vec![
+                l(0, Role::FfnUp),
+                l(1, Role::FfnGate),
+                l(1, Role::FfnUp),
+                l(1, Role::FfnDown),
+                l(1, Role::FfnGateBias),
+                l(1, Role::FfnUpBias),
+            ]
+        );
+        // The ablated feature's up row is zero; every other row keeps its bytes.
+        let (base, up) = (
+            m.view(l(0, Role::FfnUp)).unwrap(),
+            mat.tensor(l(0, Role::FfnUp)).unwrap(),
+        );
+        for i in 0..ff {
+            let mut r = vec![0.0f32; d];
+            codec::decode_row(up.dtype, up.row(i), &mut r).unwrap();
+            if i == 3 {
+                assert!(r.iter().all(|v| *v == 0.0));
+            } else {
+                assert_eq!(up.row(i), base.row(i));
+            }
+        }
+        // The added feature: gate row scaled by its gate scale, its bias too.
+        let mut row = vec![0.0f32; d];
+        let g = mat.tensor(l(1, Role::FfnGate)).unwrap();
+        assert_eq!(g.rows(), ff + 1);
+        mat.decode_rows(l(1, Role::FfnGate), ff, 1, &mut row)
+            .unwrap();
+        assert!(row.iter().all(|v| *v == 0.5));
+        let mut gb = vec![0.0f32; ff + 1];
+        mat.decode_rows(l(1, Role::FfnGateBias), 0, 1, &mut gb)
+            .unwrap();
+        assert_eq!((gb[0], gb[ff]), (0.0, -1.0));
+        // Tensors no edit touched are the base's own bytes.
+        let n = mat.tensor(l(0, Role::FfnDown)).unwrap();
+        assert_eq!(
+            n.bytes.as_ptr(),
+            m.view(l(0, Role::FfnDown)).unwrap().bytes.as_ptr()
+        );
+        assert_eq!(mat.applied_patches().len(), 1);
+    }
+
+    #[test]
+    fn exact_form_round_trips_and_merged_form_pads_every_layer() {
+        let t = tempfile::tempdir().unwrap();
+        let m = tiny(t.path());
+        let st = state(&m);
+        let mat = EffectiveMaterial::new(st.clone(), [0; 32]).unwrap();
+        // Exact: the overlay as operands, attached again from them.
+        let mut exact = mat.as_model().unwrap().into_owned();
+        assert_eq!(exact.overlays, *st.layers());
+        exact.overlays.clear();
+        stored::attach(&mut exact).unwrap();
+        assert_eq!(exact.overlays, *st.layers());
+        // An inconsistent stored overlay is refused by name.
+        let mut bad = exact.clone();
+        bad.operands
+            .remove(&OperandKey::layer(1, Role::FfnAddedDown));
+        let e = stored::attach(&mut bad).unwrap_err().to_string();
+        assert!(e.contains("ffn_added_down"), "{e}");
+        // Merged: one width for every layer, zero features after the base's.
+        let merged = mat.as_merged_model().unwrap();
+        let w = merged.surface.ffn;
+        assert!(w > m.surface.ffn);
+        for layer in 0..m.surface.n_layers {
+            let g = merged
+                .view(OperandKey::layer(layer, Role::FfnGate))
+                .unwrap();
+            let down = merged
+                .view(OperandKey::layer(layer, Role::FfnDown))
+                .unwrap();
+            assert_eq!((g.rows(), down.row_len()), (w, w));
+        }
+        assert!(merged.overlays.is_empty());
+    }
+}
