@@ -188,7 +188,6 @@ pub fn build(spec: &Spec, seed: u64) -> Model {
     Model {
         surface: s,
         operands,
-        overlays: Default::default(),
     }
 }
 

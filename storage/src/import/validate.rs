@@ -128,7 +128,8 @@ pub fn check_operands_where(
     }
     let required_set: std::collections::BTreeSet<OperandKey> = required.into_iter().collect();
     for (key, op) in operands {
-        if !required_set.contains(key) && !(key.layer.is_some() && key.role.is_optional()) {
+        let optional = key.layer.is_some() && key.role.is_optional();
+        if !(required_set.contains(key) || optional) {
             return Err(StorageError::Tensor {
                 path: path.to_path_buf(),
                 tensor: op.source_name.clone(),
