@@ -109,9 +109,16 @@ pub(crate) fn run(
     // The effective state's overlay of this layer (knowledge edits, feature scales).
     let ov = cx.source.ffn_overlay(lp.index);
     match &lp.ffn {
-        FfnPlan::Dense { gate, up, down } => dense(
+        FfnPlan::Dense {
+            gate,
+            up,
+            down,
+            gate_bias,
+            up_bias,
+        } => dense(
             cx,
             [*gate, *up, *down],
+            [gate_bias.as_deref(), up_bias.as_deref()],
             ov,
             h,
             n,
@@ -131,6 +138,7 @@ pub(crate) fn run(
 fn dense(
     cx: &FfnCtx<'_>,
     [gate, up, down]: [OperandKey; 3],
+    [gate_bias, up_bias]: [Option<&[f32]>; 2],
     ov: Option<&LayerOverlay>,
     h: &[f32],
     n: usize,
@@ -141,6 +149,8 @@ fn dense(
     let be = cx.backend;
     let (wg, wu) = (view(cx.source, gate)?, view(cx.source, up)?);
     be.matmul_group(&[wg, wu], h, n, &mut [&mut buf.gate, &mut buf.up])?;
+    add_bias(&mut buf.gate, gate_bias);
+    add_bias(&mut buf.up, up_bias);
     overlay::scale_gate(ov, &mut buf.gate, buf.width);
     if keep_pre {
         buf.gate_pre.clear();
@@ -149,6 +159,17 @@ fn dense(
     be.glu(cx.activation, &mut buf.gate, &buf.up);
     overlay::scale_activation(ov, &mut buf.gate, buf.width);
     be.matmul(&view(cx.source, down)?, &buf.gate, n, out)
+}
+
+/// Adds `bias` (one value per feature) to every position's row of `m`.
+fn add_bias(m: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias.filter(|b| !b.is_empty()) {
+        for row in m.chunks_exact_mut(b.len()) {
+            for (v, x) in row.iter_mut().zip(b) {
+                *v += *x;
+            }
+        }
+    }
 }
 
 /// Matrix `e` of a stacked `[row_len, rows, n]` operand, in place.

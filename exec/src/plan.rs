@@ -41,6 +41,10 @@ pub enum FfnPlan {
         gate: OperandKey,
         up: OperandKey,
         down: OperandKey,
+        /// Optional biases of the gate and up projections, `[ffn]` each (a compiled
+        /// knowledge edit's added features carry them; absent = zero).
+        gate_bias: Option<Vec<f32>>,
+        up_bias: Option<Vec<f32>>,
     },
     /// A bank of routed experts with an optional shared expert.
     Bank(BankPlan),
@@ -204,10 +208,18 @@ impl Plan {
 fn ffn_plan(source: &dyn OperandSource, s: &ExecutionSurface, l: usize) -> Result<FfnPlan> {
     let key = |role| OperandKey::layer(l, role);
     let Some(m) = &s.moe else {
+        let bias = |role| -> Result<Option<Vec<f32>>> {
+            match source.view(key(role)) {
+                Some(_) => vector(source, key(role), s.ffn).map(Some),
+                None => Ok(None),
+            }
+        };
         return Ok(FfnPlan::Dense {
             gate: matrix(source, key(Role::FfnGate), s.hidden, s.ffn)?,
             up: matrix(source, key(Role::FfnUp), s.hidden, s.ffn)?,
             down: matrix(source, key(Role::FfnDown), s.ffn, s.hidden)?,
+            gate_bias: bias(Role::FfnGateBias)?,
+            up_bias: bias(Role::FfnUpBias)?,
         });
     };
     let (e, ef) = (m.n_experts, m.expert_ffn);

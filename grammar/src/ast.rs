@@ -447,6 +447,10 @@ pub struct Compile {
     pub source: Spanned<ModelRef>,
     pub target: Spanned<CompileTarget>,
     pub output: Spanned<String>,
+    /// `MODEL_ID "org/repo:dist"` (INTO PACKAGE).
+    pub model_id: Option<Spanned<String>>,
+    /// `SOURCE_REVISION "…"` (INTO PACKAGE).
+    pub source_revision: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

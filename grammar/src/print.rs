@@ -529,13 +529,22 @@ impl Display for StatementKind {
                 }
                 Ok(())
             }
-            StatementKind::Compile(c) => write!(
-                f,
-                "COMPILE {} INTO {} {}",
-                c.source.value,
-                c.target.value,
-                Q(&c.output.value)
-            ),
+            StatementKind::Compile(c) => {
+                write!(
+                    f,
+                    "COMPILE {} INTO {} {}",
+                    c.source.value,
+                    c.target.value,
+                    Q(&c.output.value)
+                )?;
+                if let Some(x) = &c.model_id {
+                    write!(f, " MODEL_ID {}", Q(&x.value))?;
+                }
+                if let Some(x) = &c.source_revision {
+                    write!(f, " SOURCE_REVISION {}", Q(&x.value))?;
+                }
+                Ok(())
+            }
             StatementKind::Extract(e) => {
                 write!(
                     f,

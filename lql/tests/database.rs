@@ -115,7 +115,7 @@ fn errors_carry_codes_and_sources() {
     let cases = [
         ("INFER", "LQL-E0101"),
         ("WALK 'x' LAYERS 40-41", "LQL-E0201"),
-        ("COMPILE CURRENT INTO PACKAGE 'p'", "LQL-E0301"),
+        ("COMPILE CURRENT INTO PACKAGE 'p'", "LQL-E0201"),
         ("USE '/nonexistent/model.gguf'", "LQL-E0401"),
         ("DIFF CURRENT INTO PATCH 'd.patch'", "LQL-E0301"),
     ];

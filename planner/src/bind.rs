@@ -89,10 +89,20 @@ impl Binder {
             K::Diff(d) => self.diff(d)?,
             K::Compile(c) => {
                 self.model_ref(&c.source)?;
+                if c.target.value != CompileTarget::Package {
+                    if let Some(sp) = c.model_id.as_ref().or(c.source_revision.as_ref()) {
+                        return Err(PlanError::semantic(
+                            "MODEL_ID and SOURCE_REVISION describe a layer package: COMPILE … INTO PACKAGE",
+                            sp.span,
+                        ));
+                    }
+                }
                 LogicalPlan::Compile(CompilePlan {
                     source: c.source.value.clone(),
                     target: c.target.value,
                     output: path(&c.output, "output path")?,
+                    model_id: c.model_id.as_ref().map(|s| s.value.clone()),
+                    source_revision: c.source_revision.as_ref().map(|s| s.value.clone()),
                 })
             }
             K::Extract(e)

@@ -366,6 +366,9 @@ pub struct CompilePlan {
     pub source: ModelRef,
     pub target: CompileTarget,
     pub output: String,
+    /// INTO PACKAGE: the package's model coordinate and source revision.
+    pub model_id: Option<String>,
+    pub source_revision: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -2,7 +2,7 @@
 //! that the engine does not run. Each refusal is `not supported yet: …` with the span of the
 //! clause at fault. EXPLAIN PLAN still shows their operator trees.
 
-use lql_grammar::{CompileTarget, Span, Statement, StatementKind, Table};
+use lql_grammar::{Span, Statement, StatementKind, Table};
 
 use crate::error::PlanError;
 use crate::logical::{Encoding, ExplainMode, ExtractFormat, ExtractShape, LogicalPlan};
@@ -70,10 +70,6 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
         (StatementKind::Diff(d), LogicalPlan::Diff(_)) => match &d.into_patch {
             Some(p) => refuse("DIFF … INTO PATCH", p.span),
             None => Ok(()),
-        },
-        (StatementKind::Compile(c), LogicalPlan::Compile(p)) => match p.target {
-            CompileTarget::Package => refuse("COMPILE … INTO PACKAGE", c.target.span),
-            CompileTarget::Vindex | CompileTarget::Gguf => Ok(()),
         },
         (_, LogicalPlan::Update(u)) => {
             if u.table != Table::Features {

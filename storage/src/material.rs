@@ -1,19 +1,20 @@
 //! The material seam: what DIFF and COMPILE read from a model's state, tensor by tensor.
 //!
 //! A [`MaterialSource`] lists its tensors (stored name, `(layer, role)`, encoding, shape)
-//! and hands out one tensor's encoded bytes at a time; decoding is the codec's. Today the
-//! only implementation is a [`Model`] as bound (its state is its base). The effective state
-//! of an edited session implements the same trait over base + overlays: a tensor an overlay
-//! touched is served from the overlay's bytes (re-encoded in the tensor's encoding, or at
-//! the next exact encoding), every other tensor from the base map; `applied_patches` names
-//! the patches by hash, and [`MaterialSource::as_model`] gives writers that take a `Model`
-//! (the VINDEX3 writer) a model whose edited operands live in owned backings.
+//! and hands out one tensor's encoded bytes at a time; decoding is the codec's. A [`Model`]
+//! as bound implements it (its state is its base), and so does the effective state of an
+//! edited session (`crate::overlay::material::EffectiveMaterial`): a tensor an overlay
+//! touched is served from owned bytes (re-encoded in the tensor's encoding where exact,
+//! else F32), every other tensor from the base map; `applied_patches` names the patches by
+//! hash, and [`MaterialSource::as_model`] gives writers that take a `Model` (the VINDEX3
+//! and GGUF writers) an executable model whose edited operands live in owned backings.
 
 use crate::codec;
 use crate::dtype::DType;
 use crate::error::{Result, StorageError};
 use crate::model::{Model, OperandKey, OperandSource, TensorView};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// One tensor of a source, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,9 +56,24 @@ pub trait MaterialSource: Send + Sync {
         Vec::new()
     }
 
+    /// The identity of the state's base source ([`source_identity`] of the base).
+    fn source_identity(&self) -> Result<String> {
+        source_identity(self.base())
+    }
+
     /// The state as one `Model`, for writers that take a model: borrowed when nothing is
     /// edited, else a model whose edited operands live in owned backings.
-    fn as_model(&self) -> Cow<'_, Model>;
+    fn as_model(&self) -> Result<Cow<'_, Model>>;
+
+    /// The state as one `Model` in the plain form other tools read (GGUF for llama.cpp):
+    /// edits folded into the FFN tensors, every layer at one FFN width. The same as
+    /// [`MaterialSource::as_model`] when nothing is edited.
+    fn as_merged_model(&self) -> Result<Cow<'_, Model>> {
+        self.as_model()
+    }
+
+    /// The state as the executor reads it (base + overlays), for equivalence checks.
+    fn executable(&self) -> Arc<dyn OperandSource>;
 
     /// Decodes `n` rows of the tensor under `key` from row `start` into `out`
     /// (`out.len()` = `n` × row length).
@@ -105,8 +121,22 @@ impl MaterialSource for Model {
         self.view(key)
     }
 
-    fn as_model(&self) -> Cow<'_, Model> {
-        Cow::Borrowed(self)
+    fn as_model(&self) -> Result<Cow<'_, Model>> {
+        Ok(Cow::Borrowed(self))
+    }
+
+    fn as_merged_model(&self) -> Result<Cow<'_, Model>> {
+        if !self.overlays.is_empty() {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: the plain (merged) form of {}, which stores a compiled overlay; USE it and COMPILE CURRENT instead",
+                self.path.display()
+            )));
+        }
+        Ok(Cow::Borrowed(self))
+    }
+
+    fn executable(&self) -> Arc<dyn OperandSource> {
+        Arc::new(self.clone())
     }
 }
 

@@ -33,6 +33,25 @@ pub enum Role {
     FfnGate,
     FfnUp,
     FfnDown,
+    /// A dense FFN's gate bias, `[ffn]` (optional; compiled knowledge edits carry one).
+    FfnGateBias,
+    /// A dense FFN's up bias, `[ffn]` (optional; compiled knowledge edits carry one).
+    FfnUpBias,
+    /// A compiled overlay's added features (`crate::overlay::stored`): gate vectors,
+    /// `[hidden, k]` (one row per added feature).
+    FfnAddedGate,
+    /// Added features' up vectors, `[hidden, k]`.
+    FfnAddedUp,
+    /// Added features' down vectors, `[hidden, k]`.
+    FfnAddedDown,
+    /// Added features' gate biases, `[k]`.
+    FfnAddedGateBias,
+    /// Added features' up biases, `[k]`.
+    FfnAddedUpBias,
+    /// A compiled overlay's per-feature gate scales, `[ffn + k]`.
+    FfnGateScale,
+    /// A compiled overlay's per-feature activation scales, `[ffn + k]`.
+    FfnDownScale,
     OutputNorm,
     Output,
     /// The router of a bank FFN: one row of logits per expert, `[hidden, n_experts]`.
@@ -54,7 +73,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 23] = [
+    pub const ALL: [Role; 32] = [
         Role::TokenEmbedding,
         Role::AttnNorm,
         Role::AttnQ,
@@ -68,6 +87,15 @@ impl Role {
         Role::FfnGate,
         Role::FfnUp,
         Role::FfnDown,
+        Role::FfnGateBias,
+        Role::FfnUpBias,
+        Role::FfnAddedGate,
+        Role::FfnAddedUp,
+        Role::FfnAddedDown,
+        Role::FfnAddedGateBias,
+        Role::FfnAddedUpBias,
+        Role::FfnGateScale,
+        Role::FfnDownScale,
         Role::OutputNorm,
         Role::Output,
         Role::FfnGateInp,
@@ -96,6 +124,15 @@ impl Role {
             Role::FfnGate => "ffn_gate",
             Role::FfnUp => "ffn_up",
             Role::FfnDown => "ffn_down",
+            Role::FfnGateBias => "ffn_gate_bias",
+            Role::FfnUpBias => "ffn_up_bias",
+            Role::FfnAddedGate => "ffn_added_gate",
+            Role::FfnAddedUp => "ffn_added_up",
+            Role::FfnAddedDown => "ffn_added_down",
+            Role::FfnAddedGateBias => "ffn_added_gate_bias",
+            Role::FfnAddedUpBias => "ffn_added_up_bias",
+            Role::FfnGateScale => "ffn_gate_scale",
+            Role::FfnDownScale => "ffn_down_scale",
             Role::OutputNorm => "output_norm",
             Role::Output => "output",
             Role::FfnGateInp => "ffn_gate_inp",
@@ -107,6 +144,26 @@ impl Role {
             Role::FfnDownShexp => "ffn_down_shexp",
             Role::FfnGateInpShexp => "ffn_gate_inp_shexp",
         }
+    }
+
+    /// Roles of a compiled overlay (`crate::overlay::stored`): never required, their
+    /// shapes checked against each other when the overlay is attached.
+    pub fn is_overlay(self) -> bool {
+        matches!(
+            self,
+            Role::FfnAddedGate
+                | Role::FfnAddedUp
+                | Role::FfnAddedDown
+                | Role::FfnAddedGateBias
+                | Role::FfnAddedUpBias
+                | Role::FfnGateScale
+                | Role::FfnDownScale
+        )
+    }
+
+    /// Optional roles a dense layer may carry beside the required ones.
+    pub fn is_optional(self) -> bool {
+        self.is_overlay() || matches!(self, Role::FfnGateBias | Role::FfnUpBias)
     }
 
     /// The logical object (seed 002 §5.3: `{component}.{kind}`) an operand of this role
@@ -231,6 +288,9 @@ pub struct Model {
     /// container's region a programme requires and the bank lacks, an encoding not
     /// supported yet, …): naming layer, bank, role and segment. Empty for most sources.
     pub absent: BTreeMap<OperandKey, String>,
+    /// A compiled overlay stored with the model (per layer; empty for a plain model),
+    /// built from its overlay operands at open (`crate::overlay::stored::attach`).
+    pub overlays: BTreeMap<usize, crate::overlay::LayerOverlay>,
 }
 
 /// The effective-state seam: anything the executor can read operands from.
@@ -333,6 +393,9 @@ impl OperandSource for Model {
     }
     fn view(&self, key: OperandKey) -> Option<TensorView<'_>> {
         self.operands.get(&key).map(|op| self.view_of(op))
+    }
+    fn ffn_overlay(&self, layer: usize) -> Option<&crate::overlay::LayerOverlay> {
+        self.overlays.get(&layer)
     }
 }
 

@@ -197,6 +197,14 @@ impl ExecutionSurface {
             Role::AttnKBias | Role::AttnVBias => vec![kv],
             Role::FfnGate | Role::FfnUp => vec![self.hidden, self.ffn],
             Role::FfnDown => vec![self.ffn, self.hidden],
+            Role::FfnGateBias | Role::FfnUpBias => vec![self.ffn],
+            // An overlay's width is its own (checked when it is attached); the row length
+            // is the hidden size.
+            Role::FfnAddedGate | Role::FfnAddedUp | Role::FfnAddedDown => vec![self.hidden],
+            Role::FfnAddedGateBias
+            | Role::FfnAddedUpBias
+            | Role::FfnGateScale
+            | Role::FfnDownScale => vec![],
             Role::FfnGateInp => vec![self.hidden, e],
             Role::FfnGateExps | Role::FfnUpExps => vec![self.hidden, ef, e],
             Role::FfnDownExps => vec![ef, self.hidden, e],

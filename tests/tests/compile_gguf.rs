@@ -2,7 +2,7 @@
 //! `tests/tools/llamacpp_logits.py`): every tensor of the export is byte-identical to the
 //! source's, llama.cpp loads the export, its token ids and logits on three prompts equal
 //! llama.cpp's on the original file bit for bit, LQL's tokenizer gives the same ids, and LQL's
-//! logits on the export agree with llama.cpp's (top-1 equal at the last position; the max
+//! logits on the export agree with llama.cpp's (top-1 equal at every position; the max
 //! |Δ| is printed: llama.cpp quantises activations to 8 bits for Q4_1 dot products, so only
 //! a loose bound holds). Run with `--release`.
 //!
@@ -138,12 +138,16 @@ struct Peer {
 }
 
 fn llamacpp(py: &Path, model: &Path, dir: &Path) -> Peer {
+    llamacpp_on(py, model, dir, &PROMPTS)
+}
+
+fn llamacpp_on(py: &Path, model: &Path, dir: &Path, prompts: &[&str]) -> Peer {
     let script = repo_root().join("tests/tools/llamacpp_logits.py");
     let o = Command::new(py)
         .arg(&script)
         .arg(model)
         .arg(dir)
-        .args(PROMPTS)
+        .args(prompts)
         .output()
         .unwrap();
     assert!(
@@ -186,15 +190,99 @@ fn argmax(v: &[f32]) -> usize {
     best
 }
 
-#[test]
-fn llama_cpp_loads_the_export_and_agrees() {
-    let py = match llamacpp_python() {
-        Ok(p) => p,
+/// The Python to run llama.cpp with, or None (skip) when none is found and it is not
+/// required.
+fn python_or_skip() -> Option<PathBuf> {
+    match llamacpp_python() {
+        Ok(p) => Some(p),
         Err(why) if std::env::var("LQL_REQUIRE_LLAMACPP").as_deref() != Ok("1") => {
             eprintln!("skipping the llama.cpp check: {why}");
-            return;
+            None
         }
         Err(why) => panic!("LQL_REQUIRE_LLAMACPP=1 but {why}"),
+    }
+}
+
+/// Edits compiled into GGUF (FFN widened to one width with zero features, the added
+/// features' biases as `ffn_gate.bias`/`ffn_up.bias`): llama.cpp loads the export and its
+/// top-1 on each edited prompt is the edit's target, as the edited session's is, and LQL's
+/// top-1 on the export is llama.cpp's.
+#[test]
+fn llama_cpp_follows_the_edits_of_an_edited_export() {
+    let Some(py) = python_or_skip() else {
+        return;
+    };
+    const EDITS: [(&str, &str, &str, &str); 3] = [
+        (
+            "Eiffel Tower",
+            "location",
+            "Rome",
+            "The Eiffel Tower is located in the city of",
+        ),
+        (
+            "Paris",
+            "city_country",
+            "Germany",
+            "Paris is a city in the country of",
+        ),
+        (
+            "Toyota",
+            "company_country",
+            "Germany",
+            "Toyota is a company from",
+        ),
+    ];
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("edited.gguf");
+    let c = Connection::open_in_memory().unwrap();
+    c.bind(&smollm2().display().to_string()).unwrap();
+    for (e, r, target, prompt) in EDITS {
+        c.execute(&format!(
+            "INSERT INTO edges (entity, relation, target, prompt) VALUES ('{e}', '{r}', '{target}', '{prompt}')"
+        ))
+        .unwrap();
+    }
+    c.execute(&format!("COMPILE CURRENT INTO GGUF \"{}\"", q(&out)))
+        .unwrap();
+    let g = GgufFile::open(&out).unwrap();
+    assert!(g
+        .tensors()
+        .iter()
+        .any(|t| t.name.ends_with("ffn_gate.bias")));
+    let prompts: Vec<&str> = EDITS.iter().map(|e| e.3).collect();
+    let peer = llamacpp_on(&py, &out, &t.path().join("edited"), &prompts);
+    let model = lql_storage::import::open(&out).unwrap();
+    let tok = lql_exec::tokenizer::Tokenizer::from_spec(&model.tokenizer_spec().unwrap()).unwrap();
+    let v = peer.vocab;
+    for (i, (_, _, target, prompt)) in EDITS.iter().enumerate() {
+        let n = peer.ids[i].len();
+        let last = &peer.logits[i][(n - 1) * v..n * v];
+        let top = tok.decode(&[argmax(last) as u32]).unwrap();
+        assert_eq!(top.trim(), *target, "llama.cpp's top-1 on {prompt:?}");
+        // The session's answer is the same.
+        let r = c.execute(&format!("INFER {prompt:?} TOP 1")).unwrap();
+        assert_eq!(r.rows[0][1].to_string().trim(), *target);
+    }
+    // LQL on the export: top-1 equal to llama.cpp's on each edited prompt. (Earlier
+    // positions are compared on the unedited export below; here llama.cpp's 8-bit
+    // activations may swap near-tied candidates after the first tokens.)
+    let src: Arc<dyn OperandSource> = Arc::new(model);
+    let ex = lql_exec::Executor::new(src, 2).unwrap();
+    for (i, prompt) in prompts.iter().enumerate() {
+        let ours = ex.logits_all(&peer.ids[i]).unwrap();
+        let last = ours.len() - 1;
+        assert_eq!(
+            argmax(&ours[last].values),
+            argmax(&peer.logits[i][last * v..(last + 1) * v]),
+            "{prompt:?}: LQL and llama.cpp differ on the edited export"
+        );
+    }
+}
+
+#[test]
+fn llama_cpp_loads_the_export_and_agrees() {
+    let Some(py) = python_or_skip() else {
+        return;
     };
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("out.gguf");
@@ -235,12 +323,13 @@ fn llama_cpp_loads_the_export_and_agrees() {
                 worst = worst.max((x - y).abs());
             }
         }
-        let last = ours.len() - 1;
-        assert_eq!(
-            argmax(&ours[last].values),
-            argmax(&exp.logits[i][last * v..(last + 1) * v]),
-            "prompt {i}: top-1 differs at the last position"
-        );
+        for (pos, l) in ours.iter().enumerate() {
+            assert_eq!(
+                argmax(&l.values),
+                argmax(&exp.logits[i][pos * v..(pos + 1) * v]),
+                "prompt {i}: top-1 differs at position {pos}"
+            );
+        }
     }
     eprintln!("LQL vs llama.cpp on the export: max |Δ logit| = {worst}");
     assert!(worst < 3.0, "LQL and llama.cpp differ by {worst}");

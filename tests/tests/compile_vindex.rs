@@ -70,5 +70,6 @@ fn compile_current_into_vindex_is_derived_gated_and_equivalent() {
             q(&t.path().join("p"))
         ))
         .unwrap_err();
-    assert!(e.to_string().contains("not supported yet"), "{e}");
+    assert!(e.to_string().contains("MODEL_ID"), "{e}");
+    assert!(!t.path().join("p").exists());
 }

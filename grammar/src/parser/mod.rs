@@ -882,9 +882,16 @@ fn diff_stmt(p: Pair<Rule>) -> Result<StatementKind> {
 
 fn compile_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let (mut source, mut target, mut output) = (None, None, None);
+    let (mut model_id, mut source_revision) = (None, None);
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_compile | Rule::kw_into => {}
+            Rule::model_id_clause => set(&mut model_id, string(last_child(q)?)?, "MODEL_ID")?,
+            Rule::source_revision_clause => set(
+                &mut source_revision,
+                string(last_child(q)?)?,
+                "SOURCE_REVISION",
+            )?,
             Rule::diff_operand => source = Some(model_ref(q)?),
             Rule::word => {
                 target = Some(choose(
@@ -906,6 +913,8 @@ fn compile_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             source,
             target,
             output,
+            model_id,
+            source_revision,
         })),
         _ => Err(SyntaxError::new("incomplete COMPILE", Span::default())),
     }

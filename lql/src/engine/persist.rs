@@ -15,8 +15,10 @@ use lql_planner::LogicalPlan;
 use lql_storage::diff::{self, DiffScope};
 use lql_storage::format::gguf::export::export_gguf;
 use lql_storage::format::vindex3::{self, Derivation, ExtractEncoding};
-use lql_storage::material::{source_identity, MaterialSource};
-use lql_storage::{import, Model, OperandSource};
+use lql_storage::material::MaterialSource;
+use lql_storage::overlay::material::EffectiveMaterial;
+use lql_storage::overlay::EffectiveModel;
+use lql_storage::{import, OperandSource};
 
 use super::datum::Datum;
 use super::Cx;
@@ -27,16 +29,19 @@ use crate::value::Value;
 
 /// `Current`: the bound model's state.
 pub(crate) fn current(cx: &mut Cx<'_>) -> Result<Datum> {
-    // The material seam reads base tensors; with edits in force that would silently be the
-    // unedited model, so CURRENT refuses until the effective state implements the seam.
-    if let Some(b) = &cx.engine.bound {
-        if b.edits.state.is_some() {
-            return Err(Error::not_supported_yet(
-                "DIFF / COMPILE of CURRENT with edits in force (the effective state is not yet a material source; REMOVE PATCH or end the session patch first)",
-            ));
-        }
+    // With edits in force, the effective state (base + overlays, edits folded into the
+    // tensors they change); else the base.
+    if let Some(state) = cx.bound()?.edits.state.clone() {
+        let m = EffectiveMaterial::new(state, cx.bound()?.shared.identity())?;
+        return Ok(Datum::Material(Arc::new(m)));
     }
     let model = cx.model()?;
+    if !model.overlays.is_empty() {
+        // A compiled container holding an overlay: its state is base + that overlay.
+        let state = EffectiveModel::new(model, Vec::new()).map_err(Error::semantic)?;
+        let m = EffectiveMaterial::new(Arc::new(state), cx.bound()?.shared.identity())?;
+        return Ok(Datum::Material(Arc::new(m)));
+    }
     Ok(Datum::Material(model))
 }
 
@@ -160,7 +165,7 @@ pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     };
     let started = Instant::now();
     let out = PathBuf::from(&plan.output);
-    let identity = source_identity(state.base())?;
+    let identity = state.source_identity()?;
     let patches = state.applied_patches();
     let (format, tensors, bytes, gate) = match plan.target {
         CompileTarget::Gguf => {
@@ -188,7 +193,10 @@ pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
             let (tensors, bytes, delta) = compile_vindex(cx, state.as_ref(), &out, &derivation)?;
             ("VINDEX", tensors, bytes, Some(delta))
         }
-        CompileTarget::Package => return Err(Error::not_supported_yet("COMPILE … INTO PACKAGE")),
+        CompileTarget::Package => {
+            let (tensors, bytes) = compile_package(state.as_ref(), &out, &identity, plan)?;
+            ("PACKAGE", tensors, bytes, None)
+        }
     };
     let mut rows = Rows::new(super::result_columns(cx.plan));
     rows.push(vec![
@@ -202,6 +210,55 @@ pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
         Value::from(started.elapsed().as_secs_f64()),
     ]);
     Ok(Datum::Rows(rows))
+}
+
+/// COMPILE … INTO PACKAGE: the state exported as a GGUF under a staging name beside the
+/// package folder (the same bytes COMPILE … INTO GGUF writes), sliced by the layer-package
+/// writer (fragments, README, manifest last), the staging file removed whatever happens.
+fn compile_package(
+    state: &dyn MaterialSource,
+    out: &Path,
+    identity: &str,
+    plan: &lql_planner::CompilePlan,
+) -> Result<(usize, u64)> {
+    use lql_storage::format::package as pkg;
+    let model_id = plan.model_id.clone().ok_or_else(|| {
+        Error::semantic("a layer package needs MODEL_ID \"org/repo:distribution\" (a model coordinate, not a file name)")
+    })?;
+    let source_revision = plan.source_revision.clone().ok_or_else(|| {
+        Error::semantic("a compiled layer package needs SOURCE_REVISION \"<commit or tag>\"")
+    })?;
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let staging = parent.join(format!(
+        ".lql-compile-package-{}-{nanos}.gguf",
+        std::process::id()
+    ));
+    let written = export_gguf(state, &staging, identity).and_then(|_| {
+        pkg::writer::write_package(&pkg::writer::WriteOptions {
+            source: staging.clone(),
+            out_dir: out.to_path_buf(),
+            model_id,
+            source_revision,
+            projectors: Vec::new(),
+        })
+    });
+    let _ = std::fs::remove_file(&staging);
+    let m = written?.manifest;
+    let arts: Vec<&pkg::Artifact> = [&m.shared.metadata, &m.shared.embeddings, &m.shared.output]
+        .into_iter()
+        .chain(m.layers.iter().map(|l| &l.artifact))
+        .collect();
+    Ok((
+        arts.iter().map(|a| a.tensor_count as usize).sum(),
+        arts.iter().map(|a| a.tensor_bytes).sum(),
+    ))
 }
 
 /// Largest |Δ logit| the equivalence gate accepts between the state and its compiled
@@ -236,7 +293,7 @@ fn compile_vindex(
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let staging = parent.join(format!(".{name}.compiling-{}-{nanos}", std::process::id()));
-    let model = state.as_model();
+    let model = state.as_model()?;
     let task = format!("compile {}", out.display());
     let handler = cx.engine.progress.clone();
     let cancel = cx.cancel.clone();
@@ -253,7 +310,7 @@ fn compile_vindex(
         Err(_) if cancel.load(Ordering::Relaxed) => return Err(Error::interrupted()),
         Err(e) => return Err(e.into()),
     };
-    let gated = gate(&model, &staging).and_then(|delta| {
+    let gated = gate(state.executable(), &staging).and_then(|delta| {
         if delta.is_finite() && delta <= GATE_MAX_ABS_LOGIT_DELTA {
             Ok(delta)
         } else {
@@ -305,14 +362,14 @@ pub(crate) fn probe_ids(vocab: usize) -> Vec<Vec<u32>> {
 
 /// max |Δ logit| over every position of every probe between `state` and the container
 /// at `dir`.
-fn gate(state: &Model, dir: &Path) -> Result<f64> {
+fn gate(a: Arc<dyn OperandSource>, dir: &Path) -> Result<f64> {
     let compiled = import::open(dir)?;
-    let a: Arc<dyn OperandSource> = Arc::new(state.clone());
+    let vocab = a.surface().vocab;
     let b: Arc<dyn OperandSource> = Arc::new(compiled);
     let ea = lql_exec::Executor::new(a, 0)?;
     let eb = lql_exec::Executor::new(b, 0)?;
     let mut worst = 0f64;
-    for ids in probe_ids(state.surface.vocab) {
+    for ids in probe_ids(vocab) {
         let la = ea.logits_all(&ids)?;
         let lb = eb.logits_all(&ids)?;
         for (x, y) in la.iter().zip(lb.iter()) {
@@ -350,7 +407,7 @@ pub(crate) fn compact(cx: &mut Cx<'_>, container: &str, into: Option<&str>) -> R
         Err(_) if cancel.load(Ordering::Relaxed) => return Err(Error::interrupted()),
         Err(e) => return Err(e.into()),
     };
-    match gate(&staged.model, &staged.staging) {
+    match gate(Arc::new(staged.model.clone()), &staged.staging) {
         Ok(d) if d <= 0.0 => {}
         Ok(d) => {
             c::abandon(&staged);

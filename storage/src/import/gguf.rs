@@ -95,6 +95,15 @@ pub fn tensor_name(key: OperandKey) -> String {
         Role::FfnGate => "ffn_gate.weight",
         Role::FfnUp => "ffn_up.weight",
         Role::FfnDown => "ffn_down.weight",
+        Role::FfnGateBias => "ffn_gate.bias",
+        Role::FfnUpBias => "ffn_up.bias",
+        Role::FfnAddedGate => "ffn_added_gate.weight",
+        Role::FfnAddedUp => "ffn_added_up.weight",
+        Role::FfnAddedDown => "ffn_added_down.weight",
+        Role::FfnAddedGateBias => "ffn_added_gate.bias",
+        Role::FfnAddedUpBias => "ffn_added_up.bias",
+        Role::FfnGateScale => "ffn_gate_scale.weight",
+        Role::FfnDownScale => "ffn_down_scale.weight",
         Role::FfnGateInp => "ffn_gate_inp.weight",
         Role::FfnGateExps => "ffn_gate_exps.weight",
         Role::FfnUpExps => "ffn_up_exps.weight",
@@ -333,7 +342,7 @@ pub fn from_parts(
         )?,
     }
 
-    Ok(Model {
+    let mut model = Model {
         path,
         kind: SourceKind::Gguf,
         surface,
@@ -341,7 +350,10 @@ pub fn from_parts(
         operands,
         backings: parts.iter().map(|p| p.backing().clone()).collect(),
         absent: Default::default(),
-    })
+        overlays: Default::default(),
+    };
+    crate::overlay::stored::attach(&mut model)?;
+    Ok(model)
 }
 
 /// The family's judgement on experts: `None` for a dense model, else the bank's facts from

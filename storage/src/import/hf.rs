@@ -52,6 +52,15 @@ pub fn tensor_name(key: OperandKey) -> String {
         Role::FfnGate => "mlp.gate_proj.weight",
         Role::FfnUp => "mlp.up_proj.weight",
         Role::FfnDown => "mlp.down_proj.weight",
+        Role::FfnGateBias => "mlp.gate_proj.bias",
+        Role::FfnUpBias => "mlp.up_proj.bias",
+        Role::FfnAddedGate => "mlp.added_gate.weight",
+        Role::FfnAddedUp => "mlp.added_up.weight",
+        Role::FfnAddedDown => "mlp.added_down.weight",
+        Role::FfnAddedGateBias => "mlp.added_gate.bias",
+        Role::FfnAddedUpBias => "mlp.added_up.bias",
+        Role::FfnGateScale => "mlp.gate_scale",
+        Role::FfnDownScale => "mlp.down_scale",
         // Mixture-of-experts names (qwen2moe's): HF folders store each expert on its own,
         // so the stacked names below never occur and MoE folders are refused at open.
         Role::FfnGateInp => "mlp.gate.weight",
@@ -206,7 +215,7 @@ pub fn open(dir: &Path) -> Result<Model> {
         folder.tensors.len(),
     )?;
     validate::check_operands(dir, &surface, &operands, tensor_name)?;
-    Ok(Model {
+    let mut model = Model {
         path: dir.to_path_buf(),
         kind: SourceKind::Safetensors,
         surface,
@@ -214,7 +223,10 @@ pub fn open(dir: &Path) -> Result<Model> {
         operands,
         backings: folder.backings,
         absent: Default::default(),
-    })
+        overlays: Default::default(),
+    };
+    crate::overlay::stored::attach(&mut model)?;
+    Ok(model)
 }
 
 /// Special tokens from config.json, tokenizer_config.json and tokenizer.json; the spec is

@@ -104,6 +104,6 @@ mod tests {
             assert_eq!(gguf::operand_key(name), None, "{name}");
         }
         assert_eq!(gguf::operand_key("blk.1234567.attn_q.weight"), None);
-        assert_eq!(hf::operand_key("model.layers.3.mlp.gate_proj.bias"), None);
+        assert_eq!(hf::operand_key("model.layers.3.mlp.down_proj.bias"), None);
     }
 }

@@ -128,7 +128,8 @@ pub fn check_operands_where(
     }
     let required_set: std::collections::BTreeSet<OperandKey> = required.into_iter().collect();
     for (key, op) in operands {
-        if !required_set.contains(key) {
+        let optional = key.layer.is_some() && key.role.is_optional();
+        if !(required_set.contains(key) || optional) {
             return Err(StorageError::Tensor {
                 path: path.to_path_buf(),
                 tensor: op.source_name.clone(),
@@ -136,7 +137,8 @@ pub fn check_operands_where(
             });
         }
         let want = s.operand_shape(key.role);
-        if op.shape != want {
+        // Overlay operands are checked against each other when attached.
+        if op.shape != want && !key.role.is_overlay() {
             return Err(StorageError::Tensor {
                 path: path.to_path_buf(),
                 tensor: op.source_name.clone(),

@@ -15,7 +15,9 @@
 //! never serve a value computed from another state. Readers for DIFF/COMPILE:
 //! [`EffectiveModel::layers`], [`EffectiveModel::patches`].
 
+pub mod material;
 pub mod patch;
+pub mod stored;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,7 +151,8 @@ impl EffectiveModel {
     pub fn new(base: Arc<Model>, patches: Vec<Patch>) -> Result<EffectiveModel, String> {
         let s = &base.surface;
         let (d, ff) = (s.hidden, s.ffn);
-        let mut layers: BTreeMap<usize, LayerOverlay> = BTreeMap::new();
+        // A compiled overlay stored with the base comes first; patches build on it.
+        let mut layers: BTreeMap<usize, LayerOverlay> = base.overlays.clone();
         let new_layer = || LayerOverlay {
             hidden: d,
             ffn: ff,
@@ -179,6 +182,13 @@ impl EffectiveModel {
                 lo.up.extend_from_slice(&a.up);
                 lo.up_bias.push(a.up_bias);
                 lo.down.extend_from_slice(&a.down);
+                let w = lo.width();
+                for s in [&mut lo.gate_scale, &mut lo.down_scale]
+                    .into_iter()
+                    .flatten()
+                {
+                    s.resize(w, 1.0);
+                }
             }
         }
         for e in patches.iter().flat_map(|p| &p.edits) {
@@ -242,7 +252,13 @@ impl EffectiveModel {
     /// and the name of the patch holding them.
     pub fn added_features(&self) -> Vec<(usize, &AddedFeature, String)> {
         let ff = self.base.surface.ffn;
-        let mut next: BTreeMap<usize, usize> = BTreeMap::new();
+        // Features a stored overlay of the base added come before the patches'.
+        let mut next: BTreeMap<usize, usize> = self
+            .base
+            .overlays
+            .iter()
+            .map(|(l, o)| (*l, o.width()))
+            .collect();
         let mut out = Vec::new();
         for p in &self.patches {
             for e in &p.edits {

@@ -172,6 +172,7 @@ pub fn synthetic(g: Geometry) -> Model {
         operands,
         backings: vec![Backing::Owned(Arc::new(buf))],
         absent: Default::default(),
+        overlays: Default::default(),
     }
 }
 

@@ -3,7 +3,11 @@
 //! The metadata (architecture hyperparameters, tokenizer, chat template) is the source
 //! GGUF's, in its order, plus three provenance keys: `lql.authority` = `derived`,
 //! `lql.derived_from_model` (SHA-256 of the source file) and `lql.applied_patches`
-//! (patch hashes, in order). Tensors keep the source file's order and names; each one the
+//! (patch hashes, in order). The state is written in its executable form
+//! ([`MaterialSource::as_model`]): with edits, every layer's FFN at one width (zero features
+//! pad the narrower layers, `feed_forward_length` says the width) and the added features'
+//! biases as `blk.N.ffn_gate.bias` / `blk.N.ffn_up.bias` (llama.cpp's optional MLP biases),
+//! written after the source's tensors. Tensors keep the source file's order and names; each one the
 //! state holds is written from the state (byte-identical to the source when unedited),
 //! and any tensor the importer does not read (none for the supported families) is carried
 //! from the source byte for byte. Sources other than GGUF carry no GGUF metadata and are
@@ -18,7 +22,7 @@ use super::value::MetaValue;
 use super::writer::GgufWriter;
 use crate::error::{Result, StorageError};
 use crate::material::MaterialSource;
-use crate::model::SourceKind;
+use crate::model::{Model, Role, SourceKind};
 
 /// What an export wrote.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,18 +58,29 @@ pub fn export_gguf(
         )));
     }
     let file = GgufFile::open(&base.path)?;
+    // The executable form: edits folded in, every layer at one FFN width.
+    let model = src.as_merged_model()?;
+    let model: &Model = &model;
     let mut w = GgufWriter::new();
     for kv in file.metadata() {
-        if !kv.key.starts_with("lql.") {
-            w.add_kv(kv.key.clone(), kv.value.clone())?;
+        if kv.key.starts_with("lql.") {
+            continue;
         }
+        if kv.key.ends_with(".feed_forward_length") && model.surface.ffn != base.surface.ffn {
+            let ffn = u32::try_from(model.surface.ffn).map_err(|_| {
+                StorageError::Invalid(format!("FFN width {} does not fit u32", model.surface.ffn))
+            })?;
+            w.add_kv(kv.key.clone(), MetaValue::U32(ffn))?;
+            continue;
+        }
+        w.add_kv(kv.key.clone(), kv.value.clone())?;
     }
     let patches = src.applied_patches();
     w.add_kv("lql.authority", "derived")?;
     w.add_kv("lql.derived_from_model", derived_from)?;
     w.add_kv("lql.applied_patches", MetaValue::str_array(&patches))?;
 
-    let tensors = src.tensors();
+    let tensors = model.tensors();
     // A tied head reads the embedding's tensor: several keys may share one stored name.
     let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, t) in tensors.iter().enumerate() {
@@ -83,7 +98,7 @@ pub fn export_gguf(
         for &i in ids {
             used[i] = true;
             let t = &tensors[i];
-            let view = src
+            let view = model
                 .tensor(t.key)
                 .ok_or_else(|| StorageError::MissingOperand {
                     key: t.key.to_string(),
@@ -102,11 +117,25 @@ pub fn export_gguf(
         let view = chosen.expect("a name maps to at least one tensor");
         w.add_tensor(&info.name, view.dtype, view.shape, view.bytes)?;
     }
-    if let Some(i) = used.iter().position(|u| !u) {
-        return Err(StorageError::Unsupported(format!(
-            "not supported yet: a tensor the source file does not hold ({}, {})",
-            tensors[i].name, tensors[i].key
-        )));
+    // Tensors the state adds (a compiled edit's FFN biases), after the source's.
+    let mut added = 0;
+    for (i, t) in tensors.iter().enumerate() {
+        if used[i] {
+            continue;
+        }
+        if !matches!(t.key.role, Role::FfnGateBias | Role::FfnUpBias) {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: a tensor the source file does not hold ({}, {})",
+                t.name, t.key
+            )));
+        }
+        let view = model
+            .tensor(t.key)
+            .ok_or_else(|| StorageError::MissingOperand {
+                key: t.key.to_string(),
+            })?;
+        w.add_tensor(&t.name, view.dtype, view.shape, view.bytes)?;
+        added += 1;
     }
     w.write(out)?;
     let bytes = std::fs::metadata(out)
@@ -114,7 +143,7 @@ pub fn export_gguf(
         .len();
     Ok(GgufExportReport {
         path: out.to_path_buf(),
-        tensors: file.tensors().len(),
+        tensors: file.tensors().len() + added,
         carried,
         bytes,
         seconds: started.elapsed().as_secs_f64(),

@@ -352,6 +352,7 @@ pub fn open(c: &Container) -> Result<Model> {
         operands,
         backings,
         absent,
+        overlays: Default::default(),
     })
 }
 

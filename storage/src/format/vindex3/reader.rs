@@ -418,7 +418,7 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
     check_closure(&surface, &operands, &unreadable, &c, comp)?;
 
     let tokenizer = tokenizer_slot(dir, &c.index);
-    Ok(Model {
+    let mut model = Model {
         path: dir.to_path_buf(),
         kind: SourceKind::Vindex3,
         surface,
@@ -426,7 +426,10 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
         operands,
         backings,
         absent: Default::default(),
-    })
+        overlays: Default::default(),
+    };
+    crate::overlay::stored::attach(&mut model)?;
+    Ok(model)
 }
 
 /// Every operand the surface implies must be present with the shape it states.
