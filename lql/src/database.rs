@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use lql_exec::browse::LabelCache;
 use lql_exec::tokenizer::Tokenizer;
-use lql_exec::CpuBackend;
 use lql_storage::Model;
 
 use crate::connection::Connection;
@@ -28,10 +27,6 @@ pub(crate) struct SharedModel {
     pub labels: Arc<LabelCache>,
     /// sha256 of the mapped bytes (patch files record it), hashed on first use.
     identity: OnceLock<[u8; 32]>,
-    /// The CPU backend every connection bound to this model runs on, started on first use:
-    /// one thread pool sized to the machine's cores, so N connections share the cores
-    /// instead of starting N pools that oversubscribe them.
-    backend: OnceLock<std::result::Result<Arc<CpuBackend>, Error>>,
     /// The container's stored labels, read into `labels` on first use: the segment they
     /// came from (`None`: nothing stored that applies to this binding).
     stored_labels: OnceLock<std::result::Result<Option<String>, Error>>,
@@ -44,7 +39,6 @@ impl SharedModel {
             tokenizer: OnceLock::new(),
             labels: Arc::new(LabelCache::new()),
             identity: OnceLock::new(),
-            backend: OnceLock::new(),
             stored_labels: OnceLock::new(),
         }
     }
@@ -90,12 +84,6 @@ impl SharedModel {
             .seed_stored(segment, table.features, table.top_k, &table.top);
     }
 
-    /// The shared CPU backend (see the field).
-    pub fn backend(&self) -> Result<Arc<CpuBackend>> {
-        self.backend
-            .get_or_init(|| Ok(Arc::new(CpuBackend::new(0)?)))
-            .clone()
-    }
 
     /// The model's identity for patch files: the sha256 of its mapped bytes (computed once).
     pub fn identity(&self) -> [u8; 32] {

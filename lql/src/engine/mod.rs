@@ -157,9 +157,7 @@ impl Cx<'_> {
                 Some(state) => state.clone(),
                 None => b.model().clone(),
             };
-            let backend: Arc<dyn lql_exec::Backend> = b.shared.backend()?;
-            b.executor =
-                Some(lql_exec::Executor::with_backend(source, backend)?.with_cancel_flag(cancel));
+            b.executor = Some(lql_exec::Executor::new(source, 0)?.with_cancel_flag(cancel));
         }
         b.executor
             .clone()
