@@ -5,7 +5,7 @@
 pub const STATEMENT_KEYWORDS: &[&str] = &[
     "USE", "INFER", "GENERATE", "WALK", "DESCRIBE", "SELECT", "TRACE", "INSERT", "DELETE",
     "UPDATE", "BEGIN", "SAVE", "APPLY", "REMOVE", "DIFF", "COMPILE", "EXTRACT", "COMPACT",
-    "VERIFY", "SHOW", "STATS", "TOKENIZE", "EXPLAIN", "RUN",
+    "VERIFY", "SHOW", "STATS", "TOKENIZE", "EXPLAIN", "RUN", "SET",
 ];
 
 /// Every keyword and choice word of LQL, upper case (matching is case-insensitive).
@@ -20,6 +20,7 @@ pub const KEYWORDS: &[&str] = &[
     "USE",
     "MODEL",
     "PROFILE",
+    "BACKEND",
     "INFER",
     "GENERATE",
     "MAX",
@@ -110,6 +111,10 @@ pub const KEYWORDS: &[&str] = &[
     "BF16",
     "Q8_0",
     "MODELS",
+    "BACKENDS",
+    "CPU",
+    "GPU",
+    "AUTO",
     "COMPONENTS",
     "REPRESENTATIONS",
     "TENSORS",

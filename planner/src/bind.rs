@@ -74,6 +74,7 @@ impl Binder {
                 self.model()?;
                 LogicalPlan::SavePatch
             }
+            K::Set(s) => LogicalPlan::Set(s.value),
             K::ApplyPatch(p) => {
                 self.model()?;
                 LogicalPlan::ApplyPatch {
@@ -210,7 +211,7 @@ impl Binder {
             K::Show(s) => {
                 if !matches!(
                     s.what.value,
-                    ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables
+                    ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables | ShowWhat::Backends
                 ) {
                     self.model()?;
                 }
@@ -425,6 +426,7 @@ impl Binder {
             target,
             layers,
             profile,
+            backend: u.backend.as_ref().map(|b| b.value),
         }))
     }
 

@@ -5,7 +5,7 @@
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
     CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef, Positions,
-    ShowWhat, Table, Value, WalkMode,
+    BackendChoice, Setting, ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
 
@@ -59,6 +59,8 @@ pub struct UsePlan {
     /// Bind one stage (checked against the model by the engine once opened).
     pub layers: Option<LayerRange>,
     pub profile: Option<String>,
+    /// Where the forward pass runs (`None`: the session's setting).
+    pub backend: Option<BackendChoice>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -370,6 +372,8 @@ pub enum LogicalPlan {
         path: String,
     },
     SavePatch,
+    /// `SET name = value`: a session setting.
+    Set(Setting),
     ApplyPatch {
         path: String,
     },
@@ -465,6 +469,7 @@ impl LogicalPlan {
             LogicalPlan::Update(_) => "UPDATE",
             LogicalPlan::BeginPatch { .. } => "BEGIN PATCH",
             LogicalPlan::SavePatch => "SAVE PATCH",
+            LogicalPlan::Set(_) => "SET",
             LogicalPlan::ApplyPatch { .. } => "APPLY PATCH",
             LogicalPlan::RemovePatch { .. } => "REMOVE PATCH",
             LogicalPlan::Diff(_) => "DIFF",
@@ -496,6 +501,7 @@ impl LogicalPlan {
                 | LogicalPlan::Update(_)
                 | LogicalPlan::BeginPatch { .. }
                 | LogicalPlan::SavePatch
+                | LogicalPlan::Set(_)
                 | LogicalPlan::ApplyPatch { .. }
                 | LogicalPlan::RemovePatch { .. }
         )
