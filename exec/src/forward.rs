@@ -317,8 +317,7 @@ pub fn check_pass(
         PassInput::Hidden(_) => {
             if plan.stage.input {
                 return Err(ExecError::InvalidOption(
-                    "this stage owns the input boundary: it takes tokens, not hidden states"
-                        .into(),
+                    "this stage owns the input boundary: it takes tokens, not hidden states".into(),
                 ));
             }
         }

@@ -135,12 +135,7 @@ impl Executor {
     /// the plan is built anew from `source`.
     pub fn with_source(&self, source: Arc<dyn OperandSource>) -> Result<Executor> {
         let plan = Arc::new(Plan::build(source.as_ref())?);
-        let device = prepare_device(
-            self.backend.as_ref(),
-            &source,
-            &plan,
-            self.device.as_ref(),
-        )?;
+        let device = prepare_device(self.backend.as_ref(), &source, &plan, self.device.as_ref())?;
         Ok(Executor {
             source,
             plan,

@@ -65,6 +65,13 @@ impl GpuBackend {
     ) -> Result<Vec<f32>, ExecError> {
         crate::model::matmul_once(&self.gpu, w, x, n)
     }
+
+    /// The arg-max (lowest id among ties) and its softmax probability of each of the rows of
+    /// `logits` (`[rows × len]`), computed on the device: greedy sampling's read-back of two
+    /// numbers per row.
+    pub fn argmax_once(&self, logits: &[f32], len: usize) -> Result<Vec<(u32, f32)>, ExecError> {
+        crate::model::argmax_once(&self.gpu, logits, len)
+    }
 }
 
 impl DeviceBackend for GpuBackend {

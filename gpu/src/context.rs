@@ -52,12 +52,13 @@ fn summary(info: &wgpu::AdapterInfo) -> AdapterSummary {
 /// Every adapter wgpu finds (Vulkan, Metal, DX12), best first: discrete, integrated,
 /// virtual, then software.
 pub fn adapters() -> Vec<AdapterSummary> {
-    let mut v: Vec<AdapterSummary> = pollster::block_on(
-        instance().enumerate_adapters(wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12),
-    )
-    .iter()
-    .map(|a| summary(&a.get_info()))
-    .collect();
+    let mut v: Vec<AdapterSummary> =
+        pollster::block_on(instance().enumerate_adapters(
+            wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12,
+        ))
+        .iter()
+        .map(|a| summary(&a.get_info()))
+        .collect();
     v.sort_by_key(|a| rank(&a.kind));
     v
 }
@@ -154,9 +155,9 @@ impl Gpu {
     }
 
     fn create(name: &str) -> Result<Gpu, ExecError> {
-        let adapter = pollster::block_on(
-            instance().enumerate_adapters(wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12),
-        )
+        let adapter = pollster::block_on(instance().enumerate_adapters(
+            wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12,
+        ))
         .into_iter()
         .find(|a| a.get_info().name == name)
         .ok_or_else(|| {

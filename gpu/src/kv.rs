@@ -101,7 +101,11 @@ impl DeviceKv for GpuKv {
     }
 
     fn allocated_bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|b| b.size() as usize).sum()
+        self.k
+            .iter()
+            .chain(&self.v)
+            .map(|b| b.size() as usize)
+            .sum()
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {

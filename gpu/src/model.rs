@@ -242,7 +242,14 @@ impl GpuModel {
             LogitsWanted::Last => n - 1,
             LogitsWanted::All => 0,
         };
-        self.head_rows(&mut rec, &x, first, n, positions.start + first..positions.end, obs)
+        self.head_rows(
+            &mut rec,
+            &x,
+            first,
+            n,
+            positions.start + first..positions.end,
+            obs,
+        )
     }
 
     /// Final norm and head over rows `first..n` of `x`.
@@ -315,6 +322,28 @@ impl DeviceModel for GpuModel {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Arg-max and probability of each row of `logits`, on the device.
+pub(crate) fn argmax_once(
+    gpu: &Arc<Gpu>,
+    logits: &[f32],
+    len: usize,
+) -> Result<Vec<(u32, f32)>, ExecError> {
+    if len == 0 || !logits.len().is_multiple_of(len) {
+        return Err(ExecError::InvalidOption(format!(
+            "{} logits are not whole rows of {len}",
+            logits.len()
+        )));
+    }
+    let rows = logits.len() / len;
+    let (ops, mats) = pipelines_for(gpu, [])?;
+    let mut rec = Recorder::new(gpu, ops, mats);
+    let lb = upload_f32(gpu, "logits", logits);
+    let out = rec.buffer("argmax", 2 * rows);
+    rec.argmax(&lb, rows, len, &out)?;
+    let v = rec.read(&out, 0, 2 * rows, "an arg-max")?;
+    Ok((0..rows).map(|r| (v[r].to_bits(), v[rows + r])).collect())
 }
 
 /// One matrix product on the device over an encoded host tensor (uploaded for the call).

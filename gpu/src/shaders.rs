@@ -117,8 +117,7 @@ impl Gpu {
             return Ok(p.clone());
         }
         let op = format!("compiling kernel {}", k.name);
-        validate(k)
-            .map_err(|m| device_error(DeviceFault::KernelCompile, &self.adapter, &op, m))?;
+        validate(k).map_err(|m| device_error(DeviceFault::KernelCompile, &self.adapter, &op, m))?;
         let built = self
             .guarded(&op, || {
                 let module = self

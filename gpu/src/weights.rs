@@ -89,9 +89,9 @@ fn matrix_keys(plan: &Plan) -> Result<Vec<OperandKey>, ExecError> {
             FfnPlan::Dense { gate, up, down } => keys.extend([*gate, *up, *down]),
             FfnPlan::Bank(_) => {
                 return Err(ExecError::Unsupported(format!(
-                    "expert banks (mixture of experts, layer {}) on the gpu backend; use BACKEND cpu",
-                    lp.index
-                )))
+                "expert banks (mixture of experts, layer {}) on the gpu backend; use BACKEND cpu",
+                lp.index
+            )))
             }
         }
     }

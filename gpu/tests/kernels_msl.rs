@@ -29,7 +29,11 @@ fn every_kernel_validates_and_translates_to_msl() {
         )
         .unwrap_or_else(|e| panic!("{}: MSL translation failed: {e}", k.name));
         for &entry in k.entry_points {
-            assert!(msl.contains(entry), "{}: {entry} missing from the MSL", k.name);
+            assert!(
+                msl.contains(entry),
+                "{}: {entry} missing from the MSL",
+                k.name
+            );
         }
         assert!(msl.contains("kernel void"), "{}", k.name);
     }
@@ -38,7 +42,8 @@ fn every_kernel_validates_and_translates_to_msl() {
 #[test]
 fn a_broken_kernel_is_reported_with_its_name() {
     let mut k = all_kernels().remove(0);
-    k.source.push_str("\nfn broken() -> f32 { return undefined_name; }\n");
+    k.source
+        .push_str("\nfn broken() -> f32 { return undefined_name; }\n");
     let e = validate(&k).unwrap_err();
     assert!(e.contains("undefined_name"), "{e}");
     assert!(e.contains("ops.wgsl"), "{e}");

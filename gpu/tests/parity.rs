@@ -18,14 +18,19 @@ fn smollm2_logits_match_reference_at_every_position() {
         let fx = json(fixtures().join(format!("{name}.json")));
         let logits = g.logits_all(&ids(&fx["ids"])).unwrap();
         let d = smollm2_max_diff(&fx, &logits);
-        eprintln!("gpu {name}: max |Δ| vs reference {d:.2e} over {} positions", logits.len());
+        eprintln!(
+            "gpu {name}: max |Δ| vs reference {d:.2e} over {} positions",
+            logits.len()
+        );
         assert!(d < 1e-3, "{name}: {d}");
     }
 }
 
 #[test]
 fn tiny_qwen2_logits_match_reference_at_every_position() {
-    let Some((g, c)) = pair(&fixtures().join("tiny_qwen2.gguf")) else { return };
+    let Some((g, c)) = pair(&fixtures().join("tiny_qwen2.gguf")) else {
+        return;
+    };
     let fx = json(fixtures().join("tiny_qwen2.json"));
     let ids = ids(&fx["ids"]);
     let logits = g.logits_all(&ids).unwrap();
@@ -79,8 +84,54 @@ fn smollm2_greedy_32_equals_the_cpu_backend() {
 }
 
 #[test]
+fn argmax_kernel_matches_the_host() {
+    let Some(g) = gpu() else { return };
+    let len = 1000;
+    let mut logits: Vec<f32> = (0..3 * len)
+        .map(|i| ((i * 37) % 101) as f32 * 0.1 - 3.0)
+        .collect();
+    logits[len + 17] = 50.0;
+    logits[2 * len + 5] = 60.0;
+    logits[2 * len + 900] = 60.0; // a tie: the lowest id wins
+    let got = g.argmax_once(&logits, len).unwrap();
+    for (r, (id, prob)) in got.iter().enumerate() {
+        let row = lql_exec::Logits {
+            values: logits[r * len..(r + 1) * len].to_vec(),
+        };
+        assert_eq!(*id, row.argmax(), "row {r}");
+        let want = row.top(1)[0].prob;
+        assert!((prob - want).abs() < 1e-5, "row {r}: {prob} vs {want}");
+    }
+}
+
+#[test]
+fn no_such_adapter_is_a_typed_error_naming_it() {
+    let e = lql_gpu::GpuBackend::new(Some("no-such-adapter-xyz"), 1).unwrap_err();
+    match &e {
+        lql_exec::ExecError::Device {
+            kind,
+            adapter,
+            operation,
+            ..
+        } => {
+            assert_eq!(*kind, lql_exec::DeviceFault::NoAdapter);
+            assert_eq!(adapter, "no-such-adapter-xyz");
+            assert_eq!(operation, "opening the device");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        e.to_string()
+            .starts_with("no GPU adapter on no-such-adapter-xyz during opening the device"),
+        "{e}"
+    );
+}
+
+#[test]
 fn residual_and_head_alone_equal_the_whole_pass() {
-    let Some((g, _)) = pair(&fixtures().join("tiny_qwen2.gguf")) else { return };
+    let Some((g, _)) = pair(&fixtures().join("tiny_qwen2.gguf")) else {
+        return;
+    };
     let ids = [257u32, 72, 101, 108];
     let whole = g.session().prefill(&ids).unwrap();
     let mut s = g.session();
@@ -102,7 +153,9 @@ fn residual_and_head_alone_equal_the_whole_pass() {
 fn random_rows(dtype: DType, rows: usize, row_len: usize, seed: u64) -> Vec<u8> {
     let mut state = seed;
     let mut next = || {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (state >> 33) as u32
     };
     let mut vals: Vec<f32> = (0..rows * row_len)
@@ -144,7 +197,9 @@ fn every_matmul_kernel_matches_the_cpu_codec() {
             shape: &shape,
             bytes: &bytes,
         };
-        let x: Vec<f32> = (0..n * row_len).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+        let x: Vec<f32> = (0..n * row_len)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
         let got = g.matmul_once(&w, &x, n).unwrap();
         let mut dec = vec![0.0f32; rows * row_len];
         lql_storage::codec::decode_rows(dtype, &bytes, row_len, &mut dec).unwrap();

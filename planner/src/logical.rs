@@ -4,8 +4,8 @@
 
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
-    CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef, Positions,
-    BackendChoice, Setting, ShowWhat, Table, Value, WalkMode,
+    BackendChoice, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ModelRef,
+    Positions, Setting, ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
 

@@ -343,11 +343,27 @@ const SHOW_MODELS: Spec = &[
 ];
 const SHOW_BACKENDS: Spec = &[
     ("backend", Text, "cpu or gpu"),
-    ("adapter", Text, "the device: the CPU, or a GPU adapter's name"),
-    ("api", Text, "how it is driven: native (CPU), vulkan, metal, dx12"),
-    ("kind", Text, "cpu, discrete, integrated, virtual, or cpu-emulated (a software GPU)"),
+    (
+        "adapter",
+        Text,
+        "the device: the CPU, or a GPU adapter's name",
+    ),
+    (
+        "api",
+        Text,
+        "how it is driven: native (CPU), vulkan, metal, dx12",
+    ),
+    (
+        "kind",
+        Text,
+        "cpu, discrete, integrated, virtual, or cpu-emulated (a software GPU)",
+    ),
     ("driver", Text, "driver and version, as reported"),
-    ("active", Bool, "the backend this session's forward passes run on"),
+    (
+        "active",
+        Bool,
+        "the backend this session's forward passes run on",
+    ),
 ];
 const SET: Spec = &[
     ("setting", Text, "the setting's name"),

@@ -7,7 +7,9 @@
 use lql::{Connection, Rows};
 
 fn model() -> String {
-    lql_tests::default_model_path().to_string_lossy().into_owned()
+    lql_tests::default_model_path()
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn f(rows: &Rows, i: usize, col: &str) -> f64 {
@@ -18,7 +20,8 @@ fn f(rows: &Rows, i: usize, col: &str) -> f64 {
 /// `LQL_REQUIRE_GPU=1` the test fails).
 fn has_gpu(conn: &Connection) -> bool {
     let rows = conn.execute("SHOW BACKENDS").unwrap();
-    let gpu = (0..rows.len()).any(|i| rows.row(i).unwrap().get::<String>("backend").unwrap() == "gpu");
+    let gpu =
+        (0..rows.len()).any(|i| rows.row(i).unwrap().get::<String>("backend").unwrap() == "gpu");
     if !gpu {
         assert!(
             std::env::var("LQL_REQUIRE_GPU").map_or(true, |v| v != "1"),
@@ -47,7 +50,10 @@ fn show_backends_lists_the_cpu_first_and_needs_no_model() {
     );
     let first = rows.row(0).unwrap();
     assert_eq!(first.get::<String>("backend").unwrap(), "cpu");
-    assert!(first.get::<bool>("active").unwrap(), "the CPU is the default");
+    assert!(
+        first.get::<bool>("active").unwrap(),
+        "the CPU is the default"
+    );
 }
 
 #[test]
@@ -62,9 +68,9 @@ fn bad_backend_names_are_syntax_errors_with_suggestions() {
     // The connection is still usable, and the setting round-trips through the printer.
     conn.execute("SET backend = 'cpu'").unwrap();
     let s = lql_grammar::parse_statement("set BACKEND = auto").unwrap();
-    assert_eq!(s.kind.to_string(), "SET backend = 'auto'");
+    assert_eq!(s.kind.to_string(), "SET backend = \"auto\"");
     let s = lql_grammar::parse_statement("USE \"m.gguf\" backend GPU").unwrap();
-    assert_eq!(s.kind.to_string(), "USE 'm.gguf' BACKEND gpu");
+    assert_eq!(s.kind.to_string(), "USE \"m.gguf\" BACKEND gpu");
 }
 
 #[test]
@@ -83,7 +89,10 @@ fn infer_and_trace_for_on_the_gpu_match_the_cpu() {
     assert_eq!(active(&gpu), "gpu");
     for i in 0..3 {
         let (ra, rb) = (a.row(i).unwrap(), b.row(i).unwrap());
-        assert_eq!(ra.get::<i64>("token_id").unwrap(), rb.get::<i64>("token_id").unwrap());
+        assert_eq!(
+            ra.get::<i64>("token_id").unwrap(),
+            rb.get::<i64>("token_id").unwrap()
+        );
         let d = (f(&a, i, "logit") - f(&b, i, "logit")).abs();
         assert!(d < 1e-3, "rank {i}: |Δ logit| {d}");
     }
@@ -95,7 +104,10 @@ fn infer_and_trace_for_on_the_gpu_match_the_cpu() {
         .unwrap();
     let sum: f64 = (0..tr.len()).map(|i| f(&tr, i, "contrib")).sum();
     eprintln!("gpu TRACE FOR {token:?}: Σ contrib {sum} vs logit {logit}");
-    assert!((sum - logit).abs() <= 1e-3, "Σ contrib {sum} vs logit {logit}");
+    assert!(
+        (sum - logit).abs() <= 1e-3,
+        "Σ contrib {sum} vs logit {logit}"
+    );
     // SET backend moves the bound model to the CPU; the answer stays the same.
     gpu.execute("SET backend = 'cpu'").unwrap();
     let c = gpu.execute(&format!("INFER {prompt} TOP 1")).unwrap();
@@ -108,7 +120,8 @@ fn auto_runs_on_the_gpu_when_it_can() {
     let conn = Connection::open_in_memory().unwrap();
     let gpu = has_gpu(&conn);
     conn.execute("SET backend = 'auto'").unwrap();
-    conn.execute(&format!("USE {}", lql::quote(&model()))).unwrap();
+    conn.execute(&format!("USE {}", lql::quote(&model())))
+        .unwrap();
     conn.execute("INFER 'Hello' TOP 1").unwrap();
     assert_eq!(active(&conn), if gpu { "gpu" } else { "cpu" });
 }

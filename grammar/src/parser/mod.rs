@@ -393,7 +393,9 @@ fn backend_choice(p: &Pair<Rule>) -> Result<Spanned<BackendChoice>> {
 /// `SET name = value` (a word or a string).
 fn set_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let sp = span(&p);
-    let mut parts = p.into_inner().filter(|q| !matches!(q.as_rule(), Rule::kw_set | Rule::eq));
+    let mut parts = p
+        .into_inner()
+        .filter(|q| !matches!(q.as_rule(), Rule::kw_set | Rule::eq));
     let name = parts
         .next()
         .ok_or_else(|| SyntaxError::new("SET needs a setting name", sp))?;
@@ -420,7 +422,10 @@ fn set_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         }
         _ => backend_choice(&value)?.value,
     };
-    Ok(StatementKind::Set(Spanned::new(Setting::Backend(choice), sp)))
+    Ok(StatementKind::Set(Spanned::new(
+        Setting::Backend(choice),
+        sp,
+    )))
 }
 
 fn infer_stmt(p: Pair<Rule>) -> Result<StatementKind> {

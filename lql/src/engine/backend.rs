@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use lql_exec::{Backend, CpuBackend, Executor};
-use lql_grammar::{BackendChoice, Setting};
+use lql_exec::{Backend, Executor};
 use lql_gpu::GpuBackend;
+use lql_grammar::{BackendChoice, Setting};
+use lql_planner::LogicalPlan;
 use lql_storage::OperandSource;
 
 use super::datum::Datum;
@@ -61,12 +62,14 @@ pub(crate) fn set(cx: &mut Cx<'_>, name: &str, value: &str) -> Result<Datum> {
     Ok(Datum::Rows(rows))
 }
 
-use lql_planner::LogicalPlan;
-
 /// The backend the bound model's passes run on now (`None`: no executor built yet).
 fn running(cx: &Cx<'_>) -> Option<&'static str> {
     let exec = cx.engine.bound.as_ref()?.executor.as_ref()?;
-    Some(if exec.device().is_some() { "gpu" } else { "cpu" })
+    Some(if exec.device().is_some() {
+        "gpu"
+    } else {
+        "cpu"
+    })
 }
 
 /// `SHOW BACKENDS`: the CPU and every GPU adapter, with the one this session runs on.
@@ -84,7 +87,7 @@ pub(crate) fn show(cx: &Cx<'_>) -> Rows {
         BackendChoice::Auto => "gpu",
     });
     let mut rows = Rows::new(super::result_columns(cx.plan));
-    let threads = CpuBackend::new(0).map(|b| b.threads()).unwrap_or(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     rows.push(vec![
         Value::from("cpu"),
         Value::from(format!("host CPU ({threads} threads)")),

@@ -14,10 +14,10 @@
 //! modes, layer ranges and pushdown arrive as operator parameters.
 
 mod aggregate;
+mod backend;
 mod bind;
 mod catalog;
 mod datum;
-mod backend;
 mod describe;
 mod edit;
 mod explain;
