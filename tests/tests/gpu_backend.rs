@@ -24,7 +24,7 @@ fn has_gpu(conn: &Connection) -> bool {
         (0..rows.len()).any(|i| rows.row(i).unwrap().get::<String>("backend").unwrap() == "gpu");
     if !gpu {
         assert!(
-            std::env::var("LQL_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            !std::env::var("LQL_REQUIRE_GPU").is_ok_and(|v| v == "1"),
             "LQL_REQUIRE_GPU=1 but SHOW BACKENDS lists no GPU adapter"
         );
         eprintln!("skipping: no GPU adapter (install mesa-vulkan-drivers for lavapipe)");
