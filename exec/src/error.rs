@@ -41,8 +41,51 @@ pub enum ExecError {
     Cancelled,
     #[error("not supported yet: {0}")]
     Unsupported(String),
+    /// A device backend failed: no adapter, a kernel that did not compile, the device
+    /// lost, out of device memory.
+    #[error("{kind} on {adapter} during {operation}: {message}")]
+    Device {
+        kind: DeviceFault,
+        adapter: String,
+        operation: String,
+        message: String,
+    },
     #[error("internal error (this is a bug): {0}")]
     Internal(String),
+}
+
+/// What went wrong on a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceFault {
+    /// No adapter of the kind asked for.
+    NoAdapter,
+    /// A kernel failed validation or compilation.
+    KernelCompile,
+    /// The device was lost (driver reset, removal).
+    DeviceLost,
+    /// Out of device memory.
+    OutOfMemory,
+    /// Any other device error (validation of a command).
+    Other,
+}
+
+impl DeviceFault {
+    /// The stable short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceFault::NoAdapter => "no GPU adapter",
+            DeviceFault::KernelCompile => "kernel compile failure",
+            DeviceFault::DeviceLost => "device lost",
+            DeviceFault::OutOfMemory => "out of device memory",
+            DeviceFault::Other => "device error",
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// " of layer 3" for a per-layer operand, nothing for a global one.

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use lql_storage::model::{OperandKey, OperandSource, TensorView};
 
+use crate::backend::device::DeviceModel;
 use crate::backend::{encoded, AttnGeometry, AttnStep, Backend};
 use crate::error::{ExecError, Result};
 use crate::ffn::{self, FfnBuffers, FfnCtx};
@@ -49,6 +50,8 @@ pub(crate) struct Pass<'a> {
     /// The last layer this pass runs (`n_layers - 1` for a whole pass). A pass that stops
     /// early computes no logits.
     pub last_layer: usize,
+    /// The model resident on the backend's device, when it has one: the pass runs there.
+    pub device: Option<&'a dyn DeviceModel>,
 }
 
 fn view<'s>(source: &'s dyn OperandSource, key: OperandKey) -> Result<TensorView<'s>> {
@@ -87,6 +90,9 @@ impl Pass<'_> {
         want: LogitsWanted,
         observer: Option<&mut dyn Observer>,
     ) -> Result<Vec<f32>> {
+        if let Some(dev) = self.device {
+            return dev.run(kv, input, want, observer, self.last_layer, self.cancel);
+        }
         let start = kv.len();
         let mut result = Err(ExecError::Internal("forward pass did not run".into()));
         let mut observer = observer;
@@ -110,59 +116,15 @@ impl Pass<'_> {
         let s = &plan.surface;
         let be = self.backend;
         let d = s.hidden;
-        let n = match input {
-            PassInput::Tokens(ids) => ids.len(),
-            PassInput::Hidden(h) => {
-                if d == 0 || !h.len().is_multiple_of(d) {
-                    return Err(ExecError::InvalidOption(format!(
-                        "hidden states of {} floats are not whole rows of {d}",
-                        h.len()
-                    )));
-                }
-                h.len() / d
-            }
-        };
-        if n == 0 {
-            return Err(ExecError::EmptyPrompt);
-        }
         let p0 = kv.len();
+        let n = check_pass(plan, p0, input, want, self.last_layer)?;
         let first_layer = plan.stage.first;
-        let end = first_layer + plan.layers.len();
-        if self.last_layer < first_layer || self.last_layer >= end {
-            return Err(ExecError::Internal(format!(
-                "pass asked to stop after layer {} of a plan holding layers {first_layer}-{}",
-                self.last_layer,
-                end.saturating_sub(1)
-            )));
-        }
-        let partial = self.last_layer + 1 < end || !plan.stage.output;
-        if partial && matches!(want, LogitsWanted::Last | LogitsWanted::All) {
-            return Err(ExecError::Internal(
-                "logits need every layer; this pass stops early".into(),
-            ));
-        }
-        if let PassInput::Tokens(ids) = input {
-            for (i, &id) in ids.iter().enumerate() {
-                if id as usize >= s.vocab {
-                    return Err(ExecError::TokenOutOfRange {
-                        id,
-                        position: p0 + i,
-                        vocab: s.vocab,
-                    });
-                }
-            }
-        }
         kv.reserve(n)?;
         let (qd, kvd, ff) = (plan.q_dim, plan.kv_dim, s.ffn);
         let positions = p0..p0 + n;
 
         let mut x = match input {
             PassInput::Tokens(ids) => {
-                if !plan.stage.input {
-                    return Err(ExecError::InvalidOption(format!(
-                        "this stage starts at layer {first_layer}: it takes hidden states, not tokens"
-                    )));
-                }
                 // Embedding.
                 let emb = view(self.source, plan.embedding)?;
                 let mut x = vec![0.0f32; n * d];
@@ -178,15 +140,7 @@ impl Pass<'_> {
                 }
                 x
             }
-            PassInput::Hidden(h) => {
-                if plan.stage.input {
-                    return Err(ExecError::InvalidOption(
-                        "this stage owns the input boundary: it takes tokens, not hidden states"
-                            .into(),
-                    ));
-                }
-                h.to_vec()
-            }
+            PassInput::Hidden(h) => h.to_vec(),
         };
 
         let table = RopeTable::new(p0, n, s.head_dim, s.rope_theta);
@@ -301,6 +255,74 @@ impl Pass<'_> {
             obs,
         )
     }
+}
+
+/// The checks every pass makes before it runs, on the host or on a device: the input's
+/// shape, the layers asked for, the token ids. Returns the number of new positions.
+pub fn check_pass(
+    plan: &Plan,
+    p0: usize,
+    input: PassInput<'_>,
+    want: LogitsWanted,
+    last_layer: usize,
+) -> Result<usize> {
+    let s = &plan.surface;
+    let d = s.hidden;
+    let n = match input {
+        PassInput::Tokens(ids) => ids.len(),
+        PassInput::Hidden(h) => {
+            if d == 0 || !h.len().is_multiple_of(d) {
+                return Err(ExecError::InvalidOption(format!(
+                    "hidden states of {} floats are not whole rows of {d}",
+                    h.len()
+                )));
+            }
+            h.len() / d
+        }
+    };
+    if n == 0 {
+        return Err(ExecError::EmptyPrompt);
+    }
+    let first_layer = plan.stage.first;
+    let end = first_layer + plan.layers.len();
+    if last_layer < first_layer || last_layer >= end {
+        return Err(ExecError::Internal(format!(
+            "pass asked to stop after layer {last_layer} of a plan holding layers {first_layer}-{}",
+            end.saturating_sub(1)
+        )));
+    }
+    let partial = last_layer + 1 < end || !plan.stage.output;
+    if partial && matches!(want, LogitsWanted::Last | LogitsWanted::All) {
+        return Err(ExecError::Internal(
+            "logits need every layer; this pass stops early".into(),
+        ));
+    }
+    match input {
+        PassInput::Tokens(ids) => {
+            if !plan.stage.input {
+                return Err(ExecError::InvalidOption(format!(
+                    "this stage starts at layer {first_layer}: it takes hidden states, not tokens"
+                )));
+            }
+            for (i, &id) in ids.iter().enumerate() {
+                if id as usize >= s.vocab {
+                    return Err(ExecError::TokenOutOfRange {
+                        id,
+                        position: p0 + i,
+                        vocab: s.vocab,
+                    });
+                }
+            }
+        }
+        PassInput::Hidden(_) => {
+            if plan.stage.input {
+                return Err(ExecError::InvalidOption(
+                    "this stage owns the input boundary: it takes tokens, not hidden states".into(),
+                ));
+            }
+        }
+    }
+    Ok(n)
 }
 
 /// Final norm and output head over residual rows `x` (`[m × hidden]`, at `positions`):

@@ -1,9 +1,11 @@
 //! Continuation state: the key/value cache, per layer `[positions × kv_heads × head_dim]`.
 //!
 //! Grown on demand (never the whole context up front) and bounded by the model's context
-//! length. A pipeline stage's cache holds only the stage's layers: slot `i` is the stage's
+//! length. On a device backend the rows live on the device (`device`), and this struct
+//! keeps only the count and the limit. A pipeline stage's cache holds only the stage's layers: slot `i` is the stage's
 //! `i`-th layer (the forward pass subtracts the stage's first layer).
 
+use crate::backend::device::DeviceKv;
 use crate::error::{ExecError, Result};
 
 /// Positions allocated at least, once anything is cached.
@@ -17,6 +19,8 @@ pub struct KvCache {
     len: usize,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    /// The rows on a device, for a device backend's passes (made by its first pass).
+    device: Option<Box<dyn DeviceKv>>,
 }
 
 impl KvCache {
@@ -29,6 +33,7 @@ impl KvCache {
             len: 0,
             k: vec![Vec::new(); n_layers],
             v: vec![Vec::new(); n_layers],
+            device: None,
         }
     }
 
@@ -48,7 +53,13 @@ impl KvCache {
 
     /// Bytes currently allocated.
     pub fn allocated_bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|b| b.capacity() * 4).sum()
+        let host: usize = self.k.iter().chain(&self.v).map(|b| b.capacity() * 4).sum();
+        host + self.device.as_ref().map_or(0, |d| d.allocated_bytes())
+    }
+
+    /// The device rows (a device backend's pass makes them, and grows them itself).
+    pub fn device_mut(&mut self) -> &mut Option<Box<dyn DeviceKv>> {
+        &mut self.device
     }
 
     /// Make room for `add` more positions, or refuse past the context limit.
@@ -64,7 +75,7 @@ impl KvCache {
             .k
             .first()
             .map_or(0, |b| b.capacity() / self.kv_dim.max(1));
-        if needed <= have {
+        if needed <= have || self.device.is_some() {
             return Ok(());
         }
         let target = needed.max(have * 2).max(MIN_POSITIONS).min(self.limit);

@@ -39,7 +39,7 @@ pub mod trace;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::Backend;
-pub use error::{ExecError, Result};
+pub use error::{DeviceFault, ExecError, Result};
 pub use forward::{LogitsWanted, PassInput};
 pub use generate::{Control, FinishReason, GenerateOptions, Generation, TokenDecoder};
 pub use observer::{LayerRecord, Observer, Route};

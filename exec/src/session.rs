@@ -8,6 +8,7 @@ use lql_storage::model::OperandSource;
 use lql_storage::surface::ExecutionSurface;
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::device::DeviceModel;
 use crate::backend::Backend;
 use crate::error::{ExecError, Result};
 use crate::forward::{LogitsWanted, Pass, PassInput};
@@ -79,6 +80,8 @@ pub struct Executor {
     source: Arc<dyn OperandSource>,
     plan: Arc<Plan>,
     backend: Arc<dyn Backend>,
+    /// The model resident on the backend's device (a device backend only).
+    device: Option<Arc<dyn DeviceModel>>,
     cancel: Arc<AtomicBool>,
 }
 
@@ -88,6 +91,19 @@ impl std::fmt::Debug for Executor {
             .field("backend", &self.backend.name())
             .field("threads", &self.backend.threads())
             .finish_non_exhaustive()
+    }
+}
+
+/// The plan's operands made resident on `backend`'s device, when it has one.
+fn prepare_device(
+    backend: &dyn Backend,
+    source: &Arc<dyn OperandSource>,
+    plan: &Arc<Plan>,
+    previous: Option<&Arc<dyn DeviceModel>>,
+) -> Result<Option<Arc<dyn DeviceModel>>> {
+    match backend.device() {
+        Some(dev) => dev.prepare(source.clone(), plan.clone(), previous),
+        None => Ok(None),
     }
 }
 
@@ -105,10 +121,12 @@ impl Executor {
         backend: Arc<dyn Backend>,
     ) -> Result<Executor> {
         let plan = Arc::new(Plan::build(source.as_ref())?);
+        let device = prepare_device(backend.as_ref(), &source, &plan, None)?;
         Ok(Executor {
             source,
             plan,
             backend,
+            device,
             cancel: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -117,10 +135,12 @@ impl Executor {
     /// the plan is built anew from `source`.
     pub fn with_source(&self, source: Arc<dyn OperandSource>) -> Result<Executor> {
         let plan = Arc::new(Plan::build(source.as_ref())?);
+        let device = prepare_device(self.backend.as_ref(), &source, &plan, self.device.as_ref())?;
         Ok(Executor {
             source,
             plan,
             backend: self.backend.clone(),
+            device,
             cancel: self.cancel.clone(),
         })
     }
@@ -139,6 +159,7 @@ impl Executor {
             source,
             plan,
             backend,
+            device: None,
             cancel: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -175,6 +196,16 @@ impl Executor {
 
     pub fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
+    }
+
+    /// The backend, shared (to run another model on the same device).
+    pub fn backend_arc(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The model resident on the backend's device, when passes run there.
+    pub fn device(&self) -> Option<&dyn DeviceModel> {
+        self.device.as_deref()
     }
 
     pub fn source(&self) -> &Arc<dyn OperandSource> {
@@ -217,6 +248,13 @@ impl Executor {
     /// Final norm and output head over one residual row (`[hidden]`), as a whole pass
     /// ends: bit-identical to the logits the pass would have given.
     pub fn head(&self, residual: &[f32]) -> Result<Logits> {
+        if let Some(dev) = &self.device {
+            let values = dev.head(residual)?;
+            if values.len() != self.plan.surface.vocab {
+                return Err(ExecError::Internal("head takes exactly one row".into()));
+            }
+            return Ok(Logits { values });
+        }
         let mut out = None;
         let mut result = Ok(());
         self.backend.scope(&mut || match crate::forward::head(
@@ -329,6 +367,7 @@ impl Session {
             backend: self.exec.backend.as_ref(),
             cancel: &self.exec.cancel,
             last_layer: self.last_layer(),
+            device: self.exec.device.as_deref(),
         };
         let out = pass.run_from(&mut self.kv, input, want, None)?;
         if let PassInput::Tokens(ids) = input {
@@ -350,6 +389,7 @@ impl Session {
             backend: self.exec.backend.as_ref(),
             cancel: &self.exec.cancel,
             last_layer,
+            device: self.exec.device.as_deref(),
         };
         let flat = pass.run(&mut self.kv, ids, want, observer)?;
         self.tokens.extend_from_slice(ids);

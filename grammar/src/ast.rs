@@ -89,6 +89,8 @@ pub enum StatementKind {
     BeginPatch(Spanned<String>),
     /// `SAVE PATCH`
     SavePatch,
+    /// `SET name = value`: a session setting.
+    Set(Spanned<Setting>),
     /// `APPLY PATCH "file"`
     ApplyPatch(Spanned<String>),
     /// `REMOVE PATCH "file"`
@@ -142,6 +144,7 @@ impl StatementKind {
             StatementKind::Update(_) => "UPDATE",
             StatementKind::BeginPatch(_) => "BEGIN PATCH",
             StatementKind::SavePatch => "SAVE PATCH",
+            StatementKind::Set(_) => "SET",
             StatementKind::ApplyPatch(_) => "APPLY PATCH",
             StatementKind::RemovePatch(_) => "REMOVE PATCH",
             StatementKind::Diff(_) => "DIFF",
@@ -185,6 +188,37 @@ pub struct Use {
     pub source: UseSource,
     pub layers: Option<Spanned<LayerSpec>>,
     pub profile: Option<Spanned<String>>,
+    /// `BACKEND cpu|gpu|auto`: where the forward pass runs.
+    pub backend: Option<Spanned<BackendChoice>>,
+}
+
+/// Where the forward pass runs (`USE … BACKEND x`, `SET backend = 'x'`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum BackendChoice {
+    /// The CPU backend (the default).
+    Cpu,
+    /// The GPU backend; a statement fails when no adapter can run the model.
+    Gpu,
+    /// The GPU backend when an adapter can run the model, else the CPU.
+    Auto,
+}
+
+impl BackendChoice {
+    /// The lower-case name (`cpu`, `gpu`, `auto`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Cpu => "cpu",
+            BackendChoice::Gpu => "gpu",
+            BackendChoice::Auto => "auto",
+        }
+    }
+}
+
+/// A session setting (`SET name = value`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Setting {
+    /// `SET backend = 'cpu' | 'gpu' | 'auto'`
+    Backend(BackendChoice),
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -563,6 +597,8 @@ pub struct Show {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ShowWhat {
     Models,
+    /// The backends and GPU adapters present.
+    Backends,
     Layers,
     Components,
     Representations,
@@ -883,6 +919,8 @@ leaf!(
     ExtractShape,
     Encoding,
     ShowWhat,
+    BackendChoice,
+    Setting,
     Value,
     CmpOp,
     ArithOp,
@@ -934,7 +972,8 @@ fields!(Statement { kind, span });
 fields!(Use {
     source,
     layers,
-    profile
+    profile,
+    backend
 });
 fields!(Infer {
     prompt,
@@ -1099,6 +1138,7 @@ impl SpanVisit for StatementKind {
             StatementKind::DescribeTable(t) => f(&mut t.span),
             StatementKind::RunStage(s) => s.visit_spans(f),
             StatementKind::InferFrom(s) => s.visit_spans(f),
+            StatementKind::Set(s) => s.visit_spans(f),
             StatementKind::SavePatch | StatementKind::Stats => {}
         }
     }

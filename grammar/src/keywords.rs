@@ -30,6 +30,7 @@ pub const STATEMENT_KEYWORDS: &[&str] = &[
     "REPRESENT",
     "INSPECT",
     "PRECISION",
+    "SET",
 ];
 
 /// Every keyword and choice word of LQL, upper case (matching is case-insensitive).
@@ -44,6 +45,7 @@ pub const KEYWORDS: &[&str] = &[
     "USE",
     "MODEL",
     "PROFILE",
+    "BACKEND",
     "INFER",
     "GENERATE",
     "MAX",
@@ -143,6 +145,10 @@ pub const KEYWORDS: &[&str] = &[
     "BF16",
     "Q8_0",
     "MODELS",
+    "BACKENDS",
+    "CPU",
+    "GPU",
+    "AUTO",
     "COMPONENTS",
     "REPRESENTATIONS",
     "TENSORS",

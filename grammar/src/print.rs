@@ -154,6 +154,7 @@ impl Display for ShowWhat {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ShowWhat::Models => "MODELS",
+            ShowWhat::Backends => "BACKENDS",
             ShowWhat::Layers => "LAYERS",
             ShowWhat::Components => "COMPONENTS",
             ShowWhat::Representations => "REPRESENTATIONS",
@@ -362,7 +363,11 @@ impl Display for StatementKind {
                     UseSource::Model(m) => write!(f, "USE MODEL {}", Q(&m.value))?,
                 }
                 layers(f, &u.layers)?;
-                opt_str(f, "PROFILE", &u.profile)
+                opt_str(f, "PROFILE", &u.profile)?;
+                if let Some(b) = &u.backend {
+                    write!(f, " BACKEND {}", b.value.name())?;
+                }
+                Ok(())
             }
             StatementKind::Infer(i) => {
                 write!(f, "INFER {}", Q(&i.prompt.value))?;
@@ -508,6 +513,9 @@ impl Display for StatementKind {
             }
             StatementKind::BeginPatch(p) => write!(f, "BEGIN PATCH {}", Q(&p.value)),
             StatementKind::SavePatch => f.write_str("SAVE PATCH"),
+            StatementKind::Set(s) => match s.value {
+                Setting::Backend(b) => write!(f, "SET backend = {}", Q(b.name())),
+            },
             StatementKind::ApplyPatch(p) => write!(f, "APPLY PATCH {}", Q(&p.value)),
             StatementKind::RemovePatch(p) => write!(f, "REMOVE PATCH {}", Q(&p.value)),
             StatementKind::Diff(d) => {

@@ -83,6 +83,7 @@ pub const CODES: &[(&str, &str)] = &[
     ("LQL-E0205", "panic: a handler or closure given to the connection (token or progress handler, execute_each callback, query_row/query_map closure) panicked; the statement stopped and the connection stays usable"),
     ("LQL-E0301", "unsupported: not built yet, or not available for this model"),
     ("LQL-E0401", "io: reading or writing a file failed"),
+    ("LQL-E0402", "device: the GPU backend failed (no adapter, a kernel that did not compile, device lost, out of device memory); the message names the adapter and the operation"),
     ("LQL-E0501", "format: a malformed, hostile or inconsistent file"),
     ("LQL-E0502", "model file changed since USE: re-bind"),
     ("LQL-E0601", "interrupted: the statement was cancelled"),
@@ -487,6 +488,7 @@ impl From<lql_exec::ExecError> for Error {
             | X::InvalidOption(_) => Error::semantic(e.to_string()),
             X::Shape { .. } | X::Surface(_) => Error::new(ErrorKind::Format, e.to_string()),
             X::Unsupported(_) => Error::unsupported(e.to_string()),
+            X::Device { .. } => Error::new(ErrorKind::Io, e.to_string()).with_code("LQL-E0402"),
             _ => Error::internal(e.to_string()),
         };
         base.with_source(e)

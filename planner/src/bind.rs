@@ -74,6 +74,7 @@ impl Binder {
                 self.model()?;
                 LogicalPlan::SavePatch
             }
+            K::Set(s) => LogicalPlan::Set(s.value),
             K::ApplyPatch(p) => {
                 self.model()?;
                 LogicalPlan::ApplyPatch {
@@ -290,7 +291,7 @@ impl Binder {
                 if container.is_none()
                     && !matches!(
                         s.what.value,
-                        ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables
+                        ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables | ShowWhat::Backends
                     )
                 {
                     self.model()?;
@@ -507,6 +508,7 @@ impl Binder {
             target,
             layers,
             profile,
+            backend: u.backend.as_ref().map(|b| b.value),
         }))
     }
 

@@ -4,8 +4,9 @@
 
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
-    ArtifactWhat, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind, ExtractFormat, ExtractShape,
-    ModelRef, Positions, RepresentTarget, ShowWhat, Table, Value, WalkMode,
+    ArtifactWhat, BackendChoice, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind,
+    ExtractFormat, ExtractShape, ModelRef, Positions, RepresentTarget, Setting, ShowWhat, Table,
+    Value, WalkMode,
 };
 use std::fmt;
 
@@ -59,6 +60,8 @@ pub struct UsePlan {
     /// Bind one stage (checked against the model by the engine once opened).
     pub layers: Option<LayerRange>,
     pub profile: Option<String>,
+    /// Where the forward pass runs (`None`: the session's setting).
+    pub backend: Option<BackendChoice>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -427,6 +430,8 @@ pub enum LogicalPlan {
         path: String,
     },
     SavePatch,
+    /// `SET name = value`: a session setting.
+    Set(Setting),
     ApplyPatch {
         path: String,
     },
@@ -529,6 +534,7 @@ impl LogicalPlan {
             LogicalPlan::Update(_) => "UPDATE",
             LogicalPlan::BeginPatch { .. } => "BEGIN PATCH",
             LogicalPlan::SavePatch => "SAVE PATCH",
+            LogicalPlan::Set(_) => "SET",
             LogicalPlan::ApplyPatch { .. } => "APPLY PATCH",
             LogicalPlan::RemovePatch { .. } => "REMOVE PATCH",
             LogicalPlan::Diff(_) => "DIFF",
@@ -566,6 +572,7 @@ impl LogicalPlan {
                 | LogicalPlan::Update(_)
                 | LogicalPlan::BeginPatch { .. }
                 | LogicalPlan::SavePatch
+                | LogicalPlan::Set(_)
                 | LogicalPlan::ApplyPatch { .. }
                 | LogicalPlan::RemovePatch { .. }
         )

@@ -158,6 +158,11 @@ pub enum Operator {
         path: String,
     },
     PatchSave,
+    /// `SET name = value`: change a session setting.
+    SetSetting {
+        name: String,
+        value: String,
+    },
     PatchApply {
         path: String,
     },
@@ -563,6 +568,12 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
         ],
         LogicalPlan::BeginPatch { path } => vec![O::PatchBegin { path: path.clone() }],
         LogicalPlan::SavePatch => vec![O::PatchSave],
+        LogicalPlan::Set(s) => vec![match s {
+            crate::logical::Setting::Backend(b) => O::SetSetting {
+                name: "backend".into(),
+                value: b.name().into(),
+            },
+        }],
         LogicalPlan::ApplyPatch { path } => vec![O::PatchApply { path: path.clone() }],
         LogicalPlan::RemovePatch { path } => vec![O::PatchRemove { path: path.clone() }],
         LogicalPlan::Diff(d) => {
@@ -913,6 +924,7 @@ impl fmt::Display for Operator {
             }
             O::PatchBegin { path } => write!(f, "PatchBegin {}", quote(path)),
             O::PatchSave => f.write_str("PatchSave"),
+            O::SetSetting { name, value } => write!(f, "SetSetting {name}={}", quote(value)),
             O::PatchApply { path } => write!(f, "PatchApply {}", quote(path)),
             O::PatchRemove { path } => write!(f, "PatchRemove {}", quote(path)),
             O::Open {

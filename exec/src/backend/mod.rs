@@ -1,9 +1,11 @@
 //! The `Backend` trait: the numeric operations the forward pass needs, over encoded
-//! weights ([`TensorView`]) and f32 activations. The CPU backend ([`cpu::CpuBackend`]) is
-//! the one verified here; another device would implement the same trait.
+//! weights ([`TensorView`]) and f32 activations. The CPU backend ([`cpu::CpuBackend`])
+//! runs them on the host; a backend with its own device (the `lql-gpu` crate) also offers
+//! [`device::DeviceBackend`], and whole passes then run there.
 
 pub mod attention;
 pub mod cpu;
+pub mod device;
 pub mod encoded;
 
 use lql_storage::model::TensorView;
@@ -41,6 +43,13 @@ pub trait Backend: Send + Sync {
 
     /// Worker threads used.
     fn threads(&self) -> usize;
+
+    /// The device side, for a backend that runs whole passes on its own device (weights,
+    /// activations and key/value cache resident there). `None`: passes run on the host
+    /// through the operations below.
+    fn device(&self) -> Option<&dyn device::DeviceBackend> {
+        None
+    }
 
     /// Run `f` with the backend's workers at hand (the CPU backend runs it inside its
     /// thread pool, so the many parallel operations of a forward pass pay no hand-off).

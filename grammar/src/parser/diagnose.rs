@@ -92,6 +92,8 @@ fn describe_rule(rule: Rule) -> String {
         Rule::layer_range => "a layer range",
         Rule::use_model => "MODEL",
         Rule::profile_clause => "PROFILE",
+        Rule::backend_clause => "BACKEND",
+        Rule::set_stmt => "SET",
         Rule::generate_clause => "GENERATE",
         Rule::max_clause => "MAX",
         Rule::temperature_clause => "TEMPERATURE",

@@ -297,6 +297,7 @@ fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
         Rule::update_stmt => update_stmt(p)?,
         Rule::begin_patch_stmt => StatementKind::BeginPatch(first_string(p)?),
         Rule::save_patch_stmt => StatementKind::SavePatch,
+        Rule::set_stmt => set_stmt(p)?,
         Rule::apply_patch_stmt => StatementKind::ApplyPatch(first_string(p)?),
         Rule::remove_patch_stmt => StatementKind::RemovePatch(first_string(p)?),
         Rule::diff_stmt => diff_stmt(p)?,
@@ -364,6 +365,7 @@ fn use_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut source = None;
     let mut layers = None;
     let mut profile = None;
+    let mut backend = None;
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_use => {}
@@ -371,6 +373,12 @@ fn use_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             Rule::use_model => source = Some(UseSource::Model(first_string(q)?)),
             Rule::layers_clause => set(&mut layers, layer_spec(q)?, "LAYERS")?,
             Rule::profile_clause => set(&mut profile, clause_str(q)?, "PROFILE")?,
+            Rule::backend_clause => {
+                let sp = span(&q);
+                let w = last_child(q)?;
+                let b = backend_choice(&w)?;
+                set(&mut backend, Spanned::new(b.value, sp), "BACKEND")?
+            }
             _ => return Err(internal(&q)),
         }
     }
@@ -379,7 +387,58 @@ fn use_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         source,
         layers,
         profile,
+        backend,
     }))
+}
+
+fn backend_choice(p: &Pair<Rule>) -> Result<Spanned<BackendChoice>> {
+    choose(
+        p,
+        "backend",
+        &[
+            ("CPU", BackendChoice::Cpu),
+            ("GPU", BackendChoice::Gpu),
+            ("AUTO", BackendChoice::Auto),
+        ],
+    )
+}
+
+/// `SET name = value` (a word or a string).
+fn set_stmt(p: Pair<Rule>) -> Result<StatementKind> {
+    let sp = span(&p);
+    let mut parts = p
+        .into_inner()
+        .filter(|q| !matches!(q.as_rule(), Rule::kw_set | Rule::eq));
+    let name = parts
+        .next()
+        .ok_or_else(|| SyntaxError::new("SET needs a setting name", sp))?;
+    let value = parts
+        .next()
+        .ok_or_else(|| SyntaxError::new("SET needs a value", sp))?;
+    choose(&name, "setting", &[("BACKEND", ())])?;
+    let choice = match value.as_rule() {
+        Rule::string => {
+            let v = string(value.clone())?;
+            let options = [
+                ("cpu", BackendChoice::Cpu),
+                ("gpu", BackendChoice::Gpu),
+                ("auto", BackendChoice::Auto),
+            ];
+            options
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(&v.value))
+                .map(|(_, b)| *b)
+                .ok_or_else(|| {
+                    SyntaxError::new(format!("unknown backend `{}`", v.value), v.span)
+                        .with_label(v.span, "expected one of cpu, gpu, auto")
+                })?
+        }
+        _ => backend_choice(&value)?.value,
+    };
+    Ok(StatementKind::Set(Spanned::new(
+        Setting::Backend(choice),
+        sp,
+    )))
 }
 
 fn infer_stmt(p: Pair<Rule>) -> Result<StatementKind> {
@@ -1060,6 +1119,7 @@ fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                     "SHOW target",
                     &[
                         ("MODELS", ShowWhat::Models),
+                        ("BACKENDS", ShowWhat::Backends),
                         ("LAYERS", ShowWhat::Layers),
                         ("COMPONENTS", ShowWhat::Components),
                         ("REPRESENTATIONS", ShowWhat::Representations),

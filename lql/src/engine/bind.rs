@@ -29,6 +29,17 @@ pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
         Some(s) => e.or_span(s.clone()),
         None => e,
     };
+    // `BACKEND gpu` without an adapter is refused before anything is bound.
+    let backend = match cx.plan {
+        LogicalPlan::Use(u) => u.backend.unwrap_or(cx.engine.backend),
+        _ => cx.engine.backend,
+    };
+    super::backend::check_available(backend).map_err(|e| match &cx.stmt.kind {
+        lql_grammar::StatementKind::Use(lql_grammar::Use {
+            backend: Some(b), ..
+        }) => e.or_span(b.span.range()),
+        _ => e,
+    })?;
     let rows = match cx.plan {
         LogicalPlan::Use(UsePlan {
             target: BindTarget::Catalogue(n),
@@ -48,7 +59,11 @@ pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
         }
         _ => bind_path(cx, target, None),
     };
-    rows.map(Datum::Rows).map_err(at)
+    let rows = rows.map_err(at)?;
+    if let Some(b) = cx.engine.bound.as_mut() {
+        b.backend = backend;
+    }
+    Ok(Datum::Rows(rows))
 }
 
 /// Binds a path that exists as a file or folder, else a catalogue name (as

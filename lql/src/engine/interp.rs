@@ -246,6 +246,7 @@ fn operator(
         O::OverlayUpdate { .. } => edit::update(cx, one(inputs, "OverlayUpdate")?),
         O::PatchBegin { path } => patch::begin(cx, path),
         O::PatchSave => patch::save(cx),
+        O::SetSetting { name, value } => super::backend::set(cx, name, value),
         O::PatchApply { path } => patch::apply(cx, path),
         O::PatchRemove { path } => patch::remove(cx, path),
     }

@@ -31,6 +31,7 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
     };
     let mut rows = match plan.what {
         ShowWhat::Models => show_models(cx)?,
+        ShowWhat::Backends => super::backend::show(cx),
         ShowWhat::Layers => show_layers(cx)?,
         ShowWhat::Tensors => show_tensors(cx)?,
         ShowWhat::Tables => show_tables(cx),

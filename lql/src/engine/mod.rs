@@ -14,6 +14,7 @@
 //! modes, layer ranges and pushdown arrive as operator parameters.
 
 mod aggregate;
+mod backend;
 mod bind;
 mod catalog;
 mod datum;
@@ -62,6 +63,8 @@ pub(crate) struct Bound {
     pub stage: Option<package::StageBinding>,
     /// This connection's patch stack and the effective state it makes (engine/edit.rs).
     pub edits: edit::Edits,
+    /// Where its forward passes run (`USE … BACKEND`, `SET backend`).
+    pub backend: lql_grammar::BackendChoice,
 }
 
 impl Bound {
@@ -74,6 +77,7 @@ impl Bound {
             executor: None,
             stage: None,
             edits: edit::Edits::default(),
+            backend: lql_grammar::BackendChoice::Cpu,
         }
     }
 
@@ -88,6 +92,8 @@ pub(crate) struct Engine {
     pub(crate) progress: Option<ProgressHandler>,
     pub(crate) tokens: Option<crate::progress::TokenHandler>,
     pub(crate) bound: Option<Bound>,
+    /// The session's `backend` setting: where the passes of models bound later run.
+    pub(crate) backend: lql_grammar::BackendChoice,
     /// Bumped whenever the session state a plan depends on changes (USE, every edit).
     pub(crate) version: u64,
 }
@@ -157,7 +163,7 @@ impl Cx<'_> {
                 Some(state) => state.clone(),
                 None => b.model().clone(),
             };
-            b.executor = Some(lql_exec::Executor::new(source, 0)?.with_cancel_flag(cancel));
+            b.executor = Some(backend::executor(source, b.backend)?.with_cancel_flag(cancel));
         }
         b.executor
             .clone()
@@ -205,8 +211,13 @@ fn reads_bound_model(plan: &LogicalPlan) -> bool {
         | LogicalPlan::DescribeTable { .. } => false,
         LogicalPlan::Artifact { .. } => false,
         LogicalPlan::Show(s) => {
-            s.container.is_none() && !matches!(s.what, ShowWhat::Models | ShowWhat::Tables)
+            s.container.is_none()
+                && !matches!(
+                    s.what,
+                    ShowWhat::Models | ShowWhat::Tables | ShowWhat::Backends
+                )
         }
+        LogicalPlan::Set(_) => false,
         LogicalPlan::Explain(e) => e.mode != ExplainMode::Plan && reads_bound_model(&e.inner),
         _ => true,
     }
@@ -240,6 +251,7 @@ impl Engine {
             progress: None,
             tokens: None,
             bound: None,
+            backend: lql_grammar::BackendChoice::Cpu,
             version: 0,
         }
     }

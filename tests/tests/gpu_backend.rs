@@ -1,0 +1,127 @@
+//! The GPU backend through the engine: `SHOW BACKENDS`, `USE … BACKEND gpu|cpu|auto`,
+//! `SET backend = …`, INFER on the GPU equal to the CPU within 1e-3, TRACE … FOR
+//! contributions adding up to the GPU's logit, and refusals that leave the connection
+//! usable. Tests needing an adapter skip with a printed reason when there is none, unless
+//! `LQL_REQUIRE_GPU=1` (CI, which installs lavapipe).
+
+use lql::{Connection, Rows};
+
+fn model() -> String {
+    lql_tests::default_model_path()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn f(rows: &Rows, i: usize, col: &str) -> f64 {
+    rows.row(i).unwrap().get::<f64>(col).unwrap()
+}
+
+/// Whether SHOW BACKENDS lists a GPU adapter (else the reason to skip is printed, or with
+/// `LQL_REQUIRE_GPU=1` the test fails).
+fn has_gpu(conn: &Connection) -> bool {
+    let rows = conn.execute("SHOW BACKENDS").unwrap();
+    let gpu =
+        (0..rows.len()).any(|i| rows.row(i).unwrap().get::<String>("backend").unwrap() == "gpu");
+    if !gpu {
+        assert!(
+            !std::env::var("LQL_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+            "LQL_REQUIRE_GPU=1 but SHOW BACKENDS lists no GPU adapter"
+        );
+        eprintln!("skipping: no GPU adapter (install mesa-vulkan-drivers for lavapipe)");
+    }
+    gpu
+}
+
+fn active(conn: &Connection) -> String {
+    let rows = conn.execute("SHOW BACKENDS").unwrap();
+    (0..rows.len())
+        .find(|&i| rows.row(i).unwrap().get::<bool>("active").unwrap())
+        .map(|i| rows.row(i).unwrap().get::<String>("backend").unwrap())
+        .unwrap_or_default()
+}
+
+#[test]
+fn show_backends_lists_the_cpu_first_and_needs_no_model() {
+    let conn = Connection::open_in_memory().unwrap();
+    let rows = conn.execute("SHOW BACKENDS").unwrap();
+    assert_eq!(
+        rows.column_names(),
+        ["backend", "adapter", "api", "kind", "driver", "active"]
+    );
+    let first = rows.row(0).unwrap();
+    assert_eq!(first.get::<String>("backend").unwrap(), "cpu");
+    assert!(
+        first.get::<bool>("active").unwrap(),
+        "the CPU is the default"
+    );
+}
+
+#[test]
+fn bad_backend_names_are_syntax_errors_with_suggestions() {
+    let conn = Connection::open_in_memory().unwrap();
+    let e = conn.execute("SET backend = 'tpu'").unwrap_err();
+    assert!(e.to_string().contains("unknown backend `tpu`"), "{e}");
+    let e = conn.execute("SET backnd = 'gpu'").unwrap_err();
+    assert!(e.to_string().contains("unknown setting"), "{e}");
+    let e = conn.execute("USE \"x.gguf\" BACKEND gpx").unwrap_err();
+    assert!(e.to_string().contains("unknown backend `gpx`"), "{e}");
+    // The connection is still usable, and the setting round-trips through the printer.
+    conn.execute("SET backend = 'cpu'").unwrap();
+    let s = lql_grammar::parse_statement("set BACKEND = auto").unwrap();
+    assert_eq!(s.kind.to_string(), "SET backend = \"auto\"");
+    let s = lql_grammar::parse_statement("USE \"m.gguf\" backend GPU").unwrap();
+    assert_eq!(s.kind.to_string(), "USE \"m.gguf\" BACKEND gpu");
+}
+
+#[test]
+fn infer_and_trace_for_on_the_gpu_match_the_cpu() {
+    let cpu = Connection::open_in_memory().unwrap();
+    if !has_gpu(&cpu) {
+        return;
+    }
+    let q = lql::quote(&model());
+    cpu.execute(&format!("USE {q}")).unwrap();
+    let gpu = Connection::open_in_memory().unwrap();
+    gpu.execute(&format!("USE {q} BACKEND gpu")).unwrap();
+    let prompt = "'The capital of France is'";
+    let a = cpu.execute(&format!("INFER {prompt} TOP 3")).unwrap();
+    let b = gpu.execute(&format!("INFER {prompt} TOP 3")).unwrap();
+    assert_eq!(active(&gpu), "gpu");
+    for i in 0..3 {
+        let (ra, rb) = (a.row(i).unwrap(), b.row(i).unwrap());
+        assert_eq!(
+            ra.get::<i64>("token_id").unwrap(),
+            rb.get::<i64>("token_id").unwrap()
+        );
+        let d = (f(&a, i, "logit") - f(&b, i, "logit")).abs();
+        assert!(d < 1e-3, "rank {i}: |Δ logit| {d}");
+    }
+    // TRACE … FOR: the contributions of every layer add up to the GPU's logit.
+    let token: String = b.row(0).unwrap().get("token").unwrap();
+    let logit = f(&b, 0, "logit");
+    let tr = gpu
+        .execute(&format!("TRACE {prompt} FOR {}", lql::quote(&token)))
+        .unwrap();
+    let sum: f64 = (0..tr.len()).map(|i| f(&tr, i, "contrib")).sum();
+    eprintln!("gpu TRACE FOR {token:?}: Σ contrib {sum} vs logit {logit}");
+    assert!(
+        (sum - logit).abs() <= 1e-3,
+        "Σ contrib {sum} vs logit {logit}"
+    );
+    // SET backend moves the bound model to the CPU; the answer stays the same.
+    gpu.execute("SET backend = 'cpu'").unwrap();
+    let c = gpu.execute(&format!("INFER {prompt} TOP 1")).unwrap();
+    assert_eq!(active(&gpu), "cpu");
+    assert!((f(&c, 0, "logit") - f(&a, 0, "logit")).abs() < 1e-6);
+}
+
+#[test]
+fn auto_runs_on_the_gpu_when_it_can() {
+    let conn = Connection::open_in_memory().unwrap();
+    let gpu = has_gpu(&conn);
+    conn.execute("SET backend = 'auto'").unwrap();
+    conn.execute(&format!("USE {}", lql::quote(&model())))
+        .unwrap();
+    conn.execute("INFER 'Hello' TOP 1").unwrap();
+    assert_eq!(active(&conn), if gpu { "gpu" } else { "cpu" });
+}
