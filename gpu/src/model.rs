@@ -183,12 +183,20 @@ impl GpuModel {
                 gate: wg,
                 up: wu,
                 down: wd,
+                gate_bias,
+                up_bias,
             } = &lp.ffn
             else {
                 return Err(ExecError::Unsupported(
                     "expert banks on the gpu backend; use BACKEND cpu".into(),
                 ));
             };
+            if gate_bias.is_some() || up_bias.is_some() {
+                return Err(ExecError::Unsupported(
+                    "FFN gate/up biases (a compiled edited model) on the gpu backend; use BACKEND cpu"
+                        .into(),
+                ));
+            }
             rec.matmul(m(*wg)?, &h, n, &gate)?;
             rec.matmul(m(*wu)?, &h, n, &up)?;
             if let Some(gp) = &gate_pre {

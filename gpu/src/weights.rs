@@ -86,7 +86,7 @@ fn matrix_keys(plan: &Plan) -> Result<Vec<OperandKey>, ExecError> {
     for lp in &plan.layers {
         keys.extend([lp.q, lp.k, lp.v, lp.o]);
         match &lp.ffn {
-            FfnPlan::Dense { gate, up, down } => keys.extend([*gate, *up, *down]),
+            FfnPlan::Dense { gate, up, down, .. } => keys.extend([*gate, *up, *down]),
             FfnPlan::Bank(_) => {
                 return Err(ExecError::Unsupported(format!(
                 "expert banks (mixture of experts, layer {}) on the gpu backend; use BACKEND cpu",

@@ -84,7 +84,6 @@ impl SharedModel {
             .seed_stored(segment, table.features, table.top_k, &table.top);
     }
 
-
     /// The model's identity for patch files: the sha256 of its mapped bytes (computed once).
     pub fn identity(&self) -> [u8; 32] {
         *self

@@ -291,7 +291,10 @@ impl Binder {
                 if container.is_none()
                     && !matches!(
                         s.what.value,
-                        ShowWhat::Models | ShowWhat::Patches | ShowWhat::Tables | ShowWhat::Backends
+                        ShowWhat::Models
+                            | ShowWhat::Patches
+                            | ShowWhat::Tables
+                            | ShowWhat::Backends
                     )
                 {
                     self.model()?;

@@ -42,7 +42,8 @@ pub fn writes(plan: &LogicalPlan) -> Option<&'static str> {
         | LogicalPlan::Stats
         | LogicalPlan::Tokenize { .. }
         | LogicalPlan::DescribeTable { .. }
-        | LogicalPlan::Artifact { .. } => None,
+        | LogicalPlan::Artifact { .. }
+        | LogicalPlan::Set(_) => None,
     }
 }
 

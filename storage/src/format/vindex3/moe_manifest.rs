@@ -206,12 +206,9 @@ pub fn format_tag(d: DType) -> Option<u16> {
         DType::Q6_K => 5,
         DType::Q8_0 => 6,
         DType::MXFP4 => 8,
-        DType::Q4_1
-        | DType::Q5_0
-        | DType::Q5_1
-        | DType::Q2_K
-        | DType::Q3_K
-        | DType::Q5_K => return None,
+        DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q2_K | DType::Q3_K | DType::Q5_K => {
+            return None
+        }
     })
 }
 
