@@ -175,14 +175,14 @@ fn unbuilt_statements_are_unsupported() {
         "--model",
         MODEL,
         "-c",
-        "COMPILE CURRENT INTO PACKAGE 'p';",
+        "DIFF CURRENT INTO PATCH 'p.lqlpatch';",
     ]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
     assert_eq!(v["error"]["kind"], "unsupported");
     assert_eq!(
         v["error"]["message"],
-        "not supported yet: COMPILE … INTO PACKAGE"
+        "not supported yet: DIFF … INTO PATCH"
     );
 }
 
