@@ -147,7 +147,7 @@ pub(crate) fn make_resident(
             )));
         }
     }
-    let max_binding = gpu.limits.max_storage_buffer_binding_size as u64;
+    let max_binding = gpu.limits.max_storage_buffer_binding_size;
     let mut shared: HashMap<(usize, usize, DType), Arc<Matrix>> = HashMap::new();
     if let Some(p) = previous {
         for m in p.matrices.values() {
