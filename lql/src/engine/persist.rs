@@ -279,20 +279,11 @@ fn compile_vindex(
             out.display()
         )));
     }
-    let name = out
-        .file_name()
-        .ok_or_else(|| Error::io(format!("{}: not a directory name", out.display())))?
-        .to_string_lossy()
-        .into_owned();
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let staging = parent.join(format!(".{name}.compiling-{}-{nanos}", std::process::id()));
+    let staging = vindex3::compact::sibling(out, "compiling")?;
+    // The folder both the staging name and the target live in (synced after the rename).
+    let parent = staging
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let model = state.as_model()?;
     let task = format!("compile {}", out.display());
     let handler = cx.engine.progress.clone();

@@ -93,8 +93,9 @@ fn derivation(index: &Vindex3Index) -> Option<Derivation> {
     }
 }
 
-/// A sibling path of `dir` named `.{name}.{what}-{pid}-{nanos}`.
-fn sibling(dir: &Path, what: &str) -> Result<PathBuf> {
+/// A sibling path of `dir` named `.{name}.{what}-{pid}-{nanos}` (the staging name of a
+/// COMPACT or COMPILE output, renamed into place last).
+pub fn sibling(dir: &Path, what: &str) -> Result<PathBuf> {
     let name = dir
         .file_name()
         .ok_or_else(|| StorageError::Invalid(format!("{}: not a directory name", dir.display())))?
