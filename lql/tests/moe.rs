@@ -239,6 +239,16 @@ fn routes_are_a_table() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("WHERE prompt"), "{e}");
+    // SHOW TABLES lists routes on a model with a router, with the predicate it needs.
+    let tables = conn.execute("SHOW TABLES").unwrap();
+    let routes = tables
+        .iter()
+        .find(|r| r.get::<String>("table").unwrap() == "routes")
+        .expect("routes listed on a MoE model");
+    assert!(routes
+        .get::<String>("requires")
+        .unwrap()
+        .contains("WHERE prompt"));
     let plan = conn
         .execute("EXPLAIN PLAN SELECT count(*) FROM routes WHERE prompt = 'abc'")
         .unwrap();

@@ -41,7 +41,8 @@ pub use error::{PlanError, PlanErrorKind};
 pub use logical::*;
 pub use physical::{lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode};
 pub use schema::{
-    show_columns, statement_columns, table_columns, ColumnDef, ColumnType, QUERYABLE_TABLES,
+    show_columns, statement_columns, table_columns, table_requires, ColumnDef, ColumnType,
+    QUERYABLE_TABLES,
 };
 pub use unbuilt::check_built;
 pub use writes::writes;

@@ -17,7 +17,7 @@ pub enum ColumnType {
     Bool,
     /// A list of values (token lists, shapes, layer lists).
     List,
-    /// Mixed types (e.g. STATS values, TRACE's `layer` with its `emb` row).
+    /// Mixed types (e.g. STATS values).
     Any,
 }
 
@@ -184,7 +184,8 @@ const PATCHES: Spec = &[
     ),
 ];
 
-/// The virtual tables that answer `SELECT`, in the order `SHOW TABLES` lists them.
+/// The virtual tables that answer `SELECT`, in the order `SHOW TABLES` lists them
+/// (`routes` only on a model with a router: see [`table_requires`]).
 pub const QUERYABLE_TABLES: [Table; 6] = [
     Table::Features,
     Table::Layers,
@@ -193,6 +194,15 @@ pub const QUERYABLE_TABLES: [Table; 6] = [
     Table::Edges,
     Table::Routes,
 ];
+
+/// The predicate a table's SELECT needs before it can answer, or `None` when `SELECT *`
+/// answers as it is: `routes` runs the prompt it is given.
+pub fn table_requires(table: Table) -> Option<&'static str> {
+    match table {
+        Table::Routes => Some("WHERE prompt = '…' (a mixture-of-experts model)"),
+        _ => None,
+    }
+}
 
 /// The columns of a virtual table, or `None` for a table that does not answer SELECT yet.
 pub fn table_columns(table: Table) -> Option<Vec<ColumnDef>> {
@@ -505,6 +515,11 @@ const SHOW_CAPABILITIES: Spec = &[
 const SHOW_TABLES: Spec = &[
     ("table", Text, "virtual table name"),
     ("columns", Int, "number of columns"),
+    (
+        "requires",
+        Text,
+        "the predicate SELECT needs (NULL: SELECT * answers)",
+    ),
 ];
 const DIFF: Spec = &[
     ("object", Text, "graph object the tensor belongs to"),
@@ -607,7 +622,11 @@ pub fn trace_columns(t: &TracePlan) -> Vec<ColumnDef> {
     if t.positions == Positions::All {
         spec.push(("position", Int, "prompt position"));
     }
-    spec.push(("layer", Any, "layer, or emb for the embedding row"));
+    spec.push((
+        "layer",
+        Int,
+        "layer whose output the row shows; NULL on the embedding row (the residual entering layer 0)",
+    ));
     if t.target.is_some() {
         spec.extend([
             ("rank", Int, "rank of the FOR token in the logit lens"),

@@ -1,10 +1,8 @@
 //! Dot-commands: ONE table (name, arguments, help, handler); `.help` is generated from it.
 //! A command may be typed by any unique prefix of its name (`.ti on` for `.timer on`).
 //! Commands that inspect the model expand to ordinary statements (`.models` → `SHOW
-//! MODELS`, `.tables` → `SHOW TABLES`, `.schema` → each table's columns from its prepared `SELECT`), so
+//! MODELS`, `.tables` → `SHOW TABLES`, `.schema` → `DESCRIBE TABLE` of each), so
 //! `Connection::execute` never sees a dot-command.
-
-use lql::ValueType;
 
 use crate::render::OutputMode;
 use crate::session::{Outcome, Session};
@@ -342,9 +340,15 @@ fn table_names(s: &Session) -> Result<Vec<String>, lql::Error> {
     Ok(rows.rows.iter().map(|r| r[0].to_string()).collect())
 }
 
-/// The columns of `table`, known without running anything (the statement's schema).
-fn table_columns(s: &Session, table: &str) -> Result<Vec<lql::Column>, lql::Error> {
-    s.conn.prepare(&format!("SELECT * FROM {table}"))?.columns()
+/// The columns of `table` from the engine's one schema source (`DESCRIBE TABLE`), as
+/// (name, type) pairs.
+fn table_columns(s: &Session, table: &str) -> Result<Vec<(String, String)>, lql::Error> {
+    let rows = s.conn.execute(&format!("DESCRIBE TABLE {table};"))?;
+    Ok(rows
+        .rows
+        .iter()
+        .map(|r| (r[0].to_string(), r[1].to_string()))
+        .collect())
 }
 
 fn require_model(s: &Session) -> Result<(), String> {
@@ -387,22 +391,21 @@ fn schema(s: &mut Session, args: &[String]) -> Result<Flow, String> {
 }
 
 /// A table's columns written as sqlite3's `.schema` writes them.
-fn create_table(name: &str, columns: &[lql::Column]) -> String {
+fn create_table(name: &str, columns: &[(String, String)]) -> String {
     let cols: Vec<String> = columns
         .iter()
-        .map(|c| format!("  {} {}", c.name, sql_type(c.ty)))
+        .map(|(n, ty)| format!("  {n} {}", sql_type(ty)))
         .collect();
     format!("CREATE TABLE {name} (\n{}\n);\n", cols.join(",\n"))
 }
 
-fn sql_type(t: ValueType) -> &'static str {
-    match t {
-        ValueType::Bool => "BOOLEAN",
-        ValueType::Int => "INTEGER",
-        ValueType::Float => "REAL",
-        ValueType::Text => "TEXT",
-        ValueType::List => "LIST",
-        ValueType::Any => "ANY",
+/// The SQL spelling of a schema type name (`DESCRIBE TABLE`'s `type` column).
+fn sql_type(ty: &str) -> String {
+    match ty {
+        "bool" => "BOOLEAN".into(),
+        "int" => "INTEGER".into(),
+        "float" => "REAL".into(),
+        other => other.to_ascii_uppercase(),
     }
 }
 

@@ -146,9 +146,13 @@ fn offline_refuses_a_model_that_is_not_cached() {
 fn tables_and_schema_list_what_answers() {
     let o = lql(&[MODEL, ".tables"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(
-        stdout(&o),
-        "features  layers  tokens  tensors  edges  routes\n"
+    assert_eq!(stdout(&o), "features  layers  tokens  tensors  edges\n");
+    // `routes` answers only on a model with a router: the schema source still has it.
+    let o = lql(&[MODEL, ".schema routes"]);
+    assert!(
+        stdout(&o).starts_with("CREATE TABLE routes (\n  prompt TEXT,"),
+        "{}",
+        stdout(&o)
     );
     let o = lql(&[MODEL, ".schema layers"]);
     assert_eq!(

@@ -74,6 +74,12 @@ fn lens_and_norms_match_numpy() {
                 "ffn_delta_norm"
             ]
         );
+        // One type per column: `layer` is an integer, NULL on the embedding row.
+        assert_eq!(rows.columns[0].ty, lql::ValueType::Int);
+        assert!(rows
+            .rows
+            .iter()
+            .all(|r| matches!(r[0], Value::Null | Value::Int(_))));
         let stages = p["stages"].as_array().unwrap();
         assert_eq!(
             rows.len(),
@@ -84,7 +90,7 @@ fn lens_and_norms_match_numpy() {
             let row = rows.row(i).unwrap();
             let layer = row.value("layer").unwrap();
             if i == 0 {
-                assert_eq!(layer, &Value::from("emb"));
+                assert!(layer.is_null(), "the embedding row has no layer");
                 assert!(row.value("attn_delta_norm").unwrap().is_null());
                 assert!(row.value("ffn_delta_norm").unwrap().is_null());
             } else {

@@ -49,12 +49,19 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
     Ok(Datum::Rows(rows))
 }
 
-/// `SHOW TABLES`: the virtual tables that answer SELECT.
+/// `SHOW TABLES`: the virtual tables that answer SELECT on the bound model. `routes` is
+/// listed only where there is a router (a mixture-of-experts model), with the predicate it
+/// needs; every other table answers `SELECT *`.
 fn show_tables(cx: &Cx<'_>) -> Rows {
+    let routed = cx.bound().is_ok_and(|b| b.model().surface.moe.is_some());
     let mut rows = Rows::new(super::result_columns(cx.plan));
     for t in lql_planner::QUERYABLE_TABLES {
+        if t == lql_grammar::Table::Routes && !routed {
+            continue;
+        }
         let n = lql_planner::table_columns(t).map_or(0, |c| c.len());
-        rows.push(vec![Value::from(t.name()), Value::from(n)]);
+        let requires = lql_planner::table_requires(t).map_or(Value::Null, Value::from);
+        rows.push(vec![Value::from(t.name()), Value::from(n), requires]);
     }
     rows
 }

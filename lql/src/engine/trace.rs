@@ -183,8 +183,9 @@ pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Resul
             if plan.positions == Positions::All {
                 row.push(Value::from(pos));
             }
+            // The embedding row has no layer: NULL keeps the column an integer.
             row.push(if stage == 0 {
-                Value::from("emb")
+                Value::Null
             } else {
                 Value::from(stage - 1)
             });
