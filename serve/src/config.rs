@@ -33,6 +33,11 @@ pub struct Config {
     pub shutdown_grace_s: u64,
     /// Backend threads of the decode scheduler (0: one per core).
     pub threads: usize,
+    /// Never download: a catalogue name not in the cache is refused at start.
+    pub offline: bool,
+    /// Refuse every statement that writes files or edits the model state over `/v1/lql`
+    /// (`LQL-E0204`), even session edits; cannot be combined with `allow_writes`.
+    pub read_only: bool,
 }
 
 impl Config {
@@ -53,7 +58,21 @@ impl Config {
             max_sessions: 64,
             shutdown_grace_s: 30,
             threads: 0,
+            offline: false,
+            read_only: false,
         }
+    }
+
+    /// The options the served database is opened with.
+    pub fn open_flags(&self) -> lql::OpenFlags {
+        let mut f = lql::OpenFlags::NONE;
+        if self.offline {
+            f |= lql::OpenFlags::OFFLINE;
+        }
+        if self.read_only {
+            f |= lql::OpenFlags::READ_ONLY;
+        }
+        f
     }
 
     /// Threads of the decode scheduler's backend (every slot's sequences decode together

@@ -49,6 +49,12 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get after SIGTERM before they are cancelled
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace: u64,
+    /// Never download: a catalogue name must already be in the cache
+    #[arg(long)]
+    pub offline: bool,
+    /// Refuse statements that write files or edit the model over /v1/lql (LQL-E0204)
+    #[arg(long, conflicts_with = "allow_writes")]
+    pub read_only: bool,
 }
 
 impl ServeArgs {
@@ -64,6 +70,8 @@ impl ServeArgs {
         c.max_prompt_tokens = self.max_prompt_tokens;
         c.threads = self.threads;
         c.shutdown_grace_s = self.shutdown_grace;
+        c.offline = self.offline;
+        c.read_only = self.read_only;
         c
     }
 }

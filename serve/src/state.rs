@@ -48,7 +48,11 @@ pub fn now_secs() -> u64 {
 impl AppState {
     /// Opens the model and builds everything a server needs.
     pub fn open(config: Config) -> Result<AppState, String> {
-        let db = Database::open(&config.model).map_err(|e| e.to_string())?;
+        if config.read_only && config.allow_writes.is_some() {
+            return Err("--read-only and --allow-writes cannot be combined".into());
+        }
+        let db = Database::open_with_flags(&config.model, config.open_flags())
+            .map_err(|e| e.to_string())?;
         let (_, model) = db
             .default_model()
             .ok_or_else(|| "the model did not bind".to_string())?;

@@ -169,6 +169,33 @@ fn writes_are_refused_without_allow_writes_and_outside_its_folder() {
     assert_eq!(r.status().as_u16(), 403);
 }
 
+/// `--read-only`: edits and file writes over /v1/lql are refused with the library's code;
+/// reads still answer. `--offline`: an uncached catalogue name does not start a download.
+#[test]
+fn read_only_and_offline_servers() {
+    let mut c = common::config();
+    c.read_only = true;
+    c.offline = true;
+    let s = common::start(c);
+    let (st, body) = post_text(
+        &s.url(),
+        "INSERT INTO edges (entity, relation, target) VALUES ('France', 'capital', 'Rome')",
+        None,
+    );
+    assert_ne!(st, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "LQL-E0204", "{body}");
+    let (st, body) = post_text(&s.url(), "INFER \"The capital of France is\" TOP 1", None);
+    assert_eq!(st, 200, "{body}");
+    drop(s);
+
+    let mut c = common::config();
+    c.read_only = true;
+    c.allow_writes = Some(std::env::temp_dir());
+    let e = lql_serve::Server::start(c).err().expect("refused");
+    assert!(e.to_string().contains("--read-only"), "{e}");
+}
+
 #[test]
 fn sessions_are_kept_per_client_and_bounded() {
     let mut c = common::config();

@@ -74,3 +74,27 @@ fn sigterm_during_load_exits_0() {
         );
     }
 }
+
+/// `--offline` never downloads: a catalogue name missing from the cache (an empty
+/// `LQL_HOME`) stops the server at start with the library's offline code.
+#[test]
+fn offline_refuses_an_uncached_catalogue_model() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lql-serve"))
+        .args(["smollm2-135m-instruct", "--offline", "--port", "0"])
+        .env("LQL_HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("LQL-E0401") || err.contains("offline"),
+        "{err}"
+    );
+    assert!(!home
+        .path()
+        .join("models")
+        .join("smollm2-135m-instruct.gguf")
+        .exists());
+}
