@@ -23,7 +23,7 @@
 //! - [`Connection`]: `open`, `open_with_flags` ([`OpenFlags`]: offline, read-only), `open_in_memory`, `execute`, `execute_batch`, `execute_each`,
 //!   `prepare`, `query_row`, `interrupt_handle`, `set_progress_handler`, `set_token_handler`,
 //!   `bench`; [`Statement`]: `query`, `query_row`, `query_map`, `column_names`.
-//! - `for row in &rows`, `row.get::<T>(index or name)` (see [`Row`]); an interrupted
+//! - `for row in &rows`, `row.get::<_, T>(index or name)` (see [`Row`]); an interrupted
 //!   GENERATE's text so far in [`Error::partial_rows`]; a connection used from its own
 //!   callback answers `LQL-E0202` instead of deadlocking; a panicking handler or closure is
 //!   caught and answered as `LQL-E0205`, and the connection stays usable.

@@ -112,7 +112,7 @@ impl Rows {
 /// rows.push(vec![Value::Int(2)]);
 /// let mut sum = 0i64;
 /// for row in &rows {
-///     sum += row.get::<i64>("n")?;
+///     sum += row.get::<_, i64>("n")?;
 /// }
 /// assert_eq!(sum, 3);
 /// # Ok::<(), lql::Error>(())
@@ -163,13 +163,13 @@ impl<'a> Iterator for RowIter<'a> {
 /// ]);
 /// rows.push(vec![Value::Int(3), Value::Float(0.5), "Paris".into(), Value::Bool(true), Value::Null]);
 /// let row = rows.row(0).unwrap();
-/// assert_eq!(row.get::<i64>("layer")?, 3);
-/// assert_eq!(row.get::<u8>(0)?, 3);
-/// assert_eq!(row.get::<f64>("score")?, 0.5);
-/// assert_eq!(row.get::<String>("token")?, "Paris");
-/// assert!(row.get::<bool>("big")?);
-/// assert_eq!(row.get::<Option<String>>("label")?, None);
-/// assert!(row.get::<i64>("token").is_err());
+/// assert_eq!(row.get::<_, i64>("layer")?, 3);
+/// assert_eq!(row.get::<_, u8>(0)?, 3);
+/// assert_eq!(row.get::<_, f64>("score")?, 0.5);
+/// assert_eq!(row.get::<_, String>("token")?, "Paris");
+/// assert!(row.get::<_, bool>("big")?);
+/// assert_eq!(row.get::<_, Option<String>>("label")?, None);
+/// assert!(row.get::<_, i64>("token").is_err());
 /// # Ok::<(), lql::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
@@ -192,8 +192,9 @@ impl<'a> Row<'a> {
         self.columns
     }
 
-    /// The cell at `idx` (a column index or a column name) converted to `T`.
-    pub fn get<T: FromValue>(&self, idx: impl RowIndex) -> Result<T, Error> {
+    /// The cell at `idx` (a column index or a column name) converted to `T`, spelled as
+    /// rusqlite spells it: `row.get::<_, i64>(0)`, `row.get::<_, &str>("token")`.
+    pub fn get<I: RowIndex, T: FromValue<'a>>(&self, idx: I) -> Result<T, Error> {
         let i = idx.index(self.columns)?;
         let v = &self.values[i];
         T::from_value(v).ok_or_else(|| {
@@ -253,10 +254,10 @@ mod tests {
         ]);
         rows.push(vec![Value::Int(1), Value::Text(" Paris".into())]);
         let r = rows.row(0).unwrap();
-        assert_eq!(r.get::<i64>(0).unwrap(), 1);
-        assert_eq!(r.get::<String>("TOKEN").unwrap(), " Paris");
-        assert!(r.get::<i64>(1).is_err());
-        assert!(r.get::<i64>(5).is_err());
-        assert!(r.get::<i64>("nope").is_err());
+        assert_eq!(r.get::<_, i64>(0).unwrap(), 1);
+        assert_eq!(r.get::<_, String>("TOKEN").unwrap(), " Paris");
+        assert!(r.get::<_, i64>(1).is_err());
+        assert!(r.get::<_, i64>(5).is_err());
+        assert!(r.get::<_, i64>("nope").is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! `Value` and `ValueType`: the typed cells of a result row.
 //!
 //! Statements never return pre-formatted text; callers (the REPL, embedders) choose how to
-//! render. [`FromValue`] gives rusqlite-style typed access (`row.get::<i64>(0)`).
+//! render. [`FromValue`] gives rusqlite-style typed access (`row.get::<_, i64>(0)`).
 
 use std::fmt;
 
@@ -251,18 +251,19 @@ impl<T: Into<Value>> From<Vec<T>> for Value {
     }
 }
 
-/// Conversion from a cell to a Rust type, for typed access to rows.
-pub trait FromValue: Sized {
+/// Conversion from a cell to a Rust type, for typed access to rows (`row.get::<_, T>(i)`,
+/// as rusqlite spells it). `'a` is the row's lifetime, so `&str` borrows the cell.
+pub trait FromValue<'a>: Sized {
     /// `None` when the cell does not hold this type.
-    fn from_value(v: &Value) -> Option<Self>;
+    fn from_value(v: &'a Value) -> Option<Self>;
 }
 
-impl FromValue for Value {
+impl FromValue<'_> for Value {
     fn from_value(v: &Value) -> Option<Self> {
         Some(v.clone())
     }
 }
-impl FromValue for bool {
+impl FromValue<'_> for bool {
     fn from_value(v: &Value) -> Option<Self> {
         match v {
             Value::Bool(b) => Some(*b),
@@ -270,14 +271,14 @@ impl FromValue for bool {
         }
     }
 }
-impl FromValue for i64 {
+impl FromValue<'_> for i64 {
     fn from_value(v: &Value) -> Option<Self> {
         v.as_i64()
     }
 }
 macro_rules! from_int {
     ($($t:ty),*) => {$(
-        impl FromValue for $t {
+        impl FromValue<'_> for $t {
             fn from_value(v: &Value) -> Option<Self> {
                 match v {
                     Value::Int(i) => <$t>::try_from(*i).ok(),
@@ -288,36 +289,41 @@ macro_rules! from_int {
     )*};
 }
 from_int!(i8, i16, i32, u8, u16, u32, u64);
-impl FromValue for usize {
+impl FromValue<'_> for usize {
     fn from_value(v: &Value) -> Option<Self> {
         v.as_i64().and_then(|i| usize::try_from(i).ok())
     }
 }
-impl FromValue for f64 {
+impl FromValue<'_> for f64 {
     fn from_value(v: &Value) -> Option<Self> {
         v.as_f64()
     }
 }
-impl FromValue for f32 {
+impl FromValue<'_> for f32 {
     fn from_value(v: &Value) -> Option<Self> {
         v.as_f64().map(|f| f as f32)
     }
 }
-impl FromValue for String {
+impl<'a> FromValue<'a> for &'a str {
+    fn from_value(v: &'a Value) -> Option<Self> {
+        v.as_str()
+    }
+}
+impl FromValue<'_> for String {
     fn from_value(v: &Value) -> Option<Self> {
         v.as_str().map(str::to_string)
     }
 }
-impl<T: FromValue> FromValue for Option<T> {
-    fn from_value(v: &Value) -> Option<Self> {
+impl<'a, T: FromValue<'a>> FromValue<'a> for Option<T> {
+    fn from_value(v: &'a Value) -> Option<Self> {
         match v {
             Value::Null => Some(None),
             other => T::from_value(other).map(Some),
         }
     }
 }
-impl<T: FromValue> FromValue for Vec<T> {
-    fn from_value(v: &Value) -> Option<Self> {
+impl<'a, T: FromValue<'a>> FromValue<'a> for Vec<T> {
+    fn from_value(v: &'a Value) -> Option<Self> {
         v.as_list()?.iter().map(T::from_value).collect()
     }
 }

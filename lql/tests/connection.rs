@@ -32,8 +32,8 @@ fn open_by_name_and_infer() {
     );
     assert_eq!(rows.len(), 3);
     let first = rows.row(0).unwrap();
-    assert_eq!(first.get::<String>("token").unwrap(), " Paris");
-    assert_eq!(first.get::<i64>(0).unwrap(), 1);
+    assert_eq!(first.get::<_, String>("token").unwrap(), " Paris");
+    assert_eq!(first.get::<_, i64>(0).unwrap(), 1);
 }
 
 #[test]
@@ -51,9 +51,9 @@ fn in_memory_then_use_and_batch_results() {
     let stats = &results[2].rows;
     let vocab = stats
         .iter()
-        .find(|r| r.get::<String>("key").unwrap() == "vocab")
+        .find(|r| r.get::<_, String>("key").unwrap() == "vocab")
         .unwrap();
-    assert_eq!(vocab.get::<i64>("value").unwrap(), 49152);
+    assert_eq!(vocab.get::<_, i64>("value").unwrap(), 49152);
 }
 
 #[test]
@@ -83,7 +83,10 @@ fn prepare_checks_syntax_and_runs_again() {
     let a = stmt.query(()).unwrap();
     let b = stmt.query(()).unwrap();
     assert_eq!(a, b, "greedy generation is deterministic");
-    assert_eq!(a.row(0).unwrap().get::<i64>("generated_tokens").unwrap(), 3);
+    assert_eq!(
+        a.row(0).unwrap().get::<_, i64>("generated_tokens").unwrap(),
+        3
+    );
     assert!(conn.prepare("STATS; STATS").is_err());
     assert_eq!(
         conn.prepare("STAT").err().map(|e| e.kind),

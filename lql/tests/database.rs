@@ -62,12 +62,12 @@ fn prepared_statements_take_parameters() {
     for l in [0i64, 7, 29] {
         let rows = stmt.query(params![l]).unwrap();
         assert_eq!(rows.len(), 1);
-        assert_eq!(rows.row(0).unwrap().get::<i64>("layer").unwrap(), l);
+        assert_eq!(rows.row(0).unwrap().get::<_, i64>("layer").unwrap(), l);
     }
     let mut infer = conn.prepare("INFER ? TOP 2").unwrap();
     let rows = infer.query(params!["The capital of France is"]).unwrap();
     assert_eq!(
-        rows.row(0).unwrap().get::<String>("token").unwrap(),
+        rows.row(0).unwrap().get::<_, String>("token").unwrap(),
         " Paris"
     );
     let mut named = conn.prepare("INFER :prompt TOP :k").unwrap();

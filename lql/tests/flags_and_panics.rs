@@ -235,7 +235,7 @@ fn offline_and_the_user_catalogue() {
     let models_rows = conn.execute("SHOW MODELS").unwrap();
     assert!(models_rows
         .iter()
-        .any(|r| r.get::<String>("name").unwrap() == "my-smollm"));
+        .any(|r| r.get::<_, String>("name").unwrap() == "my-smollm"));
 
     // A malformed entry: refused by name and field, and the file is not half-used.
     std::fs::write(

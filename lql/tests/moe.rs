@@ -42,8 +42,8 @@ fn stats_and_layers_name_the_bank() {
     let get = |k: &str| {
         (0..rows.len())
             .map(|i| rows.row(i).unwrap())
-            .find(|r| r.get::<String>("key").unwrap() == k)
-            .map(|r| r.get::<String>("value").unwrap_or_default())
+            .find(|r| r.get::<_, String>("key").unwrap() == k)
+            .map(|r| r.get::<_, String>("value").unwrap_or_default())
     };
     assert!(get("experts").is_some());
     assert_eq!(
@@ -55,7 +55,7 @@ fn stats_and_layers_name_the_bank() {
         layers
             .row(0)
             .unwrap()
-            .get::<String>("ffn_encoding")
+            .get::<_, String>("ffn_encoding")
             .unwrap(),
         "F32"
     );
@@ -96,8 +96,8 @@ fn bank_shape_extract_infers_as_the_gguf_and_reports_capabilities() {
             .map(|i| {
                 let row = r.row(i).unwrap();
                 (
-                    row.get::<String>("token").unwrap(),
-                    row.get::<f64>("logit").unwrap(),
+                    row.get::<_, String>("token").unwrap(),
+                    row.get::<_, f64>("logit").unwrap(),
                 )
             })
             .collect()
@@ -107,13 +107,13 @@ fn bank_shape_extract_infers_as_the_gguf_and_reports_capabilities() {
     assert!(!v.fault, "{v:?}");
     let caps = bank.execute("SHOW CAPABILITIES").unwrap();
     let row = caps.row(0).unwrap();
-    assert_eq!(row.get::<String>("programme").unwrap(), "gated-mlp-v1");
-    assert_eq!(row.get::<String>("grouping").unwrap(), "group of 2");
-    assert_eq!(row.get::<String>("maturity").unwrap(), "dispatched");
+    assert_eq!(row.get::<_, String>("programme").unwrap(), "gated-mlp-v1");
+    assert_eq!(row.get::<_, String>("grouping").unwrap(), "group of 2");
+    assert_eq!(row.get::<_, String>("maturity").unwrap(), "dispatched");
     // The GGUF itself: stacked 3-D expert tensors, same programme.
     let caps = conn.execute("SHOW CAPABILITIES").unwrap();
     assert_eq!(
-        caps.row(0).unwrap().get::<String>("grouping").unwrap(),
+        caps.row(0).unwrap().get::<_, String>("grouping").unwrap(),
         "stacked"
     );
     // GROUP without SHAPE BANK, and ENCODING with it, refuse by name.
@@ -187,7 +187,7 @@ fn bank_missing_down_region_browses_and_refuses_to_infer() {
     }
     let caps = bank.execute("SHOW CAPABILITIES").unwrap();
     let rungs: Vec<String> = (0..caps.len())
-        .map(|i| caps.row(i).unwrap().get::<String>("maturity").unwrap())
+        .map(|i| caps.row(i).unwrap().get::<_, String>("maturity").unwrap())
         .collect();
     assert!(rungs.contains(&"representable".to_string()), "{rungs:?}");
     assert!(rungs.contains(&"dispatched".to_string()), "{rungs:?}");
@@ -206,10 +206,10 @@ fn routes_are_a_table() {
     assert_eq!(rows.len(), 2 * n_tokens * 2);
     for i in 0..rows.len() {
         let r = rows.row(i).unwrap();
-        assert_eq!(r.get::<String>("prompt").unwrap(), "abc");
-        let rank = r.get::<i64>("rank").unwrap();
+        assert_eq!(r.get::<_, String>("prompt").unwrap(), "abc");
+        let rank = r.get::<_, i64>("rank").unwrap();
         assert!(rank == 1 || rank == 2);
-        let e = r.get::<i64>("expert").unwrap();
+        let e = r.get::<_, i64>("expert").unwrap();
         assert!((0..4).contains(&e));
     }
     // Weights of one position sum to 1 (top-k then softmax).
@@ -221,7 +221,7 @@ fn routes_are_a_table() {
         .unwrap();
     assert_eq!(sums.len(), 2 * n_tokens);
     for i in 0..sums.len() {
-        let w = sums.row(i).unwrap().get::<f64>("w").unwrap();
+        let w = sums.row(i).unwrap().get::<_, f64>("w").unwrap();
         assert!((w - 1.0).abs() < 1e-6, "{w}");
     }
     let per = conn
@@ -231,7 +231,7 @@ fn routes_are_a_table() {
         )
         .unwrap();
     let total: i64 = (0..per.len())
-        .map(|i| per.row(i).unwrap().get::<i64>("n").unwrap())
+        .map(|i| per.row(i).unwrap().get::<_, i64>("n").unwrap())
         .sum();
     assert_eq!(total as usize, 2 * n_tokens);
     let e = conn
@@ -243,10 +243,10 @@ fn routes_are_a_table() {
     let tables = conn.execute("SHOW TABLES").unwrap();
     let routes = tables
         .iter()
-        .find(|r| r.get::<String>("table").unwrap() == "routes")
+        .find(|r| r.get::<_, String>("table").unwrap() == "routes")
         .expect("routes listed on a MoE model");
     assert!(routes
-        .get::<String>("requires")
+        .get::<_, String>("requires")
         .unwrap()
         .contains("WHERE prompt"));
     let plan = conn

@@ -1,5 +1,5 @@
 //! The library as rusqlite users expect it, against the real default model: `query_row`,
-//! `query_map`, `for row in &rows`, typed `row.get::<T>`, a clear error (code `LQL-E0202`)
+//! `query_map`, `for row in &rows`, typed `row.get::<_, T>` (rusqlite's spelling, `&str` included), a clear error (code `LQL-E0202`)
 //! instead of a deadlock when a connection is used from its own callback, and the text so
 //! far of an interrupted GENERATE.
 
@@ -23,7 +23,7 @@ fn query_row_query_map_and_row_iteration() {
     assert_eq!(n, 10);
     let e = conn
         .query_row("SELECT layer FROM layers WHERE layer > 99", (), |r| {
-            r.get::<i64>(0)
+            r.get::<_, i64>(0)
         })
         .unwrap_err();
     assert_eq!(e.code(), "LQL-E0203");
@@ -58,7 +58,23 @@ fn query_row_query_map_and_row_iteration() {
         seen += 1;
     }
     assert_eq!(seen, 3);
-    let e = result.row(0).unwrap().get::<String>("layer").unwrap_err();
+    // rusqlite's spelling, every integer width, and `&str` borrowing the cell.
+    let enc = conn
+        .execute("SELECT layer, gate_encoding FROM layers WHERE layer = 0")
+        .unwrap();
+    let row = enc.row(0).unwrap();
+    let text: &str = row.get::<_, &str>("gate_encoding").unwrap();
+    assert_eq!(text, row.get::<_, String>(1).unwrap());
+    assert_eq!(row.get::<_, i8>(0).unwrap(), 0);
+    assert_eq!(row.get::<_, i16>(0).unwrap(), 0);
+    assert_eq!(row.get::<_, u32>(0).unwrap(), 0);
+    assert_eq!(row.get::<_, Option<u64>>("layer").unwrap(), Some(0));
+    assert!(row.get::<_, &str>(0).is_err());
+    let e = result
+        .row(0)
+        .unwrap()
+        .get::<_, String>("layer")
+        .unwrap_err();
     assert!(e.message.contains("does not convert"), "{}", e.message);
 }
 
@@ -112,10 +128,13 @@ fn an_interrupted_generate_keeps_its_text_so_far() {
     assert_eq!(e.kind, ErrorKind::Interrupted);
     let rows = e.partial_rows().expect("the rows so far");
     let row = rows.row(0).unwrap();
-    assert_eq!(row.get::<String>("finish_reason").unwrap(), "interrupted");
+    assert_eq!(
+        row.get::<_, String>("finish_reason").unwrap(),
+        "interrupted"
+    );
     let generated: i64 = row.get("generated_tokens").unwrap();
     assert!((3..500).contains(&generated), "{generated}");
-    assert!(!row.get::<String>("text").unwrap().is_empty());
+    assert!(!row.get::<_, String>("text").unwrap().is_empty());
     conn.set_token_handler(None::<fn(&str)>);
     assert_eq!(conn.execute("TOKENIZE 'a'").unwrap().len(), 1);
 }

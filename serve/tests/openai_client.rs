@@ -28,8 +28,8 @@ fn the_official_openai_client_works_and_agrees_with_the_engine() {
         .iter()
         .map(|r| {
             (
-                r.get::<String>("token").unwrap(),
-                r.get::<f64>("prob").unwrap(),
+                r.get::<_, String>("token").unwrap(),
+                r.get::<_, f64>("prob").unwrap(),
             )
         })
         .collect();

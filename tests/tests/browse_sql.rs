@@ -45,14 +45,14 @@ fn walk_defaults_to_residual_and_reports_activations() {
     );
     assert_eq!(r.len(), 6);
     for row in r.iter() {
-        assert_eq!(row.get::<String>("mode").unwrap(), "RESIDUAL (default)");
-        assert!(row.get::<f64>("activation").is_ok());
-        assert_eq!(row.get::<Vec<String>>("down_tokens").unwrap().len(), 5);
+        assert_eq!(row.get::<_, String>("mode").unwrap(), "RESIDUAL (default)");
+        assert!(row.get::<_, f64>("activation").is_ok());
+        assert_eq!(row.get::<_, Vec<String>>("down_tokens").unwrap().len(), 5);
     }
     // Layer 29's strongest feature for this prompt (numpy fixture: 545, +12.51).
     let first = r.row(3).unwrap();
-    assert_eq!(first.get::<i64>("layer").unwrap(), 29);
-    assert_eq!(first.get::<i64>("feature").unwrap(), 545);
+    assert_eq!(first.get::<_, i64>("layer").unwrap(), 29);
+    assert_eq!(first.get::<_, i64>("feature").unwrap(), 545);
     let e = c
         .execute("WALK \"The capital of France is\" TOP 2 LAYERS 0-0 MODE EMBEDDING")
         .unwrap();
@@ -122,16 +122,19 @@ fn select_features_layer_pushdown_is_cheap_and_labelled() {
         ]
     );
     for (i, row) in r.iter().enumerate() {
-        assert_eq!(row.get::<i64>("layer").unwrap(), 5);
-        assert_eq!(row.get::<i64>("feature").unwrap(), i as i64);
-        assert!(row.get::<f64>("c_score").is_ok());
+        assert_eq!(row.get::<_, i64>("layer").unwrap(), 5);
+        assert_eq!(row.get::<_, i64>("feature").unwrap(), i as i64);
+        assert!(row.get::<_, f64>("c_score").is_ok());
     }
     let r = c
         .execute("SELECT layer, feature, c_score FROM features WHERE layer BETWEEN 3 AND 4 AND feature IN (7, 9) ORDER BY c_score DESC, layer")
         .unwrap();
     println!("{}", show(&r));
     assert_eq!(r.len(), 4);
-    let s: Vec<f64> = r.iter().map(|x| x.get::<f64>("c_score").unwrap()).collect();
+    let s: Vec<f64> = r
+        .iter()
+        .map(|x| x.get::<_, f64>("c_score").unwrap())
+        .collect();
     assert!(s.windows(2).all(|w| w[0] >= w[1]));
     let r = c
         .execute("SELECT layer, feature, top_token FROM features WHERE layer = 29 AND top_token LIKE '%Paris%'")
@@ -168,7 +171,10 @@ fn select_other_tables() {
         .execute("SELECT * FROM tokens WHERE id IN (7042, 504) ORDER BY id DESC")
         .unwrap();
     println!("{}", show(&r));
-    assert_eq!(r.row(0).unwrap().get::<String>("text").unwrap(), " Paris");
+    assert_eq!(
+        r.row(0).unwrap().get::<_, String>("text").unwrap(),
+        " Paris"
+    );
     let r = c
         .execute("SELECT name, dtype, shape, bytes FROM tensors WHERE layer = 0 AND role LIKE 'ffn_%' ORDER BY name")
         .unwrap();

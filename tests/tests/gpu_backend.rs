@@ -13,7 +13,7 @@ fn model() -> String {
 }
 
 fn f(rows: &Rows, i: usize, col: &str) -> f64 {
-    rows.row(i).unwrap().get::<f64>(col).unwrap()
+    rows.row(i).unwrap().get::<_, f64>(col).unwrap()
 }
 
 /// Whether SHOW BACKENDS lists a GPU adapter (else the reason to skip is printed, or with
@@ -21,7 +21,7 @@ fn f(rows: &Rows, i: usize, col: &str) -> f64 {
 fn has_gpu(conn: &Connection) -> bool {
     let rows = conn.execute("SHOW BACKENDS").unwrap();
     let gpu =
-        (0..rows.len()).any(|i| rows.row(i).unwrap().get::<String>("backend").unwrap() == "gpu");
+        (0..rows.len()).any(|i| rows.row(i).unwrap().get::<_, String>("backend").unwrap() == "gpu");
     if !gpu {
         assert!(
             !std::env::var("LQL_REQUIRE_GPU").is_ok_and(|v| v == "1"),
@@ -35,8 +35,8 @@ fn has_gpu(conn: &Connection) -> bool {
 fn active(conn: &Connection) -> String {
     let rows = conn.execute("SHOW BACKENDS").unwrap();
     (0..rows.len())
-        .find(|&i| rows.row(i).unwrap().get::<bool>("active").unwrap())
-        .map(|i| rows.row(i).unwrap().get::<String>("backend").unwrap())
+        .find(|&i| rows.row(i).unwrap().get::<_, bool>("active").unwrap())
+        .map(|i| rows.row(i).unwrap().get::<_, String>("backend").unwrap())
         .unwrap_or_default()
 }
 
@@ -49,9 +49,9 @@ fn show_backends_lists_the_cpu_first_and_needs_no_model() {
         ["backend", "adapter", "api", "kind", "driver", "active"]
     );
     let first = rows.row(0).unwrap();
-    assert_eq!(first.get::<String>("backend").unwrap(), "cpu");
+    assert_eq!(first.get::<_, String>("backend").unwrap(), "cpu");
     assert!(
-        first.get::<bool>("active").unwrap(),
+        first.get::<_, bool>("active").unwrap(),
         "the CPU is the default"
     );
 }
@@ -90,8 +90,8 @@ fn infer_and_trace_for_on_the_gpu_match_the_cpu() {
     for i in 0..3 {
         let (ra, rb) = (a.row(i).unwrap(), b.row(i).unwrap());
         assert_eq!(
-            ra.get::<i64>("token_id").unwrap(),
-            rb.get::<i64>("token_id").unwrap()
+            ra.get::<_, i64>("token_id").unwrap(),
+            rb.get::<_, i64>("token_id").unwrap()
         );
         let d = (f(&a, i, "logit") - f(&b, i, "logit")).abs();
         assert!(d < 1e-3, "rank {i}: |Δ logit| {d}");

@@ -187,9 +187,9 @@ fn features_grouped_by_layer() {
     assert_eq!(rows.column_names(), ["layer", "n", "avg(c_score)"]);
     assert_eq!(rows.len(), 30);
     for (i, r) in rows.iter().enumerate() {
-        assert_eq!(r.get::<i64>(0).unwrap(), i as i64);
-        assert_eq!(r.get::<i64>(1).unwrap(), 1536);
-        assert!(r.get::<f64>(2).unwrap().is_finite());
+        assert_eq!(r.get::<_, i64>(0).unwrap(), i as i64);
+        assert_eq!(r.get::<_, i64>(1).unwrap(), 1536);
+        assert!(r.get::<_, f64>(2).unwrap().is_finite());
     }
     // Without a label column nothing is labelled.
     let plain = "SELECT layer, count(*) AS n FROM features GROUP BY layer ORDER BY layer";

@@ -35,7 +35,7 @@ fn fixture() -> Json {
 }
 
 fn f(rows: &Rows, i: usize, col: &str) -> f64 {
-    rows.row(i).unwrap().get::<f64>(col).unwrap()
+    rows.row(i).unwrap().get::<_, f64>(col).unwrap()
 }
 
 fn prompts() -> Vec<String> {
@@ -96,7 +96,7 @@ fn lens_and_norms_match_numpy() {
             } else {
                 assert_eq!(layer.as_i64(), Some(i as i64 - 1));
             }
-            let id = row.get::<i64>("top_token_id").unwrap();
+            let id = row.get::<_, i64>("top_token_id").unwrap();
             let want_id = s["top_id"].as_i64().unwrap();
             let prob = f(&rows, i, "top_prob");
             let want_prob = s["top_prob"].as_f64().unwrap();
@@ -186,7 +186,7 @@ fn for_contributions_add_up_to_the_final_logit() {
                 assert_eq!(who, lql_exec::trace::who(a, b));
             }
             let last = tr.len() - 1;
-            assert_eq!(tr.row(last).unwrap().get::<i64>("rank").unwrap(), rank);
+            assert_eq!(tr.row(last).unwrap().get::<_, i64>("rank").unwrap(), rank);
             assert!((f(&tr, last, "prob") - prob).abs() <= 1e-4);
             checked += 1;
         }
@@ -230,7 +230,7 @@ fn decompose_positions_all_and_layers() {
     assert_eq!(rows.len(), 5 * 4, "5 positions × (emb + layers 0-2)");
     for i in 0..rows.len() {
         let r = rows.row(i).unwrap();
-        assert_eq!(r.get::<i64>("position").unwrap(), (i / 4) as i64);
+        assert_eq!(r.get::<_, i64>("position").unwrap(), (i / 4) as i64);
         if i % 4 == 0 {
             assert!(r.value("attn_share").unwrap().is_null());
             continue;
@@ -309,11 +309,11 @@ fn trace_file_round_trips() {
     let lens = trace::logit_lens(&exec, &loaded, None).unwrap();
     for i in 0..rows.len() {
         let r = rows.row(i).unwrap();
-        let slot = r.get::<i64>("position").unwrap() as usize;
+        let slot = r.get::<_, i64>("position").unwrap() as usize;
         let stage = i % 31;
         let cell = lens.cell(stage, slot);
-        assert_eq!(r.get::<i64>("top_token_id").unwrap(), cell.top_id as i64);
-        assert_eq!(r.get::<f64>("top_prob").unwrap(), cell.top_prob as f64);
+        assert_eq!(r.get::<_, i64>("top_token_id").unwrap(), cell.top_id as i64);
+        assert_eq!(r.get::<_, f64>("top_prob").unwrap(), cell.top_prob as f64);
     }
     // No temporary file is left beside it.
     let names: Vec<String> = std::fs::read_dir(&dir)
@@ -383,7 +383,7 @@ fn explain_infer_shows_prediction_lens_features_and_attention() {
         rows.column_names(),
         ["section", "layer", "item", "value", "detail"]
     );
-    let section = |i: usize| rows.row(i).unwrap().get::<String>("section").unwrap();
+    let section = |i: usize| rows.row(i).unwrap().get::<_, String>("section").unwrap();
     let infer = conn
         .execute(&format!("INFER {} TOP 3", lql::quote(prompt)))
         .unwrap();
@@ -400,10 +400,12 @@ fn explain_infer_shows_prediction_lens_features_and_attention() {
         let r = rows.row(plan_rows + i).unwrap();
         let ir = infer.row(i).unwrap();
         assert_eq!(
-            r.get::<String>("item").unwrap(),
-            ir.get::<String>("token").unwrap()
+            r.get::<_, String>("item").unwrap(),
+            ir.get::<_, String>("token").unwrap()
         );
-        assert!((r.get::<f64>("value").unwrap() - ir.get::<f64>("prob").unwrap()).abs() < 1e-4);
+        assert!(
+            (r.get::<_, f64>("value").unwrap() - ir.get::<_, f64>("prob").unwrap()).abs() < 1e-4
+        );
     }
     let count = |s: &str| (0..rows.len()).filter(|&i| section(i) == s).count();
     assert_eq!(count("lens"), 30);
@@ -425,7 +427,7 @@ fn explain_infer_shows_prediction_lens_features_and_attention() {
     .unwrap();
     let ours: Vec<String> = (0..rows.len())
         .filter(|&i| section(i) == "feature")
-        .map(|i| rows.row(i).unwrap().get::<String>("item").unwrap())
+        .map(|i| rows.row(i).unwrap().get::<_, String>("item").unwrap())
         .collect();
     let theirs: Vec<String> = walk
         .hits()
@@ -435,16 +437,19 @@ fn explain_infer_shows_prediction_lens_features_and_attention() {
     for i in 0..rows.len() {
         let r = rows.row(i).unwrap();
         match section(i).as_str() {
-            "feature" => assert!(r.get::<String>("detail").unwrap().contains('→')),
+            "feature" => assert!(r.get::<_, String>("detail").unwrap().contains('→')),
             "attention" => {
-                let w = r.get::<f64>("value").unwrap();
+                let w = r.get::<_, f64>("value").unwrap();
                 assert!((0.0..=1.0).contains(&w));
-                assert!(r.get::<String>("detail").unwrap().starts_with("position "));
+                assert!(r
+                    .get::<_, String>("detail")
+                    .unwrap()
+                    .starts_with("position "));
             }
             "lens" => {
-                let l = r.get::<i64>("layer").unwrap();
+                let l = r.get::<_, i64>("layer").unwrap();
                 if l == 29 {
-                    assert_eq!(r.get::<String>("item").unwrap(), " Paris");
+                    assert_eq!(r.get::<_, String>("item").unwrap(), " Paris");
                 }
             }
             _ => {}

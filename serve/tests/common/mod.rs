@@ -59,5 +59,5 @@ pub fn generate_greedy(conn: &lql::Connection, prompt: &str, max: usize) -> Stri
         ))
         .expect("GENERATE");
     let row = rows.iter().next().expect("one row");
-    row.get::<String>("text").expect("text")
+    row.get::<_, String>("text").expect("text")
 }
