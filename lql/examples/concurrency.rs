@@ -1,6 +1,9 @@
 //! Concurrency bench: one `Database`, 4 threads with a `Connection` each running 50 mixed
 //! statements (INFER, WALK, SELECT, TRACE), against the same 200 statements on one
-//! connection. Prints both wall times and their ratio; checks the results are identical.
+//! connection. Prints both wall times and their ratio, and the cores each phase kept busy
+//! (on-CPU seconds of the process over wall seconds): with C cores, a phase that already keeps
+//! B cores busy on one connection cannot go below a ratio of B / C. Checks the results are
+//! identical.
 //!
 //! `cargo run --release -p lql --example concurrency [-- THREADS PER_THREAD]`
 
@@ -29,15 +32,16 @@ fn main() -> lql::Result<()> {
         .map(|s| warm.execute(s))
         .collect::<lql::Result<_>>()?;
 
-    let t0 = Instant::now();
+    let (t0, c0) = (Instant::now(), cpu_seconds());
     let one = db.connect()?;
     for i in 0..threads * per {
         let k = i % MIX.len();
         assert_eq!(one.execute(MIX[k])?, want[k]);
     }
     let serial = t0.elapsed().as_secs_f64();
+    let serial_cores = (cpu_seconds() - c0) / serial;
 
-    let t0 = Instant::now();
+    let (t0, c0) = (Instant::now(), cpu_seconds());
     std::thread::scope(|s| -> lql::Result<()> {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -59,11 +63,26 @@ fn main() -> lql::Result<()> {
         Ok(())
     })?;
     let parallel = t0.elapsed().as_secs_f64();
+    let parallel_cores = (cpu_seconds() - c0) / parallel;
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "{} statements: one connection {serial:.2} s, {threads} connections {parallel:.2} s, ratio {:.2} (cores: {})",
+        "{} statements: one connection {serial:.2} s ({serial_cores:.2} cores busy), {threads} connections {parallel:.2} s ({parallel_cores:.2} cores busy), ratio {:.2}; floor on {cores} cores: {:.2}",
         threads * per,
         parallel / serial,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        serial_cores / cores.max(1) as f64
     );
     Ok(())
+}
+
+/// On-CPU seconds of this process so far (user + system, all threads), from
+/// `/proc/self/stat` (clock ticks of 1/100 s); 0 where that file is absent.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start at state (field 3).
+    let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }
