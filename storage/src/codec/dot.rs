@@ -233,7 +233,7 @@ fn dot_rows_prepared(
         // layout's floats for nb blocks.
         unsafe {
             match dtype {
-                DType::Q4_0 => ap::prepare_x(x.as_ptr(), nb, -8.0, prep.as_mut_ptr()),
+                DType::Q4_0 => ap::prepare_x_natural(x.as_ptr(), nb, -8.0, prep.as_mut_ptr()),
                 DType::Q5_0 => ap::prepare_x(x.as_ptr(), nb, -16.0, prep.as_mut_ptr()),
                 _ => ap::prepare_x_k(x.as_ptr(), nb, prep.as_mut_ptr()),
             }
