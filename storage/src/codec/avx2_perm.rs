@@ -282,6 +282,8 @@ unsafe fn load_run(p: *const f32) -> [__m256; 4] {
 ///
 /// A run of 32 codes spans two scale groups, which land in lanes 0..4 and 4..8 of its
 /// eight-lane sum: one permute of the row's sixteen `d·sc` gives the run's scale vector.
+// The loop counters are byte offsets as well as indices.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q6_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
     let ctl = [widen_ctl(0), widen_ctl(1), widen_ctl(2), widen_ctl(3)];
