@@ -1,13 +1,12 @@
 //! AVX2 + FMA + F16C multi-row dot kernels (x86-64): four encoded rows against one f32
-//! vector, the executor's matrix-vector hot path for the 32-element block encodings
-//! (Q4_0, Q4_1, Q5_0, Q5_1), Q4_K, and one Q8_0 row at a time.
+//! vector, the executor's matrix-vector hot path for Q4_1 and Q5_1, and one Q8_0 row at a
+//! time (Q4_0, Q5_0, Q4_K and Q6_K rows go through [`super::avx2_perm`]).
 //!
 //! What makes them faster than one row at a time ([`super::avx2`]):
 //! - x is loaded once per block for four rows;
 //! - nibbles are widened straight from memory (`vpmovzxbd` of 8 bytes gives elements
 //!   `j` and `j + 16` in one register: a mask and a shift split them, no byte shuffles);
-//! - the minimum / offset term of a block (`m·Σx` for Q4_1/Q5_1, `−8·d·Σx` for Q4_0,
-//!   `−16·d·Σx` for Q5_0) uses the per-block sums Σx computed once per call
+//! - the minimum term of a block (`m·Σx`) uses the per-block sums Σx computed once per call
 //!   ([`block_sums`]), folded with one 4-lane FMA on the f16 pair `[d, m]` as converted.
 //!
 //! Results differ from "decode, then dot" only by rounding (x stays f32, never
@@ -173,63 +172,6 @@ pub unsafe fn dot4_q4_1(
     finish::<1>(acc, accm, 1.0)
 }
 
-/// Q4_0, four rows: Σ_b d·Σ(q·x) − 8·d·Σx_b (q the unsigned nibble).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4_q4_0(
-    rows: [*const u8; 4],
-    x: *const f32,
-    sums: *const f32,
-    nb: usize,
-) -> [f32; 4] {
-    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut accm = [_mm_setzero_ps(); 4];
-    for b in 0..nb {
-        // The group is one run of 4 rows; fetch the next group's bytes at the same pace.
-        prefetch(rows[3].wrapping_add(rb + b * 72));
-        prefetch(rows[3].wrapping_add(rb + b * 72 + 64));
-        let xv = load_x(x, b);
-        let sp = sum_pair(sums, b);
-        for r in 0..4 {
-            let blk = rows[r].add(b * 18);
-            let d = f16_one(blk);
-            let s = codes_dot(nibble_codes(blk.add(2)), &xv);
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), s, acc[r]);
-            accm[r] = _mm_fmadd_ps(d, sp, accm[r]);
-        }
-    }
-    finish::<0>(acc, accm, -8.0)
-}
-
-/// Q5_0, four rows: Σ_b d·Σ(q5·x) − 16·d·Σx_b.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4_q5_0(
-    rows: [*const u8; 4],
-    x: *const f32,
-    sums: *const f32,
-    nb: usize,
-) -> [f32; 4] {
-    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut accm = [_mm_setzero_ps(); 4];
-    for b in 0..nb {
-        // The group is one run of 4 rows; fetch the next group's bytes at the same pace.
-        prefetch(rows[3].wrapping_add(rb + b * 88));
-        prefetch(rows[3].wrapping_add(rb + b * 88 + 64));
-        let xv = load_x(x, b);
-        let sp = sum_pair(sums, b);
-        for r in 0..4 {
-            let blk = rows[r].add(b * 22);
-            let d = f16_one(blk);
-            let qh = (blk.add(2) as *const u32).read_unaligned();
-            let s = codes_dot(q5_codes(blk.add(6), qh), &xv);
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), s, acc[r]);
-            accm[r] = _mm_fmadd_ps(d, sp, accm[r]);
-        }
-    }
-    finish::<0>(acc, accm, -16.0)
-}
-
 /// Q5_1, four rows: Σ_b d·Σ(q5·x) + m·Σx_b.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q5_1(
@@ -257,111 +199,6 @@ pub unsafe fn dot4_q5_1(
         }
     }
     finish::<1>(acc, accm, 1.0)
-}
-
-/// `sums[i] = Σ x[32i .. 32i + 32]` for `i < n`: the 32-element sub-block sums K-quant rows
-/// fold their minimums with (eight per 256-element block, lined up for one 8-lane load).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn subblock_sums(x: *const f32, n: usize, sums: *mut f32) {
-    for i in 0..n {
-        let xp = x.add(i * 32);
-        let s = _mm256_add_ps(
-            _mm256_add_ps(_mm256_loadu_ps(xp), _mm256_loadu_ps(xp.add(8))),
-            _mm256_add_ps(_mm256_loadu_ps(xp.add(16)), _mm256_loadu_ps(xp.add(24))),
-        );
-        *sums.add(i) = hsum(s);
-    }
-}
-
-/// The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K 12-byte scale array, as f32
-/// vectors (ggml's word-mask unpacking: the same values as [`super::block::scale_min_k4`]).
-#[inline(always)]
-unsafe fn k4_scales(q: *const u8) -> (__m256, __m256) {
-    const LOW6: u32 = 0x3f3f_3f3f;
-    const LOW4: u32 = 0x0f0f_0f0f;
-    const LOW2: u32 = 0x0303_0303;
-    let w = [
-        (q as *const u32).read_unaligned(),
-        (q.add(4) as *const u32).read_unaligned(),
-        (q.add(8) as *const u32).read_unaligned(),
-    ];
-    let scales = [w[0] & LOW6, (w[2] & LOW4) | (((w[0] >> 6) & LOW2) << 4)];
-    let mins = [
-        w[1] & LOW6,
-        ((w[2] >> 4) & LOW4) | (((w[1] >> 6) & LOW2) << 4),
-    ];
-    let widen = |v: [u32; 2]| {
-        let b = _mm_set_epi32(0, 0, v[1] as i32, v[0] as i32);
-        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b))
-    };
-    (widen(scales), widen(mins))
-}
-
-/// Q4_K, four rows: Σ_sub-blocks (d·sc)·Σ(q·x) − (dmin·mn)·Σx, the 32-element sub-block
-/// sums Σx computed once per call ([`subblock_sums`], eight per block) and x loaded once
-/// per half sub-block pair for the four rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4_q4_k(
-    rows: [*const u8; 4],
-    x: *const f32,
-    sums: *const f32,
-    nb: usize,
-) -> [f32; 4] {
-    let mask = _mm_set1_epi8(0x0F);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut accm = [_mm256_setzero_ps(); 4];
-    let mut dsc = [[0.0f32; 8]; 4];
-    // The next group of four rows starts 4 rows on; fetch its bytes at the same pace.
-    let ahead = 4 * (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    for b in 0..nb {
-        let sv = _mm256_loadu_ps(sums.add(8 * b));
-        for r in 0..4 {
-            let blk = rows[r].add(b * 144);
-            prefetch(blk.wrapping_add(ahead));
-            prefetch(blk.wrapping_add(ahead + 64));
-            prefetch(blk.wrapping_add(ahead + 128));
-            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
-            let d = _mm256_broadcastss_ps(dm);
-            let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-            let (sc, mn) = k4_scales(blk.add(4));
-            accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, mn), sv, accm[r]);
-            _mm256_storeu_ps(dsc[r].as_mut_ptr(), _mm256_mul_ps(d, sc));
-        }
-        let xb = x.add(b * 256);
-        for c in 0..4 {
-            for h in 0..2 {
-                let xv = load_x(xb, 2 * c + h);
-                for r in 0..4 {
-                    // Byte l of the pair's 32 holds element l of the low sub-block in its
-                    // low nibble and element l of the high one in its high nibble.
-                    let qs = rows[r].add(b * 144 + 16 + 32 * c);
-                    let a = _mm_loadu_si128(qs as *const __m128i);
-                    let bb = _mm_loadu_si128(qs.add(16) as *const __m128i);
-                    let (a, bb) = if h == 0 {
-                        (_mm_and_si128(a, mask), _mm_and_si128(bb, mask))
-                    } else {
-                        (
-                            _mm_and_si128(_mm_srli_epi16(a, 4), mask),
-                            _mm_and_si128(_mm_srli_epi16(bb, 4), mask),
-                        )
-                    };
-                    let q = [
-                        _mm256_cvtepu8_epi32(a),
-                        _mm256_cvtepu8_epi32(_mm_srli_si128(a, 8)),
-                        _mm256_cvtepu8_epi32(bb),
-                        _mm256_cvtepu8_epi32(_mm_srli_si128(bb, 8)),
-                    ];
-                    let s = codes_dot(q, &xv);
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dsc[r][2 * c + h]), s, acc[r]);
-                }
-            }
-        }
-    }
-    let mut out = [0.0f32; 4];
-    for r in 0..4 {
-        out[r] = hsum(acc[r]) - hsum(accm[r]);
-    }
-    out
 }
 
 /// Q8_0, one row: Σ_b d·Σ(q·x), two blocks per step on independent accumulators.

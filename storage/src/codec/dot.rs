@@ -110,8 +110,9 @@ pub fn dot_rows_using(
 
 /// The multi-row kernels (`out.len()` rows of `rb` bytes, `x.len()` a multiple of 32,
 /// `kernels` at least AVX2 and supported by this CPU), in groups of four rows: AVX-512 for
-/// Q4_1 (and Q8_0 row by row) where chosen, AVX2 ([`super::avx2_rows`]) for Q4_0, Q4_1,
-/// Q5_0, Q5_1, Q4_K (and Q8_0 row by row, one prefetched stream); returns how many leading rows it computed (0 when no kernel here
+/// Q4_1 (and Q8_0 row by row) where chosen, AVX2 [`super::avx2_perm`] for Q4_0, Q5_0,
+/// Q4_K, Q6_K and [`super::avx2_rows`] for Q4_1, Q5_1 (and Q8_0 row by row, one
+/// prefetched stream); returns how many leading rows it computed (0 when no kernel here
 /// fits `dtype`).
 #[cfg(target_arch = "x86_64")]
 fn dot_rows_x86(
@@ -140,24 +141,25 @@ fn dot_rows_x86(
         }
         return out.len();
     }
+    if matches!(dtype, DType::Q4_0 | DType::Q5_0)
+        || (matches!(dtype, DType::Q4_K | DType::Q6_K) && x.len().is_multiple_of(256))
+    {
+        return dot_rows_prepared(dtype, rows_bytes, rb, x, out);
+    }
     type Dot4 = unsafe fn([*const u8; 4], *const f32, *const f32, usize) -> [f32; 4];
     unsafe fn q4_1_512(r: [*const u8; 4], x: *const f32, _s: *const f32, nb: usize) -> [f32; 4] {
         super::avx512::dot4_q4_1(r, x, nb)
     }
-    /// What a kernel needs precomputed from x: nothing, per-block pairs, or sub-block sums.
+    /// What a kernel needs precomputed from x: nothing, or per-block pairs.
     #[derive(PartialEq)]
     enum Sums {
         None,
         Pairs,
-        SubBlocks,
     }
     let (kernel, needs_sums): (Dot4, Sums) = match (kernels, dtype) {
         (Kernels::Avx512, DType::Q4_1) => (q4_1_512, Sums::None),
         (_, DType::Q4_1) => (a2::dot4_q4_1, Sums::Pairs),
-        (_, DType::Q4_0) => (a2::dot4_q4_0, Sums::Pairs),
-        (_, DType::Q5_0) => (a2::dot4_q5_0, Sums::Pairs),
         (_, DType::Q5_1) => (a2::dot4_q5_1, Sums::Pairs),
-        (_, DType::Q4_K) if x.len().is_multiple_of(256) => (a2::dot4_q4_k, Sums::SubBlocks),
         _ => return 0,
     };
     let mut sums = [0.0f32; 2 * a2::MAX_BLOCKS];
@@ -167,12 +169,8 @@ fn dot_rows_x86(
     match needs_sums {
         // SAFETY: AVX2 present; x holds nb*32 values and sums 2*MAX_BLOCKS >= 2*nb floats.
         Sums::Pairs => unsafe { a2::block_sums(x.as_ptr(), nb, sums.as_mut_ptr()) },
-        // SAFETY: as above; nb floats written.
-        Sums::SubBlocks => unsafe { a2::subblock_sums(x.as_ptr(), nb, sums.as_mut_ptr()) },
         Sums::None => {}
     }
-    // The kernel's blocks: 32-element blocks, or 256-element super-blocks for K-quants.
-    let nb = nb * 32 / dtype.block_elems();
     let groups = out.len() / 4;
     for (g, o) in out.chunks_exact_mut(4).take(groups).enumerate() {
         let p = rows_bytes[g * 4 * rb..(g + 1) * 4 * rb].as_ptr();
@@ -192,6 +190,70 @@ fn dot_rows_x86(
         o.copy_from_slice(&r);
     }
     groups * 4
+}
+
+/// Q4_0, Q5_0, Q4_K and Q6_K rows through [`super::avx2_perm`]: x prepared once per call
+/// into a per-thread scratch vector (reordered for shuffle widening, with the offset or
+/// group sums the kernel folds), then four rows at a time; returns the rows computed.
+#[cfg(target_arch = "x86_64")]
+fn dot_rows_prepared(
+    dtype: DType,
+    rows_bytes: &[u8],
+    rb: usize,
+    x: &[f32],
+    out: &mut [f32],
+) -> usize {
+    use super::avx2_perm as ap;
+    use std::cell::RefCell;
+    thread_local! {
+        static PREP: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+    type Dot4 = unsafe fn([*const u8; 4], *const f32, usize) -> [f32; 4];
+    let (kernel, nb, len): (Dot4, usize, usize) = match dtype {
+        DType::Q4_0 => (ap::dot4_q4_0, x.len() / 32, x.len() / 32 * ap::PREP_FLOATS),
+        DType::Q5_0 => (ap::dot4_q5_0, x.len() / 32, x.len() / 32 * ap::PREP_FLOATS),
+        DType::Q4_K => (
+            ap::dot4_q4_k,
+            x.len() / 256,
+            x.len() / 256 * ap::PREP_K_FLOATS,
+        ),
+        DType::Q6_K => (
+            ap::dot4_q6_k,
+            x.len() / 256,
+            x.len() / 256 * ap::PREP_K_FLOATS,
+        ),
+        _ => return 0,
+    };
+    PREP.with(|cell| {
+        let mut prep = cell.borrow_mut();
+        // Sized by x, which the caller already holds: no untrusted size here.
+        prep.resize(len, 0.0);
+        // SAFETY: AVX2/FMA/F16C present (the caller's `kernels` is clamped to
+        // `cpu::best()`); x holds nb blocks of the encoding's elements and prep the
+        // layout's floats for nb blocks.
+        unsafe {
+            match dtype {
+                DType::Q4_0 => ap::prepare_x_natural(x.as_ptr(), nb, -8.0, prep.as_mut_ptr()),
+                DType::Q5_0 => ap::prepare_x(x.as_ptr(), nb, -16.0, prep.as_mut_ptr()),
+                _ => ap::prepare_x_k(x.as_ptr(), nb, prep.as_mut_ptr()),
+            }
+        }
+        let groups = out.len() / 4;
+        for (g, o) in out.chunks_exact_mut(4).take(groups).enumerate() {
+            let p = rows_bytes[g * 4 * rb..(g + 1) * 4 * rb].as_ptr();
+            // SAFETY: as above; the four rows lie within `rows_bytes[4g*rb..4(g+1)*rb]`
+            // (sliced, so bounds-checked), each holding nb blocks.
+            let r = unsafe {
+                kernel(
+                    [p, p.add(rb), p.add(2 * rb), p.add(3 * rb)],
+                    prep.as_ptr(),
+                    nb,
+                )
+            };
+            o.copy_from_slice(&r);
+        }
+        groups * 4
+    })
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -14,8 +14,10 @@
 //! - `avx2`: AVX2 + FMA + F16C kernels, chosen at run time ([`cpu`]), scalar fallback
 //!   everywhere else; `avx512`: AVX-512 dot kernels for Q4_1 (four rows at a time) and Q8_0
 //!   on top ([`dot_rows_using`] picks a family for tests and benchmarks); `avx2_rows`: the
-//!   AVX2 four-row kernels of the 32-element block encodings (per-block Σx folded once per
-//!   call); `neon`: the aarch64 dot kernels of Q4_0, Q4_1 and Q8_0.
+//!   AVX2 four-row kernels of Q4_1 and Q5_1 (per-block Σx folded once per call);
+//!   `avx2_perm`: the AVX2 four-row kernels of Q4_0, Q5_0, Q4_K and Q6_K on x prepared once
+//!   per call (reordered for byte-shuffle widening, offsets and group sums folded);
+//!   `neon`: the aarch64 dot kernels of Q4_0, Q4_1 and Q8_0.
 //!
 //! Rows are whole blocks: a row of `n` elements is `n / block_elems` blocks of
 //! `block_bytes` each ([`DType::bytes_for`]).
@@ -28,6 +30,8 @@ pub mod encode;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_perm;
 #[cfg(target_arch = "x86_64")]
 mod avx2_rows;
 #[cfg(target_arch = "x86_64")]
