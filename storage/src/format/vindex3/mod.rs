@@ -60,6 +60,7 @@ pub mod meter;
 pub mod moe_manifest;
 pub mod provenance;
 mod reader;
+pub mod represent;
 pub mod segment;
 pub mod variants;
 mod verify;
