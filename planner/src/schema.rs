@@ -389,6 +389,23 @@ const VERIFY: Spec = &[
     ("actual", Text, "computed value"),
     ("detail", Text, "what was checked"),
 ];
+const VERIFY_AGAINST: Spec = &[
+    (
+        "authorities",
+        Text,
+        "the authority pair compared: Declared ↔ Resolved, Resolved ↔ Graph, Graph ↔ Encoded, Encoded ↔ Recorded, Declared ↔ Encoded (a layer package: package ↔ source)",
+    ),
+    ("object", Text, "graph object, representation, fact or package artifact"),
+    ("check", Text, "what was compared"),
+    ("status", Text, "ok, FAILED or unverified"),
+    ("expected", Text, "recorded or declared value"),
+    ("actual", Text, "computed value"),
+    (
+        "detail",
+        Text,
+        "the finding: \"container corrupted\" (naming the segment) or \"source drifted\" (naming the source tensor) on failure",
+    ),
+];
 const STATS: Spec = &[("key", Text, "statistic"), ("value", Any, "its value")];
 const TOKENIZE: Spec = &[
     ("position", Int, "position in the prompt"),
@@ -688,6 +705,9 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
             lql_grammar::ArtifactWhat::DescribeObject => defs(DESCRIBE_OBJECT),
             lql_grammar::ArtifactWhat::Precision => defs(PRECISION),
         },
+        LogicalPlan::Verify {
+            against: Some(_), ..
+        } => defs(VERIFY_AGAINST),
         LogicalPlan::Verify { .. } => defs(VERIFY),
         LogicalPlan::Show(s) => show_columns(s.what),
         LogicalPlan::Stats => defs(STATS),
@@ -863,7 +883,7 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("COMPACT", r#"COMPACT "container" [INTO "out"]"#, "Rewrites a container without superseded representations and stray files, preserving its answers; every discarded or carried file is a row.".into(),
           r#"COMPACT "c.vindex""#, OfExample),
         d("VERIFY", r#"VERIFY ["container" [AGAINST "source"]]"#,
-          "Checks every recorded hash of a container or package (the bound one by default); a layer package AGAINST its source GGUF also checks every tensor once with identical bytes. A FAILED row makes the shell's exit code non-zero.".into(),
+          "Checks every recorded hash of a container or package (the bound one by default); a layer package AGAINST its source GGUF also checks every tensor once with identical bytes. A VINDEX3 container AGAINST its source compares the four authorities (Declared, Resolved, Graph, Encoded) and every tensor's payload with both ends re-hashed: a changed source tensor is \"source drifted\", a changed container byte \"container corrupted\". A FAILED row makes the shell's exit code non-zero.".into(),
           "VERIFY", OfExample),
         d("RUN STAGE", r#"RUN STAGE "prompt" | FROM "h.bin" INTO "out.bin""#,
           "Runs the bound stage of a layer package (USE \"dir\" LAYERS a-b) from a prompt (first stage) or the previous stage's activation file, writing its hidden states (docs/packages.md).".into(),

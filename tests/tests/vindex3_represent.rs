@@ -308,3 +308,113 @@ fn walk(d: &Path) -> Vec<String> {
     }
     out
 }
+
+/// Flip one bit of the file at `at`.
+fn flip(path: &Path, at: u64) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    b[0] ^= 0x10;
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&b).unwrap();
+}
+
+/// (authorities, object, check, status, detail) of every row.
+fn against(c: &Connection, dir: &Path, src: &Path) -> (bool, Vec<[String; 5]>) {
+    let r = c
+        .execute(&format!("VERIFY \"{}\" AGAINST \"{}\";", q(dir), q(src)))
+        .unwrap();
+    assert_eq!(
+        r.column_names(),
+        ["authorities", "object", "check", "status", "expected", "actual", "detail"]
+    );
+    let rows = r
+        .rows
+        .iter()
+        .map(|x| {
+            [0, 1, 2, 3, 6].map(|i| x[i].to_string())
+        })
+        .collect();
+    (r.fault, rows)
+}
+
+#[test]
+fn verify_against_tells_a_drifted_source_from_a_corrupted_container() {
+    let t = tempfile::tempdir().unwrap();
+    let gguf = smollm2();
+    let dir = t.path().join("smol.vindex");
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!(
+        "EXTRACT MODEL \"{}\" INTO \"{}\";",
+        q(&gguf),
+        q(&dir)
+    ))
+    .unwrap();
+    c.execute(&format!(
+        "REPRESENT \"text.decoder_stack\" FFN AS Q8_0 INTO \"{}\";",
+        q(&dir)
+    ))
+    .unwrap();
+
+    // A clean pair passes, every authority pair compared.
+    let (fault, rows) = against(&c, &dir, &gguf);
+    let failed: Vec<_> = rows.iter().filter(|r| r[3] == "FAILED").collect();
+    assert!(!fault && failed.is_empty(), "{failed:?}");
+    for pair in [
+        "Declared ↔ Resolved",
+        "Resolved ↔ Graph",
+        "Graph ↔ Encoded",
+        "Encoded ↔ Recorded",
+        "Declared ↔ Encoded",
+    ] {
+        assert!(rows.iter().any(|r| r[0] == pair && r[3] == "ok"), "{pair}");
+    }
+    // The Q8_0 variant's payload is checked by re-encoding the source the same way.
+    assert!(rows
+        .iter()
+        .any(|r| r[2] == "payload of text.decoder_stack@ffn-q8_0" && r[3] == "ok"));
+
+    // A source with one changed tensor: "source drifted" for that tensor only.
+    let drifted = t.path().join("drifted.gguf");
+    std::fs::copy(&gguf, &drifted).unwrap();
+    let tensor = "blk.3.ffn_down.weight";
+    {
+        let f = GgufFile::open(&drifted).unwrap();
+        let info = f.tensor_info(tensor).unwrap();
+        let at = f.data_start() + info.offset + 100;
+        drop(f);
+        flip(&drifted, at);
+    }
+    let (fault, rows) = against(&c, &dir, &drifted);
+    let failed: Vec<_> = rows.iter().filter(|r| r[3] == "FAILED").collect();
+    assert!(fault);
+    assert!(!failed.is_empty());
+    for r in &failed {
+        assert!(r[4].contains("source drifted"), "{r:?}");
+        assert!(r[4].contains(tensor), "{r:?}");
+    }
+    // The source copy and the Q8_0 variant re-encoded from it: both name the one tensor.
+    assert_eq!(failed.len(), 2, "{failed:?}");
+
+    // A flipped container byte: "container corrupted", naming the segment.
+    let seg = dir.join("segments/text.decoder_stack.bin");
+    let parsed = vindex3::segment::read_header(&seg).unwrap();
+    let victim = &parsed.header.tensors[7];
+    flip(&seg, parsed.payload_start + victim.offset + 5);
+    let (fault, rows) = against(&c, &dir, &gguf);
+    let failed: Vec<_> = rows.iter().filter(|r| r[3] == "FAILED").collect();
+    assert!(fault);
+    assert!(!failed.is_empty());
+    for r in &failed {
+        assert!(r[4].contains("container corrupted"), "{r:?}");
+        assert!(r[4].contains("segments/text.decoder_stack.bin"), "{r:?}");
+    }
+    assert!(failed.iter().any(|r| r[4].contains(&victim.name)), "{failed:?}");
+    assert!(!rows.iter().any(|r| r[4].contains("source drifted")));
+}

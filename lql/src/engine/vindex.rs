@@ -402,13 +402,24 @@ pub(crate) fn verify(
         let rows = super::package::verify(cx, Path::new(d), against.map(Path::new))?;
         return Ok(Datum::Rows(with_fault(rows)));
     }
-    if against.is_some() {
-        return Err(Error::not_supported_yet(
-            "VERIFY … AGAINST a source for a VINDEX3 container (layer packages only)",
-        ));
-    }
     let dir = container_dir(cx, container, "VERIFY")?;
     let mut rows = Rows::new(super::result_columns(cx.plan));
+    if let Some(src) = against {
+        // The four authorities and payload equivalence, both ends re-hashed.
+        let src = resolve_source(src, true)?;
+        for r in vindex3::against::verify_against(&dir, &src)? {
+            rows.push(vec![
+                Value::from(r.authorities),
+                Value::from(r.object),
+                Value::from(r.check),
+                Value::from(r.status.name()),
+                Value::from(r.expected),
+                Value::from(r.actual),
+                Value::from(r.detail),
+            ]);
+        }
+        return Ok(Datum::Rows(with_fault(rows)));
+    }
     for r in vindex3::verify(&dir)? {
         rows.push(vec![
             Value::from(r.object),

@@ -44,6 +44,7 @@
 //!   `derived_from_model` and `applied_patches` (COMPILE); [`compact`] rewrites a container
 //!   keeping its identity and names every file it discards or carries.
 
+pub mod against;
 pub mod artifact;
 mod atomic;
 pub mod bank_reader;
