@@ -341,11 +341,23 @@ const REPRESENT_LABELS: Spec = &[
 ];
 const REPRESENT_OBJECT: Spec = &[
     ("object", Text, "logical object represented"),
-    ("representation", Text, "the new representation id (object@variant)"),
+    (
+        "representation",
+        Text,
+        "the new representation id (object@variant)",
+    ),
     ("variant", Text, "its variant name in the catalogue"),
-    ("base", Text, "the representation its other tensors are read from"),
+    (
+        "base",
+        Text,
+        "the representation its other tensors are read from",
+    ),
     ("encoding", Text, "the encoding written"),
-    ("fidelity", Text, "derived fidelity (never stronger than the base)"),
+    (
+        "fidelity",
+        Text,
+        "derived fidelity (never stronger than the base)",
+    ),
     ("segment", Text, "the new segment (container-relative)"),
     ("tensors", Int, "tensors written"),
     ("payload_bytes", Int, "bytes of the tensors written"),

@@ -165,7 +165,10 @@ fn ffn_q8_0_beside_q4_1_gives_each_encodings_logits() {
         .iter()
         .map(|r| (r[0].to_string(), r[1].to_string()))
         .collect();
-    assert_eq!(profiles.get("exact").map(String::as_str), Some("source-exact"));
+    assert_eq!(
+        profiles.get("exact").map(String::as_str),
+        Some("source-exact")
+    );
     assert_eq!(
         profiles.get("ffn-q8_0").map(String::as_str),
         Some("numerically-approximate")
@@ -174,7 +177,10 @@ fn ffn_q8_0_beside_q4_1_gives_each_encodings_logits() {
     // VERIFY passes (every segment, the new graph file, the capability files).
     let v = c.execute(&format!("VERIFY \"{}\";", q(&dir))).unwrap();
     assert!(!v.fault, "{:?}", v.rows);
-    assert!(v.rows.iter().any(|r| r[1].to_string() == "text.decoder_stack@ffn-q8_0"));
+    assert!(v
+        .rows
+        .iter()
+        .any(|r| r[1].to_string() == "text.decoder_stack@ffn-q8_0"));
 
     // USE … PROFILE through LQL binds each profile.
     for profile in ["exact", "ffn-q8_0"] {
@@ -192,7 +198,10 @@ fn ffn_q8_0_beside_q4_1_gives_each_encodings_logits() {
         } else {
             "text.decoder_stack@ffn-q8_0"
         };
-        assert!(selected.contains(&want.to_string()), "{profile}: {selected:?}");
+        assert!(
+            selected.contains(&want.to_string()),
+            "{profile}: {selected:?}"
+        );
     }
 
     // Logits: the original profile is the Q4_1 GGUF's, bit for bit; the Q8_0 profile is a
@@ -210,7 +219,10 @@ fn ffn_q8_0_beside_q4_1_gives_each_encodings_logits() {
         max_diff(&got, &q4)
     );
     assert!(d <= 1e-5, "max |Δlogit| {d}");
-    assert!(max_diff(&got, &q4) > 0.0, "the profile must bind the new bytes");
+    assert!(
+        max_diff(&got, &q4) > 0.0,
+        "the profile must bind the new bytes"
+    );
 
     // A second REPRESENT of the same variant is refused by name.
     let e = c
@@ -332,14 +344,20 @@ fn against(c: &Connection, dir: &Path, src: &Path) -> (bool, Vec<[String; 5]>) {
         .unwrap();
     assert_eq!(
         r.column_names(),
-        ["authorities", "object", "check", "status", "expected", "actual", "detail"]
+        [
+            "authorities",
+            "object",
+            "check",
+            "status",
+            "expected",
+            "actual",
+            "detail"
+        ]
     );
     let rows = r
         .rows
         .iter()
-        .map(|x| {
-            [0, 1, 2, 3, 6].map(|i| x[i].to_string())
-        })
+        .map(|x| [0, 1, 2, 3, 6].map(|i| x[i].to_string()))
         .collect();
     (r.fault, rows)
 }
@@ -415,6 +433,9 @@ fn verify_against_tells_a_drifted_source_from_a_corrupted_container() {
         assert!(r[4].contains("container corrupted"), "{r:?}");
         assert!(r[4].contains("segments/text.decoder_stack.bin"), "{r:?}");
     }
-    assert!(failed.iter().any(|r| r[4].contains(&victim.name)), "{failed:?}");
+    assert!(
+        failed.iter().any(|r| r[4].contains(&victim.name)),
+        "{failed:?}"
+    );
     assert!(!rows.iter().any(|r| r[4].contains("source drifted")));
 }

@@ -134,8 +134,8 @@ pub fn verify_against(dir: &Path, source: &Path) -> Result<Vec<AgainstRow>> {
     }
 
     // Resolved ↔ Graph: the execution surface, field by field.
-    let resolved = serde_json::to_value(&src.surface)
-        .map_err(|e| StorageError::Internal(e.to_string()))?;
+    let resolved =
+        serde_json::to_value(&src.surface).map_err(|e| StorageError::Internal(e.to_string()))?;
     let recorded = &comp.execution_surface;
     let (Value::Object(r), Value::Object(g)) = (&resolved, recorded) else {
         return Err(StorageError::Internal(
@@ -243,7 +243,10 @@ pub fn verify_against(dir: &Path, source: &Path) -> Result<Vec<AgainstRow>> {
             "",
             "",
             match r {
-                Ok(m) => format!("{} operands bound with the shapes the surface implies", m.operands.len()),
+                Ok(m) => format!(
+                    "{} operands bound with the shapes the surface implies",
+                    m.operands.len()
+                ),
                 Err(e) => e.to_string(),
             },
         ));
@@ -284,7 +287,10 @@ pub fn verify_against(dir: &Path, source: &Path) -> Result<Vec<AgainstRow>> {
                     format!(
                         "not compared: the container is derived (from {}), not encoded from \
                          this source",
-                        c.index.derived_from_model.as_deref().unwrap_or("another state")
+                        c.index
+                            .derived_from_model
+                            .as_deref()
+                            .unwrap_or("another state")
                     ),
                 )
             });
@@ -323,11 +329,21 @@ fn payload_rows(
     };
     let map = match crate::mapped::map_file(&path, "segment") {
         Ok(m) => m,
-        Err(err) => return Ok(fail(format!("container corrupted: segment {}: {err}", e.segment))),
+        Err(err) => {
+            return Ok(fail(format!(
+                "container corrupted: segment {}: {err}",
+                e.segment
+            )))
+        }
     };
     let parsed = match parse_header(&path, &map, map.len() as u64) {
         Ok(p) => p,
-        Err(err) => return Ok(fail(format!("container corrupted: segment {}: {err}", e.segment))),
+        Err(err) => {
+            return Ok(fail(format!(
+                "container corrupted: segment {}: {err}",
+                e.segment
+            )))
+        }
     };
     super::meter::count_payload(map.len() as u64);
     // Tensor name → source operand (through the graph's binding of this object).
@@ -384,7 +400,10 @@ fn payload_rows(
                     false,
                     recorded,
                     "",
-                    format!("tensor {:?} of segment {} is bound to no operand", t.name, e.segment),
+                    format!(
+                        "tensor {:?} of segment {} is bound to no operand",
+                        t.name, e.segment
+                    ),
                 )));
             };
             let Some(op) = src.operands.get(key) else {

@@ -139,12 +139,7 @@ pub fn represent(
         Some(list) => {
             for o in list {
                 match graph.objects.iter().find(|g| g.id == *o) {
-                    None => {
-                        return Err(refuse(
-                            dir,
-                            format!("no object {o:?}; objects: {own:?}"),
-                        ))
-                    }
+                    None => return Err(refuse(dir, format!("no object {o:?}; objects: {own:?}"))),
                     Some(g) if g.tied_to.is_some() => {
                         return Err(refuse(
                             dir,
@@ -220,7 +215,11 @@ pub fn represent(
                     format!(
                         "nothing to represent: every {}tensor of {object} is already stored as \
                          {encoding} would store it",
-                        if scope == RepresentScope::Ffn { "FFN " } else { "" }
+                        if scope == RepresentScope::Ffn {
+                            "FFN "
+                        } else {
+                            ""
+                        }
                     ),
                 ));
             }
@@ -326,7 +325,10 @@ fn write_all(
             if cancel.load(Ordering::Relaxed) {
                 refuse(
                     dir,
-                    format!("interrupted while writing {}; the container is unchanged", p.object),
+                    format!(
+                        "interrupted while writing {}; the container is unchanged",
+                        p.object
+                    ),
                 )
             } else {
                 e
@@ -353,9 +355,11 @@ fn write_all(
 
     // The catalogue, the graph and a profile selecting the new variants.
     let mut graph = c.require_graph()?.clone();
-    let catalogue = c.index.variants.as_object_mut().ok_or_else(|| {
-        refuse(dir, "index.json has no variant catalogue object".into())
-    })?;
+    let catalogue = c
+        .index
+        .variants
+        .as_object_mut()
+        .ok_or_else(|| refuse(dir, "index.json has no variant catalogue object".into()))?;
     for (p, w) in &written {
         let entry = catalogue
             .get_mut(&p.object)
