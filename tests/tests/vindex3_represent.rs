@@ -439,3 +439,32 @@ fn verify_against_tells_a_drifted_source_from_a_corrupted_container() {
     );
     assert!(!rows.iter().any(|r| r[4].contains("source drifted")));
 }
+
+#[test]
+fn verify_against_rederives_a_variant_of_a_re_encoded_baseline() {
+    // Q4_1 source → F16 baseline → Q8_0 FFN variant: the source is re-encoded through the
+    // same two steps, so a clean pair still passes.
+    let t = tempfile::tempdir().unwrap();
+    let gguf = smollm2();
+    let dir = t.path().join("f16.vindex");
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!(
+        "EXTRACT MODEL \"{}\" INTO \"{}\" ENCODING F16;",
+        q(&gguf),
+        q(&dir)
+    ))
+    .unwrap();
+    let r = c
+        .execute(&format!(
+            "REPRESENT \"text.decoder_stack\" FFN AS Q8_0 INTO \"{}\";",
+            q(&dir)
+        ))
+        .unwrap();
+    assert_eq!(r.rows[0][5].to_string(), "numerically-approximate");
+    let (fault, rows) = against(&c, &dir, &gguf);
+    let failed: Vec<_> = rows.iter().filter(|r| r[3] == "FAILED").collect();
+    assert!(!fault && failed.is_empty(), "{failed:?}");
+    assert!(rows
+        .iter()
+        .any(|r| r[2] == "payload of text.decoder_stack@ffn-q8_0" && r[3] == "ok"));
+}

@@ -11,7 +11,8 @@
 //! | Declared ↔ Encoded | payload equivalence, per tensor, both ends re-hashed now: the container's bytes against the recorded hash, and the source's bytes (re-encoded the way the representation was, when its encoding differs) against the same hash. Container ≠ recorded is **container corrupted** (segment, tensor, byte range); source ≠ recorded with the container intact is **source drifted** (the source tensor) |
 //!
 //! Streamed: tensors are hashed one at a time from the two mappings (re-encoding in bounded
-//! batches); no model is held in memory. A derived container (made from another
+//! batches; a representation REPRESENT made from a re-encoded base is re-derived through the
+//! same steps, one tensor in memory); no model is held in memory. A derived container (made from another
 //! container or an edited state) has no byte-level relation to a checkpoint: its payload
 //! rows are `unverified` with the reason.
 
@@ -296,7 +297,43 @@ pub fn verify_against(dir: &Path, source: &Path) -> Result<Vec<AgainstRow>> {
             });
             continue;
         }
-        rows.extend(payload_rows(dir, id, e, &bound, &src, source)?);
+        // A representation REPRESENT added was encoded from its base's values: the source
+        // is re-encoded through the same steps (bottom of the chain first).
+        let mut below = Vec::new();
+        let chain = super::represent::base_chain(&c, id);
+        let mut chain_problem = None;
+        let reps: &[String] = chain.as_deref().unwrap_or(&[]);
+        for rep in reps.iter().skip(1).rev() {
+            let seg = &c.index.representations[rep].segment;
+            match resolve(dir, seg, "representations.segment")
+                .and_then(|p| super::segment::read_header(&p))
+            {
+                Ok(p) => below.push(
+                    p.header
+                        .tensors
+                        .into_iter()
+                        .map(|t| (t.name, t.dtype))
+                        .collect::<BTreeMap<String, String>>(),
+                ),
+                Err(err) => chain_problem = Some(format!("container corrupted: base {rep}: {err}")),
+            }
+        }
+        if let Err(err) = &chain {
+            chain_problem = Some(format!("container corrupted: {err}"));
+        }
+        if let Some(p) = chain_problem {
+            rows.push(row(
+                DECLARED_ENCODED,
+                e.object.clone(),
+                format!("payload of {id}"),
+                false,
+                "",
+                "",
+                p,
+            ));
+            continue;
+        }
+        rows.extend(payload_rows(dir, id, e, &below, &bound, &src, source)?);
     }
     Ok(rows)
 }
@@ -307,6 +344,7 @@ fn payload_rows(
     dir: &Path,
     id: &str,
     e: &super::index::RepresentationEntry,
+    below: &[BTreeMap<String, String>],
     bound: &BTreeMap<OperandKey, &super::graph::OperandBinding>,
     src: &Model,
     source: &Path,
@@ -418,11 +456,34 @@ fn payload_rows(
                 )));
             };
             let bytes = src.view_of(op).bytes;
-            let from_source = match DType::from_name(&t.dtype) {
-                Some(dt) if dt == op.dtype => hex(Sha256::digest(bytes)),
-                Some(dt) => {
+            // The encodings the bytes went through: the source's, each base's that holds
+            // the tensor, this representation's.
+            let mut path = vec![Some(op.dtype)];
+            path.extend(
+                below
+                    .iter()
+                    .filter_map(|m| m.get(&t.name))
+                    .map(|d| DType::from_name(d)),
+            );
+            path.push(DType::from_name(&t.dtype));
+            path.dedup();
+            let path: Option<Vec<DType>> = path.into_iter().collect();
+            let from_source = match path {
+                Some(path) if path.len() == 1 => hex(Sha256::digest(bytes)),
+                Some(path) => {
+                    // Intermediate steps are one tensor in memory; the last is streamed.
+                    let mut cur = std::borrow::Cow::Borrowed(bytes);
+                    for w in path[..path.len() - 1].windows(2) {
+                        let mut next = Vec::new();
+                        super::encode::reencode(w[0], w[1], &op.shape, &cur, &mut |b| {
+                            next.extend_from_slice(b);
+                            Ok(())
+                        })?;
+                        cur = std::borrow::Cow::Owned(next);
+                    }
+                    let n = path.len();
                     let mut h = Sha256::new();
-                    super::encode::reencode(op.dtype, dt, &op.shape, bytes, &mut |b| {
+                    super::encode::reencode(path[n - 2], path[n - 1], &op.shape, &cur, &mut |b| {
                         h.update(b);
                         Ok(())
                     })?;
