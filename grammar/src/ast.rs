@@ -544,11 +544,13 @@ pub enum RepresentTarget {
     Object(String),
 }
 
-/// `REPRESENT LABELS ["container"]` | `REPRESENT "object"|ALL AS <encoding> [INTO "container"]`
+/// `REPRESENT LABELS ["container"]` | `REPRESENT "object"|ALL [FFN] AS <encoding> [INTO "container"]`
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Represent {
     pub target: Spanned<RepresentTarget>,
     pub encoding: Option<Spanned<Encoding>>,
+    /// `FFN`: only the objects' FFN operands are re-encoded.
+    pub ffn: Option<Span>,
     /// The container (default: the bound one).
     pub container: Option<Spanned<String>>,
 }
@@ -1068,6 +1070,7 @@ fields!(Extract {
 fields!(Represent {
     target,
     encoding,
+    ffn,
     container
 });
 fields!(Compact { container, into });

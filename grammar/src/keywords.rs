@@ -109,6 +109,7 @@ pub const KEYWORDS: &[&str] = &[
     "PROJECTOR",
     "WITH",
     "LABELS",
+    "FFN",
     "REPRESENT",
     "INSPECT",
     "PRECISION",

@@ -592,6 +592,9 @@ impl Display for StatementKind {
                     RepresentTarget::All => f.write_str("REPRESENT ALL")?,
                     RepresentTarget::Object(o) => write!(f, "REPRESENT {}", Q(o))?,
                 }
+                if r.ffn.is_some() {
+                    f.write_str(" FFN")?;
+                }
                 if let Some(e) = &r.encoding {
                     write!(f, " AS {}", e.value)?;
                 }

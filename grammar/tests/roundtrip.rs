@@ -85,6 +85,8 @@ const EXAMPLES: &[&str] = &[
     "VERIFY",
     r#"VERIFY "c.vindex""#,
     r#"VERIFY "pkg" AGAINST "src.gguf""#,
+    r#"REPRESENT "text.decoder_stack" FFN AS Q8_0 INTO "c.vindex""#,
+    "REPRESENT ALL AS F16",
     r#"RUN STAGE "The capital of France is" INTO "h1.bin""#,
     r#"RUN STAGE FROM "h1.bin" INTO "h2.bin""#,
     r#"INFER FROM "h2.bin" TOP 3"#,

@@ -188,6 +188,7 @@ impl Binder {
                 LogicalPlan::Represent(RepresentPlan {
                     target: r.target.value.clone(),
                     encoding: r.encoding.as_ref().map(|e| e.value),
+                    ffn: r.ffn.is_some(),
                     container,
                 })
             }

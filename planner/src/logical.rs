@@ -401,6 +401,8 @@ pub struct ExtractPlan {
 pub struct RepresentPlan {
     pub target: RepresentTarget,
     pub encoding: Option<Encoding>,
+    /// `FFN`: only the FFN operands are re-encoded.
+    pub ffn: bool,
     /// None: the bound container.
     pub container: Option<String>,
 }

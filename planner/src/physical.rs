@@ -197,6 +197,8 @@ pub enum Operator {
     Represent {
         target: RepresentTarget,
         encoding: Option<Encoding>,
+        /// Only the FFN operands.
+        ffn: bool,
         /// None: the bound container.
         container: Option<String>,
     },
@@ -633,6 +635,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
         LogicalPlan::Represent(r) => vec![O::Represent {
             target: r.target.clone(),
             encoding: r.encoding,
+            ffn: r.ffn,
             container: r.container.clone(),
         }],
         LogicalPlan::Compact { container, into } => vec![O::Compact {
@@ -986,12 +989,16 @@ impl fmt::Display for Operator {
             O::Represent {
                 target,
                 encoding,
+                ffn,
                 container,
             } => {
                 match target {
                     RepresentTarget::Labels => f.write_str("Represent labels")?,
                     RepresentTarget::All => f.write_str("Represent all")?,
                     RepresentTarget::Object(o) => write!(f, "Represent {}", quote(o))?,
+                }
+                if *ffn {
+                    f.write_str(" ffn")?;
                 }
                 if let Some(e) = encoding {
                     write!(f, " as={e}")?;
@@ -1004,7 +1011,9 @@ impl fmt::Display for Operator {
                     RepresentTarget::Labels => f.write_str(
                         " (every feature, batched unembedding products; new segment, index.json last)",
                     ),
-                    _ => f.write_str(" (new segments beside the existing ones; index.json last)"),
+                    _ => f.write_str(
+                        " (re-encoded from the baseline into new segments beside the existing ones; index.json last)",
+                    ),
                 }
             }
             O::Compact { container, into } => {

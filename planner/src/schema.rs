@@ -349,6 +349,30 @@ const REPRESENT_LABELS: Spec = &[
     ),
     ("seconds", Float, "wall time (computing and writing)"),
 ];
+const REPRESENT_OBJECT: Spec = &[
+    ("object", Text, "logical object represented"),
+    (
+        "representation",
+        Text,
+        "the new representation id (object@variant)",
+    ),
+    ("variant", Text, "its variant name in the catalogue"),
+    (
+        "base",
+        Text,
+        "the representation its other tensors are read from",
+    ),
+    ("encoding", Text, "the encoding written"),
+    (
+        "fidelity",
+        Text,
+        "derived fidelity (never stronger than the base)",
+    ),
+    ("segment", Text, "the new segment (container-relative)"),
+    ("tensors", Int, "tensors written"),
+    ("payload_bytes", Int, "bytes of the tensors written"),
+    ("profile", Text, "the profile that selects it"),
+];
 const INSPECT: Spec = &[
     ("field", Text, "what the artifact records or implies"),
     ("value", Any, "its value"),
@@ -386,6 +410,23 @@ const VERIFY: Spec = &[
     ("expected", Text, "recorded value"),
     ("actual", Text, "computed value"),
     ("detail", Text, "what was checked"),
+];
+const VERIFY_AGAINST: Spec = &[
+    (
+        "authorities",
+        Text,
+        "the authority pair compared: Declared ↔ Resolved, Resolved ↔ Graph, Graph ↔ Encoded, Encoded ↔ Recorded, Declared ↔ Encoded (a layer package: package ↔ source)",
+    ),
+    ("object", Text, "graph object, representation, fact or package artifact"),
+    ("check", Text, "what was compared"),
+    ("status", Text, "ok, FAILED or unverified"),
+    ("expected", Text, "recorded or declared value"),
+    ("actual", Text, "computed value"),
+    (
+        "detail",
+        Text,
+        "the finding: \"container corrupted\" (naming the segment) or \"source drifted\" (naming the source tensor) on failure",
+    ),
 ];
 const STATS: Spec = &[("key", Text, "statistic"), ("value", Any, "its value")];
 const TOKENIZE: Spec = &[
@@ -686,12 +727,18 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         LogicalPlan::Select(s) => s.columns.clone(),
         LogicalPlan::Trace(t) => trace_columns(t),
         LogicalPlan::Extract(_) => defs(EXTRACT),
-        LogicalPlan::Represent(_) => defs(REPRESENT_LABELS),
+        LogicalPlan::Represent(r) => match r.target {
+            lql_grammar::RepresentTarget::Labels => defs(REPRESENT_LABELS),
+            _ => defs(REPRESENT_OBJECT),
+        },
         LogicalPlan::Artifact { what, .. } => match what {
             lql_grammar::ArtifactWhat::Inspect => defs(INSPECT),
             lql_grammar::ArtifactWhat::DescribeObject => defs(DESCRIBE_OBJECT),
             lql_grammar::ArtifactWhat::Precision => defs(PRECISION),
         },
+        LogicalPlan::Verify {
+            against: Some(_), ..
+        } => defs(VERIFY_AGAINST),
         LogicalPlan::Verify { .. } => defs(VERIFY),
         LogicalPlan::Show(s) => show_columns(s.what),
         LogicalPlan::Stats => defs(STATS),
@@ -852,8 +899,8 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("EXTRACT", r#"EXTRACT MODEL "source" INTO "out" [FORMAT VINDEX3|PACKAGE] [SHAPE GRAPH|BANK] [GROUP n] [ENCODING SOURCE|F32|F16|BF16|Q8_0] [LAYERS a-b] [MODEL_ID "id"] [SOURCE_REVISION "rev"] [PROJECTOR "file"]… [WITH LABELS]"#,
           "Writes a VINDEX3 container or a layer package (temporary name, fsync, rename). Default FORMAT VINDEX3, SHAPE GRAPH, ENCODING SOURCE. SHAPE BANK writes a mixture-of-experts model as seed 002's bank shape (moe_manifest.json, one LYRW v2 file per layer; GROUP n experts per group extent, default 8 when it divides the experts, else all; docs/moe.md). WITH LABELS also stores every feature's label (its top output tokens) as a derived, checksummed segment recorded in index.json, which browse statements then read instead of computing.".into(),
           r#"EXTRACT MODEL "m.gguf" INTO "m.vindex""#, OfExample),
-        d("REPRESENT", r#"REPRESENT LABELS ["container"] | REPRESENT "object"|ALL AS SOURCE|F32|F16|BF16|Q8_0 [INTO "container"]"#,
-          "REPRESENT LABELS computes every feature's label of a container (the bound one by default) by batched matrix products and stores them as a derived, checksummed segment recorded in index.json, replacing labels stored before; existing segments are untouched. Adding a representation of an object (AS encoding) is not supported yet.".into(),
+        d("REPRESENT", r#"REPRESENT LABELS ["container"] | REPRESENT "object"|ALL [FFN] AS F32|F16|BF16|Q8_0 [INTO "container"]"#,
+          "REPRESENT LABELS computes every feature's label of a container (the bound one by default) by batched matrix products and stores them as a derived, checksummed segment recorded in index.json, replacing labels stored before; existing segments are untouched. REPRESENT \"object\"|ALL [FFN] AS encoding adds a representation of each object beside the original (an incremental pack): the tensors whose encoding changes (FFN: only the FFN operands) are re-encoded from the baseline into a new segment, the variant catalogue and the graph gain it with its derived fidelity, and a profile named after the variant (q8_0, ffn-q8_0) selects it; existing segments are untouched and index.json is written last.".into(),
           r#"REPRESENT LABELS "m.vindex""#, OfExample),
         d("INSPECT", r#"INSPECT "container""#,
           "A container reconstructed from itself: generation, shape, identity, provenance, components, representations, profiles, capabilities and stored labels, from index.json, the graph and segment headers (no model is bound, no payload byte is read).".into(),
@@ -867,7 +914,7 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("COMPACT", r#"COMPACT "container" [INTO "out"]"#, "Rewrites a container without superseded representations and stray files, preserving its answers; every discarded or carried file is a row.".into(),
           r#"COMPACT "c.vindex""#, OfExample),
         d("VERIFY", r#"VERIFY ["container" [AGAINST "source"]]"#,
-          "Checks every recorded hash of a container or package (the bound one by default); a layer package AGAINST its source GGUF also checks every tensor once with identical bytes. A FAILED row makes the shell's exit code non-zero.".into(),
+          "Checks every recorded hash of a container or package (the bound one by default); a layer package AGAINST its source GGUF also checks every tensor once with identical bytes. A VINDEX3 container AGAINST its source compares the four authorities (Declared, Resolved, Graph, Encoded) and every tensor's payload with both ends re-hashed: a changed source tensor is \"source drifted\", a changed container byte \"container corrupted\". A FAILED row makes the shell's exit code non-zero.".into(),
           "VERIFY", OfExample),
         d("RUN STAGE", r#"RUN STAGE "prompt" | FROM "h.bin" INTO "out.bin""#,
           "Runs the bound stage of a layer package (USE \"dir\" LAYERS a-b) from a prompt (first stage) or the previous stage's activation file, writing its hidden states (docs/packages.md).".into(),

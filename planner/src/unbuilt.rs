@@ -60,13 +60,6 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
                 None => Ok(()),
             }
         }
-        (StatementKind::Represent(r), LogicalPlan::Represent(_)) => match r.target.value {
-            lql_grammar::RepresentTarget::Labels => Ok(()),
-            _ => refuse(
-                "REPRESENT … AS <encoding> (adding a representation of an object beside the original; REPRESENT LABELS is built)",
-                r.target.span,
-            ),
-        },
         (StatementKind::Diff(d), LogicalPlan::Diff(_)) => match &d.into_patch {
             Some(p) => refuse("DIFF … INTO PATCH", p.span),
             None => Ok(()),

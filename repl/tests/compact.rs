@@ -179,3 +179,94 @@ fn kill_9_during_compact_leaves_old_or_new() {
         );
     }
 }
+
+/// A recursive copy of a container folder.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn kill_9_during_represent_leaves_old_or_new() {
+    let t = tempfile::tempdir().unwrap();
+    let base = container(t.path());
+    let before = answers(&base);
+    let old_index = std::fs::read(base.join("index.json")).unwrap();
+    let segment_bytes = |d: &Path| -> Vec<(String, Vec<u8>)> {
+        let k = Container::load(d).unwrap();
+        k.index
+            .representations
+            .values()
+            .filter(|r| old_index_names(&old_index).contains(&r.segment))
+            .map(|r| {
+                (
+                    r.segment.clone(),
+                    std::fs::read(d.join(&r.segment)).unwrap(),
+                )
+            })
+            .collect()
+    };
+    let old_segments = segment_bytes(&base);
+    let run = |dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_lql"))
+            .args(["-c", &format!("REPRESENT ALL AS Q8_0 INTO \"{}\"", q(dir))])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // How long one REPRESENT takes here, to spread the kills over it.
+    let probe = t.path().join("probe");
+    copy_dir(&base, &probe);
+    let t0 = Instant::now();
+    assert!(run(&probe).wait().unwrap().success());
+    let full = t0.elapsed().as_micros().max(1000) as u64;
+    let new_index = std::fs::read(probe.join("index.json")).unwrap();
+    assert_ne!(new_index, old_index);
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for i in 0..12 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = seed % full;
+        let dir = t.path().join(format!("k{i}"));
+        copy_dir(&base, &dir);
+        let mut child = run(&dir);
+        std::thread::sleep(Duration::from_micros(delay));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        let index = std::fs::read(dir.join("index.json")).unwrap();
+        assert!(
+            index == old_index || index == new_index,
+            "kill {i} after {delay} µs: index.json is neither the old nor the new one"
+        );
+        // The existing segments keep their bytes whatever happened.
+        assert_eq!(segment_bytes(&dir), old_segments, "kill {i}");
+        let rows = vindex3::verify(&dir).unwrap();
+        assert!(
+            vindex3::all_ok(&rows),
+            "kill {i} after {delay} µs: VERIFY fails: {rows:?}"
+        );
+        assert_eq!(answers(&dir), before, "kill {i} after {delay} µs");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// The segment paths an index.json records.
+fn old_index_names(index: &[u8]) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_slice(index).unwrap();
+    v["representations"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|r| r["segment"].as_str().unwrap().to_string())
+        .collect()
+}

@@ -250,7 +250,7 @@ fn verify_against_the_source_checks_every_tensor() {
     assert!(rows
         .rows
         .iter()
-        .any(|r| r[1] == lql::Value::from("owned_tensors") && r[3] == lql::Value::from("ok")));
+        .any(|r| r[2] == lql::Value::from("owned_tensors") && r[3] == lql::Value::from("ok")));
     // Against another file: failed rows, and the result is a fault the shell exits on.
     let t = tempfile::tempdir().unwrap();
     let other = t.path().join("other.gguf");

@@ -236,14 +236,14 @@ fn represent_labels_on_a_small_container() {
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
 
-    // A representation of an object is not built yet; a GGUF takes no stored labels.
-    let e = v
+    // A GGUF takes no stored labels and no added representation.
+    let g = conn(&gguf);
+    let e = g.execute("REPRESENT LABELS").unwrap_err().to_string();
+    assert!(e.contains("VINDEX3"), "{e}");
+    let e = g
         .execute("REPRESENT \"text.decoder_stack\" AS Q8_0")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("not supported yet: REPRESENT"), "{e}");
-    let g = conn(&gguf);
-    let e = g.execute("REPRESENT LABELS").unwrap_err().to_string();
     assert!(e.contains("VINDEX3"), "{e}");
     let e = c
         .execute(&format!(

@@ -1079,13 +1079,14 @@ fn represent_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         .ok_or_else(|| SyntaxError::new("incomplete REPRESENT", sp))?;
     let body_span = span(&body);
     let labels = body.as_rule() == Rule::represent_labels;
-    let (mut target, mut encoding, mut container) = (None, None, None);
+    let (mut target, mut encoding, mut container, mut ffn) = (None, None, None, None);
     if labels {
         target = Some(Spanned::new(RepresentTarget::Labels, body_span));
     }
     for q in body.into_inner() {
         match q.as_rule() {
             Rule::kw_labels | Rule::kw_as => {}
+            Rule::kw_ffn => ffn = Some(span(&q)),
             Rule::kw_all => target = Some(Spanned::new(RepresentTarget::All, span(&q))),
             Rule::string if labels => container = Some(string(q)?),
             Rule::string => {
@@ -1101,6 +1102,7 @@ fn represent_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     Ok(StatementKind::Represent(Represent {
         target,
         encoding,
+        ffn,
         container,
     }))
 }

@@ -231,8 +231,11 @@ fn operator(
         O::Write { kind, .. } if kind == "PACKAGE" => package::write(cx, one(inputs, "Write")?),
         O::Write { .. } => vindex::write(cx, one(inputs, "Write")?, op),
         O::Represent {
-            target, container, ..
-        } => vindex::represent(cx, target, container.as_deref()),
+            target,
+            encoding,
+            ffn,
+            container,
+        } => vindex::represent(cx, target, *encoding, *ffn, container.as_deref()),
         O::Verify { container, against } => {
             vindex::verify(cx, container.as_deref(), against.as_deref())
         }

@@ -365,15 +365,27 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: super::datum::Datum) -> Result<super
 pub(crate) fn verify(cx: &Cx<'_>, dir: &Path, against: Option<&Path>) -> Result<Rows> {
     let mut rows = Rows::new(super::result_columns(cx.plan));
     for r in pkg::against::verify(dir, against)? {
-        rows.push(vec![
-            Value::from(r.artifact),
-            Value::from(r.check),
-            Value::from(""),
-            Value::from(r.status),
-            Value::from(""),
-            Value::from(""),
-            Value::from(r.detail),
-        ]);
+        rows.push(match against {
+            // VERIFY … AGAINST's columns: authorities, object, check, status, ….
+            Some(_) => vec![
+                Value::from("package ↔ source"),
+                Value::from(r.artifact),
+                Value::from(r.check),
+                Value::from(r.status),
+                Value::from(""),
+                Value::from(""),
+                Value::from(r.detail),
+            ],
+            None => vec![
+                Value::from(r.artifact),
+                Value::from(r.check),
+                Value::from(""),
+                Value::from(r.status),
+                Value::from(""),
+                Value::from(""),
+                Value::from(r.detail),
+            ],
+        });
     }
     Ok(rows)
 }

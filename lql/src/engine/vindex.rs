@@ -157,16 +157,17 @@ fn store_labels(
 }
 
 /// `REPRESENT LABELS ["dir"]`: every label of a container stored in it; one row (container,
-/// segment, labels, top_k, bytes, sha256, seconds). `REPRESENT … AS encoding` refuses.
+/// segment, labels, top_k, bytes, sha256, seconds). `REPRESENT "obj"|ALL [FFN] AS encoding
+/// [INTO "dir"]`: one row per representation added.
 pub(crate) fn represent(
     cx: &mut Cx<'_>,
     target: &RepresentTarget,
+    encoding: Option<Encoding>,
+    ffn: bool,
     container: Option<&str>,
 ) -> Result<Datum> {
     if *target != RepresentTarget::Labels {
-        return Err(Error::not_supported_yet(
-            "REPRESENT … AS <encoding> (adding a representation of an object beside the original)",
-        ));
+        return represent_objects(cx, target, encoding, ffn, container);
     }
     let started = std::time::Instant::now();
     let dir = container_dir(cx, container, "REPRESENT LABELS")?;
@@ -205,6 +206,77 @@ pub(crate) fn represent(
         Value::from(entry.sha256),
         Value::from(started.elapsed().as_secs_f64()),
     ]);
+    Ok(Datum::Rows(rows))
+}
+
+/// `REPRESENT "obj"|ALL [FFN] AS encoding [INTO "dir"]`: the representations added beside
+/// the baselines (`vindex3::represent`); the binding, if it is this container, keeps what
+/// it maps (existing segments are untouched) and sees the new profile on its next USE.
+fn represent_objects(
+    cx: &mut Cx<'_>,
+    target: &RepresentTarget,
+    encoding: Option<Encoding>,
+    ffn: bool,
+    container: Option<&str>,
+) -> Result<Datum> {
+    use vindex3::represent::{represent, RepresentScope};
+    let dir = container_dir(cx, container, "REPRESENT")?;
+    let encoding = match encoding {
+        Some(Encoding::Source) | None => {
+            return Err(Error::semantic(
+                "REPRESENT … AS SOURCE would store the baseline's bytes again",
+            )
+            .with_help("name an encoding: AS F32, F16, BF16 or Q8_0"))
+        }
+        Some(Encoding::F32) => ExtractEncoding::F32,
+        Some(Encoding::F16) => ExtractEncoding::F16,
+        Some(Encoding::Bf16) => ExtractEncoding::BF16,
+        Some(Encoding::Q8_0) => ExtractEncoding::Q8_0,
+    };
+    let objects = match target {
+        RepresentTarget::Object(o) => Some(vec![o.clone()]),
+        _ => None,
+    };
+    let scope = if ffn {
+        RepresentScope::Ffn
+    } else {
+        RepresentScope::Whole
+    };
+    let task = format!("represent {}", dir.display());
+    let handler = cx.engine.progress.clone();
+    let cancel = cx.cancel.clone();
+    let mut progress = |p: vindex3::ExtractProgress| {
+        report_bytes(handler.as_ref(), &task, p.bytes_done, p.bytes_total, false)
+    };
+    let added = match represent(
+        &dir,
+        objects.as_deref(),
+        scope,
+        encoding,
+        &mut progress,
+        &cancel,
+    ) {
+        Ok(r) => r,
+        Err(_) if cancel.load(std::sync::atomic::Ordering::Relaxed) => {
+            return Err(Error::interrupted())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    for r in added {
+        rows.push(vec![
+            Value::from(r.object),
+            Value::from(r.representation),
+            Value::from(r.variant),
+            Value::from(r.base),
+            Value::from(r.encoding),
+            Value::from(r.fidelity),
+            Value::from(r.segment),
+            Value::from(r.tensors),
+            Value::from(r.payload_bytes),
+            Value::from(r.profile),
+        ]);
+    }
     Ok(Datum::Rows(rows))
 }
 
@@ -330,13 +402,24 @@ pub(crate) fn verify(
         let rows = super::package::verify(cx, Path::new(d), against.map(Path::new))?;
         return Ok(Datum::Rows(with_fault(rows)));
     }
-    if against.is_some() {
-        return Err(Error::not_supported_yet(
-            "VERIFY … AGAINST a source for a VINDEX3 container (layer packages only)",
-        ));
-    }
     let dir = container_dir(cx, container, "VERIFY")?;
     let mut rows = Rows::new(super::result_columns(cx.plan));
+    if let Some(src) = against {
+        // The four authorities and payload equivalence, both ends re-hashed.
+        let src = resolve_source(src, true)?;
+        for r in vindex3::against::verify_against(&dir, &src)? {
+            rows.push(vec![
+                Value::from(r.authorities),
+                Value::from(r.object),
+                Value::from(r.check),
+                Value::from(r.status.name()),
+                Value::from(r.expected),
+                Value::from(r.actual),
+                Value::from(r.detail),
+            ]);
+        }
+        return Ok(Datum::Rows(with_fault(rows)));
+    }
     for r in vindex3::verify(&dir)? {
         rows.push(vec![
             Value::from(r.object),

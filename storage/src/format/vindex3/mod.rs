@@ -44,6 +44,7 @@
 //!   `derived_from_model` and `applied_patches` (COMPILE); [`compact`] rewrites a container
 //!   keeping its identity and names every file it discards or carries.
 
+pub mod against;
 pub mod artifact;
 mod atomic;
 pub mod bank_reader;
@@ -60,6 +61,7 @@ pub mod meter;
 pub mod moe_manifest;
 pub mod provenance;
 mod reader;
+pub mod represent;
 pub mod segment;
 pub mod variants;
 mod verify;

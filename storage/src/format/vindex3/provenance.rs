@@ -108,7 +108,7 @@ pub fn in_use(model: &Model, c: &Container) -> Result<BTreeMap<String, String>> 
             by_segment.insert(p, (e.object.clone(), id.clone()));
         }
     }
-    let mut out = BTreeMap::new();
+    let mut used: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
     for op in model.operands.values() {
         let Some(Backing::Mmap(map)) = model.backings.get(op.backing) else {
             continue;
@@ -126,7 +126,27 @@ pub fn in_use(model: &Model, c: &Container) -> Result<BTreeMap<String, String>> 
                 path.display()
             )));
         };
-        out.insert(object.clone(), rep.clone());
+        used.entry(object.clone()).or_default().insert(rep.clone());
+    }
+    // An object read through a representation REPRESENT added maps its segment and its
+    // base's: the representation in use is the one whose base chain covers the others.
+    let mut out = BTreeMap::new();
+    for (object, reps) in used {
+        let mut chosen = None;
+        for rep in &reps {
+            let chain = super::represent::base_chain(c, rep)?;
+            if reps.iter().all(|r| chain.contains(r)) {
+                chosen = Some(rep.clone());
+            }
+        }
+        let rep = chosen.ok_or_else(|| {
+            StorageError::Invalid(format!(
+                "{}: object {object} is read from representations {reps:?}, which no base \
+                 chain relates",
+                model.path.display()
+            ))
+        })?;
+        out.insert(object, rep);
     }
     Ok(out)
 }

@@ -223,6 +223,56 @@ struct Mapped {
     rel: String,
 }
 
+/// Map the segment of representation `rep_id` (checked against its recorded size and its
+/// header's representation id).
+fn map_segment(
+    dir: &Path,
+    c: &Container,
+    rep_id: &str,
+    backings: &mut Vec<Backing>,
+) -> Result<Mapped> {
+    let entry = &c.index.representations[rep_id];
+    let path = resolve(dir, &entry.segment, "representations.segment")?;
+    // Regular files only, fingerprinted and registered (see `crate::mapped`).
+    let map = crate::mapped::map_file(&path, "segment")?;
+    let len = map.len() as u64;
+    if let Some(want) = entry.segment_bytes {
+        if len != want {
+            return Err(StorageError::Format {
+                path,
+                offset: len,
+                field: format!("segment of {rep_id}"),
+                message: format!(
+                    "segment is {} : {len} bytes, index.json records {want}",
+                    if len < want {
+                        "truncated"
+                    } else {
+                        "longer than recorded"
+                    }
+                ),
+            });
+        }
+    }
+    let parsed = parse_header(&path, &map, len)?;
+    if parsed.header.representation != rep_id {
+        return Err(StorageError::Format {
+            path,
+            offset: 8,
+            field: "representation".into(),
+            message: format!(
+                "segment holds {}, index.json says {rep_id}",
+                parsed.header.representation
+            ),
+        });
+    }
+    backings.push(Backing::Mmap(map));
+    Ok(Mapped {
+        backing: backings.len() - 1,
+        parsed,
+        rel: entry.segment.clone(),
+    })
+}
+
 /// Open the container at `dir` as an executable [`Model`], each object in its baseline
 /// variant.
 ///
@@ -283,7 +333,7 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
 
     // Map the segment of every object the operand table references.
     let mut backings = Vec::new();
-    let mut mapped: BTreeMap<String, Mapped> = BTreeMap::new();
+    let mut mapped: BTreeMap<String, Vec<Mapped>> = BTreeMap::new();
     for (at, b) in comp.operands.iter().enumerate() {
         crate::interrupt::every(at as u64, || {
             format!("component {}: operand table", comp.id)
@@ -299,56 +349,24 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
                 b.object
             ))
         })?;
-        let entry = &c.index.representations[&rep_id];
-        let path = resolve(dir, &entry.segment, "representations.segment")?;
-        // Regular files only, fingerprinted and registered (see `crate::mapped`).
-        let map = crate::mapped::map_file(&path, "segment")?;
-        let len = map.len() as u64;
-        if let Some(want) = entry.segment_bytes {
-            if len != want {
-                return Err(StorageError::Format {
-                    path,
-                    offset: len,
-                    field: format!("segment of {rep_id}"),
-                    message: format!(
-                        "segment is {} : {len} bytes, index.json records {want}",
-                        if len < want {
-                            "truncated"
-                        } else {
-                            "longer than recorded"
-                        }
-                    ),
-                });
-            }
+        // A representation REPRESENT added holds only the tensors it re-encoded; the
+        // rest come from its base (checked: same object, recorded, no cycle).
+        let mut chain = Vec::new();
+        for rep in super::represent::base_chain(&c, &rep_id)? {
+            chain.push(map_segment(dir, &c, &rep, &mut backings)?);
         }
-        let parsed = parse_header(&path, &map, len)?;
-        if parsed.header.representation != rep_id {
-            return Err(StorageError::Format {
-                path,
-                offset: 8,
-                field: "representation".into(),
-                message: format!(
-                    "segment holds {}, index.json says {rep_id}",
-                    parsed.header.representation
-                ),
-            });
-        }
-        backings.push(Backing::Mmap(map));
-        mapped.insert(
-            b.object.clone(),
-            Mapped {
-                backing: backings.len() - 1,
-                parsed,
-                rel: entry.segment.clone(),
-            },
-        );
+        mapped.insert(b.object.clone(), chain);
     }
 
     let mut operands = BTreeMap::new();
     let mut unreadable: BTreeMap<OperandKey, String> = BTreeMap::new();
     for (at, b) in comp.operands.iter().enumerate() {
         crate::interrupt::every(at as u64, || format!("component {}: operands", comp.id))?;
-        let m = &mapped[&b.object];
+        let chain = &mapped[&b.object];
+        let m = chain
+            .iter()
+            .find(|m| m.parsed.tensor(&b.tensor).is_some())
+            .unwrap_or(&chain[0]);
         let role = role_by_name(&b.role).ok_or_else(|| {
             StorageError::Unsupported(format!(
                 "not supported yet: operand role {:?} (object {}, segment {})",

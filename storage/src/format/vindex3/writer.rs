@@ -258,12 +258,12 @@ impl SegmentSink {
     }
 }
 
-fn hex(d: impl AsRef<[u8]>) -> String {
+pub(super) fn hex(d: impl AsRef<[u8]>) -> String {
     d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Fidelity of one tensor written as `dst` from `src` (seed 002 §9.2).
-fn tensor_fidelity(src: DType, dst: DType) -> u8 {
+pub(super) fn tensor_fidelity(src: DType, dst: DType) -> u8 {
     if src == dst {
         0 // source-exact
     } else if dst == DType::F32 {
@@ -273,7 +273,7 @@ fn tensor_fidelity(src: DType, dst: DType) -> u8 {
     }
 }
 
-fn fidelity_name(level: u8) -> &'static str {
+pub(super) fn fidelity_name(level: u8) -> &'static str {
     match level {
         0 => "source-exact",
         1 => "source-equivalent",
@@ -282,24 +282,34 @@ fn fidelity_name(level: u8) -> &'static str {
 }
 
 /// What writing one object's segment produced.
-struct WrittenObject {
-    rep_id: String,
-    entry: RepresentationEntry,
+pub(super) struct WrittenObject {
+    pub(super) rep_id: String,
+    pub(super) entry: RepresentationEntry,
     binding: SourceBinding,
     operands: Vec<OperandBinding>,
 }
 
-struct Counter<'a> {
-    progress: &'a mut dyn FnMut(ExtractProgress),
-    cancel: &'a AtomicBool,
-    tensors_done: usize,
-    tensors_total: usize,
-    bytes_done: u64,
-    bytes_total: u64,
+pub(super) struct Counter<'a> {
+    pub(super) progress: &'a mut dyn FnMut(ExtractProgress),
+    pub(super) cancel: &'a AtomicBool,
+    pub(super) tensors_done: usize,
+    pub(super) tensors_total: usize,
+    pub(super) bytes_done: u64,
+    pub(super) bytes_total: u64,
+}
+
+/// Where and under which names one object's segment is written.
+pub(super) struct SegmentPlan<'a> {
+    /// The variant name: `{object}@{variant}` is the representation id.
+    pub(super) variant: &'a str,
+    /// Container-relative path of the segment file.
+    pub(super) rel: String,
+    /// Tensor names (one per key, in key order); `None`: derived from the source names.
+    pub(super) names: Option<Vec<String>>,
 }
 
 #[allow(clippy::too_many_arguments)]
-fn write_segment(
+pub(super) fn write_segment(
     model: &Model,
     dir: &Path,
     object: &str,
@@ -307,8 +317,12 @@ fn write_segment(
     encoding: ExtractEncoding,
     artifact: &str,
     counter: &mut Counter<'_>,
+    plan: SegmentPlan<'_>,
 ) -> Result<WrittenObject> {
-    let (prefix, names) = tensor_names(model, keys);
+    let (prefix, names) = match plan.names {
+        Some(n) => (String::new(), n),
+        None => tensor_names(model, keys),
+    };
     let mut planned: Vec<Planned> = keys
         .iter()
         .zip(names)
@@ -340,7 +354,7 @@ fn write_segment(
         p.offset = align_up(at);
         at = p.offset + p.len;
     }
-    let rep_id = format!("{object}@{}", encoding.name());
+    let rep_id = format!("{object}@{}", plan.variant);
     let header = SegmentHeader {
         schema: SEGMENT_HEADER_SCHEMA,
         representation: rep_id.clone(),
@@ -357,7 +371,7 @@ fn write_segment(
             .collect(),
         extra: Map::new(),
     };
-    let rel = format!("segments/{object}.bin");
+    let rel = plan.rel;
     let path = dir.join(&rel);
     let file = crate::fsutil::AtomicFile::create(&path)?;
     let tmp = file.temp_path().to_path_buf();
@@ -613,7 +627,12 @@ fn write_container(
             });
             continue;
         };
-        let mut w = write_segment(model, dir, object, keys, encoding, &artifact, counter)?;
+        let plan = SegmentPlan {
+            variant: encoding.name(),
+            rel: format!("segments/{object}.bin"),
+            names: None,
+        };
+        let mut w = write_segment(model, dir, object, keys, encoding, &artifact, counter, plan)?;
         // Fidelity through the whole chain: never stronger than what the source held.
         if let Some(floor) = provenance.floor.get(object) {
             w.entry.fidelity = super::variants::weaker(&w.entry.fidelity, floor).to_string();
