@@ -961,10 +961,15 @@ impl Binder {
             ];
             if let Some((name, span)) = clause.into_iter().flatten().next() {
                 return Err(PlanError::semantic(
-                    format!("DIFF … INTO PATCH writes the whole change; {name} does not apply to it"),
+                    format!(
+                        "DIFF … INTO PATCH writes the whole change; {name} does not apply to it"
+                    ),
                     span,
                 )
-                .with_help(format!("drop {name}, or drop INTO PATCH {:?} to list rows", p.value)));
+                .with_help(format!(
+                    "drop {name}, or drop INTO PATCH {:?} to list rows",
+                    p.value
+                )));
             }
         }
         Ok(LogicalPlan::Diff(DiffPlan {

@@ -140,7 +140,11 @@ fn diff_into_patch_reproduces_the_edited_state() {
     assert_eq!(col(&r, "edits"), Value::Int(23));
     assert_eq!(col(&r, "base_sha256"), Value::from(BASE_SHA));
     let c3 = applied(&base, &p2);
-    assert_eq!(infer(&c3, &prompts), want, "logits after APPLY of the compiled diff");
+    assert_eq!(
+        infer(&c3, &prompts),
+        want,
+        "logits after APPLY of the compiled diff"
+    );
     // Edge text is not stored in a compiled container: the added features have none.
     assert_eq!(
         c3.execute("SELECT entity FROM edges").unwrap().rows.len(),
@@ -161,7 +165,10 @@ fn diff_into_patch_reproduces_the_edited_state() {
         ))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("not expressible as a patch") && e.contains("ffn"), "{e}");
+    assert!(
+        e.contains("not expressible as a patch") && e.contains("ffn"),
+        "{e}"
+    );
     assert!(!p3.exists());
     std::fs::remove_file(&g).unwrap();
 

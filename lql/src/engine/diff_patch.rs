@@ -69,14 +69,12 @@ pub(crate) fn write(
 fn identity_of(cx: &Cx<'_>, model: &Model) -> [u8; 32] {
     if let Ok(b) = cx.bound() {
         let shared = &b.shared;
-        let same_file = || {
-            match (
-                std::fs::canonicalize(&shared.model.path),
-                std::fs::canonicalize(&model.path),
-            ) {
-                (Ok(x), Ok(y)) => x == y,
-                _ => false,
-            }
+        let same_file = || match (
+            std::fs::canonicalize(&shared.model.path),
+            std::fs::canonicalize(&model.path),
+        ) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
         };
         if std::ptr::eq(Arc::as_ptr(&shared.model), model) || same_file() {
             return shared.identity();

@@ -155,14 +155,7 @@ fn operator(
             layer,
             limit,
             physical,
-        } => persist::diff_operands(
-            cx,
-            inputs,
-            into_patch.as_deref(),
-            *layer,
-            *limit,
-            *physical,
-        ),
+        } => persist::diff_operands(cx, inputs, into_patch.as_deref(), *layer, *limit, *physical),
         O::Write { .. } if matches!(cx.plan, lql_planner::LogicalPlan::Compile(_)) => {
             persist::compile(cx, one(inputs, "Write")?)
         }

@@ -67,7 +67,10 @@ pub fn derive(a: &OverlayForm<'_>, b: &OverlayForm<'_>, cancel: &AtomicBool) -> 
     };
     let (ka, kb) = (keys(a.model), keys(b.model));
     if let Some(k) = kb.iter().find(|k| a.model.operand(**k).is_none()) {
-        return Err(refuse(Some(*k), "the tensor is added (only FFN features can be added)"));
+        return Err(refuse(
+            Some(*k),
+            "the tensor is added (only FFN features can be added)",
+        ));
     }
     for key in ka {
         if cancel.load(Ordering::Relaxed) {
@@ -118,7 +121,9 @@ pub fn derive(a: &OverlayForm<'_>, b: &OverlayForm<'_>, cancel: &AtomicBool) -> 
             let p = row_factor(&ra, &rb).ok_or_else(|| {
                 refuse(
                     Some(key),
-                    format!("row {j} changed in values that are not a multiple of the original row"),
+                    format!(
+                        "row {j} changed in values that are not a multiple of the original row"
+                    ),
                 )
             })?;
             if p != 1.0 {
@@ -273,9 +278,12 @@ fn check_surfaces(a: &Model, b: &Model) -> Result<()> {
             .as_object()
             .zip(jb.as_object())
             .and_then(|(x, y)| {
-                x.iter()
-                    .find(|(k, v)| y.get(*k) != Some(*v))
-                    .map(|(k, v)| format!("{k}: {v} → {}", y.get(k).unwrap_or(&serde_json::Value::Null)))
+                x.iter().find(|(k, v)| y.get(*k) != Some(*v)).map(|(k, v)| {
+                    format!(
+                        "{k}: {v} → {}",
+                        y.get(k).unwrap_or(&serde_json::Value::Null)
+                    )
+                })
             })
             .unwrap_or_else(|| "execution surface".into());
         return Err(refuse(
@@ -289,6 +297,108 @@ fn check_surfaces(a: &Model, b: &Model) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::gguf::synth::TinyModel;
+    use crate::material::MaterialSource;
+    use crate::overlay::material::EffectiveMaterial;
+    use crate::overlay::{EffectiveModel, Patch, PatchOrigin};
+    use std::sync::Arc;
+
+    fn edits(d: usize, ff: usize) -> Vec<Edit> {
+        vec![
+            Edit::Add(AddedFeature {
+                layer: 1,
+                gate: vec![0.25; d],
+                gate_bias: -0.5,
+                up: vec![0.0; d],
+                up_bias: 2.0,
+                down: vec![0.125; d],
+                edge: Some(Edge {
+                    entity: "e".into(),
+                    relation: "r".into(),
+                    target: "t".into(),
+                    prompt: "p".into(),
+                }),
+            }),
+            Edit::Scale(FeatureScale {
+                layer: 0,
+                feature: 3,
+                gate_scale: None,
+                down_scale: Some(0.0),
+            }),
+            Edit::Scale(FeatureScale {
+                layer: 1,
+                feature: ff,
+                gate_scale: Some(2.0),
+                down_scale: None,
+            }),
+        ]
+    }
+
+    #[test]
+    fn a_state_against_its_base_gives_back_its_edits_and_the_reverse_refuses() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("tiny.gguf");
+        TinyModel::llama().write(&p).unwrap();
+        let m = Arc::new(Model::open(&p).unwrap());
+        let (d, ff) = (m.surface.hidden, m.surface.ffn);
+        let patch = Patch {
+            origin: PatchOrigin::Session,
+            edits: edits(d, ff),
+        };
+        let st = Arc::new(EffectiveModel::new(m.clone(), vec![patch]).unwrap());
+        let mat = EffectiveMaterial::new(st, [0; 32]).unwrap();
+        let no = AtomicBool::new(false);
+        let got = derive(&m.overlay_form(), &mat.overlay_form(), &no).unwrap();
+        // Adds first, then scales in (layer, feature) order.
+        let want = edits(d, ff);
+        assert_eq!(got, vec![want[0].clone(), want[1].clone(), want[2].clone()]);
+        // Removing an added feature is not a patch.
+        let e = derive(&mat.overlay_form(), &m.overlay_form(), &no)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("layer 1 ffn_added_gate") && e.contains("removed"),
+            "{e}"
+        );
+        // Equal states: no edits.
+        assert!(derive(&m.overlay_form(), &m.overlay_form(), &no)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn scaled_plain_rows_read_as_feature_scales() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("tiny.gguf");
+        TinyModel::llama().write(&p).unwrap();
+        let m = Arc::new(Model::open(&p).unwrap());
+        let scales = vec![
+            Edit::Scale(FeatureScale {
+                layer: 0,
+                feature: 5,
+                gate_scale: Some(0.5),
+                down_scale: Some(0.0),
+            }),
+            Edit::Scale(FeatureScale {
+                layer: 1,
+                feature: 9,
+                gate_scale: None,
+                down_scale: Some(2.0),
+            }),
+        ];
+        let patch = Patch {
+            origin: PatchOrigin::Session,
+            edits: scales.clone(),
+        };
+        let st = Arc::new(EffectiveModel::new(m.clone(), vec![patch]).unwrap());
+        let mat = EffectiveMaterial::new(st, [0; 32]).unwrap();
+        // The merged form folds the scales into the F32 gate/up rows (no overlay left).
+        let merged = mat.as_merged_model().unwrap().into_owned();
+        assert!(merged.overlays.is_empty());
+        let no = AtomicBool::new(false);
+        let got = derive(&m.overlay_form(), &merged.overlay_form(), &no).unwrap();
+        assert_eq!(got, scales);
+    }
 
     #[test]
     fn row_factors_are_exact_or_absent() {
