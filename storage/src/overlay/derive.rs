@@ -352,8 +352,19 @@ mod tests {
         // Adds first, then scales in (layer, feature) order.
         let want = edits(d, ff);
         assert_eq!(got, vec![want[0].clone(), want[1].clone(), want[2].clone()]);
-        // Removing an added feature is not a patch.
+        // Undoing an ablation is not a patch (layer 0 is checked first)…
         let e = derive(&mat.overlay_form(), &m.overlay_form(), &no)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("layer 0 ffn_up") && e.contains("ablated"), "{e}");
+        // …nor is removing an added feature.
+        let add = Patch {
+            origin: PatchOrigin::Session,
+            edits: edits(d, ff)[..1].to_vec(),
+        };
+        let st = Arc::new(EffectiveModel::new(m.clone(), vec![add]).unwrap());
+        let added = EffectiveMaterial::new(st, [0; 32]).unwrap();
+        let e = derive(&added.overlay_form(), &m.overlay_form(), &no)
             .unwrap_err()
             .to_string();
         assert!(
