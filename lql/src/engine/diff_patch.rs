@@ -31,7 +31,7 @@ pub(crate) fn write(
             "DIFF … INTO PATCH: the left side is an edited state; a patch applies to a model as stored — give the model's path (DIFF \"model\" CURRENT INTO PATCH …)",
         ));
     }
-    let edits = derive::derive(&fa, &b.overlay_form(), &cx.cancel).map_err(|e| {
+    let edits = derive::derive(&fa, &b.overlay_form(), cx.cancel).map_err(|e| {
         if cx.cancel.load(std::sync::atomic::Ordering::Relaxed) {
             Error::interrupted()
         } else {
