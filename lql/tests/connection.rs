@@ -131,8 +131,8 @@ fn open_refuses_unknown_names_and_missing_files() {
 fn unbuilt_statements_say_so() {
     let conn = Connection::open(MODEL).unwrap();
     let e = conn
-        .execute("DIFF CURRENT INTO PATCH 'd.patch';")
+        .execute("UPDATE edges SET target = 'Rome' WHERE entity = 'France';")
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unsupported);
-    assert_eq!(e.message, "not supported yet: DIFF … INTO PATCH");
+    assert_eq!(e.message, "not supported yet: UPDATE edges");
 }

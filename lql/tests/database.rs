@@ -117,7 +117,10 @@ fn errors_carry_codes_and_sources() {
         ("WALK 'x' LAYERS 40-41", "LQL-E0201"),
         ("COMPILE CURRENT INTO PACKAGE 'p'", "LQL-E0201"),
         ("USE '/nonexistent/model.gguf'", "LQL-E0401"),
-        ("DIFF CURRENT INTO PATCH 'd.patch'", "LQL-E0301"),
+        (
+            "UPDATE edges SET target = 'Rome' WHERE entity = 'France'",
+            "LQL-E0301",
+        ),
     ];
     for (stmt, code) in cases {
         let e = conn.execute(stmt).unwrap_err();

@@ -954,6 +954,25 @@ impl Binder {
             ),
             None => None,
         };
+        if let Some(p) = &d.into_patch {
+            let clause = [
+                d.layer.as_ref().map(|l| ("LAYER", l.span)),
+                d.limit.as_ref().map(|l| ("LIMIT", l.span)),
+                d.physical.as_ref().map(|l| ("PHYSICAL", l.span)),
+            ];
+            if let Some((name, span)) = clause.into_iter().flatten().next() {
+                return Err(PlanError::semantic(
+                    format!(
+                        "DIFF … INTO PATCH writes the whole change; {name} does not apply to it"
+                    ),
+                    span,
+                )
+                .with_help(format!(
+                    "drop {name}, or drop INTO PATCH {:?} to list rows",
+                    p.value
+                )));
+            }
+        }
         Ok(LogicalPlan::Diff(DiffPlan {
             left: d.left.value.clone(),
             right: d.right.as_ref().map(|r| r.value.clone()),

@@ -613,6 +613,18 @@ const DIFF_PHYSICAL: Spec = &[
         "SHA-256 of the right tensor's encoded bytes",
     ),
 ];
+const DIFF_PATCH: Spec = &[
+    ("path", Text, "the patch file written"),
+    ("edits", Int, "edits it holds"),
+    ("added_features", Int, "features it adds"),
+    ("scales", Int, "feature scales it sets"),
+    ("sha256", Text, "SHA-256 of the patch file"),
+    (
+        "base_sha256",
+        Text,
+        "identity of the model it applies to (the left side)",
+    ),
+];
 const COMPACT: Spec = &[
     ("action", Text, "written, discarded or carried"),
     (
@@ -757,6 +769,7 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         | LogicalPlan::ApplyPatch { .. }
         | LogicalPlan::RemovePatch { .. } => defs(EDIT_RESULT),
         LogicalPlan::Compact { .. } => defs(COMPACT),
+        LogicalPlan::Diff(d) if d.into_patch.is_some() => defs(DIFF_PATCH),
         LogicalPlan::Diff(d) if d.physical => defs(DIFF_PHYSICAL),
         LogicalPlan::Diff(_) => defs(DIFF),
         LogicalPlan::Compile(_) => defs(COMPILE),

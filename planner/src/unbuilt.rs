@@ -60,10 +60,6 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
                 None => Ok(()),
             }
         }
-        (StatementKind::Diff(d), LogicalPlan::Diff(_)) => match &d.into_patch {
-            Some(p) => refuse("DIFF … INTO PATCH", p.span),
-            None => Ok(()),
-        },
         (_, LogicalPlan::Update(u)) => {
             if u.table != Table::Features {
                 return refuse(&format!("UPDATE {}", u.table.name()), stmt.span);

@@ -117,15 +117,30 @@ Rows [position, layer, rank, prob, attn_contrib, ffn_contrib, contrib, who]
         .trim_start(),
     );
     snap(
-        "EXPLAIN DIFF 'a.vindex' CURRENT LAYER 3 LIMIT 5 INTO PATCH 'd.vlp'",
+        "EXPLAIN DIFF 'a.vindex' CURRENT LAYER 3 LIMIT 5",
         r#"
 Rows [object, layer, role, representation, change, elements_changed, max_abs_delta, rel_frobenius_delta]
-  DiffOperands layer=3 limit=5 into_patch="d.vlp"
+  DiffOperands layer=3 limit=5
     Open "a.vindex"
     Current base+overlays
 "#
         .trim_start(),
     );
+    snap(
+        "EXPLAIN DIFF 'a.vindex' CURRENT INTO PATCH 'd.vlp'",
+        r#"
+Rows [path, edits, added_features, scales, sha256, base_sha256]
+  DiffOperands into_patch="d.vlp"
+    Open "a.vindex"
+    Current base+overlays
+"#
+        .trim_start(),
+    );
+    // INTO PATCH writes the whole change: LAYER, LIMIT and PHYSICAL do not combine with it.
+    let stmt =
+        lql_grammar::parse_statement("DIFF 'a.vindex' CURRENT LAYER 3 INTO PATCH 'd.vlp'").unwrap();
+    let e = bind(&stmt, &smollm()).unwrap_err();
+    assert!(format!("{e:?}").contains("LAYER does not apply"), "{e:?}");
 }
 
 #[test]

@@ -175,15 +175,12 @@ fn unbuilt_statements_are_unsupported() {
         "--model",
         MODEL,
         "-c",
-        "DIFF CURRENT INTO PATCH 'p.lqlpatch';",
+        "UPDATE edges SET target = 'Rome' WHERE entity = 'France';",
     ]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
     assert_eq!(v["error"]["kind"], "unsupported");
-    assert_eq!(
-        v["error"]["message"],
-        "not supported yet: DIFF … INTO PATCH"
-    );
+    assert_eq!(v["error"]["message"], "not supported yet: UPDATE edges");
 }
 
 #[test]

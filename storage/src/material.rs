@@ -13,6 +13,7 @@ use crate::codec;
 use crate::dtype::DType;
 use crate::error::{Result, StorageError};
 use crate::model::{Model, OperandKey, OperandSource, TensorView};
+use crate::overlay::derive::OverlayForm;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -74,6 +75,10 @@ pub trait MaterialSource: Send + Sync {
 
     /// The state as the executor reads it (base + overlays), for equivalence checks.
     fn executable(&self) -> Arc<dyn OperandSource>;
+
+    /// The state as plain operands + the overlays in force, with the edges of added
+    /// features (what `DIFF … INTO PATCH` compares: `crate::overlay::derive`).
+    fn overlay_form(&self) -> OverlayForm<'_>;
 
     /// Decodes `n` rows of the tensor under `key` from row `start` into `out`
     /// (`out.len()` = `n` × row length).
@@ -137,6 +142,14 @@ impl MaterialSource for Model {
 
     fn executable(&self) -> Arc<dyn OperandSource> {
         Arc::new(self.clone())
+    }
+
+    fn overlay_form(&self) -> OverlayForm<'_> {
+        OverlayForm {
+            model: self,
+            layers: &self.overlays,
+            edges: Default::default(),
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! The effective state as a material source (issue 12 with issue 11's edits): after 20
 //! knowledge edits on SmolLM2, `DIFF CURRENT` lists exactly the FFN tensors of the edited
 //! layers, and `COMPILE CURRENT INTO VINDEX` writes a derived container that a NEW PROCESS
-//! (the `lql` binary) opens and answers INFER (logits within 1e-5), WALK and TRACE as the
-//! edited session does; index.json names the base sha256 and the patch hash, VERIFY passes,
+//! (the `lql` binary) opens and answers INFER (logits within 1e-5), WALK (the added
+//! features included) and TRACE as the edited session does; index.json names the base sha256 and the patch hash, VERIFY passes,
 //! the base file is unchanged. Run with `--release`.
 
 use std::collections::BTreeSet;
@@ -212,8 +212,21 @@ fn twenty_edits_diff_and_compile_into_vindex_in_a_new_process() {
         want.push(("INFER", c.execute(&s).unwrap()));
         stmts.push(s);
     }
+    // WALK of an edit prompt at its layer lists the added features (numbered ffn + i): the
+    // compiled container's stored overlay must walk the same rows.
+    let l0 = *layers.iter().next().unwrap();
+    let edit_walk = format!("WALK {:?} TOP 10 LAYERS {l0}-{l0}", facts[0].3);
+    let w = c.execute(&edit_walk).unwrap();
+    let fi = w.column_index("feature").unwrap();
+    assert!(
+        w.rows
+            .iter()
+            .any(|r| matches!(r[fi], Value::Int(f) if f >= 1536)),
+        "the edit prompt's walk lists no added feature: {w:?}"
+    );
     for s in [
         "WALK \"Paris\" TOP 10".to_string(),
+        edit_walk,
         format!("TRACE {:?}", facts[0].3),
     ] {
         want.push(("WALK/TRACE", c.execute(&s).unwrap()));

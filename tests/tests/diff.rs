@@ -190,7 +190,13 @@ fn self_current_layer_limit_physical_and_refusals() {
             q(&q4)
         ))
         .unwrap_err();
-    assert!(e.to_string().contains("not supported yet"), "{e}");
+    // INTO PATCH refuses a change no patch expresses, by tensor and reason, writing nothing.
+    let e = e.to_string();
+    assert!(
+        e.contains("not expressible as a patch") && e.contains("encoding changed (F32 → Q4_1)"),
+        "{e}"
+    );
+    assert!(!Path::new("p.lqlpatch").exists());
     assert!(c
         .execute("DIFF \"/nonexistent/model.gguf\" CURRENT")
         .is_err());

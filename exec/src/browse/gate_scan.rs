@@ -7,9 +7,15 @@
 //! decode a block at a time in registers. No decoded copy of a matrix is ever made; the only
 //! allocation is one f32 score per row. Work is split across layers and, within a layer,
 //! across chunks of rows (rayon).
+//!
+//! The region is the effective state's (docs/editing.md): with an overlay on the layer,
+//! each base score is multiplied by its feature's gate scale, and the features edits added
+//! follow the base rows (numbered `ffn + i`) with their gate pre-activation
+//! `(gate_i · query + gate_bias_i) × gate_scale`.
 
 use lql_storage::codec;
 use lql_storage::model::{OperandKey, OperandSource, Role, TensorView};
+use lql_storage::overlay::LayerOverlay;
 use lql_storage::DType;
 use rayon::prelude::*;
 
@@ -24,6 +30,8 @@ const ROWS_PER_TASK: usize = 128;
 pub struct GateRegion<'a> {
     pub layer: usize,
     pub view: TensorView<'a>,
+    /// The layer's overlay in the effective state (scales, added features), if any.
+    pub overlay: Option<&'a LayerOverlay>,
 }
 
 impl<'a> GateRegion<'a> {
@@ -43,12 +51,28 @@ impl<'a> GateRegion<'a> {
             },
         )?;
         check_matrix(&view, "ffn_gate", Some(layer), s.hidden, None)?;
-        Ok(GateRegion { layer, view })
+        let overlay = src.ffn_overlay(layer);
+        if let Some(o) = overlay {
+            if o.ffn != view.rows() || o.hidden != s.hidden {
+                return Err(BrowseError::Internal(format!(
+                    "layer {layer}'s overlay is for {}×{} features, the gate rows are {}×{}",
+                    o.ffn,
+                    o.hidden,
+                    view.rows(),
+                    s.hidden
+                )));
+            }
+        }
+        Ok(GateRegion {
+            layer,
+            view,
+            overlay,
+        })
     }
 
-    /// Number of features (gate rows).
+    /// Number of features: gate rows, then the features edits added.
     pub fn features(&self) -> usize {
-        self.view.rows()
+        self.view.rows() + self.overlay.map_or(0, |o| o.added())
     }
 
     /// Elements per gate row (the hidden size).
@@ -60,9 +84,9 @@ impl<'a> GateRegion<'a> {
         self.view.dtype
     }
 
-    /// Bytes a full scan of this region reads.
+    /// Bytes a full scan of this region reads (added features' gate rows are F32).
     pub fn bytes(&self) -> usize {
-        self.view.bytes.len()
+        self.view.bytes.len() + self.overlay.map_or(0, |o| o.gate.len() * 4)
     }
 
     /// `out[f] = gate_row_f · query` for every feature, in parallel over row chunks.
@@ -81,13 +105,17 @@ impl<'a> GateRegion<'a> {
         let dtype = self.view.dtype;
         let row_len = self.hidden();
         let bytes = self.view.bytes;
-        out.par_chunks_mut(ROWS_PER_TASK)
+        let (base, added) = out.split_at_mut(self.view.rows());
+        base.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
             .for_each(|(c, o)| {
                 let start = c * ROWS_PER_TASK * rb;
                 let src = &bytes[start..start + o.len() * rb];
                 codec::dot_rows(dtype, src, row_len, query, o);
             });
+        if let Some(o) = self.overlay {
+            overlay_scores(o, query, base, added);
+        }
         Ok(())
     }
 
@@ -101,6 +129,31 @@ impl<'a> GateRegion<'a> {
     /// The `k` features of largest |score|.
     pub fn top_k(&self, query: &[f32], k: usize) -> Result<Vec<Hit>> {
         Ok(top_k_abs(&self.scores(query)?, k))
+    }
+}
+
+/// Applies `o` to one layer's scores: base scores times their gate scale, and the added
+/// features' gate pre-activations into `added`.
+fn overlay_scores(o: &LayerOverlay, query: &[f32], base: &mut [f32], added: &mut [f32]) {
+    let d = o.hidden;
+    if let Some(s) = &o.gate_scale {
+        for (v, k) in base.iter_mut().zip(s) {
+            *v *= *k;
+        }
+    }
+    for (i, out) in added.iter_mut().enumerate() {
+        let g: f32 = o.gate[i * d..(i + 1) * d]
+            .iter()
+            .zip(query)
+            .map(|(a, b)| a * b)
+            .sum();
+        let scale = o
+            .gate_scale
+            .as_ref()
+            .and_then(|s| s.get(o.ffn + i))
+            .copied()
+            .unwrap_or(1.0);
+        *out = (g + o.gate_bias[i]) * scale;
     }
 }
 
@@ -231,6 +284,7 @@ mod tests {
                     shape: &shape,
                     bytes: &bytes,
                 },
+                overlay: None,
             };
             let got = region.scores(&q).unwrap();
             let mut dec = vec![0.0f32; hidden * rows];

@@ -112,7 +112,8 @@ impl FeatureLabel {
 }
 
 /// Gathers down columns `features` of `layer`: the result is `hidden × n`, row-major (row
-/// `r` holds element `r` of every requested column).
+/// `r` holds element `r` of every requested column). Features past the layer's base width
+/// are the ones edits added (`ffn + i`): their down vectors come from the layer's overlay.
 pub fn down_columns(src: &dyn OperandSource, layer: usize, features: &[usize]) -> Result<Vec<f32>> {
     let s = src.surface();
     let view =
@@ -123,10 +124,26 @@ pub fn down_columns(src: &dyn OperandSource, layer: usize, features: &[usize]) -
             })?;
     let ffn = view.row_len();
     check_matrix(&view, "ffn_down", Some(layer), ffn, Some(s.hidden))?;
-    if let Some(&f) = features.iter().find(|&&f| f >= ffn) {
+    let overlay = src.ffn_overlay(layer).filter(|o| o.hidden == s.hidden);
+    let width = ffn + overlay.map_or(0, |o| o.added());
+    if let Some(&f) = features.iter().find(|&&f| f >= width) {
         return Err(BrowseError::Internal(format!(
-            "feature {layer}:{f} is out of range: layer {layer} has {ffn} features"
+            "feature {layer}:{f} is out of range: layer {layer} has {width} features"
         )));
+    }
+    if features.iter().any(|&f| f >= ffn) {
+        let base: Vec<usize> = features.iter().map(|&f| f.min(ffn - 1)).collect();
+        let mut out = down_columns(src, layer, &base)?;
+        let n = features.len();
+        if let Some(o) = overlay {
+            for (j, &f) in features.iter().enumerate().filter(|(_, &f)| f >= ffn) {
+                let d = &o.down[(f - ffn) * s.hidden..(f - ffn + 1) * s.hidden];
+                for (r, v) in d.iter().enumerate() {
+                    out[r * n + j] = *v;
+                }
+            }
+        }
+        return Ok(out);
     }
     let (be, bb) = (view.dtype.block_elems(), view.dtype.block_bytes());
     // Distinct blocks, each with the output slots it feeds.
@@ -390,26 +407,38 @@ impl LabelCache {
     }
 
     /// Labels of `wanted`, computing the missing ones in one batch.
+    ///
+    /// Features past the base width (`ffn + i`: added by edits, which differ between
+    /// connections and states) are computed from `src` on every call and never cached, so
+    /// no state is ever served another's label; base features' labels do not depend on
+    /// edits (scales do not change a down column's direction).
     pub fn labels(
         &self,
         src: &dyn OperandSource,
         wanted: &[(usize, usize)],
     ) -> Result<Vec<Arc<FeatureLabel>>> {
+        let ffn = src.surface().ffn;
+        let added = |k: &(usize, usize)| k.1 >= ffn;
         let missing: Vec<(usize, usize)> = {
             let map = self.lock();
             let mut seen = std::collections::HashSet::new();
             wanted
                 .iter()
                 .copied()
-                .filter(|k| !map.contains_key(k) && seen.insert(*k))
+                .filter(|k| (added(k) || !map.contains_key(k)) && seen.insert(*k))
                 .collect()
         };
+        let mut fresh_added: HashMap<(usize, usize), Arc<FeatureLabel>> = HashMap::new();
         if !missing.is_empty() {
             let fresh = compute_many(src, &missing)?;
             self.computed.fetch_add(missing.len(), Ordering::Relaxed);
             let mut map = self.lock();
             for (k, v) in missing.iter().zip(fresh) {
-                map.insert(*k, Arc::new(v));
+                if added(k) {
+                    fresh_added.insert(*k, Arc::new(v));
+                } else {
+                    map.insert(*k, Arc::new(v));
+                }
             }
         }
         self.served
@@ -418,9 +447,12 @@ impl LabelCache {
         wanted
             .iter()
             .map(|k| {
-                map.get(k).cloned().ok_or_else(|| {
-                    BrowseError::Internal(format!("label {}:{} not cached", k.0, k.1))
-                })
+                map.get(k)
+                    .or_else(|| fresh_added.get(k))
+                    .cloned()
+                    .ok_or_else(|| {
+                        BrowseError::Internal(format!("label {}:{} not cached", k.0, k.1))
+                    })
             })
             .collect()
     }

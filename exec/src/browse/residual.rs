@@ -1,6 +1,7 @@
 //! Residual capture for RESIDUAL-mode browse: runs the model with an observer and keeps, for
 //! the layers asked for, the last position's normed FFN input, gate pre-activations and
-//! activations (`act(gate) · up`).
+//! activations (`act(gate) · up`); the features edits added to a layer follow its base
+//! features (numbered `ffn + i`, as the gate scan numbers them).
 
 use super::error::{BrowseError, Result};
 use crate::observer::{LayerRecord, Observer};
@@ -11,9 +12,9 @@ use crate::session::Executor;
 pub struct CapturedLayer {
     /// The normed FFN input (the query a gate scan dots with).
     pub ffn_input: Vec<f32>,
-    /// Gate pre-activations, one per feature.
+    /// Gate pre-activations, one per feature (base, then added).
     pub gate: Vec<f32>,
-    /// `act(gate) · up`, one per feature.
+    /// `act(gate) · up`, one per feature (base, then added).
     pub activation: Vec<f32>,
 }
 
@@ -31,10 +32,17 @@ impl Observer for Capture {
         }
         let n = r.positions.len();
         let last = |m: &[f32], w: usize| m[(n - 1) * w..n * w].to_vec();
+        let k = r.added_gate.len() / n;
+        let mut gate = last(r.gate, r.ffn);
+        let mut activation = last(r.activation, r.ffn);
+        if k > 0 {
+            gate.extend_from_slice(&last(r.added_gate, k));
+            activation.extend_from_slice(&last(r.added_activation, k));
+        }
         self.layers[r.layer] = Some(CapturedLayer {
             ffn_input: last(r.ffn_input, r.hidden),
-            gate: last(r.gate, r.ffn),
-            activation: last(r.activation, r.ffn),
+            gate,
+            activation,
         });
     }
 }

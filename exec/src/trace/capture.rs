@@ -55,6 +55,11 @@ pub struct LayerCapture {
     pub gate: Option<Vec<f32>>,
     /// `act(gate) · up`, `[k × ffn]` (with `ffn_activity`).
     pub activation: Option<Vec<f32>>,
+    /// Gate pre-activations of the features edits added to this layer (numbered
+    /// `ffn + i`), `[k × added]` (with `ffn_activity`, on layers that have any).
+    pub added_gate: Option<Vec<f32>>,
+    /// Their activations, `[k × added]`.
+    pub added_activation: Option<Vec<f32>>,
     /// Attention weights, `[k × n_heads × context]` (with `attention`); zero past each
     /// query's position.
     pub attention: Option<Vec<f32>>,
@@ -188,6 +193,9 @@ impl Observer for TraceCapture {
         self.n_heads = r.n_heads;
         let (d, f) = (r.hidden, r.ffn);
         let per_query = r.n_heads * r.positions.end;
+        let added = r.added_gate.len() / r.positions.len().max(1);
+        let added_rows =
+            |m: &[f32]| (self.opts.ffn_activity && added > 0).then(|| self.rows(m, added));
         let cap = LayerCapture {
             layer: r.layer,
             residual: self.rows(r.residual, d),
@@ -196,6 +204,8 @@ impl Observer for TraceCapture {
             ffn_input: self.rows(r.ffn_input, d),
             gate: self.opts.ffn_activity.then(|| self.rows(r.gate, f)),
             activation: self.opts.ffn_activity.then(|| self.rows(r.activation, f)),
+            added_gate: added_rows(r.added_gate),
+            added_activation: added_rows(r.added_activation),
             attention: if self.opts.attention {
                 r.attention.map(|a| self.rows(a, per_query))
             } else {

@@ -16,7 +16,10 @@
 //!
 //! Arrays: `embedding [k, hidden]`; `residual`, `attn_delta`, `ffn_delta`, `ffn_input`
 //! `[n_layers, k, hidden]`; optionally `gate`, `activation` `[n_layers, k, ffn]` and
-//! `attention [n_layers, k, n_heads, context]`; `final_logits [vocab]` when present.
+//! `attention [n_layers, k, n_heads, context]`; `final_logits [vocab]` when present. The
+//! features edits added to a layer (numbered `ffn + i`) have their own arrays, since layers
+//! differ in how many they have: `added_gate.L`, `added_activation.L` `[k, added]` for each
+//! layer `L` that has any (with `gate`/`activation`).
 //! Loading never trusts a size it has not checked against the file's length. Saving writes
 //! a temporary file beside the target, syncs it and renames it last.
 
@@ -126,6 +129,20 @@ impl TraceFile {
             }
             if let Some(v) = stack(|c| c.attention.as_ref()) {
                 push("attention", vec![l, k, trace.n_heads, trace.context], v);
+            }
+            for c in &trace.layers {
+                for (name, m) in [
+                    ("added_gate", &c.added_gate),
+                    ("added_activation", &c.added_activation),
+                ] {
+                    if let Some(v) = m.as_ref().filter(|v| !v.is_empty() && k > 0) {
+                        push(
+                            &format!("{name}.{}", c.layer),
+                            vec![k, v.len() / k],
+                            v.clone(),
+                        );
+                    }
+                }
             }
         }
         if !trace.final_logits.is_empty() {
@@ -334,6 +351,26 @@ impl TraceFile {
             .map(|i| self.data[i].clone())
             .unwrap_or_default();
         let slice = |m: &[f32], i: usize, w: usize| m[i * k * w..(i + 1) * k * w].to_vec();
+        // Added features' arrays: `[k, added]` each, named by layer.
+        let added = |name: &str, i: usize| -> Result<Option<Vec<f32>>> {
+            let name = format!("{name}.{i}");
+            match self.header.arrays.iter().position(|a| a.name == name) {
+                None => Ok(None),
+                Some(j) => {
+                    let shape = &self.header.arrays[j].shape;
+                    if shape.len() != 2 || shape[0] != k {
+                        return Err(fmt_err(
+                            path,
+                            format!("array {name:?} has shape {shape:?}, expected [{k}, added]"),
+                        ));
+                    }
+                    Ok(Some(self.data[j].clone()))
+                }
+            }
+        };
+        let added_arrays = (0..l)
+            .map(|i| Ok((added("added_gate", i)?, added("added_activation", i)?)))
+            .collect::<Result<Vec<_>>>()?;
         let layers = (0..l)
             .map(|i| LayerCapture {
                 layer: i,
@@ -343,6 +380,8 @@ impl TraceFile {
                 ffn_input: slice(ffn_input, i, d),
                 gate: gate.map(|g| slice(g, i, f)),
                 activation: activation.map(|g| slice(g, i, f)),
+                added_gate: added_arrays[i].0.clone(),
+                added_activation: added_arrays[i].1.clone(),
                 attention: attention.map(|a| slice(a, i, h.n_heads * h.context)),
             })
             .collect();
@@ -398,6 +437,8 @@ mod tests {
             ffn_input: vec![0.25; 6],
             gate: None,
             activation: None,
+            added_gate: None,
+            added_activation: None,
             attention: Some(vec![0.5; 2 * 2 * 3]),
         };
         Trace {
@@ -423,6 +464,26 @@ mod tests {
         assert_eq!(back, f);
         assert_eq!(back.to_trace(p).unwrap(), t);
         assert_eq!(back.meta()["prompt"], "x");
+    }
+
+    #[test]
+    fn added_features_round_trip_per_layer() {
+        let mut t = tiny();
+        t.layers[1].gate = Some(vec![0.5; 2 * 4]);
+        t.layers[0].gate = Some(vec![0.25; 2 * 4]);
+        t.layers[1].added_gate = Some(vec![3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        t.layers[1].added_activation = Some(vec![1.0; 6]);
+        let f = TraceFile::from_trace(&t, serde_json::Value::Null);
+        assert_eq!(
+            f.arrays()
+                .iter()
+                .find(|a| a.name == "added_gate.1")
+                .map(|a| a.shape.clone()),
+            Some(vec![2, 3])
+        );
+        let p = Path::new("added.trace");
+        let back = TraceFile::from_bytes(p, &f.to_bytes().unwrap()).unwrap();
+        assert_eq!(back.to_trace(p).unwrap(), t);
     }
 
     #[test]

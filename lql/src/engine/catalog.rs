@@ -74,7 +74,8 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         stage: None,
         vocab: s.vocab,
         hidden: s.hidden,
-        ffn: s.ffn,
+        // Features per layer as browsed: a stored overlay's added features follow the base's.
+        ffn: widest(s.ffn, model.overlays.values()),
         context_length: (s.context_length > 0).then_some(s.context_length),
         can_execute: missing_exec.is_empty(),
         missing_for_execute: missing_exec,
@@ -85,6 +86,14 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         gate_bytes_per_layer: gate.map(|g| g.len as u64),
         stored_labels: stored_labels(model),
     }
+}
+
+/// The widest layer: `ffn`, or base + added features of the widest overlay.
+pub(crate) fn widest<'a>(
+    ffn: usize,
+    overlays: impl Iterator<Item = &'a lql_storage::overlay::LayerOverlay>,
+) -> usize {
+    overlays.map(|o| o.width()).fold(ffn, usize::max)
 }
 
 /// The container's stored labels segment when it applies to this binding, judged from

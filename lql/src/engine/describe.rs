@@ -36,7 +36,7 @@ pub(crate) fn describe_scan(
         WalkMode::Embedding => None,
     };
     let tok = cx.tokenizer()?;
-    let model = cx.model()?;
+    let model = cx.browse_source()?;
     let cache = cx.labels()?;
     let opts = DescribeOptions {
         layers: Some((layers.first, layers.last)),
@@ -49,7 +49,7 @@ pub(crate) fn describe_scan(
             WalkMode::Embedding => browse::WalkMode::Embedding,
             WalkMode::Residual => browse::WalkMode::Residual,
         }),
-        prefix: model.surface.special.bos.into_iter().collect(),
+        prefix: model.surface().special.bos.into_iter().collect(),
         baseline: browse::describe::REFERENCE_WORDS
             .iter()
             .map(|w| tok.encode(w, false))

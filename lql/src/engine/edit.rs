@@ -95,6 +95,12 @@ pub(crate) fn rebuild(cx: &mut Cx<'_>) -> Result<()> {
             EffectiveModel::new(b.model().clone(), patches).map_err(Error::semantic)?,
         ))
     };
+    // The planner's feature domain follows the widest layer of the state (added features).
+    let base = b.model().clone();
+    b.facts.ffn = match &b.edits.state {
+        Some(st) => super::catalog::widest(base.surface.ffn, st.layers().values()),
+        None => super::catalog::widest(base.surface.ffn, base.overlays.values()),
+    };
     Ok(())
 }
 

@@ -219,7 +219,6 @@ fn infer_report(
         .ok_or_else(|| Error::internal("EXPLAIN INFER ran without its capture"))?;
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
-    let model = cx.model()?;
     let text = |id: u32| tok.token_text(id).unwrap_or_else(|| format!("<{id}>"));
 
     // The prediction, as INFER gives it.
@@ -248,14 +247,18 @@ fn infer_report(
         &layers,
         FEATURES_PER_LAYER,
         |l| tr.layers[l].ffn_input.as_slice(),
-        Some(&|l: usize, f: usize| tr.layers[l].activation.as_ref()?.get(f).copied()),
+        Some(&|l: usize, f: usize| {
+            // Added features (`ffn + i`) follow the base ones.
+            let c = &tr.layers[l];
+            let a = c.activation.as_ref()?;
+            a.get(f)
+                .or_else(|| c.added_activation.as_ref()?.get(f - a.len()))
+                .copied()
+        }),
     )
     .map_err(browse_err)?;
     let keys: Vec<(usize, usize)> = scan.hits().map(|h| (h.layer, h.feature)).collect();
-    let labels = cx
-        .labels()?
-        .labels(model.as_ref(), &keys)
-        .map_err(browse_err)?;
+    let labels = cx.labels()?.labels(src, &keys).map_err(browse_err)?;
     cx.check_cancel()?;
     let skip: Vec<u32> = [tok.bos_id(), tok.eos_id()].into_iter().flatten().collect();
     let mut li = labels.iter();

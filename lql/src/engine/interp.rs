@@ -151,11 +151,11 @@ fn operator(
         O::Current => persist::current(cx),
         O::Compact { container, into } => persist::compact(cx, container, into.as_deref()),
         O::DiffOperands {
+            into_patch,
             layer,
             limit,
             physical,
-            ..
-        } => persist::diff_operands(cx, inputs, *layer, *limit, *physical),
+        } => persist::diff_operands(cx, inputs, into_patch.as_deref(), *layer, *limit, *physical),
         O::Write { .. } if matches!(cx.plan, lql_planner::LogicalPlan::Compile(_)) => {
             persist::compile(cx, one(inputs, "Write")?)
         }

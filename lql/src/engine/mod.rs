@@ -19,6 +19,7 @@ mod bind;
 mod catalog;
 mod datum;
 mod describe;
+mod diff_patch;
 mod edit;
 mod explain;
 mod interp;
@@ -124,6 +125,16 @@ impl Cx<'_> {
     /// The bound model.
     pub fn model(&self) -> Result<Arc<Model>> {
         Ok(self.bound()?.model().clone())
+    }
+
+    /// What browse statements read (WALK, DESCRIBE, SELECT FROM features): the effective
+    /// state when edits are in force (added features and scales visible), else the model.
+    pub fn browse_source(&self) -> Result<Arc<dyn lql_storage::OperandSource>> {
+        let b = self.bound()?;
+        Ok(match &b.edits.state {
+            Some(state) => state.clone(),
+            None => b.model().clone(),
+        })
     }
 
     /// The bound model's executor, built on first use with the connection's cancel flag.

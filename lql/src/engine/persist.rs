@@ -1,7 +1,8 @@
 //! DIFF and COMPILE: the operators that read whole model states through the material seam
 //! (`lql_storage::material::MaterialSource`): `Current` (the bound model's state — its base
 //! today, base + overlays once edits exist), `Open` of a second model by path,
-//! `DiffOperands` (logical or PHYSICAL rows, `LAYER`, `LIMIT`) and COMPILE's `Write`
+//! `DiffOperands` (logical or PHYSICAL rows, `LAYER`, `LIMIT`; `INTO PATCH` in
+//! engine/diff_patch.rs) and COMPILE's `Write`
 //! (GGUF through `format::gguf::export`; VINDEX through the EXTRACT writer, stamped
 //! derived, gated on INFER logits of a fixed probe set before it is renamed into place).
 
@@ -68,6 +69,7 @@ fn layer_value(l: Option<usize>) -> Value {
 pub(crate) fn diff_operands(
     cx: &mut Cx<'_>,
     inputs: Vec<Datum>,
+    into_patch: Option<&str>,
     layer: Option<usize>,
     limit: Option<usize>,
     physical: bool,
@@ -89,6 +91,9 @@ pub(crate) fn diff_operands(
         None => right.base(),
     };
     let b: &dyn MaterialSource = right.as_ref();
+    if let Some(path) = into_patch {
+        return super::diff_patch::write(cx, a, b, path).map(Datum::Rows);
+    }
     if let Some(l) = layer {
         let n = a.base().surface.n_layers.max(b.base().surface.n_layers);
         if l >= n {

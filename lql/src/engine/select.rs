@@ -104,7 +104,7 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
             )
         })
         .collect();
-    let model = cx.model()?;
+    let model = cx.browse_source()?; // the effective state: added features' labels
     let labels = cx
         .labels()?
         .labels(model.as_ref(), &keys)
@@ -220,8 +220,10 @@ fn features_rows(
     };
     let cache = cx.labels()?;
     let cancel = cx.cancel.clone();
+    // The effective state: features edits added follow the base ones (`ffn + i`).
+    let src = cx.browse_source()?;
     let scan = scan_features(
-        model.as_ref(),
+        src.as_ref(),
         &cache,
         layers,
         &set,

@@ -66,7 +66,8 @@ pub(crate) fn gate_scan(
     query: GateQuery,
     cost: &mut Cost,
 ) -> Result<Datum> {
-    let model = cx.model()?;
+    // The effective state: features edits added and gate scales show in the scan.
+    let model = cx.browse_source()?;
     let list: Vec<usize> = layers.iter().collect();
     let (mut result, tokens) = match (input, query) {
         (Datum::Query { tokens, query }, GateQuery::Embedding) => (
@@ -113,7 +114,11 @@ pub(crate) fn gate_scan(
         cost.encodings.insert(l.encoding.name().to_string());
         cost.notes.push(format!(
             "L{:<3} ffn_gate {} [{}×{}]  {} bytes read",
-            l.layer, l.encoding, model.surface.hidden, l.features, l.bytes_read
+            l.layer,
+            l.encoding,
+            model.surface().hidden,
+            l.features,
+            l.bytes_read
         ));
     }
     result.tokens = tokens;
@@ -125,7 +130,7 @@ pub(crate) fn feature_labels(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> 
     let Datum::Hits(hits) = input else {
         return Err(wrong_input("FeatureLabels", &input));
     };
-    let model = cx.model()?;
+    let model = cx.browse_source()?;
     let keys: Vec<(usize, usize)> = hits.hits().map(|h| (h.layer, h.feature)).collect();
     let cache = cx.labels()?;
     let missing = cache.missing(&keys);

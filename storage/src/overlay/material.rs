@@ -27,6 +27,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::derive::OverlayForm;
 use super::patch::{self, PatchFile};
 use super::stored;
 use super::{EffectiveModel, LayerOverlay, PatchOrigin};
@@ -301,6 +302,19 @@ impl MaterialSource for EffectiveMaterial {
 
     fn executable(&self) -> Arc<dyn OperandSource> {
         self.state.clone()
+    }
+
+    fn overlay_form(&self) -> OverlayForm<'_> {
+        OverlayForm {
+            model: self.state.base(),
+            layers: self.state.layers(),
+            edges: self
+                .state
+                .added_features()
+                .into_iter()
+                .filter_map(|(j, a, _)| a.edge.clone().map(|e| ((a.layer, j), e)))
+                .collect(),
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 //! never serve a value computed from another state. Readers for DIFF/COMPILE:
 //! [`EffectiveModel::layers`], [`EffectiveModel::patches`].
 
+pub mod derive;
 pub mod material;
 pub mod patch;
 pub mod stored;
