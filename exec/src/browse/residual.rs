@@ -1,6 +1,6 @@
 //! Residual capture for RESIDUAL-mode browse: runs the model with an observer and keeps, for
 //! the layers asked for, the last position's normed FFN input, gate pre-activations and
-//! activations (`act(gate) · up`).
+//! activations (`act(gate) · up`), or a bank layer's routed experts at that position.
 
 use super::error::{BrowseError, Result};
 use crate::observer::{LayerRecord, Observer};
@@ -15,6 +15,9 @@ pub struct CapturedLayer {
     pub gate: Vec<f32>,
     /// `act(gate) · up`, one per feature.
     pub activation: Vec<f32>,
+    /// A bank layer's routed experts at the last position, with their weights, best
+    /// first (empty for a dense FFN, whose `gate` and `activation` are given instead).
+    pub routes: Vec<(usize, f32)>,
 }
 
 /// Observer that copies the last row of the FFN records of selected layers.
@@ -35,6 +38,12 @@ impl Observer for Capture {
             ffn_input: last(r.ffn_input, r.hidden),
             gate: last(r.gate, r.ffn),
             activation: last(r.activation, r.ffn),
+            routes: r
+                .routes
+                .iter()
+                .filter(|x| x.position + 1 == r.positions.end)
+                .map(|x| (x.expert, x.weight))
+                .collect(),
         });
     }
 }
