@@ -506,6 +506,36 @@ fn describe_reads_expert_features() {
     }
 }
 
+/// Edits of expert features are not built: INSERT, DELETE and UPDATE refuse by name
+/// rather than edit nothing.
+#[test]
+fn editing_experts_refuses_by_name() {
+    let (_dir, conn) = open_with_tokenizer();
+    for q in [
+        "INSERT INTO edges (entity, relation, target) VALUES ('ab', 'r', 'c')",
+        "DELETE FROM features WHERE layer = 1 AND feature = 3 AND expert = 2",
+        "UPDATE features SET gate_scale = 2.0 WHERE layer = 1 AND feature = 3",
+    ] {
+        let e = conn.execute(q).unwrap_err().to_string();
+        assert!(
+            e.contains("not supported yet") && e.contains("mixture-of-experts"),
+            "{q}: {e}"
+        );
+    }
+    // Stored labels have no expert axis: EXTRACT … WITH LABELS refuses and writes nothing.
+    let out = _dir.path().join("labelled.vindex");
+    let e = conn
+        .execute(&format!(
+            "EXTRACT MODEL '{}' INTO '{}' WITH LABELS",
+            _dir.path().join("mixtral.gguf").display(),
+            out.display()
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not supported yet"), "{e}");
+    assert!(!out.exists());
+}
+
 /// A bank container answers WALK and the features table with the same rows as its GGUF.
 #[test]
 fn bank_container_browses_as_its_gguf() {

@@ -312,6 +312,13 @@ pub fn compute_all(
     cancelled: &dyn Fn() -> bool,
 ) -> Result<(usize, Vec<FeatureLabel>)> {
     let s = src.surface();
+    if s.moe.is_some() {
+        // Labels of expert features are computed on demand (keyed by flat numbers); the
+        // stored table has one width per layer and no expert axis.
+        return Err(BrowseError::Unsupported(
+            "stored labels of a mixture-of-experts model (its expert features are labelled on demand)".into(),
+        ));
+    }
     let mut ffn = None;
     for l in 0..s.n_layers {
         let v =
