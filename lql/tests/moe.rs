@@ -258,7 +258,8 @@ fn walk_residual_reads_the_experts_that_ran() {
         );
         assert_eq!(rows.len(), tiny.layers * scanned, "{name}");
         let last = ids.len() - 1;
-        for layer in 0..tiny.layers {
+        assert_eq!(ran.len(), tiny.layers);
+        for (layer, ran_here) in ran.iter().enumerate() {
             let routes = conn
                 .execute(&format!(
                     "SELECT expert FROM routes WHERE prompt = '{prompt}' AND layer = {layer} \
@@ -268,9 +269,12 @@ fn walk_residual_reads_the_experts_that_ran() {
             let mut chosen: Vec<i64> = (0..routes.len())
                 .map(|i| routes.row(i).unwrap().get::<i64>("expert").unwrap())
                 .collect();
-            let mut direct: Vec<i64> = ran[layer].experts.iter().map(|&e| e as i64).collect();
+            let mut direct: Vec<i64> = ran_here.experts.iter().map(|&e| e as i64).collect();
             direct.sort_unstable();
-            assert_eq!(chosen, direct, "{name} layer {layer}: routes vs the executor");
+            assert_eq!(
+                chosen, direct,
+                "{name} layer {layer}: routes vs the executor"
+            );
             if moe.shared_ffn > 0 {
                 chosen.push(-1);
             }
@@ -288,7 +292,10 @@ fn walk_residual_reads_the_experts_that_ran() {
             let x = &ran[layer as usize].ffn_input;
             let (g, u) = w.gate_up(layer as usize, e, f as usize);
             let want = dot(&g, x);
-            assert!(close(gate, want as f64), "{name} {layer}:{e}:{f}: {gate} vs {want}");
+            assert!(
+                close(gate, want as f64),
+                "{name} {layer}:{e}:{f}: {gate} vs {want}"
+            );
             let want_act = silu(want) * dot(&u, x);
             let act = act.unwrap();
             assert!(
@@ -349,7 +356,10 @@ fn walk_embedding_scans_every_expert() {
         for &(layer, e, f, gate, act, _) in rows.iter().step_by(7) {
             let (g, _) = w.gate_up(layer as usize, e, f as usize);
             let want = dot(&g, &x);
-            assert!(close(gate, want as f64), "{name} {layer}:{e}:{f}: {gate} vs {want}");
+            assert!(
+                close(gate, want as f64),
+                "{name} {layer}:{e}:{f}: {gate} vs {want}"
+            );
             assert_eq!(act, None);
         }
         // The labels of a few hits, against the unembedding · the expert's down column.
@@ -422,7 +432,11 @@ fn features_table_lists_every_expert_feature() {
             assert_eq!(rows.len(), 1, "{name} {layer}:{e}:{f}");
             let r = rows.row(0).unwrap();
             let (t, logit) = w.label(&w.down_column(layer, e, f));
-            assert_eq!(r.get::<i64>("top_token_id").unwrap(), t, "{name} {layer}:{e}:{f}");
+            assert_eq!(
+                r.get::<i64>("top_token_id").unwrap(),
+                t,
+                "{name} {layer}:{e}:{f}"
+            );
             let c = r.get::<f64>("c_score").unwrap();
             assert!(close(c, logit), "{name} {layer}:{e}:{f}: {c} vs {logit}");
         }

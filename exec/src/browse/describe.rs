@@ -168,6 +168,9 @@ pub fn layer_scores(
     }
 }
 
+/// Per layer: every feature's score in flat order, and whether its expert ran.
+pub type BankScores = (Vec<Vec<f32>>, Vec<Vec<bool>>);
+
 /// [`layer_scores`] of bank layers, in flat feature order (every routed expert, then the
 /// shared one), with which features belong to experts that ran: RESIDUAL scores every
 /// expert's gate rows against the captured FFN input and marks the experts the router
@@ -179,7 +182,7 @@ pub fn bank_scores(
     bank: &BankLayout,
     ids: &[u32],
     layers: &[usize],
-) -> Result<(Vec<Vec<f32>>, Vec<Vec<bool>>)> {
+) -> Result<BankScores> {
     let all = |q: &[f32], l: usize| flat_scores(src, bank, l, q);
     match (mode, exec) {
         (WalkMode::Residual, Some(exec)) => {

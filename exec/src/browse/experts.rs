@@ -126,7 +126,10 @@ impl BankLayout {
     pub fn split(&self, flat: usize) -> Option<(ExpertId, usize)> {
         let routed = self.n_experts * self.expert_ffn;
         if flat < routed {
-            Some((ExpertId::Routed(flat / self.expert_ffn), flat % self.expert_ffn))
+            Some((
+                ExpertId::Routed(flat / self.expert_ffn),
+                flat % self.expert_ffn,
+            ))
         } else if flat < routed + self.shared_ffn {
             Some((ExpertId::Shared, flat - routed))
         } else {
@@ -480,10 +483,7 @@ mod tests {
         assert_eq!(ExpertId::from_column(3), Some(ExpertId::Routed(3)));
         assert_eq!(ExpertId::from_column(-2), None);
         assert_eq!(ExpertId::Shared.to_string(), "shared");
-        let no_shared = BankLayout {
-            shared_ffn: 0,
-            ..l
-        };
+        let no_shared = BankLayout { shared_ffn: 0, ..l };
         assert_eq!(no_shared.experts().len(), 4);
         assert_eq!(no_shared.split(128), None);
     }

@@ -201,14 +201,14 @@ pub fn walk(
                 })?
             } else {
                 scan_with(
-                src,
-                &layers,
-                opts.top,
-                |l| &caps[layers.iter().position(|&x| x == l).unwrap_or(0)].ffn_input,
-                Some(&|l: usize, f: usize| {
-                    let i = layers.iter().position(|&x| x == l)?;
-                    caps[i].activation.get(f).copied()
-                }),
+                    src,
+                    &layers,
+                    opts.top,
+                    |l| &caps[layers.iter().position(|&x| x == l).unwrap_or(0)].ffn_input,
+                    Some(&|l: usize, f: usize| {
+                        let i = layers.iter().position(|&x| x == l)?;
+                        caps[i].activation.get(f).copied()
+                    }),
                 )?
             };
             r.mode = mode;

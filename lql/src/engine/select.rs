@@ -248,11 +248,7 @@ fn expert_column(columns: &[Column]) -> usize {
 
 /// The label-cache key of a `features` row: `(layer, feature)`, with the flat feature
 /// number of `(expert, feature)` on a mixture-of-experts model.
-fn feature_key(
-    model: &lql_storage::Model,
-    columns: &[Column],
-    r: &[Value],
-) -> (usize, usize) {
+fn feature_key(model: &lql_storage::Model, columns: &[Column], r: &[Value]) -> (usize, usize) {
     let (l, f) = (
         r[0].as_i64().unwrap_or(0) as usize,
         r[1].as_i64().unwrap_or(0) as usize,
