@@ -221,12 +221,91 @@ fn walk_rows(conn: &Connection, q: &str) -> Vec<WalkRow> {
         .collect()
 }
 
+/// How a fixture re-encodes its tensors: tensor name and dimensions → encoding.
+type Encoding = fn(&str, usize) -> Option<lql_storage::DType>;
+
+/// A fixture: its name, model, and the re-encoding of a quantised one.
+struct Fixture {
+    name: &'static str,
+    tiny: TinyModel,
+    enc: Option<Encoding>,
+}
+
+impl Fixture {
+    /// Writes the fixture into `dir` (with the "ab" merge) and returns its path.
+    fn write(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        use lql_storage::format::gguf::{GgufFile, GgufWriter};
+        let path = dir.join(format!("{}.gguf", self.name));
+        write_tiny(&self.tiny, &path);
+        let Some(enc) = self.enc else { return path };
+        let file = GgufFile::open(&path).unwrap();
+        let mut w = GgufWriter::from_file(&file).unwrap();
+        for t in file.tensors() {
+            let Some(dtype) = enc(&t.name, t.shape.len()) else {
+                continue;
+            };
+            let mut vals = vec![0.0f32; t.elems()];
+            lql_storage::codec::decode_rows(t.dtype, file.view(t).bytes, t.shape[0], &mut vals)
+                .unwrap();
+            let mut out = Vec::new();
+            for row in vals.chunks(t.shape[0]) {
+                lql_storage::codec::encode_row(dtype, row, &mut out).unwrap();
+            }
+            w.remove_tensor(&t.name);
+            w.add_tensor(&t.name, dtype, &t.shape, std::borrow::Cow::Owned(out))
+                .unwrap();
+        }
+        let q = dir.join(format!("{}.q.gguf", self.name));
+        w.write(&q).unwrap();
+        drop(file);
+        std::fs::rename(&q, &path).unwrap();
+        path
+    }
+}
+
 /// The fixtures: Mixtral-style (4 experts of 96, top-2, no shared expert) and
-/// qwen2moe-style (4 experts of 32, top-2, a gated shared expert of 128).
-fn fixtures() -> Vec<(&'static str, TinyModel)> {
+/// qwen2moe-style (4 experts of 32, top-2, a gated shared expert of 128), each in F32 and
+/// with encoded experts (Q4_0 gate / Q8_0 up / F16 down; Q8_0 routed, Q4_0 shared), so the
+/// scans read block-encoded rows in place.
+fn fixtures() -> Vec<Fixture> {
+    use lql_storage::DType;
+    let mixed: Encoding = |name, _| {
+        Some(match name {
+            n if n.contains("ffn_gate_exps") => DType::Q4_0,
+            n if n.contains("ffn_up_exps") => DType::Q8_0,
+            n if n.contains("ffn_down_exps") => DType::F16,
+            "token_embd.weight" => DType::Q8_0,
+            _ => return None,
+        })
+    };
+    let q8_q4: Encoding = |name, dims| {
+        Some(match name {
+            n if n.contains("_exps") => DType::Q8_0,
+            n if n.contains("_shexp") && dims >= 2 => DType::Q4_0,
+            _ => return None,
+        })
+    };
     vec![
-        ("mixtral", TinyModel::mixtral()),
-        ("qwen2moe", TinyModel::qwen2moe()),
+        Fixture {
+            name: "mixtral",
+            tiny: TinyModel::mixtral(),
+            enc: None,
+        },
+        Fixture {
+            name: "qwen2moe",
+            tiny: TinyModel::qwen2moe(),
+            enc: None,
+        },
+        Fixture {
+            name: "mixtral_q4_q8_f16",
+            tiny: TinyModel::mixtral(),
+            enc: Some(mixed),
+        },
+        Fixture {
+            name: "qwen2moe_q8_q4",
+            tiny: TinyModel::qwen2moe(),
+            enc: Some(q8_q4),
+        },
     ]
 }
 
@@ -236,10 +315,10 @@ fn fixtures() -> Vec<(&'static str, TinyModel)> {
 /// covering every scanned row, the experts seen are exactly the routes' choices.
 #[test]
 fn walk_residual_reads_the_experts_that_ran() {
-    for (name, tiny) in fixtures() {
+    for fx in fixtures() {
+        let (name, tiny) = (fx.name, &fx.tiny);
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(format!("{name}.gguf"));
-        write_tiny(&tiny, &path);
+        let path = fx.write(dir.path());
         let conn = Connection::open(path.to_str().unwrap()).unwrap();
         let moe = tiny.moe.clone().unwrap();
         let prompt = "abcab";
@@ -328,10 +407,10 @@ fn walk_residual_reads_the_experts_that_ran() {
 /// scaled embedding row · the expert's gate row; labels come from the expert's down column.
 #[test]
 fn walk_embedding_scans_every_expert() {
-    for (name, tiny) in fixtures() {
+    for fx in fixtures() {
+        let (name, tiny) = (fx.name, &fx.tiny);
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(format!("{name}.gguf"));
-        write_tiny(&tiny, &path);
+        let path = fx.write(dir.path());
         let conn = Connection::open(path.to_str().unwrap()).unwrap();
         let moe = tiny.moe.clone().unwrap();
         let w = Weights::open(&path);
@@ -383,10 +462,10 @@ fn walk_embedding_scans_every_expert() {
 /// and filters on expert work.
 #[test]
 fn features_table_lists_every_expert_feature() {
-    for (name, tiny) in fixtures() {
+    for fx in fixtures() {
+        let (name, tiny) = (fx.name, &fx.tiny);
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(format!("{name}.gguf"));
-        write_tiny(&tiny, &path);
+        let path = fx.write(dir.path());
         let conn = Connection::open(path.to_str().unwrap()).unwrap();
         let moe = tiny.moe.clone().unwrap();
         let w = Weights::open(&path);
@@ -467,10 +546,10 @@ fn features_table_lists_every_expert_feature() {
 /// random tiny models.
 #[test]
 fn describe_reads_expert_features() {
-    for (name, tiny) in fixtures() {
+    for fx in fixtures() {
+        let (name, tiny) = (fx.name, &fx.tiny);
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(format!("{name}.gguf"));
-        write_tiny(&tiny, &path);
+        let path = fx.write(dir.path());
         let conn = Connection::open(path.to_str().unwrap()).unwrap();
         let moe = tiny.moe.clone().unwrap();
         let w = Weights::open(&path);
@@ -553,10 +632,10 @@ fn editing_experts_refuses_by_name() {
 /// A bank container answers WALK and the features table with the same rows as its GGUF.
 #[test]
 fn bank_container_browses_as_its_gguf() {
-    for (name, tiny) in fixtures() {
+    for fx in fixtures() {
+        let (name, tiny) = (fx.name, &fx.tiny);
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(format!("{name}.gguf"));
-        write_tiny(&tiny, &path);
+        let path = fx.write(dir.path());
         let conn = Connection::open(path.to_str().unwrap()).unwrap();
         let out = dir.path().join(format!("{name}.bank"));
         conn.execute(&format!(
