@@ -633,7 +633,7 @@ fn editing_experts_refuses_by_name() {
 #[test]
 fn bank_container_browses_as_its_gguf() {
     for fx in fixtures() {
-        let (name, tiny) = (fx.name, &fx.tiny);
+        let name = fx.name;
         let dir = tempfile::tempdir().unwrap();
         let path = fx.write(dir.path());
         let conn = Connection::open(path.to_str().unwrap()).unwrap();

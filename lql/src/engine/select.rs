@@ -105,15 +105,20 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
         .labels(model.as_ref(), &keys)
         .map_err(browse_err)?;
     let text = cx.token_texts();
-    let rows = keys
+    let rows = rows
         .iter()
         .zip(labels)
-        .zip(&rows)
-        .map(|((&(l, f), label), r)| {
-            let expert = r.get(expert_column(&columns)).cloned();
-            let f = r[1].as_i64().map_or(f, |x| x as usize);
+        .map(|(r, label)| {
+            let (l, f) = (
+                r[0].as_i64().unwrap_or(0) as usize,
+                r[1].as_i64().unwrap_or(0) as usize,
+            );
             let mut row = feature_row(l, f, Some(&label), label_set, &text);
-            row.push(expert.unwrap_or(Value::Null));
+            row.push(
+                r.get(expert_column(&columns))
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            );
             row
         })
         .collect();
