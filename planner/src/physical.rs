@@ -6,7 +6,7 @@
 //! ([`PhysicalPlan::columns`]).
 //!
 //! ```text
-//! Rows [layer, feature, gate, activation, top_token, down_tokens, mode]
+//! Rows [layer, feature, gate, activation, top_token, down_tokens, mode, expert]
 //!   FeatureLabels
 //!     GateScan layers=20-22 top=3 query=residual encoding=Q4_1
 //!       Forward layers=0-22 capture=ffn_input positions=last

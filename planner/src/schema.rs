@@ -85,6 +85,11 @@ const FEATURES: Spec = &[
         List,
         "the five tokens the down column writes most",
     ),
+    (
+        "expert",
+        Int,
+        "the feature's expert on a mixture-of-experts layer (-1: the shared expert; feature is the row of that expert's gate); NULL on a dense FFN",
+    ),
 ];
 const LAYERS: Spec = &[
     ("layer", Int, "layer index"),
@@ -310,6 +315,11 @@ const WALK: Spec = &[
         "mode",
         Text,
         "EMBEDDING or RESIDUAL, and whether it was the default",
+    ),
+    (
+        "expert",
+        Int,
+        "the feature's expert on a mixture-of-experts layer (-1: the shared expert); NULL on a dense FFN",
     ),
 ];
 const DESCRIBE: Spec = &[

@@ -30,7 +30,7 @@ fn walk_embedding() {
     snap(
         "EXPLAIN WALK 'France' TOP 5 LAYERS 20-29 MODE EMBEDDING",
         r#"
-Rows [layer, feature, gate, activation, top_token, down_tokens, mode]
+Rows [layer, feature, gate, activation, top_token, down_tokens, mode, expert]
   FeatureLabels
     GateScan layers=20-29 top=5 query=embedding encoding=Q4_1 bytes/layer=648.0 KiB total=6.3 MiB
       EmbedLookup position=last
@@ -45,7 +45,7 @@ fn walk_residual() {
     snap(
         "EXPLAIN WALK 'France' MODE RESIDUAL LAYERS 10-12",
         r#"
-Rows [layer, feature, gate, activation, top_token, down_tokens, mode]
+Rows [layer, feature, gate, activation, top_token, down_tokens, mode, expert]
   FeatureLabels
     GateScan layers=10-12 top=10 query=residual encoding=Q4_1 bytes/layer=648.0 KiB total=1.9 MiB
       Forward layers=0-12 capture=ffn_input positions=last

@@ -40,7 +40,8 @@ fn walk_defaults_to_residual_and_reports_activations() {
             "activation",
             "top_token",
             "down_tokens",
-            "mode"
+            "mode",
+            "expert"
         ]
     );
     assert_eq!(r.len(), 6);
@@ -118,7 +119,8 @@ fn select_features_layer_pushdown_is_cheap_and_labelled() {
             "top_token",
             "top_token_id",
             "c_score",
-            "down_tokens"
+            "down_tokens",
+            "expert"
         ]
     );
     for (i, row) in r.iter().enumerate() {

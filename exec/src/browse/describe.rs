@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use lql_storage::model::OperandSource;
 
 use super::error::{BrowseError, Result};
+use super::experts::{flat_scores, BankLayout, ExpertId};
 use super::gate_scan::GateRegion;
 use super::labels::LabelCache;
 use super::query::mean_embedding;
@@ -116,9 +117,12 @@ pub struct DescribeEdge {
     pub target_id: u32,
     /// The strongest hit's gate.
     pub gate: f32,
-    /// The strongest hit's layer and feature.
+    /// The strongest hit's layer and feature (on a bank layer, the row of `expert`'s gate
+    /// matrix).
     pub layer: usize,
     pub feature: usize,
+    /// The strongest hit's expert on a bank layer; `None` on a dense FFN.
+    pub expert: Option<ExpertId>,
     /// Every layer a merged hit came from, ascending.
     pub layers: Vec<usize>,
     pub count: usize,
@@ -164,6 +168,54 @@ pub fn layer_scores(
     }
 }
 
+/// Per layer: every feature's score in flat order, and whether its expert ran.
+pub type BankScores = (Vec<Vec<f32>>, Vec<Vec<bool>>);
+
+/// [`layer_scores`] of bank layers, in flat feature order (every routed expert, then the
+/// shared one), with which features belong to experts that ran: RESIDUAL scores every
+/// expert's gate rows against the captured FFN input and marks the experts the router
+/// chose at the last position plus the shared one; EMBEDDING marks every expert.
+pub fn bank_scores(
+    src: &dyn OperandSource,
+    exec: Option<&Executor>,
+    mode: WalkMode,
+    bank: &BankLayout,
+    ids: &[u32],
+    layers: &[usize],
+) -> Result<BankScores> {
+    let all = |q: &[f32], l: usize| flat_scores(src, bank, l, q);
+    match (mode, exec) {
+        (WalkMode::Residual, Some(exec)) => {
+            let caps = capture(exec, ids, layers)?;
+            let mut scores = Vec::with_capacity(layers.len());
+            let mut ran = Vec::with_capacity(layers.len());
+            for (c, &l) in caps.iter().zip(layers) {
+                scores.push(all(&c.ffn_input, l)?);
+                let mut mask = vec![false; bank.features()];
+                for e in super::walk::scanned_experts(bank, Some(&c.routes)) {
+                    let start = bank.flat(e, 0).unwrap_or(0);
+                    let w = bank.width(e);
+                    mask[start..start + w].fill(true);
+                }
+                ran.push(mask);
+            }
+            Ok((scores, ran))
+        }
+        (WalkMode::Residual, None) => {
+            Err(BrowseError::Internal("RESIDUAL without executor".into()))
+        }
+        (WalkMode::Embedding, _) => {
+            let q = mean_embedding(src, ids)?;
+            let scores = layers
+                .par_iter()
+                .map(|&l| all(&q, l))
+                .collect::<Result<Vec<_>>>()?;
+            let ran = vec![vec![true; bank.features()]; layers.len()];
+            Ok((scores, ran))
+        }
+    }
+}
+
 /// Describes the entity whose tokens are `ids` (tokenised without special tokens); `entity`
 /// is its text, used to drop self-references.
 pub fn describe(
@@ -187,14 +239,22 @@ pub fn describe(
             WalkMode::Embedding => x.to_vec(),
         }
     };
-    let scores = layer_scores(src, exec, mode, &run(ids), &layers)?;
+    let bank = BankLayout::of(src);
+    let (scores, ran) = match &bank {
+        None => (layer_scores(src, exec, mode, &run(ids), &layers)?, None),
+        Some(b) => {
+            let (s, ran) = bank_scores(src, exec, mode, b, &run(ids), &layers)?;
+            (s, Some(ran))
+        }
+    };
     let mut baseline: Vec<Vec<f32>> = scores.iter().map(|s| vec![0.0; s.len()]).collect();
     let refs: Vec<&Vec<u32>> = opts.baseline.iter().filter(|r| !r.is_empty()).collect();
     for r in &refs {
-        for (b, s) in baseline
-            .iter_mut()
-            .zip(layer_scores(src, exec, mode, &run(r), &layers)?)
-        {
+        let reference = match &bank {
+            None => layer_scores(src, exec, mode, &run(r), &layers)?,
+            Some(b) => bank_scores(src, exec, mode, b, &run(r), &layers)?.0,
+        };
+        for (b, s) in baseline.iter_mut().zip(reference) {
             for (x, y) in b.iter_mut().zip(s) {
                 *x += y / refs.len() as f32;
             }
@@ -202,20 +262,30 @@ pub fn describe(
     }
     // Keep strong positive hits whose contrast stands out.
     let mut kept: Vec<(usize, usize, f32)> = Vec::new();
-    for ((&layer, s), b) in layers.iter().zip(&scores).zip(&baseline) {
+    for (i, ((&layer, s), b)) in layers.iter().zip(&scores).zip(&baseline).enumerate() {
+        // On a bank layer only the features of experts that ran count (all of them in
+        // EMBEDDING mode), for the scales and for the hits.
+        let ran_here = ran.as_ref().map(|r| &r[i]);
+        let counts = |f: usize| ran_here.is_none_or(|r| r[f]);
         let contrast: Vec<f32> = s.iter().zip(b).map(|(x, y)| x - y).collect();
-        let rms = (contrast
-            .iter()
-            .map(|&c| (c as f64) * (c as f64))
-            .sum::<f64>()
-            / contrast.len().max(1) as f64)
-            .sqrt() as f32;
-        let rms_gate = (s.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>()
-            / s.len().max(1) as f64)
-            .sqrt() as f32;
+        let rms_of = |v: &[f32]| {
+            let (sum, n) = v
+                .iter()
+                .enumerate()
+                .filter(|&(f, _)| counts(f))
+                .fold((0.0f64, 0usize), |(a, n), (_, &c)| {
+                    (a + (c as f64) * (c as f64), n + 1)
+                });
+            (sum / n.max(1) as f64).sqrt() as f32
+        };
+        let rms = rms_of(&contrast);
+        let rms_gate = rms_of(s);
         let mut order: Vec<usize> = (0..s.len())
             .filter(|&f| {
-                s[f] >= DESCRIBE_Z * rms_gate && s[f] > 0.0 && contrast[f] >= DESCRIBE_Z * rms
+                counts(f)
+                    && s[f] >= DESCRIBE_Z * rms_gate
+                    && s[f] > 0.0
+                    && contrast[f] >= DESCRIBE_Z * rms
             })
             .collect();
         order.sort_by(|&a, &b| contrast[b].total_cmp(&contrast[a]).then(a.cmp(&b)));
@@ -248,6 +318,7 @@ pub fn describe(
                 gate,
                 layer,
                 feature,
+                expert: None,
                 layers: vec![layer],
                 count: 1,
                 also: label.top[1..]
@@ -313,6 +384,7 @@ pub fn describe(
                         gate,
                         layer,
                         feature,
+                        expert: None,
                         layers: vec![layer],
                         count: 1,
                         also: also(),
@@ -341,6 +413,15 @@ pub fn describe(
         *n += 1;
         *n <= cap
     });
+    if let Some(b) = &bank {
+        // Flat numbers back to (expert, row of its gate matrix).
+        for e in &mut edges {
+            if let Some((x, f)) = b.split(e.feature) {
+                e.expert = Some(x);
+                e.feature = f;
+            }
+        }
+    }
     Ok(DescribeResult {
         mode,
         mode_defaulted,

@@ -114,7 +114,12 @@ impl FeatureLabel {
 /// Gathers down columns `features` of `layer`: the result is `hidden × n`, row-major (row
 /// `r` holds element `r` of every requested column). Features past the layer's base width
 /// are the ones edits added (`ffn + i`): their down vectors come from the layer's overlay.
+/// On a bank layer `features` are flat numbers ([`super::experts::BankLayout`]) and each
+/// column comes from its expert's down rows, read in place.
 pub fn down_columns(src: &dyn OperandSource, layer: usize, features: &[usize]) -> Result<Vec<f32>> {
+    if let Some(layout) = super::experts::BankLayout::of(src) {
+        return expert_down_columns(src, &layout, layer, features);
+    }
     let s = src.surface();
     let view =
         src.view(OperandKey::layer(layer, Role::FfnDown))
@@ -145,7 +150,55 @@ pub fn down_columns(src: &dyn OperandSource, layer: usize, features: &[usize]) -
         }
         return Ok(out);
     }
-    let (be, bb) = (view.dtype.block_elems(), view.dtype.block_bytes());
+    gather_columns(view.dtype, &|r| view.row(r), s.hidden, features)
+}
+
+/// [`down_columns`] of a bank layer: flat feature numbers grouped by expert, each group
+/// gathered from that expert's down matrix and scattered back into request order.
+fn expert_down_columns(
+    src: &dyn OperandSource,
+    layout: &super::experts::BankLayout,
+    layer: usize,
+    features: &[usize],
+) -> Result<Vec<f32>> {
+    use super::experts::{matrix, ExpertRole};
+    let hidden = src.surface().hidden;
+    let n = features.len();
+    let mut groups: std::collections::BTreeMap<_, Vec<(usize, usize)>> = Default::default();
+    for (j, &flat) in features.iter().enumerate() {
+        let (e, f) = layout.split(flat).ok_or_else(|| {
+            BrowseError::Internal(format!(
+                "feature {layer}:{flat} is out of range: layer {layer} has {} features",
+                layout.features()
+            ))
+        })?;
+        groups.entry(e).or_default().push((j, f));
+    }
+    let mut out = vec![0.0f32; hidden * n];
+    for (e, slots) in groups {
+        let m = matrix(src, layout, layer, e, ExpertRole::Down)?;
+        let feats: Vec<usize> = slots.iter().map(|&(_, f)| f).collect();
+        let part = gather_columns(m.dtype, &|r| m.row(r), hidden, &feats)?;
+        let k = feats.len();
+        for r in 0..hidden {
+            for (i, &(j, _)) in slots.iter().enumerate() {
+                out[r * n + j] = part[r * k + i];
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Element `f` of each of `hidden` encoded rows (`row(r)`), for every `f` of `features`:
+/// `hidden × n` row-major. Each distinct block holding a requested element is decoded once
+/// per row.
+fn gather_columns<'r>(
+    dtype: lql_storage::DType,
+    row: &(dyn Fn(usize) -> &'r [u8] + Sync),
+    hidden: usize,
+    features: &[usize],
+) -> Result<Vec<f32>> {
+    let (be, bb) = (dtype.block_elems(), dtype.block_bytes());
     // Distinct blocks, each with the output slots it feeds.
     let mut blocks: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
     let mut order: Vec<usize> = (0..features.len()).collect();
@@ -159,13 +212,12 @@ pub fn down_columns(src: &dyn OperandSource, layer: usize, features: &[usize]) -
         }
     }
     let n = features.len();
-    let mut out = vec![0.0f32; s.hidden * n];
+    let mut out = vec![0.0f32; hidden * n];
     if n == 0 {
         return Ok(out);
     }
-    let dtype = view.dtype;
     out.par_chunks_mut(n).enumerate().try_for_each(|(r, o)| {
-        let row = view.row(r);
+        let row = row(r);
         let mut buf = vec![0.0f32; be];
         for (b, slots) in &blocks {
             codec::decode_row(dtype, &row[b * bb..(b + 1) * bb], &mut buf)?;
@@ -277,6 +329,13 @@ pub fn compute_all(
     cancelled: &dyn Fn() -> bool,
 ) -> Result<(usize, Vec<FeatureLabel>)> {
     let s = src.surface();
+    if s.moe.is_some() {
+        // Labels of expert features are computed on demand (keyed by flat numbers); the
+        // stored table has one width per layer and no expert axis.
+        return Err(BrowseError::Unsupported(
+            "stored labels of a mixture-of-experts model (its expert features are labelled on demand)".into(),
+        ));
+    }
     let mut ffn = None;
     for l in 0..s.n_layers {
         let v =

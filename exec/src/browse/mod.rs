@@ -16,6 +16,7 @@
 
 pub mod describe;
 pub mod error;
+pub mod experts;
 pub mod gate_scan;
 pub mod labels;
 pub mod query;
@@ -29,6 +30,7 @@ pub use describe::{
     describe, Band, DescribeEdge, DescribeOptions, DescribeResult, Detail, REFERENCE_WORDS,
 };
 pub use error::BrowseError;
+pub use experts::{BankLayout, ExpertHit, ExpertId};
 pub use gate_scan::{scan_layers, GateRegion, LayerHits};
 pub use labels::{FeatureLabel, LabelCache, LabelSource};
 pub use topk::Hit;

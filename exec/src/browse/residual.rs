@@ -1,7 +1,8 @@
 //! Residual capture for RESIDUAL-mode browse: runs the model with an observer and keeps, for
 //! the layers asked for, the last position's normed FFN input, gate pre-activations and
-//! activations (`act(gate) · up`); the features edits added to a layer follow its base
-//! features (numbered `ffn + i`, as the gate scan numbers them).
+//! activations (`act(gate) · up`), or a bank layer's routed experts at that position; the
+//! features edits added to a dense layer follow its base features (numbered `ffn + i`, as the
+//! gate scan numbers them).
 
 use super::error::{BrowseError, Result};
 use crate::observer::{LayerRecord, Observer};
@@ -16,6 +17,9 @@ pub struct CapturedLayer {
     pub gate: Vec<f32>,
     /// `act(gate) · up`, one per feature (base, then added).
     pub activation: Vec<f32>,
+    /// A bank layer's routed experts at the last position, with their weights, best
+    /// first (empty for a dense FFN, whose `gate` and `activation` are given instead).
+    pub routes: Vec<(usize, f32)>,
 }
 
 /// Observer that copies the last row of the FFN records of selected layers.
@@ -43,6 +47,12 @@ impl Observer for Capture {
             ffn_input: last(r.ffn_input, r.hidden),
             gate,
             activation,
+            routes: r
+                .routes
+                .iter()
+                .filter(|x| x.position + 1 == r.positions.end)
+                .map(|x| (x.expert, x.weight))
+                .collect(),
         });
     }
 }

@@ -4,7 +4,8 @@
 //! down — the layers, the feature numbers, whether label columns are needed at all and, when
 //! nothing else constrains the order, a row limit — so that
 //! `SELECT … FROM features WHERE layer = 5 LIMIT 10` reads one layer's shape and labels ten
-//! features instead of 46 080.
+//! features instead of 46 080. On a mixture-of-experts model a layer's rows are every
+//! routed expert's gate rows, then the shared expert's (`expert` names which).
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use lql_storage::model::{OperandKey, OperandSource, Role};
 use lql_storage::DType;
 
 use super::error::{BrowseError, Result};
+use super::experts::{matrix, BankLayout, ExpertId, ExpertRole};
 use super::gate_scan::GateRegion;
 use super::labels::{FeatureLabel, LabelCache};
 
@@ -22,7 +24,10 @@ pub const LABEL_BATCH: usize = super::labels::PASS_FEATURES;
 #[derive(Debug, Clone, PartialEq)]
 pub struct FeatureRow {
     pub layer: usize,
+    /// On a bank layer, the row of `expert`'s gate matrix.
     pub feature: usize,
+    /// The feature's expert on a bank layer; `None` on a dense FFN.
+    pub expert: Option<ExpertId>,
     /// Present when labels were asked for.
     pub label: Option<Arc<FeatureLabel>>,
 }
@@ -66,24 +71,38 @@ pub fn scan_features(
     limit: Option<usize>,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Vec<FeatureRow>> {
+    // Label keys: `(layer, feature)`, with flat feature numbers on bank layers.
     let mut keys: Vec<(usize, usize)> = Vec::new();
-    for &l in layers {
-        let n = GateRegion::open(src, l)?.features();
-        for f in set.features(n) {
-            if limit.is_some_and(|m| keys.len() >= m) {
-                break;
+    let mut rows: Vec<FeatureRow> = Vec::new();
+    let bank = BankLayout::of(src);
+    'layers: for &l in layers {
+        let units: Vec<(Option<ExpertId>, usize)> = match &bank {
+            None => vec![(None, GateRegion::open(src, l)?.features())],
+            Some(b) => b
+                .experts()
+                .into_iter()
+                .map(|e| Ok((Some(e), matrix(src, b, l, e, ExpertRole::Gate)?.rows)))
+                .collect::<Result<_>>()?,
+        };
+        for (expert, n) in units {
+            for f in set.features(n) {
+                if limit.is_some_and(|m| keys.len() >= m) {
+                    break 'layers;
+                }
+                let key = match (expert, &bank) {
+                    (Some(e), Some(b)) => b.flat(e, f).unwrap_or(f),
+                    _ => f,
+                };
+                keys.push((l, key));
+                rows.push(FeatureRow {
+                    layer: l,
+                    feature: f,
+                    expert,
+                    label: None,
+                });
             }
-            keys.push((l, f));
         }
     }
-    let mut rows: Vec<FeatureRow> = keys
-        .iter()
-        .map(|&(layer, feature)| FeatureRow {
-            layer,
-            feature,
-            label: None,
-        })
-        .collect();
     if labels {
         for (chunk, out) in keys.chunks(LABEL_BATCH).zip(rows.chunks_mut(LABEL_BATCH)) {
             if cancelled() {
@@ -113,7 +132,12 @@ pub fn scan_layers_table(src: &dyn OperandSource, layers: &[usize]) -> Vec<Layer
     layers
         .iter()
         .map(|&l| {
-            let gate = src.view(OperandKey::layer(l, Role::FfnGate));
+            // A bank layer's features are its experts' gate rows (routed, then shared).
+            let bank = BankLayout::of(src);
+            let gate = match bank {
+                None => src.view(OperandKey::layer(l, Role::FfnGate)),
+                Some(_) => src.view(OperandKey::layer(l, Role::FfnGateExps)),
+            };
             let bytes = Role::ALL
                 .iter()
                 .filter_map(|&r| src.view(OperandKey::layer(l, r)))
@@ -121,7 +145,10 @@ pub fn scan_layers_table(src: &dyn OperandSource, layers: &[usize]) -> Vec<Layer
                 .sum();
             LayerRow {
                 layer: l,
-                features: gate.map_or(0, |g| g.rows()),
+                features: match (bank, gate) {
+                    (Some(b), Some(_)) => b.features(),
+                    (_, g) => g.map_or(0, |g| g.rows()),
+                },
                 gate_encoding: gate.map(|g| g.dtype),
                 bytes,
             }

@@ -10,8 +10,10 @@ use std::time::Instant;
 
 use lql_storage::model::{missing_for_execution, OperandSource};
 use lql_storage::DType;
+use rayon::prelude::*;
 
 use super::error::{BrowseError, Result};
+use super::experts::{self, BankLayout, ExpertId};
 use super::gate_scan::scan_layers;
 use super::query::embedding_row;
 use super::residual::capture;
@@ -63,6 +65,9 @@ pub struct WalkHit {
     pub gate: f32,
     /// `act(gate) · up` (RESIDUAL mode only).
     pub activation: Option<f32>,
+    /// The expert the feature belongs to on a bank layer (`None` on a dense FFN); then
+    /// `feature` is the row of that expert's gate matrix.
+    pub expert: Option<ExpertId>,
 }
 
 /// One layer of a walk, with what its scan read.
@@ -76,6 +81,8 @@ pub struct WalkLayer {
     pub hits: Vec<WalkHit>,
     /// Root-mean-square of all this layer's scores (DESCRIBE's threshold scale).
     pub score_rms: f32,
+    /// The experts whose gate rows were scanned, on a bank layer (empty when dense).
+    pub experts: Vec<ExpertId>,
 }
 
 /// The result of a walk.
@@ -170,7 +177,10 @@ pub fn walk(
     match mode {
         WalkMode::Embedding => {
             let q = embedding_row(src, last)?;
-            let mut r = scan_with(src, &layers, opts.top, |_| &q, None)?;
+            let mut r = match BankLayout::of(src) {
+                Some(b) => scan_bank(src, &b, &layers, opts.top, |_| (&q, None))?,
+                None => scan_with(src, &layers, opts.top, |_| &q, None)?,
+            };
             r.mode = mode;
             r.mode_defaulted = mode_defaulted;
             r.note = note;
@@ -183,16 +193,24 @@ pub fn walk(
             let t0 = Instant::now();
             let caps = capture(exec, tokens, &layers)?;
             let forward_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let mut r = scan_with(
-                src,
-                &layers,
-                opts.top,
-                |l| &caps[layers.iter().position(|&x| x == l).unwrap_or(0)].ffn_input,
-                Some(&|l: usize, f: usize| {
-                    let i = layers.iter().position(|&x| x == l)?;
-                    caps[i].activation.get(f).copied()
-                }),
-            )?;
+            let at = |l: usize| layers.iter().position(|&x| x == l).unwrap_or(0);
+            let mut r = if let Some(b) = BankLayout::of(src) {
+                scan_bank(src, &b, &layers, opts.top, |l| {
+                    let c = &caps[at(l)];
+                    (&c.ffn_input, Some(&c.routes[..]))
+                })?
+            } else {
+                scan_with(
+                    src,
+                    &layers,
+                    opts.top,
+                    |l| &caps[layers.iter().position(|&x| x == l).unwrap_or(0)].ffn_input,
+                    Some(&|l: usize, f: usize| {
+                        let i = layers.iter().position(|&x| x == l)?;
+                        caps[i].activation.get(f).copied()
+                    }),
+                )?
+            };
             r.mode = mode;
             r.mode_defaulted = mode_defaulted;
             r.note = note;
@@ -225,6 +243,7 @@ pub fn scan_with<'q>(
             features: s.features,
             bytes_read: s.bytes_read,
             score_rms: s.score_rms,
+            experts: Vec::new(),
             hits: s
                 .hits
                 .iter()
@@ -233,6 +252,7 @@ pub fn scan_with<'q>(
                     feature: h.feature,
                     gate: h.score,
                     activation: activation.and_then(|a| a(s.layer, h.feature)),
+                    expert: None,
                 })
                 .collect(),
         })
@@ -247,4 +267,83 @@ pub fn scan_with<'q>(
         forward_ms: 0.0,
         scan_ms,
     })
+}
+
+/// The walk of bank layers: at each layer `layer_input(layer)` gives the query and, in
+/// RESIDUAL mode, the routed experts that ran at the scanned position. The scan covers
+/// those experts (every routed expert when `None`: EMBEDDING) and the shared expert; with
+/// routes, each hit's activation `act(gate) · up` is computed from the expert's own rows.
+pub fn scan_bank<'q>(
+    src: &dyn OperandSource,
+    layout: &BankLayout,
+    layers: &[usize],
+    top: usize,
+    layer_input: impl Fn(usize) -> (&'q [f32], Option<&'q [(usize, f32)]>) + Sync,
+) -> Result<WalkResult> {
+    let t0 = Instant::now();
+    let act = src.surface().activation;
+    let scans = layers
+        .par_iter()
+        .map(|&l| {
+            let (q, routes) = layer_input(l);
+            let chosen = scanned_experts(layout, routes);
+            let scan = experts::scan_layer(src, layout, l, &chosen, q, top)?;
+            let hits = scan
+                .hits
+                .iter()
+                .map(|h| {
+                    let activation = match routes {
+                        Some(_) => Some(experts::activation(
+                            src, layout, l, h.expert, h.feature, q, act,
+                        )?),
+                        None => None,
+                    };
+                    Ok(WalkHit {
+                        layer: l,
+                        feature: h.feature,
+                        gate: h.score,
+                        activation,
+                        expert: Some(h.expert),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(WalkLayer {
+                layer: l,
+                encoding: scan.encoding,
+                features: scan.features,
+                bytes_read: scan.bytes_read,
+                hits,
+                score_rms: scan.score_rms,
+                experts: scan.experts,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(WalkResult {
+        mode: WalkMode::Embedding,
+        mode_defaulted: false,
+        note: None,
+        tokens: Vec::new(),
+        layers: scans,
+        positions_run: 0,
+        forward_ms: 0.0,
+        scan_ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// The experts a bank layer's scan covers: the routed ones the router chose (in ascending
+/// order; every one when `routes` is `None`), then the shared expert.
+pub fn scanned_experts(layout: &BankLayout, routes: Option<&[(usize, f32)]>) -> Vec<ExpertId> {
+    let mut out: Vec<ExpertId> = match routes {
+        None => (0..layout.n_experts).map(ExpertId::Routed).collect(),
+        Some(r) => {
+            let mut e: Vec<usize> = r.iter().map(|x| x.0).collect();
+            e.sort_unstable();
+            e.dedup();
+            e.into_iter().map(ExpertId::Routed).collect()
+        }
+    };
+    if layout.shared_ffn > 0 {
+        out.push(ExpertId::Shared);
+    }
+    out
 }

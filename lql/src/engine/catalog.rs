@@ -47,19 +47,15 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
             .get(&k)
             .cloned()
             .unwrap_or_else(|| k.to_string());
-        if matches!(k.role, Role::TokenEmbedding | Role::FfnGate) {
+        if matches!(
+            k.role,
+            Role::TokenEmbedding | Role::FfnGate | Role::FfnGateExps | Role::FfnGateShexp
+        ) {
             missing_browse.push(what.clone());
         }
         missing_exec.push(what);
     }
-    if s.moe.is_some() {
-        // Browsing reads dense gate rows; a bank's experts are not browsed yet.
-        missing_browse.push(
-            "dense FFN gate rows (its FFNs are banks of experts: not supported yet: WALK, DESCRIBE and features over experts)"
-                .to_string(),
-        );
-    }
-    let gate = model.operand(OperandKey::layer(0, Role::FfnGate));
+    let (gate, ffn, gate_bytes) = browse_width(model);
     let can_tokenize = model
         .tokenizer_spec()
         .is_ok_and(|t| !matches!(*t, lql_storage::tokenizer_spec::TokenizerSpec::None));
@@ -75,7 +71,7 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         vocab: s.vocab,
         hidden: s.hidden,
         // Features per layer as browsed: a stored overlay's added features follow the base's.
-        ffn: widest(s.ffn, model.overlays.values()),
+        ffn: widest(ffn, model.overlays.values()),
         context_length: (s.context_length > 0).then_some(s.context_length),
         can_execute: missing_exec.is_empty(),
         missing_for_execute: missing_exec,
@@ -83,7 +79,7 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         missing_for_browse: missing_browse,
         can_tokenize,
         gate_encoding: gate.map(|g| g.dtype.name().to_string()),
-        gate_bytes_per_layer: gate.map(|g| g.len as u64),
+        gate_bytes_per_layer: gate_bytes,
         stored_labels: stored_labels(model),
     }
 }
@@ -94,6 +90,25 @@ pub(crate) fn widest<'a>(
     overlays: impl Iterator<Item = &'a lql_storage::overlay::LayerOverlay>,
 ) -> usize {
     overlays.map(|o| o.width()).fold(ffn, usize::max)
+}
+
+/// What a browse scan of one layer reads: the gate operand whose encoding EXPLAIN names,
+/// the features of a layer (gate rows; on a bank layer every routed expert's and the
+/// shared expert's, numbered `layer:expert:feature`) and the bytes of a full scan.
+fn browse_width(model: &Model) -> (Option<&lql_storage::model::Operand>, usize, Option<u64>) {
+    let s = &model.surface;
+    match &s.moe {
+        None => {
+            let gate = model.operand(OperandKey::layer(0, Role::FfnGate));
+            (gate, s.ffn, gate.map(|g| g.len as u64))
+        }
+        Some(m) => {
+            let gate = model.operand(OperandKey::layer(0, Role::FfnGateExps));
+            let shared = model.operand(OperandKey::layer(0, Role::FfnGateShexp));
+            let bytes = gate.map(|g| (g.len + shared.map_or(0, |x| x.len)) as u64);
+            (gate, m.n_experts * m.expert_ffn + m.shared_ffn, bytes)
+        }
+    }
 }
 
 /// The container's stored labels segment when it applies to this binding, judged from

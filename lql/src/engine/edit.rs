@@ -145,6 +145,7 @@ pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
     let LogicalPlan::Insert(plan) = cx.plan.clone() else {
         return Err(Error::internal("OverlayInsert outside INSERT"));
     };
+    refuse_banks(cx, "INSERT")?;
     let n_layers = cx.bound()?.facts.n_layers;
     let layer = plan.layer.unwrap_or_else(|| default_layer(n_layers));
     let aim = plan.alpha.unwrap_or(DEFAULT_ALPHA) as f32;
@@ -347,6 +348,17 @@ fn centre(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
 }
 
 /// The (layer, feature) of each input row of a features scan.
+/// Edits of a mixture-of-experts model are not built: the overlay scales dense features
+/// and its computation reads dense gate rows, so refuse rather than edit nothing.
+fn refuse_banks(cx: &mut Cx<'_>, what: &str) -> Result<()> {
+    if cx.model()?.surface.moe.is_some() {
+        return Err(Error::not_supported_yet(&format!(
+            "{what} on a mixture-of-experts model (editing features of experts)"
+        )));
+    }
+    Ok(())
+}
+
 fn layer_features(input: Datum) -> Result<Vec<(usize, usize)>> {
     let Datum::Table { columns, rows } = input else {
         return Err(Error::internal("edit input is not a table"));
@@ -371,6 +383,7 @@ fn layer_features(input: Datum) -> Result<Vec<(usize, usize)>> {
 pub(crate) fn delete(cx: &mut Cx<'_>, input: Datum, table: lql_grammar::Table) -> Result<Datum> {
     match table {
         lql_grammar::Table::Features => {
+            refuse_banks(cx, "DELETE FROM features")?;
             let keys = layer_features(input)?;
             let n = keys.len();
             let target = bound_mut(cx)?.edits.target();
@@ -453,6 +466,7 @@ pub(crate) fn update(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let LogicalPlan::Update(plan) = cx.plan.clone() else {
         return Err(Error::internal("OverlayUpdate outside UPDATE"));
     };
+    refuse_banks(cx, "UPDATE")?;
     let mut gate = None;
     let mut down = None;
     for (c, v) in &plan.assignments {

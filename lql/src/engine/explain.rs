@@ -190,8 +190,15 @@ fn walk_lines(rows: &Rows) -> Vec<String> {
                 _ => String::new(),
             };
             let num = |n: &str| get(r, n).and_then(|v| v.as_f64());
+            // On a bank layer the feature is `E<expert>:F<row>` (`Eshared` for the shared
+            // expert).
+            let expert = match get(r, "expert").and_then(|v| v.as_i64()) {
+                Some(-1) => "Eshared:".to_string(),
+                Some(e) => format!("E{e}:"),
+                None => String::new(),
+            };
             format!(
-                "L{:<3} F{:<5} gate={:+.3}{}  top={:?}  down=[{}]",
+                "L{:<3} {expert}F{:<5} gate={:+.3}{}  top={:?}  down=[{}]",
                 get(r, "layer").map(|v| v.to_string()).unwrap_or_default(),
                 get(r, "feature").map(|v| v.to_string()).unwrap_or_default(),
                 num("gate").unwrap_or(f64::NAN),

@@ -95,25 +95,32 @@ pub(crate) fn limit(input: Datum, n: usize) -> Result<Datum> {
 /// `LateLabels`: fills the label columns of the rows that survived.
 pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) -> Result<Datum> {
     let (columns, rows) = table(input, "LateLabels")?;
+    let model = cx.browse_source()?; // the effective state: added features' labels
     let keys: Vec<(usize, usize)> = rows
         .iter()
-        .map(|r| {
-            (
-                r[0].as_i64().unwrap_or(0) as usize,
-                r[1].as_i64().unwrap_or(0) as usize,
-            )
-        })
+        .map(|r| feature_key(model.as_ref(), &columns, r))
         .collect();
-    let model = cx.browse_source()?; // the effective state: added features' labels
     let labels = cx
         .labels()?
         .labels(model.as_ref(), &keys)
         .map_err(browse_err)?;
     let text = cx.token_texts();
-    let rows = keys
+    let rows = rows
         .iter()
         .zip(labels)
-        .map(|(&(l, f), label)| feature_row(l, f, Some(&label), label_set, &text))
+        .map(|(r, label)| {
+            let (l, f) = (
+                r[0].as_i64().unwrap_or(0) as usize,
+                r[1].as_i64().unwrap_or(0) as usize,
+            );
+            let mut row = feature_row(l, f, Some(&label), label_set, &text);
+            row.push(
+                r.get(expert_column(&columns))
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            );
+            row
+        })
         .collect();
     Ok(Datum::Table { columns, rows })
 }
@@ -207,11 +214,6 @@ fn features_rows(
     label_set: LabelSet,
 ) -> Result<Vec<Vec<Value>>> {
     let model = cx.model()?;
-    if model.surface.moe.is_some() {
-        return Err(Error::unsupported(
-            "not supported yet: the features table over a mixture-of-experts model (its FFNs are banks of experts; feature ids layer:expert:feature are not built)",
-        ));
-    }
     let all: Vec<usize> = (0..model.surface.n_layers).collect();
     let layers = layers.unwrap_or(&all);
     let set = match features {
@@ -235,8 +237,39 @@ fn features_rows(
     let text = cx.token_texts();
     Ok(scan
         .iter()
-        .map(|r| feature_row(r.layer, r.feature, r.label.as_ref(), label_set, &text))
+        .map(|r| {
+            let mut row = feature_row(r.layer, r.feature, r.label.as_ref(), label_set, &text);
+            row.push(r.expert.map(|e| e.column()).into());
+            row
+        })
         .collect())
+}
+
+/// Where `expert` sits in a `features` row (the last column).
+fn expert_column(columns: &[Column]) -> usize {
+    columns
+        .iter()
+        .position(|c| c.name == "expert")
+        .unwrap_or(columns.len())
+}
+
+/// The label-cache key of a `features` row: `(layer, feature)`, with the flat feature
+/// number of `(expert, feature)` on a mixture-of-experts model.
+fn feature_key(
+    model: &dyn lql_storage::OperandSource,
+    columns: &[Column], r: &[Value]) -> (usize, usize) {
+    let (l, f) = (
+        r[0].as_i64().unwrap_or(0) as usize,
+        r[1].as_i64().unwrap_or(0) as usize,
+    );
+    let expert = r
+        .get(expert_column(columns))
+        .and_then(Value::as_i64)
+        .and_then(lql_exec::browse::ExpertId::from_column);
+    match (lql_exec::browse::BankLayout::of(model), expert) {
+        (Some(b), Some(e)) => (l, b.flat(e, f).unwrap_or(f)),
+        _ => (l, f),
+    }
 }
 
 fn layers_rows(cx: &mut Cx<'_>) -> Result<Vec<Vec<Value>>> {

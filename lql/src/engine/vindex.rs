@@ -51,6 +51,10 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         Encoding::Bf16 => ExtractEncoding::BF16,
         Encoding::Q8_0 => ExtractEncoding::Q8_0,
     };
+    if plan.labels && model.surface.moe.is_some() {
+        // Refused before anything is written, so no container without its labels appears.
+        return Err(Error::not_supported_yet(MOE_STORED_LABELS));
+    }
     let task = format!("extract {}", plan.output);
     let handler = cx.engine.progress.clone();
     let cancel = cx.cancel.clone();
@@ -105,6 +109,11 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
     Ok(Datum::Rows(rows))
 }
 
+/// Stored labels have one width per layer and no expert axis; expert features are
+/// labelled on demand.
+const MOE_STORED_LABELS: &str =
+    "stored labels of a mixture-of-experts model (expert features are labelled on demand, docs/moe.md)";
+
 /// Every label of `model` (opened from the container `dir`), computed by batched
 /// unembedding products and stored in `dir` as a derived segment recorded in index.json.
 fn store_labels(
@@ -122,9 +131,7 @@ fn store_labels(
         )));
     }
     if model.surface.moe.is_some() {
-        return Err(Error::not_supported_yet(
-            "stored labels of a mixture-of-experts model (feature ids layer:expert:feature are not built)",
-        ));
+        return Err(Error::not_supported_yet(MOE_STORED_LABELS));
     }
     let source = LabelSource::open(model).map_err(browse_err)?.describe();
     let cancel = cx.cancel.clone();

@@ -2,7 +2,9 @@
 //! of browse errors that every browse statement shares.
 //!
 //! `WALK "prompt" [TOP k] [LAYERS a-b] [MODE EMBEDDING | RESIDUAL]` → rows (layer, feature,
-//! gate, activation, top_token, down_tokens, mode). The binder chose the mode (RESIDUAL when
+//! gate, activation, top_token, down_tokens, mode, expert). On a mixture-of-experts model the
+//! scan reads expert gate rows in place: every expert in EMBEDDING mode, the experts the
+//! router chose at the last position in RESIDUAL mode, plus the shared expert. The binder chose the mode (RESIDUAL when
 //! the binding can run the model, else EMBEDDING) and the `mode` column says which and why;
 //! RESIDUAL's Forward runs layers 0 through the last one scanned, no further.
 
@@ -69,6 +71,9 @@ pub(crate) fn gate_scan(
     // The effective state: features edits added and gate scales show in the scan.
     let model = cx.browse_source()?;
     let list: Vec<usize> = layers.iter().collect();
+    if let Some(bank) = browse::BankLayout::of(model.as_ref()) {
+        return bank_gate_scan(&model, &bank, input, query, &list, top, cost);
+    }
     let (mut result, tokens) = match (input, query) {
         (Datum::Query { tokens, query }, GateQuery::Embedding) => (
             browse::walk::scan_with(model.as_ref(), &list, top, |_| &query, None)
@@ -125,13 +130,105 @@ pub(crate) fn gate_scan(
     Ok(Datum::Hits(result))
 }
 
+/// `GateScan` over bank layers: EMBEDDING scores every expert's gate rows, RESIDUAL the
+/// experts the router chose at the last position (what ran), each with the shared
+/// expert; the cost notes name the expert gate rows each layer read.
+fn bank_gate_scan(
+    model: &lql_storage::Model,
+    bank: &browse::BankLayout,
+    input: Datum,
+    query: GateQuery,
+    list: &[usize],
+    top: usize,
+    cost: &mut Cost,
+) -> Result<Datum> {
+    let (mut result, tokens) = match (input, query) {
+        (Datum::Query { tokens, query }, GateQuery::Embedding) => (
+            browse::walk::scan_bank(model, bank, list, top, |_| (&query[..], None))
+                .map_err(browse_err)?,
+            tokens,
+        ),
+        (
+            Datum::FfnCaptures {
+                tokens,
+                layers: captured,
+                caps,
+            },
+            GateQuery::Residual,
+        ) => {
+            let mut by_layer = Vec::with_capacity(list.len());
+            for &l in list {
+                let i = captured
+                    .iter()
+                    .position(|&x| x == l)
+                    .ok_or_else(|| Error::internal(format!("layer {l} was not captured")))?;
+                let c = &caps[i];
+                if c.ffn_input.iter().any(|v| !v.is_finite()) {
+                    return Err(Error::new(
+                        ErrorKind::Format,
+                        format!("the residual entering layer {l}'s FFN is not finite: the model's weights or scales produce NaN or infinity"),
+                    )
+                    .with_code("LQL-E0801"));
+                }
+                by_layer.push((l, i));
+            }
+            let at = |l: usize| by_layer.iter().find(|x| x.0 == l).map_or(0, |x| x.1);
+            let r = browse::walk::scan_bank(model, bank, list, top, |l| {
+                let c = &caps[at(l)];
+                (&c.ffn_input[..], Some(&c.routes[..]))
+            })
+            .map_err(browse_err)?;
+            (r, tokens)
+        }
+        (other, _) => return Err(wrong_input("GateScan", &other)),
+    };
+    let hidden = model.surface.hidden;
+    for l in &result.layers {
+        cost.weight_bytes += l.bytes_read as u64;
+        cost.encodings.insert(l.encoding.name().to_string());
+        let routed: Vec<String> = l
+            .experts
+            .iter()
+            .filter(|e| **e != browse::ExpertId::Shared)
+            .map(|e| e.to_string())
+            .collect();
+        let shared = if l.experts.contains(&browse::ExpertId::Shared) {
+            format!(" + ffn_gate_shexp [{hidden}×{}]", bank.shared_ffn)
+        } else {
+            String::new()
+        };
+        cost.notes.push(format!(
+            "L{:<3} ffn_gate_exps {} experts [{}] of {} × [{hidden}×{}]{shared}  {} rows, {} bytes read in place",
+            l.layer,
+            l.encoding,
+            routed.join(", "),
+            bank.n_experts,
+            bank.expert_ffn,
+            l.features,
+            l.bytes_read
+        ));
+    }
+    result.tokens = tokens;
+    Ok(Datum::Hits(result))
+}
+
+/// The label-cache key of a hit: `(layer, feature)`, with the flat feature number on a
+/// bank layer.
+fn label_key(bank: Option<&browse::BankLayout>, h: &browse::WalkHit) -> (usize, usize) {
+    match (bank, h.expert) {
+        (Some(b), Some(e)) => (h.layer, b.flat(e, h.feature).unwrap_or(h.feature)),
+        _ => (h.layer, h.feature),
+    }
+}
+
 /// `FeatureLabels`: each hit's top output tokens, from the binding's label cache.
 pub(crate) fn feature_labels(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> Result<Datum> {
     let Datum::Hits(hits) = input else {
         return Err(wrong_input("FeatureLabels", &input));
     };
     let model = cx.browse_source()?;
-    let keys: Vec<(usize, usize)> = hits.hits().map(|h| (h.layer, h.feature)).collect();
+    let bank = browse::BankLayout::of(model.as_ref());
+    let keys: Vec<(usize, usize)> = hits.hits().map(|h| label_key(bank.as_ref(), h)).collect();
     let cache = cx.labels()?;
     let missing = cache.missing(&keys);
     let labels = cache.labels(model.as_ref(), &keys).map_err(browse_err)?;
@@ -178,6 +275,7 @@ pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Resul
                     .collect(),
             ),
             Value::from(mode.as_str()),
+            h.expert.map(|e| e.column()).into(),
         ]);
     }
     Ok(rows)
