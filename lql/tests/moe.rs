@@ -210,12 +210,12 @@ fn walk_rows(conn: &Connection, q: &str) -> Vec<WalkRow> {
         .map(|i| {
             let r = rows.row(i).unwrap();
             (
-                r.get::<i64>("layer").unwrap(),
-                r.get::<i64>("expert").unwrap(),
-                r.get::<i64>("feature").unwrap(),
-                r.get::<f64>("gate").unwrap(),
-                r.get::<Option<f64>>("activation").unwrap(),
-                r.get::<String>("top_token").unwrap(),
+                r.get::<_, i64>("layer").unwrap(),
+                r.get::<_, i64>("expert").unwrap(),
+                r.get::<_, i64>("feature").unwrap(),
+                r.get::<_, f64>("gate").unwrap(),
+                r.get::<_, Option<f64>>("activation").unwrap(),
+                r.get::<_, String>("top_token").unwrap(),
             )
         })
         .collect()
@@ -325,7 +325,7 @@ fn walk_residual_reads_the_experts_that_ran() {
         let ids: Vec<u32> = {
             let t = conn.execute(&format!("TOKENIZE '{prompt}'")).unwrap();
             (0..t.len())
-                .map(|i| t.row(i).unwrap().get::<i64>("token_id").unwrap() as u32)
+                .map(|i| t.row(i).unwrap().get::<_, i64>("token_id").unwrap() as u32)
                 .collect()
         };
         let ran = run_directly(&path, &ids);
@@ -346,7 +346,7 @@ fn walk_residual_reads_the_experts_that_ran() {
                 ))
                 .unwrap();
             let mut chosen: Vec<i64> = (0..routes.len())
-                .map(|i| routes.row(i).unwrap().get::<i64>("expert").unwrap())
+                .map(|i| routes.row(i).unwrap().get::<_, i64>("expert").unwrap())
                 .collect();
             let mut direct: Vec<i64> = ran_here.experts.iter().map(|&e| e as i64).collect();
             direct.sort_unstable();
@@ -447,7 +447,7 @@ fn walk_embedding_scans_every_expert() {
                 .unwrap()
                 .row(0)
                 .unwrap()
-                .get::<String>("text")
+                .get::<_, String>("text")
                 .unwrap()
         };
         for &(layer, e, f, _, _, ref top) in rows.iter().step_by(97) {
@@ -474,7 +474,7 @@ fn features_table_lists_every_expert_feature() {
             .unwrap()
             .row(0)
             .unwrap()
-            .get::<i64>("n")
+            .get::<_, i64>("n")
             .unwrap();
         let per_layer = moe.experts * moe.expert_ffn + moe.shared_ffn;
         assert_eq!(n as usize, tiny.layers * per_layer, "{name}");
@@ -493,7 +493,10 @@ fn features_table_lists_every_expert_feature() {
         let got: Vec<(i64, i64)> = (0..per.len())
             .map(|i| {
                 let r = per.row(i).unwrap();
-                (r.get::<i64>("expert").unwrap(), r.get::<i64>("n").unwrap())
+                (
+                    r.get::<_, i64>("expert").unwrap(),
+                    r.get::<_, i64>("n").unwrap(),
+                )
             })
             .collect();
         assert_eq!(got, want, "{name}");
@@ -512,11 +515,11 @@ fn features_table_lists_every_expert_feature() {
             let r = rows.row(0).unwrap();
             let (t, logit) = w.label(&w.down_column(layer, e, f));
             assert_eq!(
-                r.get::<i64>("top_token_id").unwrap(),
+                r.get::<_, i64>("top_token_id").unwrap(),
                 t,
                 "{name} {layer}:{e}:{f}"
             );
-            let c = r.get::<f64>("c_score").unwrap();
+            let c = r.get::<_, f64>("c_score").unwrap();
             assert!(close(c, logit), "{name} {layer}:{e}:{f}: {c} vs {logit}");
         }
         // Late labels (LIMIT first) agree with early ones (WHERE on a label column).
@@ -559,7 +562,7 @@ fn describe_reads_expert_features() {
                 .unwrap()
                 .row(0)
                 .unwrap()
-                .get::<String>("text")
+                .get::<_, String>("text")
                 .unwrap()
         };
         let mut edges = 0;
@@ -570,9 +573,9 @@ fn describe_reads_expert_features() {
             let ran = run_directly(&path, &ids);
             for i in 0..rows.len() {
                 let r = rows.row(i).unwrap();
-                let layer = r.get::<i64>("layer").unwrap() as usize;
-                let gate = r.get::<f64>("gate").unwrap();
-                let target = r.get::<String>("target").unwrap();
+                let layer = r.get::<_, i64>("layer").unwrap() as usize;
+                let gate = r.get::<_, f64>("gate").unwrap();
+                let target = r.get::<_, String>("target").unwrap();
                 let mut experts: Vec<(i64, usize)> = ran[layer]
                     .experts
                     .iter()
@@ -783,7 +786,7 @@ fn bank_missing_down_region_browses_and_refuses_to_infer() {
     // rows (EMBEDDING: the binding cannot run); labelling layer 1 names the missing down.
     let walk = bank.execute("WALK 'ab' TOP 3 LAYERS 0-0").unwrap();
     assert_eq!(walk.len(), 3);
-    let mode = walk.row(0).unwrap().get::<String>("mode").unwrap();
+    let mode = walk.row(0).unwrap().get::<_, String>("mode").unwrap();
     assert!(mode.starts_with("EMBEDDING"), "{mode}");
     let rows = bank
         .execute("SELECT layer, expert, feature FROM features WHERE layer = 1 LIMIT 5")

@@ -257,7 +257,9 @@ fn expert_column(columns: &[Column]) -> usize {
 /// number of `(expert, feature)` on a mixture-of-experts model.
 fn feature_key(
     model: &dyn lql_storage::OperandSource,
-    columns: &[Column], r: &[Value]) -> (usize, usize) {
+    columns: &[Column],
+    r: &[Value],
+) -> (usize, usize) {
     let (l, f) = (
         r[0].as_i64().unwrap_or(0) as usize,
         r[1].as_i64().unwrap_or(0) as usize,

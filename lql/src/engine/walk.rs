@@ -72,7 +72,7 @@ pub(crate) fn gate_scan(
     let model = cx.browse_source()?;
     let list: Vec<usize> = layers.iter().collect();
     if let Some(bank) = browse::BankLayout::of(model.as_ref()) {
-        return bank_gate_scan(&model, &bank, input, query, &list, top, cost);
+        return bank_gate_scan(model.as_ref(), &bank, input, query, &list, top, cost);
     }
     let (mut result, tokens) = match (input, query) {
         (Datum::Query { tokens, query }, GateQuery::Embedding) => (
@@ -134,7 +134,7 @@ pub(crate) fn gate_scan(
 /// experts the router chose at the last position (what ran), each with the shared
 /// expert; the cost notes name the expert gate rows each layer read.
 fn bank_gate_scan(
-    model: &lql_storage::Model,
+    model: &dyn lql_storage::OperandSource,
     bank: &browse::BankLayout,
     input: Datum,
     query: GateQuery,
@@ -182,7 +182,7 @@ fn bank_gate_scan(
         }
         (other, _) => return Err(wrong_input("GateScan", &other)),
     };
-    let hidden = model.surface.hidden;
+    let hidden = model.surface().hidden;
     for l in &result.layers {
         cost.weight_bytes += l.bytes_read as u64;
         cost.encodings.insert(l.encoding.name().to_string());
