@@ -2,9 +2,10 @@
 //! `tests/tools/llamacpp_logits.py`): every tensor of the export is byte-identical to the
 //! source's, llama.cpp loads the export, its token ids and logits on three prompts equal
 //! llama.cpp's on the original file bit for bit, LQL's tokenizer gives the same ids, and LQL's
-//! logits on the export agree with llama.cpp's (top-1 equal at the last position, and elsewhere equal or
-//! llama.cpp's runner-up at a near-tie; the max |Δ| is printed: llama.cpp quantises activations to 8 bits for Q4_1 dot products, so only
-//! a loose bound holds). Run with `--release`.
+//! logits on the export agree with llama.cpp's (top-1 equal at the last position, and
+//! elsewhere equal or llama.cpp's runner-up at a near-tie; the max |Δ| is printed: llama.cpp
+//! quantises activations to 8 bits for Q4_1 dot products, so only a loose bound holds). Run
+//! with `--release`.
 //!
 //! The llama.cpp half needs a Python with `llama_cpp`: `LQL_LLAMACPP_PYTHON`, else
 //! `~/.cache/lql-tools/venv/bin/python`, else `python3`. Without one it prints why and
