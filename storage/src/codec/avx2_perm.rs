@@ -29,6 +29,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::arch::x86_64::*;
+use super::PREFETCH_FAR as FAR;
 
 /// Floats of the prepared layout per 32-element block.
 pub const PREP_FLOATS: usize = 40;
@@ -152,9 +153,9 @@ pub unsafe fn dot4_q4_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
     let m4 = _mm256_set1_epi32(0x0F);
     let mut acc = [_mm256_setzero_ps(); 4];
     for b in 0..nb {
-        // The group is one run of 4 rows; fetch the next group's bytes at the same pace.
-        prefetch(rows[3].wrapping_add(rb + b * 72));
-        prefetch(rows[3].wrapping_add(rb + b * 72 + 64));
+        // The group is one run of 4 rows; fetch bytes FAR past the next group at its pace.
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 72));
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 72 + 64));
         let (xv, off) = load_prep(xp, b);
         for r in 0..4 {
             let blk = rows[r].add(b * 18);
@@ -193,8 +194,8 @@ pub unsafe fn dot4_q5_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
     let sixteen = _mm256_set1_epi8(16);
     let mut acc = [_mm256_setzero_ps(); 4];
     for b in 0..nb {
-        prefetch(rows[3].wrapping_add(rb + b * 88));
-        prefetch(rows[3].wrapping_add(rb + b * 88 + 64));
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 88));
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 88 + 64));
         let (xv, off) = load_prep(xp, b);
         for r in 0..4 {
             let blk = rows[r].add(b * 22);
@@ -294,8 +295,8 @@ pub unsafe fn dot4_q6_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
         _mm256_setr_epi32(a, a, a, a, b, b, b, b)
     };
     let idx = [pick(0), pick(1), pick(2), pick(3)];
-    // The next group of four rows starts 4 rows on; fetch its bytes at the same pace.
-    let ahead = 4 * (rows[1] as usize).wrapping_sub(rows[0] as usize);
+    // The next group of four rows starts 4 rows on; fetch bytes FAR past it at its pace.
+    let ahead = 4 * (rows[1] as usize).wrapping_sub(rows[0] as usize) + FAR;
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut accm = [_mm256_setzero_ps(); 4];
     let mut ds = [[_mm256_setzero_ps(); 2]; 4];
@@ -381,7 +382,7 @@ unsafe fn k4_scales(q: *const u8) -> (__m256, __m256) {
 pub unsafe fn dot4_q4_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
     let ctl = [widen_ctl(0), widen_ctl(1), widen_ctl(2), widen_ctl(3)];
     let m4 = _mm256_set1_epi8(0x0F);
-    let ahead = 4 * (rows[1] as usize).wrapping_sub(rows[0] as usize);
+    let ahead = 4 * (rows[1] as usize).wrapping_sub(rows[0] as usize) + FAR;
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut accm = [_mm256_setzero_ps(); 4];
     let mut dsc = [[0.0f32; 8]; 4];

@@ -156,9 +156,9 @@ pub unsafe fn dot4_q4_1(
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut accm = [_mm_setzero_ps(); 4];
     for b in 0..nb {
-        // The group is one run of 4 rows; fetch the next group's bytes at the same pace.
-        prefetch(rows[3].wrapping_add(rb + b * 80));
-        prefetch(rows[3].wrapping_add(rb + b * 80 + 64));
+        // The group is one run of 4 rows; fetch bytes FAR past the next group at its pace.
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 80));
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 80 + 64));
         let xv = load_x(x, b);
         let sp = sum_pair(sums, b);
         for r in 0..4 {
@@ -184,9 +184,9 @@ pub unsafe fn dot4_q5_1(
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut accm = [_mm_setzero_ps(); 4];
     for b in 0..nb {
-        // The group is one run of 4 rows; fetch the next group's bytes at the same pace.
-        prefetch(rows[3].wrapping_add(rb + b * 96));
-        prefetch(rows[3].wrapping_add(rb + b * 96 + 64));
+        // The group is one run of 4 rows; fetch bytes FAR past the next group at its pace.
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 96));
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 96 + 64));
         let xv = load_x(x, b);
         let sp = sum_pair(sums, b);
         for r in 0..4 {
@@ -232,8 +232,7 @@ pub unsafe fn dot1_q8_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
     hsum(_mm256_add_ps(acc[0], acc[1]))
 }
 
-/// How far ahead of the bytes in use the kernels prefetch.
-const PREFETCH_AHEAD: usize = 512;
+use super::{PREFETCH_FAR as FAR, PREFETCH_ROW as PREFETCH_AHEAD};
 
 /// Prefetches the cache line at `p` (a hint: never faults, whatever the address).
 #[inline(always)]

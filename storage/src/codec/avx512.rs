@@ -40,11 +40,12 @@ unsafe fn prefetch_lines(p: *const u8) {
     _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64) as *const i8);
 }
 
-/// Where the four-row group after `rows` (equally spaced, consecutive) starts.
+/// Where the four-row kernels prefetch from: [`super::PREFETCH_FAR`] bytes past the start of
+/// the four-row group after `rows` (equally spaced, consecutive), read at the group's pace.
 #[inline(always)]
 fn next_group(rows: [*const u8; 4]) -> *const u8 {
     let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    rows[3].wrapping_add(rb)
+    rows[3].wrapping_add(rb + super::PREFETCH_FAR)
 }
 
 /// Q4_1, four rows against one x: Σ_blocks d·Σ(q·x) + m·Σx per row.
@@ -82,11 +83,12 @@ pub unsafe fn dot4_q4_1(rows: [*const u8; 4], x: *const f32, nb: usize) -> [f32;
     ]
 }
 
-/// Q8_0, one row: Σ_blocks d·Σ(q·x).
+/// Q8_0, one row: Σ_blocks d·Σ(q·x), two blocks per step on independent accumulators, the
+/// row prefetched [`super::PREFETCH_ROW`] bytes ahead (one sequential stream per thread: decode
+/// of a Q8_0 model is bound by how many lines each core keeps in flight).
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
 pub unsafe fn dot1_q8_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
-    let mut acc = _mm512_setzero_ps();
-    for b in 0..nb {
+    let block = |b: usize, acc: __m512| -> __m512 {
         let xp = x.add(b * 32);
         let xl = _mm512_loadu_ps(xp);
         let xh = _mm512_loadu_ps(xp.add(16));
@@ -99,7 +101,18 @@ pub unsafe fn dot1_q8_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
             blk.add(18) as *const __m128i
         )));
         let s = _mm512_fmadd_ps(hi, xh, _mm512_mul_ps(lo, xl));
-        acc = _mm512_fmadd_ps(d, s, acc);
+        _mm512_fmadd_ps(d, s, acc)
+    };
+    let mut acc = [_mm512_setzero_ps(); 2];
+    let mut b = 0;
+    while b + 2 <= nb {
+        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(b * 34 + super::PREFETCH_ROW) as *const i8);
+        acc[0] = block(b, acc[0]);
+        acc[1] = block(b + 1, acc[1]);
+        b += 2;
     }
-    _mm512_reduce_add_ps(acc)
+    if b < nb {
+        acc[0] = block(b, acc[0]);
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
 }

@@ -22,6 +22,20 @@
 //! Rows are whole blocks: a row of `n` elements is `n / block_elems` blocks of
 //! `block_bytes` each ([`DType::bytes_for`]).
 
+/// How far past the bytes in use the multi-row matrix-vector kernels prefetch (x86): a whole
+/// group of rows further than the next one. Decode streams every weight once per token, and
+/// with the hardware prefetcher alone each core keeps too few lines in flight: on a 2-core
+/// Xeon (AVX-512) far software prefetch took SmolLM2 Q4_1 decode from 123 to 140 tok/s
+/// (distances 0/2048/4096/8192/16384 measured: 123/131/134/139/141). docs/performance.md.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const PREFETCH_FAR: usize = 8192;
+
+/// How far ahead the one-row Q8_0 kernels (the embedding/head of most files, every matrix of
+/// a Q8_0 file) prefetch their single stream: measured 512/1024/2048/4096/8192 → 85/97/114/
+/// 118/111 tok/s decoding SmolLM2 Q8_0 on the same machine.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const PREFETCH_ROW: usize = 4096;
+
 pub mod block;
 pub mod cpu;
 pub mod decode;
