@@ -2,7 +2,9 @@
 //! block of positions that share a key/value head meet the keys in blocks of [`KB`], with
 //! an online softmax (running maximum and sum per query), so memory stays
 //! `O(block × head_dim)` whatever the prompt length, and the inner loops are
-//! vectorisable runs over keys (scores) and over head dimensions (values).
+//! vectorisable runs over keys (scores) and over head dimensions (values). Decoding over a
+//! long cache splits the keys into runs of [`KEY_SPLIT`] (flash-decoding: one task per kv
+//! head and run, partial states merged exactly) and prefetches the key and value rows ahead.
 //!
 //! Arithmetic: scores, exponentials ([`kernels::exp`]) and sums in f32; the result equals
 //! the two-pass softmax up to rounding (the running rescale). When the softmax weights
@@ -20,6 +22,12 @@ pub const QB: usize = 16;
 
 /// Below this many query rows per task, scores are direct dot products (no transpose).
 const DIRECT_ROWS: usize = 12;
+
+/// Keys per task when few query rows meet a long cache (decoding after a long prompt): the
+/// key range is split so every thread has work (one task per kv head would leave a thread
+/// idle), and the partial softmax states merge exactly ([`merge`]). Shorter caches keep one
+/// task per kv head, so their arithmetic is unchanged.
+const KEY_SPLIT: usize = 512;
 
 /// `acc += Σ_j p[j] · v_j` for `H`-wide value rows `stride` apart, the accumulator held
 /// in registers across the keys.
@@ -57,13 +65,22 @@ type Piece = (usize, usize, Vec<f32>);
 /// the current rayon pool when `parallel`.
 pub fn attend_tiled(step: &AttnStep<'_>, out: &mut [f32], parallel: bool) {
     let g = step.geom;
+    let keys = step.p0 + step.n;
+    if step.n * (g.n_heads / g.n_kv_heads) < DIRECT_ROWS && step.n <= QB && keys > KEY_SPLIT {
+        return attend_split(step, out, parallel);
+    }
     let tasks: Vec<(usize, usize)> = (0..step.n)
         .step_by(QB)
         .flat_map(|i0| (0..g.n_kv_heads).map(move |kh| (i0, kh)))
         .collect();
     let run = |&(i0, kh): &(usize, usize)| -> Piece {
         let i1 = (i0 + QB).min(step.n);
-        (i0, kh, block(step, kh, i0, i1))
+        let hd = step.geom.head_dim;
+        (
+            i0,
+            kh,
+            block(step, kh, i0, i1, 0..usize::MAX).normalised(hd),
+        )
     };
     let pieces: Vec<Piece> = if parallel {
         tasks.par_iter().map(run).collect()
@@ -81,19 +98,121 @@ pub fn attend_tiled(step: &AttnStep<'_>, out: &mut [f32], parallel: bool) {
     }
 }
 
-fn block(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
+/// [`attend_tiled`] for a few query rows over a long cache: tasks are (kv head, run of
+/// [`KEY_SPLIT`] keys), each an unnormalised softmax state, merged per kv head.
+fn attend_split(step: &AttnStep<'_>, out: &mut [f32], parallel: bool) {
+    let g = step.geom;
+    let keys = step.p0 + step.n;
+    let tasks: Vec<(usize, usize)> = (0..g.n_kv_heads)
+        .flat_map(|kh| (0..keys).step_by(KEY_SPLIT).map(move |k0| (kh, k0)))
+        .collect();
+    let run = |&(kh, k0): &(usize, usize)| -> State {
+        block(step, kh, 0, step.n, k0..(k0 + KEY_SPLIT).min(keys))
+    };
+    let states: Vec<State> = if parallel {
+        tasks.par_iter().map(run).collect()
+    } else {
+        tasks.iter().map(run).collect()
+    };
+    let (hd, nh) = (g.head_dim, g.n_heads);
+    let group = nh / g.n_kv_heads;
+    for (kh, parts) in states.chunks(keys.div_ceil(KEY_SPLIT)).enumerate() {
+        let rows = merge(parts, hd);
+        for (r, row) in rows.chunks_exact(hd).enumerate() {
+            let (i, h) = (r / group, kh * group + r % group);
+            out[(i * nh + h) * hd..(i * nh + h + 1) * hd].copy_from_slice(row);
+        }
+    }
+}
+
+/// Normalised rows of the softmax states of one block's queries over disjoint key runs:
+/// each state's sum and accumulator rescaled to the largest running maximum.
+fn merge(parts: &[State], hd: usize) -> Vec<f32> {
+    let rows = parts[0].m.len();
+    let mut out = vec![0.0f32; rows * hd];
+    for r in 0..rows {
+        let m = parts
+            .iter()
+            .map(|p| p.m[r])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut l = 0.0f32;
+        let o = &mut out[r * hd..(r + 1) * hd];
+        for p in parts {
+            let c = kernels::exp(p.m[r] - m);
+            l += p.l[r] * c;
+            for (a, v) in o.iter_mut().zip(&p.acc[r * hd..(r + 1) * hd]) {
+                *a += v * c;
+            }
+        }
+        let inv = 1.0 / l;
+        o.iter_mut().for_each(|a| *a *= inv);
+    }
+    out
+}
+
+/// The online-softmax state of a block's query rows after some keys: the running maximum
+/// `m` and sum `l` per row, and the unnormalised accumulator `[rows × head_dim]`.
+struct State {
+    acc: Vec<f32>,
+    m: Vec<f32>,
+    l: Vec<f32>,
+}
+
+impl State {
+    /// The normalised rows (`acc / l`).
+    fn normalised(mut self, hd: usize) -> Vec<f32> {
+        for (ar, &lr) in self.acc.chunks_exact_mut(hd).zip(&self.l) {
+            let inv = 1.0 / lr;
+            ar.iter_mut().for_each(|a| *a *= inv);
+        }
+        self.acc
+    }
+}
+
+/// Positions `i0 .. i1`, the query heads of kv head `kh`, over the keys of `span` (clipped
+/// to what each row may see).
+fn block(
+    step: &AttnStep<'_>,
+    kh: usize,
+    i0: usize,
+    i1: usize,
+    span: std::ops::Range<usize>,
+) -> State {
     #[cfg(target_arch = "x86_64")]
     if lql_storage::codec::cpu::has_avx2() {
         // SAFETY: AVX2 and FMA are present (checked at run time).
-        return unsafe { block_avx2(step, kh, i0, i1) };
+        return unsafe { block_avx2(step, kh, i0, i1, span) };
     }
     // aarch64 has fused multiply-add in every core; elsewhere keep to plain arithmetic
     // (`mul_add` without hardware support is a slow library call).
     if cfg!(target_arch = "aarch64") {
-        block_body::<Fused>(step, kh, i0, i1)
+        block_body::<Fused>(step, kh, i0, i1, span)
     } else {
-        block_body::<Plain>(step, kh, i0, i1)
+        block_body::<Plain>(step, kh, i0, i1, span)
     }
+}
+
+/// How many keys ahead the direct (decoding) path prefetches its key and value rows: a
+/// long cache streams from memory once per token, one head's run out of every row.
+const PREFETCH_KEYS: usize = 16;
+
+/// Prefetches the `len` floats of `buf` from `at` (a hint; never reads past `buf`'s
+/// allocation as a load would, and does nothing off x86).
+#[inline(always)]
+fn prefetch_row(buf: &[f32], at: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if at < buf.len() {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = buf[at..].as_ptr() as *const i8;
+        let mut off = 0;
+        while off < len * 4 {
+            // SAFETY: a prefetch is a hint and never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off)) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (buf, at, len);
 }
 
 /// How the kernel multiplies and adds: fused where the hardware does it in one step.
@@ -122,14 +241,26 @@ impl MulAdd for Plain {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn block_avx2(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
-    block_body::<Fused>(step, kh, i0, i1)
+unsafe fn block_avx2(
+    step: &AttnStep<'_>,
+    kh: usize,
+    i0: usize,
+    i1: usize,
+    span: std::ops::Range<usize>,
+) -> State {
+    block_body::<Fused>(step, kh, i0, i1, span)
 }
 
-/// Positions `i0 .. i1` of the step, the query heads of kv head `kh`: rows ordered
-/// position-major, `[(i1 − i0) × group × head_dim]`.
+/// Positions `i0 .. i1` of the step, the query heads of kv head `kh`, over the keys of
+/// `span`: rows ordered position-major, `[(i1 − i0) × group × head_dim]`, unnormalised.
 #[inline(always)]
-fn block_body<F: MulAdd>(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -> Vec<f32> {
+fn block_body<F: MulAdd>(
+    step: &AttnStep<'_>,
+    kh: usize,
+    i0: usize,
+    i1: usize,
+    span: std::ops::Range<usize>,
+) -> State {
     let g = step.geom;
     let (hd, nh) = (g.head_dim, g.n_heads);
     let group = nh / g.n_kv_heads;
@@ -152,8 +283,8 @@ fn block_body<F: MulAdd>(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -
     let mut l = vec![0.0f32; rows];
     let mut kt = vec![0.0f32; hd * KB];
     let mut s = [0.0f32; KB];
-    let keys = step.p0 + i1;
-    let mut j0 = 0;
+    let keys = (step.p0 + i1).min(span.end);
+    let mut j0 = span.start;
     while j0 < keys {
         let jn = KB.min(keys - j0);
         // Few rows (decoding): scores as direct dot products; many rows (prefill): keys
@@ -175,6 +306,16 @@ fn block_body<F: MulAdd>(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -
             let qr = &q[r * hd..(r + 1) * hd];
             if direct {
                 for (j, sj) in s[..visible].iter_mut().enumerate() {
+                    prefetch_row(
+                        step.k_cache,
+                        (j0 + j + PREFETCH_KEYS) * kv_dim + kh * hd,
+                        hd,
+                    );
+                    prefetch_row(
+                        step.v_cache,
+                        (j0 + j + PREFETCH_KEYS) * kv_dim + kh * hd,
+                        hd,
+                    );
                     let k = &step.k_cache[(j0 + j) * kv_dim + kh * hd..][..hd];
                     *sj = if hd == 64 {
                         dot_fixed::<64, F>(qr, k)
@@ -235,11 +376,7 @@ fn block_body<F: MulAdd>(step: &AttnStep<'_>, kh: usize, i0: usize, i1: usize) -
         }
         j0 += jn;
     }
-    for (ar, &lr) in acc.chunks_exact_mut(hd).zip(&l) {
-        let inv = 1.0 / lr;
-        ar.iter_mut().for_each(|a| *a *= inv);
-    }
-    acc
+    State { acc, m, l }
 }
 
 #[cfg(test)]
@@ -298,6 +435,10 @@ mod tests {
             (70, 1),
             (0, 150),
             (37, 40),
+            // Long caches, few rows: the key range split over tasks and merged.
+            (511, 1),
+            (1000, 1),
+            (1100, 3),
         ] {
             let total = p0 + n;
             let q: Vec<f32> = (0..n * geom.n_heads * geom.head_dim).map(val).collect();

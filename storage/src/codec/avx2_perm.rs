@@ -28,8 +28,8 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use std::arch::x86_64::*;
 use super::PREFETCH_FAR as FAR;
+use std::arch::x86_64::*;
 
 /// Floats of the prepared layout per 32-element block.
 pub const PREP_FLOATS: usize = 40;
