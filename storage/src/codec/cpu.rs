@@ -20,7 +20,8 @@ pub enum Kernels {
     Neon,
     /// AVX2 + FMA + F16C.
     Avx2,
-    /// AVX-512F/BW on top of [`Kernels::Avx2`] (the multi-row Q4_1 and Q8_0 dot kernels).
+    /// AVX-512F/BW on top of [`Kernels::Avx2`] (the Q8_0 row kernel; the rest measured
+    /// faster as AVX2, see `codec/avx512.rs`).
     Avx512,
 }
 

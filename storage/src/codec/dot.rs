@@ -109,11 +109,10 @@ pub fn dot_rows_using(
 }
 
 /// The multi-row kernels (`out.len()` rows of `rb` bytes, `x.len()` a multiple of 32,
-/// `kernels` at least AVX2 and supported by this CPU), in groups of four rows: AVX-512 for
-/// Q4_1 (and Q8_0 row by row) where chosen, AVX2 [`super::avx2_perm`] for Q4_0, Q5_0,
-/// Q4_K, Q6_K and [`super::avx2_rows`] for Q4_1, Q5_1 (and Q8_0 row by row, one
-/// prefetched stream); returns how many leading rows it computed (0 when no kernel here
-/// fits `dtype`).
+/// `kernels` at least AVX2 and supported by this CPU), in groups of four rows: AVX2
+/// [`super::avx2_perm`] for Q4_0, Q5_0, Q4_K, Q6_K and [`super::avx2_rows`] for Q4_1, Q5_1
+/// on both x86 paths; Q8_0 row by row, one prefetched stream (AVX-512 where chosen);
+/// returns how many leading rows it computed (0 when no kernel here fits `dtype`).
 #[cfg(target_arch = "x86_64")]
 fn dot_rows_x86(
     kernels: Kernels,
@@ -147,30 +146,18 @@ fn dot_rows_x86(
         return dot_rows_prepared(dtype, rows_bytes, rb, x, out);
     }
     type Dot4 = unsafe fn([*const u8; 4], *const f32, *const f32, usize) -> [f32; 4];
-    unsafe fn q4_1_512(r: [*const u8; 4], x: *const f32, _s: *const f32, nb: usize) -> [f32; 4] {
-        super::avx512::dot4_q4_1(r, x, nb)
-    }
-    /// What a kernel needs precomputed from x: nothing, or per-block pairs.
-    #[derive(PartialEq)]
-    enum Sums {
-        None,
-        Pairs,
-    }
-    let (kernel, needs_sums): (Dot4, Sums) = match (kernels, dtype) {
-        (Kernels::Avx512, DType::Q4_1) => (q4_1_512, Sums::None),
-        (_, DType::Q4_1) => (a2::dot4_q4_1, Sums::Pairs),
-        (_, DType::Q5_1) => (a2::dot4_q5_1, Sums::Pairs),
+    let kernel: Dot4 = match dtype {
+        DType::Q4_1 => a2::dot4_q4_1,
+        DType::Q5_1 => a2::dot4_q5_1,
         _ => return 0,
     };
-    let mut sums = [0.0f32; 2 * a2::MAX_BLOCKS];
-    if needs_sums != Sums::None && nb > a2::MAX_BLOCKS {
+    if nb > a2::MAX_BLOCKS {
         return 0;
     }
-    match needs_sums {
-        // SAFETY: AVX2 present; x holds nb*32 values and sums 2*MAX_BLOCKS >= 2*nb floats.
-        Sums::Pairs => unsafe { a2::block_sums(x.as_ptr(), nb, sums.as_mut_ptr()) },
-        Sums::None => {}
-    }
+    // Per-block pairs of x sums, read by the kernel for the folded minimum.
+    let mut sums = [0.0f32; 2 * a2::MAX_BLOCKS];
+    // SAFETY: AVX2 present; x holds nb*32 values and sums 2*MAX_BLOCKS >= 2*nb floats.
+    unsafe { a2::block_sums(x.as_ptr(), nb, sums.as_mut_ptr()) };
     let groups = out.len() / 4;
     for (g, o) in out.chunks_exact_mut(4).take(groups).enumerate() {
         let p = rows_bytes[g * 4 * rb..(g + 1) * 4 * rb].as_ptr();
