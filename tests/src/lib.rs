@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use lql::Value;
+use lql::{Connection, Value};
 
 /// The catalogue name of the default real model.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -62,4 +62,33 @@ pub fn slt_line_matches(actual: &str, expected: &str, tol: f64) -> bool {
                 _ => false,
             }
         })
+}
+
+/// The first `n` facts of the committed edit fact set (`tests/fixtures/edit/facts.json`):
+/// (entity, relation, new target, prompt).
+pub fn edit_facts(n: usize) -> Vec<(String, String, String, String)> {
+    let p = repo_root().join("tests/fixtures/edit/facts.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    v["facts"].as_array().unwrap()[..n]
+        .iter()
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap().to_string();
+            (s("entity"), s("relation"), s("new"), s("prompt"))
+        })
+        .collect()
+}
+
+/// One `INSERT INTO edges (entity, relation, target, prompt)` per fact on `c`.
+pub fn insert_facts(c: &Connection, facts: &[(String, String, String, String)]) {
+    let sql = |s: &str| s.replace('\'', "''");
+    for (e, r, target, prompt) in facts {
+        c.execute(&format!(
+            "INSERT INTO edges (entity, relation, target, prompt) VALUES ('{}', '{}', '{}', '{}')",
+            sql(e),
+            sql(r),
+            sql(target),
+            sql(prompt)
+        ))
+        .unwrap();
+    }
 }

@@ -29,23 +29,6 @@ fn col(r: &Rows, name: &str) -> Value {
     r.rows[0][i].clone()
 }
 
-/// The first `n` facts of the committed fact set: (entity, relation, new target, prompt).
-fn facts(n: usize) -> Vec<(String, String, String, String)> {
-    let p = lql_tests::repo_root().join("tests/fixtures/edit/facts.json");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
-    v["facts"].as_array().unwrap()[..n]
-        .iter()
-        .map(|f| {
-            let s = |k: &str| f[k].as_str().unwrap().to_string();
-            (s("entity"), s("relation"), s("new"), s("prompt"))
-        })
-        .collect()
-}
-
-fn sql(s: &str) -> String {
-    s.replace('\'', "''")
-}
-
 /// The `lql` binary beside this test's executable (target/release/lql).
 fn lql_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -120,17 +103,8 @@ fn twenty_edits_diff_and_compile_into_vindex_in_a_new_process() {
     let c = Connection::open_in_memory().unwrap();
     c.bind(&path.display().to_string()).unwrap();
 
-    let facts = facts(20);
-    for (e, r, target, prompt) in &facts {
-        c.execute(&format!(
-            "INSERT INTO edges (entity, relation, target, prompt) VALUES ('{}', '{}', '{}', '{}')",
-            sql(e),
-            sql(r),
-            sql(target),
-            sql(prompt)
-        ))
-        .unwrap();
-    }
+    let facts = lql_tests::edit_facts(20);
+    lql_tests::insert_facts(&c, &facts);
     let edges = c.execute("SELECT layer FROM edges").unwrap();
     assert_eq!(edges.rows.len(), 20);
     let layers: BTreeSet<i64> = edges

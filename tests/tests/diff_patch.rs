@@ -30,23 +30,6 @@ fn col(r: &Rows, name: &str) -> Value {
     r.rows[0][i].clone()
 }
 
-fn sql(s: &str) -> String {
-    s.replace('\'', "''")
-}
-
-/// The first `n` facts of the committed fact set: (entity, relation, new target, prompt).
-fn facts(n: usize) -> Vec<(String, String, String, String)> {
-    let p = repo_root().join("tests/fixtures/edit/facts.json");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
-    v["facts"].as_array().unwrap()[..n]
-        .iter()
-        .map(|f| {
-            let s = |k: &str| f[k].as_str().unwrap().to_string();
-            (s("entity"), s("relation"), s("new"), s("prompt"))
-        })
-        .collect()
-}
-
 /// INFER rows of `prompts` (every column, logits included).
 fn infer(c: &Connection, prompts: &[String]) -> Vec<Rows> {
     prompts
@@ -70,17 +53,8 @@ fn diff_into_patch_reproduces_the_edited_state() {
     let t = tempfile::tempdir().unwrap();
     let c = Connection::open_in_memory().unwrap();
     c.bind(&base.display().to_string()).unwrap();
-    let facts = facts(20);
-    for (e, r, target, prompt) in &facts {
-        c.execute(&format!(
-            "INSERT INTO edges (entity, relation, target, prompt) VALUES ('{}', '{}', '{}', '{}')",
-            sql(e),
-            sql(r),
-            sql(target),
-            sql(prompt)
-        ))
-        .unwrap();
-    }
+    let facts = lql_tests::edit_facts(20);
+    lql_tests::insert_facts(&c, &facts);
     c.execute("DELETE FROM features WHERE layer = 3 AND feature < 2")
         .unwrap();
     c.execute("UPDATE features SET gate_scale = 0.5 WHERE layer = 7 AND feature = 11")

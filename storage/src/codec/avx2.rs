@@ -15,8 +15,9 @@ use std::arch::x86_64::*;
 
 use super::block::MXFP4_KVALUES;
 
+/// The sum of the eight lanes of `v`.
 #[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let sh = _mm_movehdup_ps(s);
     let s = _mm_add_ps(s, sh);
@@ -26,9 +27,15 @@ unsafe fn hsum(v: __m256) -> f32 {
 
 /// Broadcasts the f16 at `p`.
 #[inline(always)]
-unsafe fn bcast_f16(p: *const u8) -> __m256 {
+pub(super) unsafe fn bcast_f16(p: *const u8) -> __m256 {
     let h = (p as *const u16).read_unaligned();
     _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// Prefetches the cache line at `p` (a hint: never faults, whatever the address).
+#[inline(always)]
+pub(super) unsafe fn prefetch(p: *const u8) {
+    _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
 }
 
 /// Broadcasts the two consecutive f16 at `p` (d, then m).

@@ -28,8 +28,10 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::PREFETCH_FAR as FAR;
 use std::arch::x86_64::*;
+
+use super::avx2::{bcast_f16, hsum, prefetch};
+use super::PREFETCH_FAR as FAR;
 
 /// Floats of the prepared layout per 32-element block.
 pub const PREP_FLOATS: usize = 40;
@@ -41,19 +43,12 @@ pub const PREP_FLOATS: usize = 40;
 pub unsafe fn prepare_x_natural(x: *const f32, nb: usize, k: f32, out: *mut f32) {
     let kv = _mm256_set1_ps(k);
     for b in 0..nb {
-        let xp = x.add(b * 32);
         let o = out.add(b * PREP_FLOATS);
-        let v = [
-            _mm256_loadu_ps(xp),
-            _mm256_loadu_ps(xp.add(8)),
-            _mm256_loadu_ps(xp.add(16)),
-            _mm256_loadu_ps(xp.add(24)),
-        ];
+        let v = load_block(x.add(b * 32));
         for (k, vk) in v.iter().enumerate() {
             _mm256_storeu_ps(o.add(8 * k), *vk);
         }
-        let s = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
-        _mm256_storeu_ps(o.add(32), _mm256_mul_ps(kv, s));
+        store_offset(o, kv, &v);
     }
 }
 
@@ -63,14 +58,8 @@ pub unsafe fn prepare_x_natural(x: *const f32, nb: usize, k: f32, out: *mut f32)
 pub unsafe fn prepare_x(x: *const f32, nb: usize, k: f32, out: *mut f32) {
     let kv = _mm256_set1_ps(k);
     for b in 0..nb {
-        let xp = x.add(b * 32);
         let o = out.add(b * PREP_FLOATS);
-        let v = [
-            _mm256_loadu_ps(xp),
-            _mm256_loadu_ps(xp.add(8)),
-            _mm256_loadu_ps(xp.add(16)),
-            _mm256_loadu_ps(xp.add(24)),
-        ];
+        let v = load_block(x.add(b * 32));
         // Chunk k: x[4k..4k+4] (from v[k/2], half k%2) ++ x[16+4k..] (from v[2 + k/2]).
         for k in 0..4 {
             let (lo, hi) = (v[k / 2], v[2 + k / 2]);
@@ -81,24 +70,27 @@ pub unsafe fn prepare_x(x: *const f32, nb: usize, k: f32, out: *mut f32) {
             };
             _mm256_storeu_ps(o.add(8 * k), c);
         }
-        let s = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
-        _mm256_storeu_ps(o.add(32), _mm256_mul_ps(kv, s));
+        store_offset(o, kv, &v);
     }
 }
 
+/// The 32 values of one block of x at `xp`, as four vectors.
 #[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let sh = _mm_movehdup_ps(s);
-    let s = _mm_add_ps(s, sh);
-    let sh = _mm_movehl_ps(sh, s);
-    _mm_cvtss_f32(_mm_add_ss(s, sh))
+unsafe fn load_block(xp: *const f32) -> [__m256; 4] {
+    [
+        _mm256_loadu_ps(xp),
+        _mm256_loadu_ps(xp.add(8)),
+        _mm256_loadu_ps(xp.add(16)),
+        _mm256_loadu_ps(xp.add(24)),
+    ]
 }
 
-/// The f16 at `p`, converted, in all eight lanes.
+/// The offset vector of a prepared block: `k · Σ` of the block's values per lane, written
+/// after its 32 values.
 #[inline(always)]
-unsafe fn bcast_f16(p: *const u8) -> __m256 {
-    _mm256_cvtph_ps(_mm_set1_epi16((p as *const i16).read_unaligned()))
+unsafe fn store_offset(o: *mut f32, kv: __m256, v: &[__m256; 4]) {
+    let s = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
+    _mm256_storeu_ps(o.add(32), _mm256_mul_ps(kv, s));
 }
 
 /// The `vpshufb` control that widens bytes `4k..4k + 4` of each 128-bit lane to i32 lanes.
@@ -213,12 +205,6 @@ pub unsafe fn dot4_q5_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
         }
     }
     [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
-}
-
-/// Prefetches the cache line at `p` (a hint: never faults, whatever the address).
-#[inline(always)]
-unsafe fn prefetch(p: *const u8) {
-    _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
 }
 
 // ---------------------------------------------------------------- K-quants (256 elements)

@@ -19,6 +19,9 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2::{hsum, prefetch};
+use super::{PREFETCH_FAR as FAR, PREFETCH_ROW as PREFETCH_AHEAD};
+
 /// Longest row, in 32-element blocks, the kernels with per-block sums take (the sums of
 /// one call live on the caller's stack: `2 * MAX_BLOCKS` floats).
 pub const MAX_BLOCKS: usize = 512;
@@ -37,15 +40,6 @@ pub unsafe fn block_sums(x: *const f32, nb: usize, sums: *mut f32) {
         *sums.add(2 * b) = v;
         *sums.add(2 * b + 1) = v;
     }
-}
-
-#[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let sh = _mm_movehdup_ps(s);
-    let s = _mm_add_ps(s, sh);
-    let sh = _mm_movehl_ps(sh, s);
-    _mm_cvtss_f32(_mm_add_ss(s, sh))
 }
 
 /// The two f16 at `p` (`[d, m]`) as `[d, m, 0, 0]`.
@@ -230,12 +224,4 @@ pub unsafe fn dot1_q8_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
         acc[0] = _mm256_add_ps(acc[0], block(b));
     }
     hsum(_mm256_add_ps(acc[0], acc[1]))
-}
-
-use super::{PREFETCH_FAR as FAR, PREFETCH_ROW as PREFETCH_AHEAD};
-
-/// Prefetches the cache line at `p` (a hint: never faults, whatever the address).
-#[inline(always)]
-unsafe fn prefetch(p: *const u8) {
-    _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
 }

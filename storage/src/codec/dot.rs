@@ -124,19 +124,18 @@ fn dot_rows_x86(
 ) -> usize {
     use super::avx2_rows as a2;
     let nb = x.len() / 32;
-    if kernels == Kernels::Avx512 && dtype == DType::Q8_0 {
-        for (o, row) in out.iter_mut().zip(rows_bytes.chunks_exact(rb)) {
-            // SAFETY: AVX-512 present (`kernels` is clamped to `cpu::best()`); `row` holds
-            // rb = nb * 34 bytes (a whole chunk) and x holds nb*32 values.
-            *o = unsafe { super::avx512::dot1_q8_0(row.as_ptr(), x.as_ptr(), nb) };
-        }
-        return out.len();
-    }
     if dtype == DType::Q8_0 {
+        type Dot1 = unsafe fn(*const u8, *const f32, usize) -> f32;
+        let dot1: Dot1 = if kernels == Kernels::Avx512 {
+            super::avx512::dot1_q8_0
+        } else {
+            a2::dot1_q8_0
+        };
         for (o, row) in out.iter_mut().zip(rows_bytes.chunks_exact(rb)) {
-            // SAFETY: AVX2 present (`kernels` is clamped to `cpu::best()`); `row` holds
-            // rb = nb * 34 bytes (a whole chunk) and x holds nb*32 values.
-            *o = unsafe { a2::dot1_q8_0(row.as_ptr(), x.as_ptr(), nb) };
+            // SAFETY: the kernel's features are present (`kernels` is clamped to
+            // `cpu::best()`); `row` holds rb = nb * 34 bytes (a whole chunk) and x holds
+            // nb*32 values.
+            *o = unsafe { dot1(row.as_ptr(), x.as_ptr(), nb) };
         }
         return out.len();
     }
