@@ -92,6 +92,36 @@ pub fn centre(exec: &Executor, texts: &[Vec<u32>], layer: usize, pos: usize) -> 
     Ok(sum.into_iter().map(|s| (s / count as f64) as f32).collect())
 }
 
+/// Where the gate of a key opens so that it stays shut on `rows` (`[n × hidden]`, residuals
+/// it must not fire on): above every row's score `û·(x − c)/‖k − c‖` by `margin`, never below
+/// `shape.theta` and never above `cap` (the key itself scores 1).
+pub fn calibrated_theta(
+    key: &[f32],
+    centre: &[f32],
+    rows: &[f32],
+    shape: GateShape,
+    margin: f32,
+    cap: f32,
+) -> f32 {
+    let u: Vec<f32> = key.iter().zip(centre).map(|(k, c)| k - c).collect();
+    let len2 = u.iter().map(|v| v * v).sum::<f32>();
+    if !(len2.is_finite() && len2 > 0.0) {
+        return shape.theta;
+    }
+    let highest = rows
+        .chunks_exact(key.len())
+        .map(|x| {
+            x.iter()
+                .zip(centre)
+                .zip(&u)
+                .map(|((x, c), u)| (x - c) * u)
+                .sum::<f32>()
+                / len2
+        })
+        .fold(f32::NEG_INFINITY, f32::max);
+    (highest + margin).clamp(shape.theta, cap.max(shape.theta))
+}
+
 fn act(a: Activation, x: f32) -> f32 {
     let mut g = [x];
     crate::kernels::glu(a, &mut g, &[1.0]);
@@ -225,4 +255,23 @@ pub fn search_strength(
         prob: hi_p,
         passes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn theta_rises_above_the_rows_it_must_stay_shut_on() {
+        let (key, centre) = ([2.0f32, 0.0], [1.0f32, 0.0]);
+        let shape = GateShape::default();
+        let theta = |rows: &[f32]| calibrated_theta(&key, &centre, rows, shape, 0.05, 0.95);
+        // Scores (x − c)·u/‖u‖²: 0.5 and 0.2 stay under the default θ.
+        assert_eq!(theta(&[1.5, 0.0, 1.2, 3.0]), shape.theta);
+        // 0.87 + 0.05 lifts θ to 0.92.
+        assert!((theta(&[1.87, 5.0, 1.0, 0.0]) - 0.92).abs() < 1e-6);
+        // A row scoring like the key itself caps θ at 0.95.
+        assert_eq!(theta(&[2.0, 0.0]), 0.95);
+        assert_eq!(theta(&[]), shape.theta);
+    }
 }

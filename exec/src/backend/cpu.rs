@@ -140,12 +140,69 @@ impl CpuBackend {
                     let c = unsafe {
                         MatMut::from_raw_parts_mut(target.0.add(r0), n, nr, rows as isize, 1)
                     };
-                    gemm(c, Accum::Replace, a, b, 1.0f32, Par::Seq);
+                    tile_product(c, a, b);
                     Ok::<(), ExecError>(())
                 })
             })
         })
     }
+}
+
+/// `c = a · b` (f32, one thread) on the instruction set of LQL's kernel path: faer's x86
+/// GEMM with AVX-512 or AVX2 as `lql_storage::codec::cpu` chose (so `LQL_CODEC_NO_AVX512=1`
+/// runs the prefill on AVX2 too, as on a machine without AVX-512), faer's portable GEMM
+/// elsewhere.
+fn tile_product(c: MatMut<'_, f32>, a: MatRef<'_, f32>, b: MatRef<'_, f32>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use lql_storage::codec::cpu;
+        use private_gemm_x86 as x86;
+        let set = if cpu::has_avx512() {
+            Some(x86::InstrSet::Avx512)
+        } else if cpu::has_avx2() {
+            Some(x86::InstrSet::Avx256)
+        } else {
+            None
+        };
+        if let Some(set) = set {
+            let (m, n, k) = (c.nrows(), c.ncols(), a.ncols());
+            let alpha = 1.0f32;
+            // SAFETY: the instruction set is present (checked at run time by `cpu`); the
+            // pointers and strides are those of `c` (m × n, written), `a` (m × k) and `b`
+            // (k × n), valid views of f32 elements for the whole call.
+            unsafe {
+                x86::gemm(
+                    x86::DType::F32,
+                    x86::IType::U64,
+                    set,
+                    m,
+                    n,
+                    k,
+                    c.as_ptr_mut() as *mut (),
+                    c.row_stride(),
+                    c.col_stride(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    x86::DstKind::Full,
+                    x86::Accum::Replace,
+                    a.as_ptr() as *const (),
+                    a.row_stride(),
+                    a.col_stride(),
+                    false,
+                    std::ptr::null(),
+                    0,
+                    b.as_ptr() as *const (),
+                    b.row_stride(),
+                    b.col_stride(),
+                    false,
+                    &raw const alpha as *const (),
+                    1,
+                )
+            };
+            return;
+        }
+    }
+    gemm(c, Accum::Replace, a, b, 1.0f32, Par::Seq);
 }
 
 /// An output buffer shared by the tasks of one dispatch (each writes its own columns).

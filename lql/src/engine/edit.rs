@@ -51,6 +51,9 @@ pub(crate) struct Edits {
     pub state: Option<Arc<EffectiveModel>>,
     /// Per-layer key centres over reference text, computed on the base model.
     centres: HashMap<usize, Arc<Vec<f32>>>,
+    /// Per-layer normed FFN inputs of the reference texts (every position but the first),
+    /// on the base model: what a gate is calibrated to stay shut on.
+    reference_rows: HashMap<usize, Arc<Vec<f32>>>,
 }
 
 impl Edits {
@@ -197,7 +200,6 @@ fn insert_one(
             row.target
         )));
     };
-    let shape = GateShape::default();
     // The current prediction: the token the edit must overtake.
     let now = exec.session().prefill(&ids)?;
     let top = now.top(2);
@@ -208,22 +210,17 @@ fn insert_one(
     };
     let d = exec.surface().hidden;
     let key_pos = ids.len() - 1;
-    let centre = if prompt.contains(&row.entity) {
+    let (centre, contrast_rows) = if prompt.contains(&row.entity) {
         let others = other_entities(plan, cx.bound()?.edits.state.as_deref(), row);
         let others: Vec<&str> = others.iter().map(String::as_str).collect();
-        Arc::new(contrast_centre(
-            &exec,
-            &tok,
-            prompt,
-            &row.entity,
-            &others,
-            layer,
-        )?)
+        let (c, rows) = contrast_centre(&exec, &tok, prompt, &row.entity, &others, layer)?;
+        (Arc::new(c), rows)
     } else {
-        centre(cx, layer)?
+        (centre(cx, layer)?, Vec::new())
     };
     let key = ke::ffn_inputs(&exec, &ids[..=key_pos], layer)?;
     let key = &key[key_pos * d..(key_pos + 1) * d];
+    let shape = calibrated_shape(cx, layer, key, &centre, &contrast_rows)?;
     let mut feature = ke::keyed_feature(layer, key, &centre, shape, exec.surface().activation)?;
     feature.edge = Some(Edge {
         entity: row.entity.clone(),
@@ -282,7 +279,7 @@ fn contrast_centre(
     entity: &str,
     others: &[&str],
     layer: usize,
-) -> Result<Vec<f32>> {
+) -> Result<(Vec<f32>, Vec<f32>)> {
     let d = exec.surface().hidden;
     let subs: Vec<&str> = STAND_INS
         .iter()
@@ -290,14 +287,64 @@ fn contrast_centre(
         .chain(others.iter().copied())
         .collect();
     let mut sum = vec![0.0f32; d];
+    let mut lasts = Vec::with_capacity(subs.len() * d);
     for s in &subs {
         let ids = tok.encode(&prompt.replacen(entity, s, 1), true)?;
         let rows = ke::ffn_inputs(exec, &ids, layer)?;
-        for (a, b) in sum.iter_mut().zip(&rows[rows.len() - d..]) {
+        let last = &rows[rows.len() - d..];
+        for (a, b) in sum.iter_mut().zip(last) {
             *a += b / subs.len() as f32;
         }
+        lasts.extend_from_slice(last);
     }
-    Ok(sum)
+    Ok((sum, lasts))
+}
+
+/// The gate opens this far above the highest score of a residual it must stay shut on.
+const GATE_MARGIN: f32 = 0.05;
+/// ... but never higher than this (the key itself scores 1).
+const GATE_CAP: f32 = 0.95;
+
+/// The gate shape of a new key: the default, with θ raised where needed to stay shut on
+/// the reference texts (every position) and on the contrast prompts' last tokens.
+fn calibrated_shape(
+    cx: &mut Cx<'_>,
+    layer: usize,
+    key: &[f32],
+    centre: &[f32],
+    contrast_rows: &[f32],
+) -> Result<GateShape> {
+    let shape = GateShape::default();
+    let reference = reference_rows(cx, layer)?;
+    let theta = ke::calibrated_theta(key, centre, &reference, shape, GATE_MARGIN, GATE_CAP).max(
+        ke::calibrated_theta(key, centre, contrast_rows, shape, GATE_MARGIN, GATE_CAP),
+    );
+    Ok(GateShape { theta, ..shape })
+}
+
+/// The reference texts' normed FFN inputs of `layer` (positions 1 on, base model),
+/// computed once per binding.
+fn reference_rows(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
+    if let Some(r) = cx.bound()?.edits.reference_rows.get(&layer) {
+        return Ok(r.clone());
+    }
+    let tok = cx.tokenizer()?;
+    let exec = cx.executor()?;
+    let base: Arc<dyn lql_storage::OperandSource> = cx.bound()?.model().clone();
+    let base_exec: Executor = exec.with_source(base)?;
+    let d = base_exec.surface().hidden;
+    let mut rows = Vec::new();
+    for t in REFERENCE_TEXTS {
+        let ids = tok.encode(t, true)?;
+        let r = ke::ffn_inputs(&base_exec, &ids, layer)?;
+        rows.extend_from_slice(r.get(d..).unwrap_or_default());
+    }
+    let rows = Arc::new(rows);
+    bound_mut(cx)?
+        .edits
+        .reference_rows
+        .insert(layer, rows.clone());
+    Ok(rows)
 }
 
 /// Up to [`MAX_CONTRAST_ENTITIES`] other entities of `row`'s relation: the INSERT's other rows,
