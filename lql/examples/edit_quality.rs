@@ -176,7 +176,11 @@ fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize) -> lql::Result<Score
 fn mean_kl(c: &Connection, base: &[Vec<f64>], vocab: usize) -> lql::Result<f64> {
     let mut s = 0.0;
     for (prompt, b) in UNRELATED.iter().zip(base) {
-        s += kl(b, &dist(c, prompt, vocab)?);
+        let k = kl(b, &dist(c, prompt, vocab)?);
+        if k > 0.01 {
+            println!("  unrelated prompt {prompt:?} moved: KL {k:.3} nats");
+        }
+        s += k;
     }
     Ok(s / base.len() as f64)
 }

@@ -21,13 +21,15 @@ use crate::value::Value;
 
 /// The default layer of an added feature, as a fraction of the model's depth
 /// (docs/editing.md: chosen by the fact-set measurements).
-pub(crate) const DEFAULT_LAYER_FRACTION: f64 = 0.5;
+pub(crate) const DEFAULT_LAYER_FRACTION: f64 = 0.6;
 /// The default ALPHA: the probability the edit prompt must give the target.
 pub(crate) const DEFAULT_ALPHA: f64 = 0.9;
 /// The strength search stops here (in units of the normed residual direction).
 const MAX_MAGNITUDE: f32 = 4096.0;
-/// Text the key is centred on (mean normed FFN input over its positions).
-const REFERENCE_TEXTS: [&str; 8] = [
+/// Text the key is centred on (the first eight; mean normed FFN input over their positions)
+/// and every gate is calibrated to stay shut on (all of them, every position but the
+/// first): ordinary sentences, unfinished prompts, questions, dialogue, lists, numbers, code.
+const REFERENCE_TEXTS: [&str; 32] = [
     "The weather today is mild with a light breeze from the west.",
     "She opened the book and began to read the first chapter aloud.",
     "In 1990 the company moved its offices to a larger building downtown.",
@@ -36,6 +38,30 @@ const REFERENCE_TEXTS: [&str; 8] = [
     "A list of ingredients: flour, sugar, butter, eggs and milk.",
     "The committee will meet again next month to review the budget.",
     "Many people enjoy walking in the park on Sunday mornings.",
+    "The quickest way to get to the airport is",
+    "When I was a child, I always wanted to",
+    "This laptop comes with a bigger battery and",
+    "What time does the shop close on",
+    "Q: How many legs does a spider have? A:",
+    "\"Are you coming to dinner tonight?\" she asked. \"",
+    "Step 1: Preheat the oven. Step 2:",
+    "for i in range(10): print(",
+    "The total came to 42 dollars and",
+    "Dear Sir or Madam, I am writing to",
+    "The reason the project failed was",
+    "My grandmother used to tell me that",
+    "The cat jumped onto the table and",
+    "Scientists have discovered a new species of",
+    "If you want to lose weight, you should",
+    "The band played their final song and the crowd",
+    "Tomorrow we are going to visit the",
+    "The most popular sport in the world is",
+    "I can't believe that you",
+    "The instructions say to turn the knob to",
+    "Our neighbours have a big dog named",
+    "The first thing you notice about the city is",
+    "Yesterday the president announced that",
+    "The color of the sky at sunset is",
 ];
 
 /// A connection's edits over its bound model.
@@ -375,6 +401,10 @@ fn other_entities(plan: &InsertPlan, state: Option<&EffectiveModel>, row: &EdgeR
     out
 }
 
+/// The reference texts the centre is the mean of (the rest only calibrate gates), kept
+/// as before so that keys centred on reference text do not move.
+const CENTRE_TEXTS: usize = 8;
+
 /// The key centre of `layer` when the prompt does not name the entity: the mean normed FFN
 /// input over reference text (on the base model), computed once per binding.
 fn centre(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
@@ -385,7 +415,7 @@ fn centre(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
     let exec = cx.executor()?;
     let base: Arc<dyn lql_storage::OperandSource> = cx.bound()?.model().clone();
     let base_exec: Executor = exec.with_source(base)?;
-    let texts: Vec<Vec<u32>> = REFERENCE_TEXTS
+    let texts: Vec<Vec<u32>> = REFERENCE_TEXTS[..CENTRE_TEXTS]
         .iter()
         .map(|t| tok.encode(t, true))
         .collect::<std::result::Result<_, _>>()?;
