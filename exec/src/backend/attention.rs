@@ -12,7 +12,7 @@
 
 use rayon::prelude::*;
 
-use super::AttnStep;
+use super::{AttnGeometry, AttnStep};
 use crate::kernels;
 
 /// Keys per block (scores of one block stay in L1).
@@ -82,19 +82,32 @@ pub fn attend_tiled(step: &AttnStep<'_>, out: &mut [f32], parallel: bool) {
             block(step, kh, i0, i1, 0..usize::MAX).normalised(hd),
         )
     };
-    let pieces: Vec<Piece> = if parallel {
+    for (i0, kh, rows) in map_tasks(&tasks, parallel, run) {
+        place_rows(out, g, i0, kh, &rows);
+    }
+}
+
+/// `run` over every task, on the current rayon pool when `parallel`, results in task order.
+fn map_tasks<T: Sync, R: Send>(
+    tasks: &[T],
+    parallel: bool,
+    run: impl Fn(&T) -> R + Sync + Send,
+) -> Vec<R> {
+    if parallel {
         tasks.par_iter().map(run).collect()
     } else {
         tasks.iter().map(run).collect()
-    };
+    }
+}
+
+/// Writes a block's rows (positions from `i0`, the query heads of kv head `kh`,
+/// position-major) into `out = [n × n_heads × head_dim]`.
+fn place_rows(out: &mut [f32], g: AttnGeometry, i0: usize, kh: usize, rows: &[f32]) {
     let (hd, nh) = (g.head_dim, g.n_heads);
     let group = nh / g.n_kv_heads;
-    for (i0, kh, rows) in pieces {
-        for (r, row) in rows.chunks_exact(hd).enumerate() {
-            let (i, hh) = (i0 + r / group, r % group);
-            let h = kh * group + hh;
-            out[(i * nh + h) * hd..(i * nh + h + 1) * hd].copy_from_slice(row);
-        }
+    for (r, row) in rows.chunks_exact(hd).enumerate() {
+        let (i, h) = (i0 + r / group, kh * group + r % group);
+        out[(i * nh + h) * hd..(i * nh + h + 1) * hd].copy_from_slice(row);
     }
 }
 
@@ -109,19 +122,9 @@ fn attend_split(step: &AttnStep<'_>, out: &mut [f32], parallel: bool) {
     let run = |&(kh, k0): &(usize, usize)| -> State {
         block(step, kh, 0, step.n, k0..(k0 + KEY_SPLIT).min(keys))
     };
-    let states: Vec<State> = if parallel {
-        tasks.par_iter().map(run).collect()
-    } else {
-        tasks.iter().map(run).collect()
-    };
-    let (hd, nh) = (g.head_dim, g.n_heads);
-    let group = nh / g.n_kv_heads;
+    let states = map_tasks(&tasks, parallel, run);
     for (kh, parts) in states.chunks(keys.div_ceil(KEY_SPLIT)).enumerate() {
-        let rows = merge(parts, hd);
-        for (r, row) in rows.chunks_exact(hd).enumerate() {
-            let (i, h) = (r / group, kh * group + r % group);
-            out[(i * nh + h) * hd..(i * nh + h + 1) * hd].copy_from_slice(row);
-        }
+        place_rows(out, g, 0, kh, &merge(parts, g.head_dim));
     }
 }
 

@@ -355,9 +355,7 @@ fn reference_rows(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
         return Ok(r.clone());
     }
     let tok = cx.tokenizer()?;
-    let exec = cx.executor()?;
-    let base: Arc<dyn lql_storage::OperandSource> = cx.bound()?.model().clone();
-    let base_exec: Executor = exec.with_source(base)?;
+    let base_exec = base_executor(cx)?;
     let d = base_exec.surface().hidden;
     let mut rows = Vec::new();
     for t in REFERENCE_TEXTS {
@@ -401,6 +399,14 @@ fn other_entities(plan: &InsertPlan, state: Option<&EffectiveModel>, row: &EdgeR
     out
 }
 
+/// The bound model's executor over the base model (no edits): reference residuals are
+/// computed there, so they do not depend on the edits in force.
+fn base_executor(cx: &mut Cx<'_>) -> Result<Executor> {
+    let exec = cx.executor()?;
+    let base: Arc<dyn lql_storage::OperandSource> = cx.bound()?.model().clone();
+    Ok(exec.with_source(base)?)
+}
+
 /// The reference texts the centre is the mean of (the rest only calibrate gates), kept
 /// as before so that keys centred on reference text do not move.
 const CENTRE_TEXTS: usize = 8;
@@ -412,9 +418,7 @@ fn centre(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
         return Ok(c.clone());
     }
     let tok = cx.tokenizer()?;
-    let exec = cx.executor()?;
-    let base: Arc<dyn lql_storage::OperandSource> = cx.bound()?.model().clone();
-    let base_exec: Executor = exec.with_source(base)?;
+    let base_exec = base_executor(cx)?;
     let texts: Vec<Vec<u32>> = REFERENCE_TEXTS[..CENTRE_TEXTS]
         .iter()
         .map(|t| tok.encode(t, true))
