@@ -92,6 +92,29 @@ pub fn centre(exec: &Executor, texts: &[Vec<u32>], layer: usize, pos: usize) -> 
     Ok(sum.into_iter().map(|s| (s / count as f64) as f32).collect())
 }
 
+/// The highest score `û·(x − c)/‖k − c‖` of the rows `x` (`[n × hidden]`) for a key `k`
+/// centred on `c` (the key itself scores 1); `None` when the key equals the centre,
+/// −∞ when there are no rows.
+pub fn highest_score(key: &[f32], centre: &[f32], rows: &[f32]) -> Option<f32> {
+    let u: Vec<f32> = key.iter().zip(centre).map(|(k, c)| k - c).collect();
+    let len2 = u.iter().map(|v| v * v).sum::<f32>();
+    if !(len2.is_finite() && len2 > 0.0) {
+        return None;
+    }
+    Some(
+        rows.chunks_exact(key.len())
+            .map(|x| {
+                x.iter()
+                    .zip(centre)
+                    .zip(&u)
+                    .map(|((x, c), u)| (x - c) * u)
+                    .sum::<f32>()
+                    / len2
+            })
+            .fold(f32::NEG_INFINITY, f32::max),
+    )
+}
+
 /// Where the gate of a key opens so that it stays shut on `rows` (`[n × hidden]`, residuals
 /// it must not fire on): above every row's score `û·(x − c)/‖k − c‖` by `margin`, never below
 /// `shape.theta` and never above `cap` (the key itself scores 1).
@@ -103,23 +126,10 @@ pub fn calibrated_theta(
     margin: f32,
     cap: f32,
 ) -> f32 {
-    let u: Vec<f32> = key.iter().zip(centre).map(|(k, c)| k - c).collect();
-    let len2 = u.iter().map(|v| v * v).sum::<f32>();
-    if !(len2.is_finite() && len2 > 0.0) {
-        return shape.theta;
+    match highest_score(key, centre, rows) {
+        Some(highest) => (highest + margin).clamp(shape.theta, cap.max(shape.theta)),
+        None => shape.theta,
     }
-    let highest = rows
-        .chunks_exact(key.len())
-        .map(|x| {
-            x.iter()
-                .zip(centre)
-                .zip(&u)
-                .map(|((x, c), u)| (x - c) * u)
-                .sum::<f32>()
-                / len2
-        })
-        .fold(f32::NEG_INFINITY, f32::max);
-    (highest + margin).clamp(shape.theta, cap.max(shape.theta))
 }
 
 fn act(a: Activation, x: f32) -> f32 {

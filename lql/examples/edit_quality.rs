@@ -4,7 +4,11 @@
 //! patch, then after 500 sequential edits — plus the patch's apply time and bytes per edit.
 //!
 //! `cargo run --release -p lql --example edit_quality [-- --facts N] [--sequential N]
-//!  [--layer L] [--alpha A] [--skip-sequential]`
+//!  [--layer L] [--alpha A] [--skip-sequential] [--show-failures] [--near-duplicate-names]`
+//!
+//! The sequential run edits the known facts, then the rest of the set, then invented cities
+//! with distinct names ("Kalorin", "Mivendu", …; `--near-duplicate-names` uses "Zarvel0ia",
+//! "Zarvel1ia", …, names that differ in one digit, as earlier builds did).
 //!
 //! Metrics (CounterFact's, on the first token of each target):
 //! - efficacy: P(new) > P(true) on the edit prompt;
@@ -149,12 +153,19 @@ struct Scores {
     neighbourhood: f64,
 }
 
-fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize) -> lql::Result<Scores> {
+/// Scores the facts; with `show`, prints each edit prompt and neighbour prompt that fails.
+fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize, show: bool) -> lql::Result<Scores> {
     let (mut e, mut p, mut nb) = (0usize, 0usize, 0usize);
     let (mut pn, mut nn) = (0usize, 0usize);
     for (f, ids) in fs {
         let d = dist(c, &f.prompt, vocab)?;
         e += usize::from(d[ids.n] > d[ids.t]);
+        if show && d[ids.n] <= d[ids.t] {
+            println!(
+                "  edit prompt fails: {:?} P({}) {:.3} ≤ P({}) {:.3}",
+                f.prompt, f.new_t, d[ids.n], f.true_t, d[ids.t]
+            );
+        }
         for pp in &f.paraphrases {
             let d = dist(c, pp, vocab)?;
             p += usize::from(d[ids.n] > d[ids.t]);
@@ -164,6 +175,12 @@ fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize) -> lql::Result<Score
             let d = dist(c, np, vocab)?;
             nb += usize::from(d[ids.t] > d[ids.n]);
             nn += 1;
+            if show && d[ids.t] <= d[ids.n] {
+                println!(
+                    "  neighbour fails ({} → {}): {np:?} P({}) {:.3} ≤ P({}) {:.3}",
+                    f.entity, f.new_t, f.true_t, d[ids.t], f.new_t, d[ids.n]
+                );
+            }
         }
     }
     Ok(Scores {
@@ -235,6 +252,8 @@ fn main() -> lql::Result<()> {
     let mut known = Vec::new();
     let mut rest = Vec::new();
     let quick = args.iter().any(|a| a == "--skip-sequential");
+    let show = args.iter().any(|a| a == "--show-failures");
+    let near_duplicates = args.iter().any(|a| a == "--near-duplicate-names");
     for f in &all {
         if quick && known.len() == n_facts {
             break;
@@ -259,7 +278,7 @@ fn main() -> lql::Result<()> {
         relations.len(),
         t0.elapsed().as_secs_f64()
     );
-    let base_scores = score(&c, &known, vocab)?;
+    let base_scores = score(&c, &known, vocab, false)?;
     println!(
         "base model: efficacy {:.3} paraphrase {:.3} neighbourhood {:.3}",
         base_scores.efficacy, base_scores.paraphrase, base_scores.neighbourhood
@@ -292,7 +311,7 @@ fn main() -> lql::Result<()> {
     ))?;
     c.execute("SAVE PATCH")?;
     let insert_s = t0.elapsed().as_secs_f64();
-    let s = score(&c, &known, vocab)?;
+    let s = score(&c, &known, vocab, show)?;
     let k = mean_kl(&c, &base_dists, vocab)?;
     println!(
         "{} edits in one patch{clauses}: efficacy {:.3} paraphrase {:.3} neighbourhood {:.3} unrelated KL {:.2e} nats [insert {:.1}s]",
@@ -338,7 +357,11 @@ fn main() -> lql::Result<()> {
     let countries = ["France", "Germany", "Italy", "Spain", "Japan", "Canada"];
     let mut i = 0usize;
     while done < n_seq {
-        let name = format!("Zarvel{i}ia");
+        let name = if near_duplicates {
+            format!("Zarvel{i}ia")
+        } else {
+            invented_name(i)
+        };
         let f = Fact {
             entity: name.clone(),
             relation: "city_country".into(),
@@ -353,7 +376,7 @@ fn main() -> lql::Result<()> {
         i += 1;
     }
     let seq_s = t0.elapsed().as_secs_f64();
-    let s = score(&c, &known, vocab)?;
+    let s = score(&c, &known, vocab, show)?;
     let k = mean_kl(&c, &base_dists, vocab)?;
     println!(
         "after {done} sequential edits: first {} efficacy {:.3} paraphrase {:.3} neighbourhood {:.3} unrelated KL {:.2e} nats [{:.0}s]",
@@ -378,6 +401,18 @@ fn main() -> lql::Result<()> {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The `i`-th invented place name: three syllables, distinct for every `i` below 4096.
+fn invented_name(i: usize) -> String {
+    const SYLLABLES: [&str; 16] = [
+        "ka", "lo", "rin", "ven", "tor", "mi", "sa", "dun", "bel", "qua", "zor", "fi", "nel",
+        "ast", "gra", "pe",
+    ];
+    let s = [i % 16, (i / 16) % 16, (i / 256) % 16].map(|k| SYLLABLES[k]);
+    let mut name = format!("{}{}{}", s[0], s[1], s[2]);
+    name[..1].make_ascii_uppercase();
+    name
 }
 
 fn tempdir() -> String {

@@ -80,7 +80,12 @@ pub(crate) struct Edits {
     /// Per-layer normed FFN inputs of the reference texts (every position but the first),
     /// on the base model: what a gate is calibrated to stay shut on.
     reference_rows: HashMap<usize, Arc<Vec<f32>>>,
+    /// Last-token normed FFN inputs by (layer, fingerprint of the edits below it), prompt.
+    last_rows: HashMap<(usize, u64), PromptRows>,
 }
+
+/// Last-token rows by prompt text.
+type PromptRows = HashMap<String, Arc<[f32]>>;
 
 impl Edits {
     /// The patch stack, oldest first: applied files, the session patch, the open patch.
@@ -234,20 +239,22 @@ fn insert_one(
     } else {
         top[0].token_id
     };
-    let d = exec.surface().hidden;
-    let key_pos = ids.len() - 1;
-    let (centre, contrast_rows) = if prompt.contains(&row.entity) {
-        let others = other_entities(plan, cx.bound()?.edits.state.as_deref(), row);
-        let others: Vec<&str> = others.iter().map(String::as_str).collect();
-        let (c, rows) = contrast_centre(&exec, &tok, prompt, &row.entity, &others, layer)?;
-        (Arc::new(c), rows)
+    let state = cx.bound()?.edits.state.clone();
+    let key = last_rows(cx, &exec, &[prompt.to_string()], layer)?;
+    let others = other_prompts(plan, state.as_deref(), row);
+    let mut shut_rows = last_rows(cx, &exec, &others, layer)?;
+    shut_rows.extend_from_slice(&reference_rows(cx, layer)?);
+    let (centre, shape) = if prompt.contains(&row.entity) {
+        let entities = other_entities(plan, state.as_deref(), row);
+        let contrast = contrast_rows(cx, &exec, prompt, &row.entity, &entities, layer)?;
+        shut_rows.extend_from_slice(&contrast);
+        best_centre(&key, &contrast, &shut_rows)
     } else {
-        (centre(cx, layer)?, Vec::new())
+        let c = centre(cx, layer)?;
+        let shape = calibrated_shape(&key, &c, &shut_rows);
+        (c.to_vec(), shape)
     };
-    let key = ke::ffn_inputs(&exec, &ids[..=key_pos], layer)?;
-    let key = &key[key_pos * d..(key_pos + 1) * d];
-    let shape = calibrated_shape(cx, layer, key, &centre, &contrast_rows)?;
-    let mut feature = ke::keyed_feature(layer, key, &centre, shape, exec.surface().activation)?;
+    let mut feature = ke::keyed_feature(layer, &key, &centre, shape, exec.surface().activation)?;
     feature.edge = Some(Edge {
         entity: row.entity.clone(),
         relation: row.relation.clone(),
@@ -292,38 +299,164 @@ const STAND_INS: [&str; 6] = [
 ];
 
 /// At most this many other entities of the same relation join the stand-ins.
-const MAX_CONTRAST_ENTITIES: usize = 8;
+const MAX_CONTRAST_ENTITIES: usize = 48;
 
-/// The contrast centre: the mean normed FFN input of `layer` at the last token of `prompt`
-/// with the entity replaced by each stand-in and by each of `others` (other entities of the
-/// same relation: the rest of the INSERT and the edges in force), so that what the key keeps
-/// is what this entity has and they lack.
-fn contrast_centre(
+/// The normed FFN inputs of `layer` at the last token of `prompt` with the entity replaced
+/// by each stand-in, then by each of `others` (other entities of the same relation: the rest
+/// of the INSERT and the edges in force), `[prompts × hidden]`: the key is centred on a
+/// mean of them, so that what it keeps is what this entity has and they lack, and the gate
+/// must stay shut on each.
+fn contrast_rows(
+    cx: &mut Cx<'_>,
     exec: &Executor,
-    tok: &lql_exec::tokenizer::Tokenizer,
     prompt: &str,
     entity: &str,
-    others: &[&str],
+    others: &[String],
     layer: usize,
-) -> Result<(Vec<f32>, Vec<f32>)> {
-    let d = exec.surface().hidden;
-    let subs: Vec<&str> = STAND_INS
+) -> Result<Vec<f32>> {
+    let prompts: Vec<String> = STAND_INS
         .iter()
         .copied()
-        .chain(others.iter().copied())
+        .chain(others.iter().map(String::as_str))
+        .map(|s| prompt.replacen(entity, s, 1))
         .collect();
-    let mut sum = vec![0.0f32; d];
-    let mut lasts = Vec::with_capacity(subs.len() * d);
-    for s in &subs {
-        let ids = tok.encode(&prompt.replacen(entity, s, 1), true)?;
-        let rows = ke::ffn_inputs(exec, &ids, layer)?;
-        let last = &rows[rows.len() - d..];
-        for (a, b) in sum.iter_mut().zip(last) {
-            *a += b / subs.len() as f32;
+    last_rows(cx, exec, &prompts, layer)
+}
+
+/// The contrast rows a key is centred on, as candidates: the stand-ins and the first
+/// [`CENTRE_ENTITIES`] other entities, or every contrast row.
+const CENTRE_ENTITIES: usize = 8;
+
+/// Centres the key on each candidate mean of the contrast rows (the stand-ins and a few
+/// other entities, or all of them) and keeps the one whose gate separates the key best
+/// from the rows it must stay shut on (the lowest highest score), with θ calibrated on
+/// those rows. A centre over many entities of the relation isolates this entity from its
+/// neighbours but, for an entity close to the relation's average, leaves a short key that
+/// unrelated text can score high on; the measurement picks per edit (docs/editing.md).
+fn best_centre(key: &[f32], contrast: &[f32], shut: &[f32]) -> (Vec<f32>, GateShape) {
+    let d = key.len();
+    let n = contrast.len() / d;
+    let mut sizes = vec![(STAND_INS.len() + CENTRE_ENTITIES).min(n), n];
+    sizes.dedup();
+    let mut best: Option<(f32, Vec<f32>)> = None;
+    for m in sizes.into_iter().filter(|&m| m > 0) {
+        let mut c = vec![0.0f32; d];
+        for r in contrast[..m * d].chunks_exact(d) {
+            for (a, b) in c.iter_mut().zip(r) {
+                *a += b / m as f32;
+            }
         }
-        lasts.extend_from_slice(last);
+        let Some(high) = ke::highest_score(key, &c, shut) else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|(h, _)| high < *h) {
+            best = Some((high, c));
+        }
     }
-    Ok((sum, lasts))
+    let c = best.map_or_else(|| contrast[..d].to_vec(), |(_, c)| c);
+    let shape = calibrated_shape(key, &c, shut);
+    (c, shape)
+}
+
+/// The normed FFN inputs of `layer` at the last token of each of `prompts`, on the current
+/// state, `[prompts × hidden]`. Cached per binding while no edit below `layer` changes:
+/// the keys, contrast rows and calibration rows of one relation's edges are mostly the same
+/// prompts (a relation's template with its entities).
+fn last_rows(
+    cx: &mut Cx<'_>,
+    exec: &Executor,
+    prompts: &[String],
+    layer: usize,
+) -> Result<Vec<f32>> {
+    let tok = cx.tokenizer()?;
+    let d = exec.surface().hidden;
+    let below = below_signature(cx.bound()?.edits.state.as_deref(), layer);
+    let mut out = Vec::with_capacity(prompts.len() * d);
+    for p in prompts {
+        let cached = cx
+            .bound()?
+            .edits
+            .last_rows
+            .get(&(layer, below))
+            .and_then(|m| m.get(p))
+            .cloned();
+        let row = match cached {
+            Some(r) => r,
+            None => {
+                let ids = tok.encode(p, true)?;
+                if ids.is_empty() {
+                    return Err(Error::semantic(format!("{p:?} tokenizes to nothing")));
+                }
+                let rows = ke::ffn_inputs(exec, &ids, layer)?;
+                let r: Arc<[f32]> = rows[rows.len() - d..].into();
+                let cache = &mut bound_mut(cx)?.edits.last_rows;
+                if cache.len() > 8 {
+                    cache.clear();
+                }
+                cache
+                    .entry((layer, below))
+                    .or_default()
+                    .insert(p.clone(), r.clone());
+                r
+            }
+        };
+        out.extend_from_slice(&row);
+    }
+    Ok(out)
+}
+
+/// A fingerprint of the edits below `layer` (the only ones that change its FFN input).
+fn below_signature(state: Option<&EffectiveModel>, layer: usize) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (l, o) in state
+        .map(|s| s.layers().range(..layer))
+        .into_iter()
+        .flatten()
+    {
+        l.hash(&mut h);
+        for v in [&o.gate, &o.gate_bias, &o.up, &o.up_bias, &o.down]
+            .into_iter()
+            .chain(o.gate_scale.as_ref())
+            .chain(o.down_scale.as_ref())
+        {
+            v.len().hash(&mut h);
+            v.iter().for_each(|x| x.to_bits().hash(&mut h));
+        }
+    }
+    h.finish()
+}
+
+/// At most this many other edges' prompts calibrate a new gate.
+const MAX_CALIBRATION_PROMPTS: usize = 512;
+
+/// The prompts of the other edges (the INSERT's other rows, then the edges in force, most
+/// recent first) whose entity differs from `row`'s: a new gate must stay shut on them.
+fn other_prompts(plan: &InsertPlan, state: Option<&EffectiveModel>, row: &EdgeRow) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let rows = plan
+        .rows
+        .iter()
+        .map(|r| (r.entity.clone(), edge_prompt(r).0));
+    let edges = state
+        .map(|s| {
+            s.added_features()
+                .into_iter()
+                .rev()
+                .filter_map(|(_, a, _)| a.edge.clone())
+                .map(|e| (e.entity, e.prompt))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    for (e, p) in rows.chain(edges) {
+        if out.len() == MAX_CALIBRATION_PROMPTS {
+            break;
+        }
+        if e != row.entity && !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// The gate opens this far above the highest score of a residual it must stay shut on.
@@ -332,20 +465,12 @@ const GATE_MARGIN: f32 = 0.05;
 const GATE_CAP: f32 = 0.95;
 
 /// The gate shape of a new key: the default, with θ raised where needed to stay shut on
-/// the reference texts (every position) and on the contrast prompts' last tokens.
-fn calibrated_shape(
-    cx: &mut Cx<'_>,
-    layer: usize,
-    key: &[f32],
-    centre: &[f32],
-    contrast_rows: &[f32],
-) -> Result<GateShape> {
+/// `shut` (the reference texts at every position, the contrast prompts' and the other
+/// edges' last tokens).
+fn calibrated_shape(key: &[f32], centre: &[f32], shut: &[f32]) -> GateShape {
     let shape = GateShape::default();
-    let reference = reference_rows(cx, layer)?;
-    let theta = ke::calibrated_theta(key, centre, &reference, shape, GATE_MARGIN, GATE_CAP).max(
-        ke::calibrated_theta(key, centre, contrast_rows, shape, GATE_MARGIN, GATE_CAP),
-    );
-    Ok(GateShape { theta, ..shape })
+    let theta = ke::calibrated_theta(key, centre, shut, shape, GATE_MARGIN, GATE_CAP);
+    GateShape { theta, ..shape }
 }
 
 /// The reference texts' normed FFN inputs of `layer` (positions 1 on, base model),
