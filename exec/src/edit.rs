@@ -170,6 +170,54 @@ pub fn keyed_feature(
     })
 }
 
+/// Most rows a feature's up projection is made blind to.
+pub const MAX_BLIND_ROWS: usize = 32;
+
+/// An up projection for a feature keyed on `key` (centred on `centre`) that is `at_key` at
+/// the key and 0 at each of `rows` (`[n × hidden]`: residuals the gate cannot be kept shut
+/// on), so the feature's output vanishes there whatever its gate does: the key's centred
+/// direction with the rows' centred directions projected out (Gram–Schmidt, at most
+/// [`MAX_BLIND_ROWS`] rows). Returns `(up, up_bias)`, or `None` when the key lies (nearly)
+/// in the rows' span and nothing is left to tell it apart.
+pub fn blind_up(key: &[f32], centre: &[f32], rows: &[f32], at_key: f32) -> Option<(Vec<f32>, f32)> {
+    let d = key.len();
+    let sub =
+        |x: &[f32]| -> Vec<f64> { x.iter().zip(centre).map(|(a, c)| (a - c) as f64).collect() };
+    let dot = |a: &[f64], b: &[f64]| -> f64 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
+    let mut basis: Vec<Vec<f64>> = Vec::new();
+    for r in rows.chunks_exact(d).take(MAX_BLIND_ROWS) {
+        let mut v = sub(r);
+        for b in &basis {
+            let p = dot(&v, b);
+            v.iter_mut().zip(b).for_each(|(x, y)| *x -= p * y);
+        }
+        let n = dot(&v, &v).sqrt();
+        if n > 1e-6 {
+            v.iter_mut().for_each(|x| *x /= n);
+            basis.push(v);
+        }
+    }
+    let u = sub(key);
+    let mut w = u.clone();
+    for b in &basis {
+        let p = dot(&w, b);
+        w.iter_mut().zip(b).for_each(|(x, y)| *x -= p * y);
+    }
+    // What is left of the key after the rows are projected out: too little, no blind up.
+    let at = dot(&w, &u);
+    if !(at.is_finite() && at > 0.05 * dot(&u, &u)) {
+        return None;
+    }
+    let scale = at_key as f64 / at;
+    let up: Vec<f32> = w.iter().map(|x| (x * scale) as f32).collect();
+    let bias = -(up
+        .iter()
+        .zip(centre)
+        .map(|(a, c)| (a * c) as f64)
+        .sum::<f64>()) as f32;
+    Some((up, bias))
+}
+
 /// The unit direction in the residual stream that raises `target`'s logit over `old`'s
 /// through the final norm's weights and the head.
 pub fn target_direction(exec: &Executor, target: u32, old: u32) -> Result<Vec<f32>> {
@@ -283,5 +331,17 @@ mod tests {
         // A row scoring like the key itself caps θ at 0.95.
         assert_eq!(theta(&[2.0, 0.0]), 0.95);
         assert_eq!(theta(&[]), shape.theta);
+    }
+
+    #[test]
+    fn blind_up_is_one_at_the_key_and_zero_on_the_rows() {
+        let (key, centre) = ([2.0f32, 1.0, 0.0], [0.5f32, 0.0, 0.0]);
+        let rows = [1.5f32, 0.0, 1.0];
+        let (up, bias) = blind_up(&key, &centre, &rows, 1.0).unwrap();
+        let at = |x: &[f32]| up.iter().zip(x).map(|(a, b)| a * b).sum::<f32>() + bias;
+        assert!((at(&key) - 1.0).abs() < 1e-5);
+        assert!(at(&rows).abs() < 1e-5);
+        // A row equal to the key leaves nothing to tell it apart.
+        assert!(blind_up(&key, &centre, &key, 1.0).is_none());
     }
 }

@@ -255,6 +255,14 @@ fn insert_one(
         (c.to_vec(), shape)
     };
     let mut feature = ke::keyed_feature(layer, &key, &centre, shape, exec.surface().activation)?;
+    let blind = rows_at_or_above(&key, &centre, &shut_rows, shape.theta - GATE_MARGIN);
+    if shape.theta >= GATE_CAP && !blind.is_empty() {
+        // θ is capped and some rows still score near it: make the output blind to them.
+        if let Some((up, bias)) = ke::blind_up(&key, &centre, &blind, feature.up_bias) {
+            feature.up = up;
+            feature.up_bias = bias;
+        }
+    }
     feature.edge = Some(Edge {
         entity: row.entity.clone(),
         relation: row.relation.clone(),
@@ -471,6 +479,23 @@ fn calibrated_shape(key: &[f32], centre: &[f32], shut: &[f32]) -> GateShape {
     let shape = GateShape::default();
     let theta = ke::calibrated_theta(key, centre, shut, shape, GATE_MARGIN, GATE_CAP);
     GateShape { theta, ..shape }
+}
+
+/// The rows of `rows` scoring at least `floor` against the key (`û·(x − c)/‖k − c‖`),
+/// highest first, at most [`ke::MAX_BLIND_ROWS`].
+fn rows_at_or_above(key: &[f32], centre: &[f32], rows: &[f32], floor: f32) -> Vec<f32> {
+    let d = key.len();
+    let mut scored: Vec<(f32, &[f32])> = rows
+        .chunks_exact(d)
+        .filter_map(|r| Some((ke::highest_score(key, centre, r)?, r)))
+        .filter(|(s, _)| *s >= floor)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored
+        .into_iter()
+        .take(ke::MAX_BLIND_ROWS)
+        .flat_map(|(_, r)| r.iter().copied())
+        .collect()
 }
 
 /// The reference texts' normed FFN inputs of `layer` (positions 1 on, base model),
