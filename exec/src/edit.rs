@@ -92,10 +92,9 @@ pub fn centre(exec: &Executor, texts: &[Vec<u32>], layer: usize, pos: usize) -> 
     Ok(sum.into_iter().map(|s| (s / count as f64) as f32).collect())
 }
 
-/// The highest score `û·(x − c)/‖k − c‖` of the rows `x` (`[n × hidden]`) for a key `k`
-/// centred on `c` (the key itself scores 1); `None` when the key equals the centre,
-/// −∞ when there are no rows.
-pub fn highest_score(key: &[f32], centre: &[f32], rows: &[f32]) -> Option<f32> {
+/// The score `û·(x − c)/‖k − c‖` of each row `x` (`[n × hidden]`) for a key `k` centred on
+/// `c` (the key itself scores 1); `None` when the key equals the centre.
+pub fn scores(key: &[f32], centre: &[f32], rows: &[f32]) -> Option<Vec<f32>> {
     let u: Vec<f32> = key.iter().zip(centre).map(|(k, c)| k - c).collect();
     let len2 = u.iter().map(|v| v * v).sum::<f32>();
     if !(len2.is_finite() && len2 > 0.0) {
@@ -111,6 +110,15 @@ pub fn highest_score(key: &[f32], centre: &[f32], rows: &[f32]) -> Option<f32> {
                     .sum::<f32>()
                     / len2
             })
+            .collect(),
+    )
+}
+
+/// The highest of the rows' [`scores`]; −∞ when there are no rows.
+pub fn highest_score(key: &[f32], centre: &[f32], rows: &[f32]) -> Option<f32> {
+    Some(
+        scores(key, centre, rows)?
+            .into_iter()
             .fold(f32::NEG_INFINITY, f32::max),
     )
 }

@@ -344,24 +344,23 @@ const CENTRE_ENTITIES: usize = 8;
 fn best_centre(key: &[f32], contrast: &[f32], shut: &[f32]) -> (Vec<f32>, GateShape) {
     let d = key.len();
     let n = contrast.len() / d;
-    let mut sizes = vec![(STAND_INS.len() + CENTRE_ENTITIES).min(n), n];
-    sizes.dedup();
-    let mut best: Option<(f32, Vec<f32>)> = None;
-    for m in sizes.into_iter().filter(|&m| m > 0) {
+    let mean = |m: usize| {
         let mut c = vec![0.0f32; d];
         for r in contrast[..m * d].chunks_exact(d) {
             for (a, b) in c.iter_mut().zip(r) {
                 *a += b / m as f32;
             }
         }
-        let Some(high) = ke::highest_score(key, &c, shut) else {
-            continue;
-        };
-        if best.as_ref().is_none_or(|(h, _)| high < *h) {
-            best = Some((high, c));
-        }
-    }
-    let c = best.map_or_else(|| contrast[..d].to_vec(), |(_, c)| c);
+        c
+    };
+    // A centre equal to the key scores nothing (∞): it is kept only when both are, and
+    // `keyed_feature` then refuses the edit by name.
+    let separation = |c: &Vec<f32>| ke::highest_score(key, c, shut).unwrap_or(f32::INFINITY);
+    let c = [(STAND_INS.len() + CENTRE_ENTITIES).min(n), n]
+        .map(mean)
+        .into_iter()
+        .min_by(|a, b| separation(a).total_cmp(&separation(b)))
+        .unwrap_or_default();
     let shape = calibrated_shape(key, &c, shut);
     (c, shape)
 }
@@ -484,10 +483,12 @@ fn calibrated_shape(key: &[f32], centre: &[f32], shut: &[f32]) -> GateShape {
 /// The rows of `rows` scoring at least `floor` against the key (`û·(x − c)/‖k − c‖`),
 /// highest first, at most [`ke::MAX_BLIND_ROWS`].
 fn rows_at_or_above(key: &[f32], centre: &[f32], rows: &[f32], floor: f32) -> Vec<f32> {
-    let d = key.len();
-    let mut scored: Vec<(f32, &[f32])> = rows
-        .chunks_exact(d)
-        .filter_map(|r| Some((ke::highest_score(key, centre, r)?, r)))
+    let Some(scores) = ke::scores(key, centre, rows) else {
+        return Vec::new();
+    };
+    let mut scored: Vec<(f32, &[f32])> = scores
+        .into_iter()
+        .zip(rows.chunks_exact(key.len()))
         .filter(|(s, _)| *s >= floor)
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
