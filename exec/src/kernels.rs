@@ -175,8 +175,22 @@ pub fn rope(
     table: &RopeTable,
     pairing: RopePairing,
 ) {
+    rope_from(x, 0, n_heads, head_dim, table, pairing)
+}
+
+/// [`rope`] of a run of positions that starts at row `first` of `table` (a part of a
+/// larger block, rotated on its own).
+pub fn rope_from(
+    x: &mut [f32],
+    first: usize,
+    n_heads: usize,
+    head_dim: usize,
+    table: &RopeTable,
+    pairing: RopePairing,
+) {
     let half = table.half;
     for (t, row) in x.chunks_exact_mut(n_heads * head_dim).enumerate() {
+        let t = first + t;
         let c = &table.cos[t * half..(t + 1) * half];
         let s = &table.sin[t * half..(t + 1) * half];
         for head in row.chunks_exact_mut(head_dim) {

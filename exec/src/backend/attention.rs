@@ -219,9 +219,65 @@ fn prefetch_row(buf: &[f32], at: usize, len: usize) {
 }
 
 /// How the kernel multiplies and adds: fused where the hardware does it in one step.
-trait MulAdd {
+trait MulAdd: Sized {
     /// `a * b + c`.
     fn mul_add(a: f32, b: f32, c: f32) -> f32;
+
+    /// [`accumulate`] over 64-wide value rows.
+    #[inline(always)]
+    fn accumulate64(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+        accumulate::<64, Self>(acc, p, v, stride)
+    }
+}
+
+/// Fused, with the 64-wide value accumulation in eight AVX2 registers: the generic loop
+/// kept its accumulator on the stack (a store and a reload per key). Same operations in
+/// the same order as [`Fused`], so the same bits.
+#[cfg(target_arch = "x86_64")]
+struct FusedAvx2;
+#[cfg(target_arch = "x86_64")]
+impl MulAdd for FusedAvx2 {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+
+    #[inline(always)]
+    fn accumulate64(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+        // SAFETY: only [`block_avx2`] uses this type, and it runs only where AVX2 and FMA
+        // are present (checked at run time).
+        unsafe { accumulate64_avx2(acc, p, v, stride) }
+    }
+}
+
+/// `acc[..64] += Σ_j p[j] · v[j·stride ..][..64]`, one FMA per lane and key, keys in order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn accumulate64_avx2(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+    use std::arch::x86_64::*;
+    let acc = &mut acc[..64];
+    if let Some(last) = p.len().checked_sub(1) {
+        assert!(v.len() >= last * stride + 64, "value rows within the cache");
+    }
+    let a = acc.as_mut_ptr();
+    // SAFETY: `acc` holds 64 floats and every value row read lies within `v` (asserted).
+    unsafe {
+        let mut r = [_mm256_setzero_ps(); 8];
+        for (i, ri) in r.iter_mut().enumerate() {
+            *ri = _mm256_loadu_ps(a.add(8 * i));
+        }
+        for (j, &pj) in p.iter().enumerate() {
+            let pv = _mm256_set1_ps(pj);
+            let vj = v.as_ptr().add(j * stride);
+            for (i, ri) in r.iter_mut().enumerate() {
+                *ri = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vj.add(8 * i)), *ri);
+            }
+        }
+        for (i, ri) in r.iter().enumerate() {
+            _mm256_storeu_ps(a.add(8 * i), *ri);
+        }
+    }
 }
 
 /// One rounding (`f32::mul_add`), for builds with fused multiply-add enabled.
@@ -251,7 +307,7 @@ unsafe fn block_avx2(
     i1: usize,
     span: std::ops::Range<usize>,
 ) -> State {
-    block_body::<Fused>(step, kh, i0, i1, span)
+    block_body::<FusedAvx2>(step, kh, i0, i1, span)
 }
 
 /// Positions `i0 .. i1` of the step, the query heads of kv head `kh`, over the keys of
@@ -367,7 +423,7 @@ fn block_body<F: MulAdd>(
             }
             let base = j0 * kv_dim + kh * hd;
             if hd == 64 {
-                accumulate::<64, F>(ar, &s[..visible], &step.v_cache[base..], kv_dim);
+                F::accumulate64(ar, &s[..visible], &step.v_cache[base..], kv_dim);
             } else {
                 for (j, &p) in s[..visible].iter().enumerate() {
                     let v = &step.v_cache[base + j * kv_dim..][..hd];
@@ -461,6 +517,48 @@ mod tests {
                 attend_tiled(&step, &mut got, parallel);
                 for (a, b) in got.iter().zip(&want) {
                     assert!((a - b).abs() <= 1e-5, "p0 {p0} n {n}: {a} vs {b}");
+                }
+            }
+        }
+    }
+
+    /// 64-wide heads take the fixed-width accumulation (AVX2 registers on x86): the same
+    /// bits as the generic fused loop, and the reference within rounding.
+    #[test]
+    fn head_dim_64_accumulates_like_the_generic_loop() {
+        let geom = AttnGeometry {
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 64,
+        };
+        let kv_dim = geom.n_kv_heads * geom.head_dim;
+        let val = |i: usize| ((i as f32 * 0.618).fract() - 0.5) * 4.0;
+        for (p0, n) in [(0usize, 1usize), (0, 40), (90, 3), (600, 1)] {
+            let total = p0 + n;
+            let q: Vec<f32> = (0..n * geom.n_heads * geom.head_dim).map(val).collect();
+            let k: Vec<f32> = (0..total * kv_dim).map(|i| val(i + 7)).collect();
+            let v: Vec<f32> = (0..total * kv_dim).map(|i| val(i + 13)).collect();
+            let step = AttnStep {
+                q: &q,
+                k_cache: &k,
+                v_cache: &v,
+                p0,
+                n,
+                geom,
+            };
+            let want = naive(&step);
+            let mut got = vec![f32::NAN; want.len()];
+            attend_tiled(&step, &mut got, true);
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() <= 1e-5, "p0 {p0} n {n}: {a} vs {b}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if lql_storage::codec::cpu::has_avx2() {
+                for kh in 0..geom.n_kv_heads {
+                    // SAFETY: AVX2 and FMA are present (checked above).
+                    let fast = unsafe { block_avx2(&step, kh, 0, n, 0..usize::MAX) };
+                    let generic = block_body::<Fused>(&step, kh, 0, n, 0..usize::MAX);
+                    assert_eq!(fast.acc, generic.acc, "p0 {p0} n {n} kv head {kh}");
                 }
             }
         }

@@ -90,9 +90,12 @@ impl CpuBackend {
     }
 
     /// Rows per decoded tile: a few tiles per thread over all the matrices of one
-    /// dispatch, between 16 and [`TILE_ROWS`].
+    /// dispatch, between 16 and [`TILE_ROWS`], a whole number of the GEMM microkernel's
+    /// rows ([`gemm_block_rows`]) so no tile ends in a part-filled register block.
     fn tile_rows(&self, total_rows: usize) -> usize {
-        (total_rows / (self.threads * 4)).clamp(16, TILE_ROWS) / 8 * 8
+        let block = gemm_block_rows();
+        let rows = (total_rows / (self.threads * 4)).clamp(16, TILE_ROWS);
+        (rows / block * block).max(block)
     }
 
     /// Batched products on decoded tiles, all matrices in one parallel dispatch: each task
@@ -148,6 +151,23 @@ impl CpuBackend {
             })
         })
     }
+}
+
+/// Output rows the tile GEMM's microkernel fills per call (faer's x86 GEMM computes the
+/// transposed product, so a tile's rows are its `m`): 6 × 16 lanes with AVX-512, 3 × 8
+/// with AVX2; elsewhere any multiple of 8.
+fn gemm_block_rows() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use lql_storage::codec::cpu;
+        if cpu::has_avx512() {
+            return 96;
+        }
+        if cpu::has_avx2() {
+            return 24;
+        }
+    }
+    8
 }
 
 /// `c = a · b` (f32, one thread) on the instruction set of LQL's kernel path: faer's x86
@@ -215,9 +235,73 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
+/// Element-wise work below this many floats runs on the calling thread (one decoded
+/// token's vectors: the hand-off would cost more than it saves).
+const MIN_PARALLEL_ELEMENTS: usize = 1 << 14;
+
+impl CpuBackend {
+    /// Whole rows of `row_len` floats per task for element-wise work over `len` floats
+    /// (a few tasks per thread), or `None` when it is too small to split.
+    fn rows_per_chunk(&self, len: usize, row_len: usize) -> Option<usize> {
+        if self.threads < 2 || len < MIN_PARALLEL_ELEMENTS || row_len == 0 {
+            return None;
+        }
+        let rows = len / row_len;
+        (rows >= 2).then(|| rows.div_ceil(self.threads * 2))
+    }
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
         "cpu"
+    }
+
+    // Row-parallel versions of the element-wise steps: each row (each run of 64 floats for
+    // the GLU) goes through exactly the serial kernel's arithmetic, so results are
+    // bit-identical to the trait's serial defaults.
+
+    fn rmsnorm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+        let d = weight.len();
+        match self.rows_per_chunk(x.len(), d) {
+            Some(rows) => self.pool.install(|| {
+                out.par_chunks_mut(rows * d)
+                    .zip(x.par_chunks(rows * d))
+                    .for_each(|(o, x)| kernels::rmsnorm_rows(x, weight, eps, o))
+            }),
+            None => kernels::rmsnorm_rows(x, weight, eps, out),
+        }
+    }
+
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n_heads: usize,
+        head_dim: usize,
+        table: &kernels::RopeTable,
+        pairing: lql_storage::surface::RopePairing,
+    ) {
+        let w = n_heads * head_dim;
+        match self.rows_per_chunk(x.len(), w) {
+            Some(rows) => self.pool.install(|| {
+                x.par_chunks_mut(rows * w).enumerate().for_each(|(i, x)| {
+                    kernels::rope_from(x, i * rows, n_heads, head_dim, table, pairing)
+                })
+            }),
+            None => kernels::rope(x, n_heads, head_dim, table, pairing),
+        }
+    }
+
+    fn glu(&self, act: lql_storage::surface::Activation, gate: &mut [f32], up: &[f32]) {
+        // Runs of a multiple of 64 floats: every float but the serial kernel's final
+        // remainder takes the same vector lanes as in one serial call.
+        match self.rows_per_chunk(gate.len(), 64) {
+            Some(runs) => self.pool.install(|| {
+                gate.par_chunks_mut(runs * 64)
+                    .zip(up.par_chunks(runs * 64))
+                    .for_each(|(g, u)| kernels::glu(act, g, u))
+            }),
+            None => kernels::glu(act, gate, up),
+        }
     }
 
     fn threads(&self) -> usize {
@@ -401,5 +485,61 @@ fn attend_body(
     if let Some(w) = w {
         w[..len].copy_from_slice(scores);
         w[len..].fill(0.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::RopeTable;
+    use lql_storage::surface::{Activation, RopePairing};
+
+    /// Deterministic floats in about [-4, 4).
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).max(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 8000) as f32 / 1000.0 - 4.0
+            })
+            .collect()
+    }
+
+    /// The row-parallel element-wise steps give the serial kernels' bits, including a last
+    /// chunk shorter than the others and a GLU length that is not a multiple of 64.
+    #[test]
+    fn parallel_elementwise_steps_equal_the_serial_kernels() {
+        let be = CpuBackend::new(3).expect("pool");
+        let (n, d) = (37, 576);
+        let x = values(n * d, 1);
+        let w = values(d, 2);
+        let mut par = vec![0.0f32; n * d];
+        let mut ser = vec![0.0f32; n * d];
+        be.rmsnorm(&x, &w, 1e-5, &mut par);
+        kernels::rmsnorm_rows(&x, &w, 1e-5, &mut ser);
+        assert_eq!(par, ser);
+
+        let (heads, hd) = (9, 64);
+        let table = RopeTable::new(5, n, hd, 10000.0);
+        for pairing in [RopePairing::Adjacent, RopePairing::HalfSplit] {
+            let mut par = values(n * heads * hd, 3);
+            let mut ser = par.clone();
+            be.rope(&mut par, heads, hd, &table, pairing);
+            kernels::rope(&mut ser, heads, hd, &table, pairing);
+            assert_eq!(par, ser);
+        }
+
+        for len in [n * 1536, n * 1536 + 13] {
+            let up = values(len, 4);
+            for act in [Activation::Silu, Activation::Gelu] {
+                let mut par = values(len, 5);
+                let mut ser = par.clone();
+                be.glu(act, &mut par, &up);
+                kernels::glu(act, &mut ser, &up);
+                assert_eq!(par, ser);
+            }
+        }
     }
 }
