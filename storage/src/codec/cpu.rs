@@ -20,8 +20,8 @@ pub enum Kernels {
     Neon,
     /// AVX2 + FMA + F16C.
     Avx2,
-    /// AVX-512F/BW on top of [`Kernels::Avx2`] (the Q8_0 row kernel; the rest measured
-    /// faster as AVX2, see `codec/avx512.rs`).
+    /// AVX-512F/BW on top of [`Kernels::Avx2`] (the Q8_0 row kernel and the four-row Q4_0
+    /// and Q4_1 kernels; the rest run as AVX2, see `codec/avx512.rs`).
     Avx512,
 }
 

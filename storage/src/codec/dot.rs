@@ -110,8 +110,9 @@ pub fn dot_rows_using(
 
 /// The multi-row kernels (`out.len()` rows of `rb` bytes, `x.len()` a multiple of 32,
 /// `kernels` at least AVX2 and supported by this CPU), in groups of four rows: AVX2
-/// [`super::avx2_perm`] for Q4_0, Q5_0, Q4_K, Q6_K and [`super::avx2_rows`] for Q4_1, Q5_1
-/// on both x86 paths; Q8_0 row by row, one prefetched stream (AVX-512 where chosen);
+/// [`super::avx2_perm`] for Q4_0, Q5_0, Q4_K, Q6_K and [`super::avx2_rows`] for Q4_1, Q5_1,
+/// except Q4_0 and Q4_1 on the AVX-512 path ([`super::avx512`]); Q8_0 row by row, one
+/// prefetched stream (AVX-512 where chosen);
 /// returns how many leading rows it computed (0 when no kernel here fits `dtype`).
 #[cfg(target_arch = "x86_64")]
 fn dot_rows_x86(
@@ -142,10 +143,11 @@ fn dot_rows_x86(
     if matches!(dtype, DType::Q4_0 | DType::Q5_0)
         || (matches!(dtype, DType::Q4_K | DType::Q6_K) && x.len().is_multiple_of(256))
     {
-        return dot_rows_prepared(dtype, rows_bytes, rb, x, out);
+        return dot_rows_prepared(kernels, dtype, rows_bytes, rb, x, out);
     }
     type Dot4 = unsafe fn([*const u8; 4], *const f32, *const f32, usize) -> [f32; 4];
     let kernel: Dot4 = match dtype {
+        DType::Q4_1 if kernels == Kernels::Avx512 => super::avx512::dot4_q4_1,
         DType::Q4_1 => a2::dot4_q4_1,
         DType::Q5_1 => a2::dot4_q5_1,
         _ => return 0,
@@ -183,6 +185,7 @@ fn dot_rows_x86(
 /// group sums the kernel folds), then four rows at a time; returns the rows computed.
 #[cfg(target_arch = "x86_64")]
 fn dot_rows_prepared(
+    kernels: Kernels,
     dtype: DType,
     rows_bytes: &[u8],
     rb: usize,
@@ -196,6 +199,11 @@ fn dot_rows_prepared(
     }
     type Dot4 = unsafe fn([*const u8; 4], *const f32, usize) -> [f32; 4];
     let (kernel, nb, len): (Dot4, usize, usize) = match dtype {
+        DType::Q4_0 if kernels == Kernels::Avx512 => (
+            super::avx512::dot4_q4_0,
+            x.len() / 32,
+            x.len() / 32 * ap::PREP_FLOATS,
+        ),
         DType::Q4_0 => (ap::dot4_q4_0, x.len() / 32, x.len() / 32 * ap::PREP_FLOATS),
         DType::Q5_0 => (ap::dot4_q5_0, x.len() / 32, x.len() / 32 * ap::PREP_FLOATS),
         DType::Q4_K => (

@@ -12,8 +12,8 @@
 //! - [`decode`]: [`decode_row`] / [`decode_rows`], checked, with SIMD for the common formats.
 //! - [`dot`]: [`dot_row`] / [`dot_rows`], the executor's decode hot path.
 //! - `avx2`: AVX2 + FMA + F16C kernels, chosen at run time ([`cpu`]), scalar fallback
-//!   everywhere else; `avx512`: AVX-512 dot kernels for Q4_1 (four rows at a time) and Q8_0
-//!   on top ([`dot_rows_using`] picks a family for tests and benchmarks); `avx2_rows`: the
+//!   everywhere else; `avx512`: AVX-512 dot kernels for Q4_0 and Q4_1 (four rows at a time,
+//!   nibbles through a table permute) and Q8_0 on top ([`dot_rows_using`] picks a family for tests and benchmarks); `avx2_rows`: the
 //!   AVX2 four-row kernels of Q4_1 and Q5_1 (per-block Σx folded once per call);
 //!   `avx2_perm`: the AVX2 four-row kernels of Q4_0, Q5_0, Q4_K and Q6_K on x prepared once
 //!   per call (reordered for byte-shuffle widening, offsets and group sums folded);
