@@ -478,6 +478,19 @@ mod tests {
         out
     }
 
+    /// Deterministic queries `[n × heads × head_dim]` and key/value caches
+    /// `[(p0 + n) × kv_dim]` for a step of `n` positions after `p0`.
+    fn inputs(geom: AttnGeometry, p0: usize, n: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let kv_dim = geom.n_kv_heads * geom.head_dim;
+        let val = |i: usize| ((i as f32 * 0.618).fract() - 0.5) * 4.0;
+        let total = p0 + n;
+        (
+            (0..n * geom.n_heads * geom.head_dim).map(val).collect(),
+            (0..total * kv_dim).map(|i| val(i + 7)).collect(),
+            (0..total * kv_dim).map(|i| val(i + 13)).collect(),
+        )
+    }
+
     #[test]
     fn tiled_equals_two_pass_softmax() {
         let geom = AttnGeometry {
@@ -485,8 +498,6 @@ mod tests {
             n_kv_heads: 2,
             head_dim: 16,
         };
-        let kv_dim = geom.n_kv_heads * geom.head_dim;
-        let val = |i: usize| ((i as f32 * 0.618).fract() - 0.5) * 4.0;
         for (p0, n) in [
             (0usize, 1usize),
             (0, 5),
@@ -499,10 +510,7 @@ mod tests {
             (1000, 1),
             (1100, 3),
         ] {
-            let total = p0 + n;
-            let q: Vec<f32> = (0..n * geom.n_heads * geom.head_dim).map(val).collect();
-            let k: Vec<f32> = (0..total * kv_dim).map(|i| val(i + 7)).collect();
-            let v: Vec<f32> = (0..total * kv_dim).map(|i| val(i + 13)).collect();
+            let (q, k, v) = inputs(geom, p0, n);
             let step = AttnStep {
                 q: &q,
                 k_cache: &k,
@@ -531,13 +539,8 @@ mod tests {
             n_kv_heads: 2,
             head_dim: 64,
         };
-        let kv_dim = geom.n_kv_heads * geom.head_dim;
-        let val = |i: usize| ((i as f32 * 0.618).fract() - 0.5) * 4.0;
         for (p0, n) in [(0usize, 1usize), (0, 40), (90, 3), (600, 1)] {
-            let total = p0 + n;
-            let q: Vec<f32> = (0..n * geom.n_heads * geom.head_dim).map(val).collect();
-            let k: Vec<f32> = (0..total * kv_dim).map(|i| val(i + 7)).collect();
-            let v: Vec<f32> = (0..total * kv_dim).map(|i| val(i + 13)).collect();
+            let (q, k, v) = inputs(geom, p0, n);
             let step = AttnStep {
                 q: &q,
                 k_cache: &k,

@@ -79,6 +79,16 @@ impl CpuBackend {
         rows.div_ceil(tasks).next_multiple_of(8).max(16)
     }
 
+    /// Whole rows of `row_len` floats per task for element-wise work over `len` floats
+    /// (a few tasks per thread), or `None` when it is too small to split.
+    fn rows_per_chunk(&self, len: usize, row_len: usize) -> Option<usize> {
+        if self.threads < 2 || len < MIN_PARALLEL_ELEMENTS || row_len == 0 {
+            return None;
+        }
+        let rows = len / row_len;
+        (rows >= 2).then(|| rows.div_ceil(self.threads * 2))
+    }
+
     fn check(w: &TensorView<'_>, x_len: usize, n: usize, out_len: usize) -> Result<()> {
         if x_len != n * w.row_len() || out_len != n * w.rows() {
             return Err(ExecError::Internal(format!(
@@ -238,18 +248,6 @@ unsafe impl Sync for OutPtr {}
 /// Element-wise work below this many floats runs on the calling thread (one decoded
 /// token's vectors: the hand-off would cost more than it saves).
 const MIN_PARALLEL_ELEMENTS: usize = 1 << 14;
-
-impl CpuBackend {
-    /// Whole rows of `row_len` floats per task for element-wise work over `len` floats
-    /// (a few tasks per thread), or `None` when it is too small to split.
-    fn rows_per_chunk(&self, len: usize, row_len: usize) -> Option<usize> {
-        if self.threads < 2 || len < MIN_PARALLEL_ELEMENTS || row_len == 0 {
-            return None;
-        }
-        let rows = len / row_len;
-        (rows >= 2).then(|| rows.div_ceil(self.threads * 2))
-    }
-}
 
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {

@@ -44,7 +44,7 @@ pub unsafe fn block_sums(x: *const f32, nb: usize, sums: *mut f32) {
 
 /// The two f16 at `p` (`[d, m]`) as `[d, m, 0, 0]`.
 #[inline(always)]
-unsafe fn f16_pair(p: *const u8) -> __m128 {
+pub(super) unsafe fn f16_pair(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
 }
 
@@ -56,7 +56,7 @@ unsafe fn f16_one(p: *const u8) -> __m128 {
 
 /// The pair `[Σx_b, Σx_b]` as the low half of a vector.
 #[inline(always)]
-unsafe fn sum_pair(sums: *const f32, b: usize) -> __m128 {
+pub(super) unsafe fn sum_pair(sums: *const f32, b: usize) -> __m128 {
     _mm_castpd_ps(_mm_load_sd(sums.add(2 * b) as *const f64))
 }
 

@@ -21,6 +21,9 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2::prefetch;
+use super::avx2_rows::{f16_pair, sum_pair};
+
 /// The f16 at `p`, broadcast to 16 lanes.
 #[inline(always)]
 unsafe fn bcast_f16(p: *const u8) -> __m512 {
@@ -62,16 +65,21 @@ pub unsafe fn dot1_q8_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
     _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
 }
 
-/// Prefetch hint for the cache line at `p` (never faults, so `p` may lie past the data).
+/// The 32 nibble codes of a 16-byte split-half block at `qs` as floats through `table`
+/// (entry `q` for code `q`): elements 0..16 (low nibbles; `vpermps` reads only the low four
+/// bits of each index lane, so they need no mask) and 16..32 (high nibbles).
 #[inline(always)]
-unsafe fn prefetch(p: *const u8) {
-    _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+unsafe fn nibble_floats(qs: *const u8, table: __m512) -> (__m512, __m512) {
+    let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(qs as *const __m128i));
+    (
+        _mm512_permutexvar_ps(v, table),
+        _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(v), table),
+    )
 }
 
 /// Q4_0, four rows: Σ_b d·Σ(q − 8)·x, x in natural order ([`super::avx2_perm::prepare_x_natural`]
-/// layout; its offset vector is not read). Each nibble becomes `q − 8` as a float through a
-/// 16-entry table permute (`vpermps` reads the low four bits of each lane, so the low
-/// nibbles need no mask), keeping the conversion off the FMA ports.
+/// layout; its offset vector is not read). Each nibble becomes `q − 8` as a float through
+/// [`nibble_floats`], keeping the conversion off the FMA ports.
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
 pub unsafe fn dot4_q4_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
     use super::avx2_perm::PREP_FLOATS;
@@ -88,9 +96,7 @@ pub unsafe fn dot4_q4_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
         let (xl, xh) = (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)));
         for r in 0..4 {
             let blk = rows[r].add(b * 18);
-            let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(2) as *const __m128i));
-            let lo = _mm512_permutexvar_ps(v, table);
-            let hi = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(v), table);
+            let (lo, hi) = nibble_floats(blk.add(2), table);
             let s = _mm512_fmadd_ps(hi, xh, _mm512_mul_ps(lo, xl));
             acc[r] = _mm512_fmadd_ps(bcast_f16(blk), s, acc[r]);
         }
@@ -99,8 +105,8 @@ pub unsafe fn dot4_q4_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
 }
 
 /// Q4_1, four rows: Σ_b d·Σ(q·x) + m·Σx_b, x in natural order and `sums` the per-block
-/// pairs of [`super::avx2_rows::block_sums`]. Codes become floats through a table permute
-/// as in [`dot4_q4_0`].
+/// pairs of [`super::avx2_rows::block_sums`]. Codes become floats through
+/// [`nibble_floats`].
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
 pub unsafe fn dot4_q4_1(
     rows: [*const u8; 4],
@@ -120,13 +126,11 @@ pub unsafe fn dot4_q4_1(
         prefetch(rows[3].wrapping_add(rb + FAR + b * 80 + 64));
         let xp = x.add(b * 32);
         let (xl, xh) = (_mm512_loadu_ps(xp), _mm512_loadu_ps(xp.add(16)));
-        let sp = _mm_castpd_ps(_mm_load_sd(sums.add(2 * b) as *const f64));
+        let sp = sum_pair(sums, b);
         for r in 0..4 {
             let blk = rows[r].add(b * 20);
-            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
-            let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(4) as *const __m128i));
-            let lo = _mm512_permutexvar_ps(v, table);
-            let hi = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(v), table);
+            let dm = f16_pair(blk);
+            let (lo, hi) = nibble_floats(blk.add(4), table);
             let s = _mm512_fmadd_ps(hi, xh, _mm512_mul_ps(lo, xl));
             acc[r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm), s, acc[r]);
             accm[r] = _mm_fmadd_ps(dm, sp, accm[r]);
