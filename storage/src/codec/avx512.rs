@@ -1,11 +1,13 @@
 //! AVX-512F/BW kernels (x86-64) for the decode hot path: the Q8_0 embedding/head (and every
-//! matrix of a Q8_0 file) one row at a time, and four-row Q4_0 and Q4_1 kernels whose nibbles
-//! become floats through a 16-entry table permute (`vpermps` on 16 lanes reads the low four
-//! bits of each index lane) instead of a mask and an int → float conversion, so the
-//! conversion leaves the FMA ports. A four-row AVX-512 Q4_1 kernel with the conversion
-//! measured 10–15 % slower than the AVX2 one and was removed; with the permute, decode on
-//! one thread is 7–11 % faster than the AVX2 kernels (docs/performance.md). The other
-//! encodings take the AVX2 kernels on an AVX-512 machine too.
+//! matrix of a Q8_0 file) one row at a time, and four-row Q4_0, Q4_1 and Q5_0 kernels whose
+//! codes become floats through a table permute (`vpermps` on 16 lanes reads the low four
+//! bits of each index lane; Q5_0's 5-bit codes index a 32-entry two-register table)
+//! instead of a mask and an int → float conversion, so the conversion leaves the FMA
+//! ports. A four-row AVX-512 Q4_1 kernel with the conversion measured 10–15 % slower than
+//! the AVX2 one and was removed; with the permute, decode on one thread is 7–11 % (Q4_0,
+//! Q4_1) and 9–14 % (Q5_0, SmolLM2 Q4_K_M) faster than the AVX2 kernels
+//! (docs/performance.md). The other encodings take the AVX2 kernels on an AVX-512 machine
+//! too.
 //!
 //! Every function here is `unsafe` for two reasons only: it must run on a CPU with AVX-512F,
 //! AVX-512BW, AVX2, FMA and F16C (the caller checks [`super::cpu::has_avx512`]), and it reads
@@ -97,6 +99,49 @@ pub unsafe fn dot4_q4_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
         for r in 0..4 {
             let blk = rows[r].add(b * 18);
             let (lo, hi) = nibble_floats(blk.add(2), table);
+            let s = _mm512_fmadd_ps(hi, xh, _mm512_mul_ps(lo, xl));
+            acc[r] = _mm512_fmadd_ps(bcast_f16(blk), s, acc[r]);
+        }
+    }
+    acc.map(|a| _mm512_reduce_add_ps(a))
+}
+
+/// Q5_0, four rows: Σ_b d·Σ(q − 16)·x, x in natural order (the
+/// [`super::avx2_perm::prepare_x_natural`] layout, as for Q4_0). A 5-bit code is a nibble
+/// and one bit of the block's `qh` word: the bit is ORed into bit 4 of the nibble's lane
+/// under `qh` as a lane mask (no bit spreading), and the code becomes `q − 16` through a
+/// 32-entry two-register table permute (`vpermt2ps`). Two single-table permutes per half
+/// instead (the second under the mask) measured 5 % slower on one thread.
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub unsafe fn dot4_q5_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
+    use super::avx2_perm::PREP_FLOATS;
+    use super::PREFETCH_FAR as FAR;
+    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
+    let low = _mm512_setr_ps(
+        -16.0, -15.0, -14.0, -13.0, -12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0,
+        -2.0, -1.0,
+    );
+    let high = _mm512_setr_ps(
+        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+    );
+    let m15 = _mm512_set1_epi32(15);
+    let sixteen = _mm512_set1_epi32(16);
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for b in 0..nb {
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 88));
+        prefetch(rows[3].wrapping_add(rb + FAR + b * 88 + 64));
+        let p = xp.add(b * PREP_FLOATS);
+        let (xl, xh) = (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)));
+        for r in 0..4 {
+            let blk = rows[r].add(b * 22);
+            let qh = (blk.add(2) as *const u32).read_unaligned();
+            let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(6) as *const __m128i));
+            let vl = _mm512_and_si512(v, m15);
+            let vh = _mm512_srli_epi32::<4>(v);
+            let il = _mm512_mask_or_epi32(vl, qh as __mmask16, vl, sixteen);
+            let ih = _mm512_mask_or_epi32(vh, (qh >> 16) as __mmask16, vh, sixteen);
+            let lo = _mm512_permutex2var_ps(low, il, high);
+            let hi = _mm512_permutex2var_ps(low, ih, high);
             let s = _mm512_fmadd_ps(hi, xh, _mm512_mul_ps(lo, xl));
             acc[r] = _mm512_fmadd_ps(bcast_f16(blk), s, acc[r]);
         }

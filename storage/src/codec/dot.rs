@@ -111,7 +111,7 @@ pub fn dot_rows_using(
 /// The multi-row kernels (`out.len()` rows of `rb` bytes, `x.len()` a multiple of 32,
 /// `kernels` at least AVX2 and supported by this CPU), in groups of four rows: AVX2
 /// [`super::avx2_perm`] for Q4_0, Q5_0, Q4_K, Q6_K and [`super::avx2_rows`] for Q4_1, Q5_1,
-/// except Q4_0 and Q4_1 on the AVX-512 path ([`super::avx512`]); Q8_0 row by row, one
+/// except Q4_0, Q4_1 and Q5_0 on the AVX-512 path ([`super::avx512`]); Q8_0 row by row, one
 /// prefetched stream (AVX-512 where chosen);
 /// returns how many leading rows it computed (0 when no kernel here fits `dtype`).
 #[cfg(target_arch = "x86_64")]
@@ -205,6 +205,11 @@ fn dot_rows_prepared(
             x.len() / 32 * ap::PREP_FLOATS,
         ),
         DType::Q4_0 => (ap::dot4_q4_0, x.len() / 32, x.len() / 32 * ap::PREP_FLOATS),
+        DType::Q5_0 if kernels == Kernels::Avx512 => (
+            super::avx512::dot4_q5_0,
+            x.len() / 32,
+            x.len() / 32 * ap::PREP_FLOATS,
+        ),
         DType::Q5_0 => (ap::dot4_q5_0, x.len() / 32, x.len() / 32 * ap::PREP_FLOATS),
         DType::Q4_K => (
             ap::dot4_q4_k,
@@ -228,6 +233,9 @@ fn dot_rows_prepared(
         unsafe {
             match dtype {
                 DType::Q4_0 => ap::prepare_x_natural(x.as_ptr(), nb, -8.0, prep.as_mut_ptr()),
+                DType::Q5_0 if kernels == Kernels::Avx512 => {
+                    ap::prepare_x_natural(x.as_ptr(), nb, -16.0, prep.as_mut_ptr())
+                }
                 DType::Q5_0 => ap::prepare_x(x.as_ptr(), nb, -16.0, prep.as_mut_ptr()),
                 _ => ap::prepare_x_k(x.as_ptr(), nb, prep.as_mut_ptr()),
             }
