@@ -228,6 +228,19 @@ trait MulAdd: Sized {
     fn accumulate64(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
         accumulate::<64, Self>(acc, p, v, stride)
     }
+
+    /// One query row's scores against a block of transposed keys: `s[j] = Σ_d q[d] ·
+    /// kt[d·KB + j]`, summed over `d` in order from zero.
+    #[inline(always)]
+    fn scores(s: &mut [f32; KB], q: &[f32], kt: &[f32]) {
+        s.fill(0.0);
+        for (d, &qd) in q.iter().enumerate() {
+            let kr = &kt[d * KB..d * KB + KB];
+            for (sj, kj) in s.iter_mut().zip(kr) {
+                *sj = Self::mul_add(qd, *kj, *sj);
+            }
+        }
+    }
 }
 
 /// Fused, with the 64-wide value accumulation in eight AVX2 registers: the generic loop
@@ -247,6 +260,42 @@ impl MulAdd for FusedAvx2 {
         // SAFETY: only [`block_avx2`] uses this type, and it runs only where AVX2 and FMA
         // are present (checked at run time).
         unsafe { accumulate64_avx2(acc, p, v, stride) }
+    }
+
+    #[inline(always)]
+    fn scores(s: &mut [f32; KB], q: &[f32], kt: &[f32]) {
+        // SAFETY: as above.
+        unsafe { scores_avx2(s, q, kt) }
+    }
+}
+
+/// [`MulAdd::scores`] with the 64 scores in eight AVX2 registers (the generic loop kept
+/// them on the stack: a load, a store and a store-to-load wait per head dimension); the
+/// same fused operations in the same order, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn scores_avx2(s: &mut [f32; KB], q: &[f32], kt: &[f32]) {
+    use std::arch::x86_64::*;
+    const { assert!(KB == 64, "eight registers of eight scores") };
+    assert!(
+        kt.len() >= q.len() * KB,
+        "a transposed key block per dimension"
+    );
+    // SAFETY: every row `d < q.len()` of `kt` read here lies within it (asserted), and `s`
+    // holds 64 floats.
+    unsafe {
+        let mut r = [_mm256_setzero_ps(); 8];
+        for (d, &qd) in q.iter().enumerate() {
+            let qv = _mm256_set1_ps(qd);
+            let kr = kt.as_ptr().add(d * KB);
+            for (i, ri) in r.iter_mut().enumerate() {
+                *ri = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr.add(8 * i)), *ri);
+            }
+        }
+        for (i, ri) in r.iter().enumerate() {
+            _mm256_storeu_ps(s.as_mut_ptr().add(8 * i), *ri);
+        }
     }
 }
 
@@ -383,13 +432,7 @@ fn block_body<F: MulAdd>(
                     };
                 }
             } else {
-                s.fill(0.0);
-                for (d, &qd) in qr.iter().enumerate() {
-                    let kr = &kt[d * KB..d * KB + KB];
-                    for (sj, kj) in s.iter_mut().zip(kr) {
-                        *sj = F::mul_add(qd, *kj, *sj);
-                    }
-                }
+                F::scores(&mut s, qr, &kt);
             }
             // Whole-block passes (fixed length, eight lanes): hidden keys score −∞ → 0.
             s[visible..].fill(f32::NEG_INFINITY);
@@ -530,8 +573,9 @@ mod tests {
         }
     }
 
-    /// 64-wide heads take the fixed-width accumulation (AVX2 registers on x86): the same
-    /// bits as the generic fused loop, and the reference within rounding.
+    /// 64-wide heads take the fixed-width accumulation and the register-resident scores
+    /// (AVX2 registers on x86): the same bits as the generic fused loop, and the reference
+    /// within rounding.
     #[test]
     fn head_dim_64_accumulates_like_the_generic_loop() {
         let geom = AttnGeometry {
@@ -562,6 +606,8 @@ mod tests {
                     let fast = unsafe { block_avx2(&step, kh, 0, n, 0..usize::MAX) };
                     let generic = block_body::<Fused>(&step, kh, 0, n, 0..usize::MAX);
                     assert_eq!(fast.acc, generic.acc, "p0 {p0} n {n} kv head {kh}");
+                    assert_eq!(fast.m, generic.m, "p0 {p0} n {n} kv head {kh}");
+                    assert_eq!(fast.l, generic.l, "p0 {p0} n {n} kv head {kh}");
                 }
             }
         }
