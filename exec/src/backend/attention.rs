@@ -573,9 +573,9 @@ mod tests {
         }
     }
 
-    /// 64-wide heads take the fixed-width accumulation and the register-resident scores
-    /// (AVX2 registers on x86): the same bits as the generic fused loop, and the reference
-    /// within rounding.
+    /// 64-wide heads take the fixed-width accumulation, and prefill blocks the
+    /// register-resident scores (AVX2 registers on x86): the same bits as the generic fused
+    /// loop, and the reference within rounding.
     #[test]
     fn head_dim_64_accumulates_like_the_generic_loop() {
         let geom = AttnGeometry {
