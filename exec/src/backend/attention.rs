@@ -4,7 +4,8 @@
 //! `O(block × head_dim)` whatever the prompt length, and the inner loops are
 //! vectorisable runs over keys (scores) and over head dimensions (values). Decoding over a
 //! long cache splits the keys into runs of [`KEY_SPLIT`] (flash-decoding: one task per kv
-//! head and run, partial states merged exactly) and prefetches the key and value rows ahead.
+//! head and run, partial states merged exactly), prefetches each block's key and value rows
+//! a block ahead, and scores eight keys at a time as direct dot products.
 //!
 //! Arithmetic: scores, exponentials ([`kernels::exp`]) and sums in f32; the result equals
 //! the two-pass softmax up to rounding (the running rescale). When the softmax weights
@@ -42,20 +43,6 @@ fn accumulate<const H: usize, F: MulAdd>(acc: &mut [f32], p: &[f32], v: &[f32], 
         }
     }
     acc[..H].copy_from_slice(&a);
-}
-
-/// `a · b` over the first `H` values, eight lanes (one vector register) at a time.
-#[inline(always)]
-fn dot_fixed<const H: usize, F: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
-    let a: &[f32; H] = a[..H].try_into().expect("H values");
-    let b: &[f32; H] = b[..H].try_into().expect("H values");
-    let mut lanes = [0.0f32; 8];
-    for c in 0..H / 8 {
-        for l in 0..8 {
-            lanes[l] = F::mul_add(a[8 * c + l], b[8 * c + l], lanes[l]);
-        }
-    }
-    (lanes[0] + lanes[4]) + (lanes[1] + lanes[5]) + (lanes[2] + lanes[6]) + (lanes[3] + lanes[7])
 }
 
 /// One task's output: `(first position, kv head, rows [positions × group × head_dim])`.
@@ -195,10 +182,6 @@ fn block(
     }
 }
 
-/// How many keys ahead the direct (decoding) path prefetches its key and value rows: a
-/// long cache streams from memory once per token, one head's run out of every row.
-const PREFETCH_KEYS: usize = 16;
-
 /// Prefetches the `len` floats of `buf` from `at` (a hint; never reads past `buf`'s
 /// allocation as a load would, and does nothing off x86).
 #[inline(always)]
@@ -227,6 +210,27 @@ trait MulAdd: Sized {
     #[inline(always)]
     fn accumulate64(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
         accumulate::<64, Self>(acc, p, v, stride)
+    }
+
+    /// One query row's scores against `s.len()` 64-wide key rows `stride` apart (decoding:
+    /// too few rows to pay for a transpose): `s[j] = q · k[j·stride ..][..64]`.
+    ///
+    /// Eight lanes per key (lane `l` sums dimensions `l, l + 8, …` in order, the first a
+    /// product), then `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`: the order of
+    /// the AVX2 kernel's horizontal-add tree.
+    #[inline(always)]
+    fn direct_scores64(s: &mut [f32], q: &[f32], k: &[f32], stride: usize) {
+        let q: &[f32; 64] = q[..64].try_into().expect("a 64-wide query");
+        for (j, sj) in s.iter_mut().enumerate() {
+            let kj: &[f32; 64] = k[j * stride..][..64].try_into().expect("a 64-wide key");
+            let mut a: [f32; 8] = std::array::from_fn(|l| q[l] * kj[l]);
+            for c in 1..8 {
+                for (l, al) in a.iter_mut().enumerate() {
+                    *al = Self::mul_add(q[8 * c + l], kj[8 * c + l], *al);
+                }
+            }
+            *sj = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        }
     }
 
     /// One query row's scores against a block of transposed keys: `s[j] = Σ_d q[d] ·
@@ -263,6 +267,12 @@ impl MulAdd for FusedAvx2 {
     }
 
     #[inline(always)]
+    fn direct_scores64(s: &mut [f32], q: &[f32], k: &[f32], stride: usize) {
+        // SAFETY: as above.
+        unsafe { direct_scores64_avx2(s, q, k, stride) }
+    }
+
+    #[inline(always)]
     fn scores(s: &mut [f32; KB], q: &[f32], kt: &[f32]) {
         // SAFETY: as above.
         unsafe { scores_avx2(s, q, kt) }
@@ -295,6 +305,64 @@ unsafe fn scores_avx2(s: &mut [f32; KB], q: &[f32], kt: &[f32]) {
         }
         for (i, ri) in r.iter().enumerate() {
             _mm256_storeu_ps(s.as_mut_ptr().add(8 * i), *ri);
+        }
+    }
+}
+
+/// [`MulAdd::direct_scores64`] eight keys at a time: eight independent chains of eight
+/// FMAs (the one-key dot was a single dependent chain, its latency paid per key), the
+/// eight lane sums reduced together by a tree of horizontal adds; leftover keys one by one
+/// with the same lane order and tree.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn direct_scores64_avx2(s: &mut [f32], q: &[f32], k: &[f32], stride: usize) {
+    use std::arch::x86_64::*;
+    let n = s.len();
+    assert!(q.len() >= 64, "a 64-wide query");
+    if let Some(last) = n.checked_sub(1) {
+        assert!(k.len() >= last * stride + 64, "key rows within the cache");
+    }
+    // Lane j of the result: the sum of the eight lanes of a[j].
+    #[inline(always)]
+    unsafe fn reduce8(a: &[__m256; 8]) -> __m256 {
+        let t0 = _mm256_hadd_ps(a[0], a[1]);
+        let t1 = _mm256_hadd_ps(a[2], a[3]);
+        let t2 = _mm256_hadd_ps(a[4], a[5]);
+        let t3 = _mm256_hadd_ps(a[6], a[7]);
+        let u0 = _mm256_hadd_ps(t0, t1);
+        let u1 = _mm256_hadd_ps(t2, t3);
+        _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(u0, u1),
+            _mm256_permute2f128_ps::<0x31>(u0, u1),
+        )
+    }
+    // SAFETY: `q` holds 64 floats and every key row read lies within `k` (asserted); `s`
+    // is written within its length.
+    unsafe {
+        let qp = q.as_ptr();
+        let qv: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(qp.add(8 * c)));
+        let dot = |kj: *const f32| {
+            let mut a = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kj));
+            for (c, qc) in qv.iter().enumerate().skip(1) {
+                a = _mm256_fmadd_ps(*qc, _mm256_loadu_ps(kj.add(8 * c)), a);
+            }
+            a
+        };
+        let mut j = 0;
+        while j + 8 <= n {
+            let a: [__m256; 8] = std::array::from_fn(|i| dot(k.as_ptr().add((j + i) * stride)));
+            _mm256_storeu_ps(s.as_mut_ptr().add(j), reduce8(&a));
+            j += 8;
+        }
+        if j < n {
+            let mut a = [_mm256_setzero_ps(); 8];
+            for (i, ai) in a.iter_mut().enumerate().take(n - j) {
+                *ai = dot(k.as_ptr().add((j + i) * stride));
+            }
+            let mut tail = [0.0f32; 8];
+            _mm256_storeu_ps(tail.as_mut_ptr(), reduce8(&a));
+            s[j..].copy_from_slice(&tail[..n - j]);
         }
     }
 }
@@ -398,7 +466,19 @@ fn block_body<F: MulAdd>(
         // Few rows (decoding): scores as direct dot products; many rows (prefill): keys
         // of the block transposed once, kt[d][j], and scores as runs over keys.
         let direct = rows < DIRECT_ROWS;
-        if !direct {
+        if direct {
+            // A long cache streams from memory once per token: this kv head's key and
+            // value rows of the next block are fetched while this one is worked on.
+            let ahead = if j0 == span.start {
+                j0..j0 + 2 * KB
+            } else {
+                j0 + KB..j0 + 2 * KB
+            };
+            for j in ahead.take_while(|&j| j < keys) {
+                prefetch_row(step.k_cache, j * kv_dim + kh * hd, hd);
+                prefetch_row(step.v_cache, j * kv_dim + kh * hd, hd);
+            }
+        } else {
             for j in 0..jn {
                 let k = &step.k_cache[(j0 + j) * kv_dim + kh * hd..][..hd];
                 for (d, kv) in k.iter().enumerate() {
@@ -413,23 +493,14 @@ fn block_body<F: MulAdd>(
             let visible = (last[r] + 1 - j0).min(jn);
             let qr = &q[r * hd..(r + 1) * hd];
             if direct {
-                for (j, sj) in s[..visible].iter_mut().enumerate() {
-                    prefetch_row(
-                        step.k_cache,
-                        (j0 + j + PREFETCH_KEYS) * kv_dim + kh * hd,
-                        hd,
-                    );
-                    prefetch_row(
-                        step.v_cache,
-                        (j0 + j + PREFETCH_KEYS) * kv_dim + kh * hd,
-                        hd,
-                    );
-                    let k = &step.k_cache[(j0 + j) * kv_dim + kh * hd..][..hd];
-                    *sj = if hd == 64 {
-                        dot_fixed::<64, F>(qr, k)
-                    } else {
-                        kernels::dot(qr, k)
-                    };
+                let base = j0 * kv_dim + kh * hd;
+                if hd == 64 {
+                    F::direct_scores64(&mut s[..visible], qr, &step.k_cache[base..], kv_dim);
+                } else {
+                    for (j, sj) in s[..visible].iter_mut().enumerate() {
+                        let k = &step.k_cache[base + j * kv_dim..][..hd];
+                        *sj = kernels::dot(qr, k);
+                    }
                 }
             } else {
                 F::scores(&mut s, qr, &kt);

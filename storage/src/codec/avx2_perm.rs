@@ -17,8 +17,13 @@
 //! layout ([`PREP_K_FLOATS`]) reorders each 32-element run and appends the 16-element group
 //! sums (Q6_K's `−32·d·sc·Σx` terms) and 32-element sub-block sums (Q4_K's minimums).
 //!
-//! Q5_0's fifth bits are spread to bytes with one broadcast, a shuffle, an OR and a compare
-//! (ggml's `bytes_from_bits_32`) instead of a variable shift per element.
+//! Q5_0's fifth bits are spread to bytes with one broadcast, a shuffle, an AND and a compare
+//! instead of a variable shift per element.
+//!
+//! The Q5_0, Q4_K and Q6_K kernels take their four rows as two passes over a pair: four
+//! rows' accumulators, x and the constants do not fit AVX2's sixteen vector registers, and
+//! the compiler spilled accumulators to the stack, a store-to-load wait on every
+//! loop-carried chain (docs/performance.md: +15 % on each kernel's cache-resident rate).
 //!
 //! Results differ from "decode, then dot" only by rounding (x stays f32, never quantised).
 //! Every function is `unsafe` for two reasons only: it must run on a CPU with AVX2, FMA and
@@ -167,51 +172,98 @@ pub unsafe fn dot4_q4_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
 }
 
 /// Q5_0, four rows: Σ_b d·(Σ q5·x − 16·Σx_b), x prepared with `k = −16`.
+///
+/// Runs as two passes over a pair of rows ([`dot2_q5_0`]): with four rows at once the
+/// sixteen AVX2 registers cannot hold the accumulators, x and the constants, and the
+/// accumulators went through the stack (a store-to-load wait on every block's chain).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q5_0(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
     let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    let ctl = [widen_ctl(0), widen_ctl(1), widen_ctl(2), widen_ctl(3)];
-    let shift = _mm256_setr_epi64x(0, 0, 4, 4);
-    let m4 = _mm256_set1_epi8(0x0F);
-    // Byte j of a broadcast qh, shuffled to byte j / 8, ORed with "all bits but j % 8": all
-    // ones exactly when bit j is set.
-    let spread = _mm256_setr_epi64x(
-        0,
-        0x0101_0101_0101_0101,
-        0x0202_0202_0202_0202,
-        0x0303_0303_0303_0303,
-    );
-    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
-    let ones = _mm256_set1_epi64x(-1);
-    let sixteen = _mm256_set1_epi8(16);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for b in 0..nb {
-        prefetch(rows[3].wrapping_add(rb + FAR + b * 88));
-        prefetch(rows[3].wrapping_add(rb + FAR + b * 88 + 64));
-        let (xv, off) = load_prep(xp, b);
-        for r in 0..4 {
-            let blk = rows[r].add(b * 22);
-            let qh = _mm256_set1_epi32((blk.add(2) as *const i32).read_unaligned());
-            let set = _mm256_cmpeq_epi8(
-                _mm256_or_si256(_mm256_shuffle_epi8(qh, spread), others),
-                ones,
-            );
-            let codes = _mm256_or_si256(
-                nibble_bytes(blk.add(6), shift, m4),
-                _mm256_and_si256(set, sixteen),
-            );
-            let s = codes_dot(codes, &ctl, &xv, off);
-            acc[r] = _mm256_fmadd_ps(bcast_f16(blk), s, acc[r]);
+    // Each pass streams its two rows' counterparts in the next group of four.
+    let [a, b] = dot2_q5_0([rows[0], rows[1]], 3 * rb, xp, nb);
+    let [c, d] = dot2_q5_0([rows[2], rows[3]], 3 * rb, xp, nb);
+    [a, b, c, d]
+}
+
+/// The constants of [`q5_codes`].
+struct Q5Consts {
+    shift: __m256i,
+    m4: __m256i,
+    spread: __m256i,
+    bit: __m256i,
+    sixteen: __m256i,
+}
+
+impl Q5Consts {
+    #[inline(always)]
+    unsafe fn new() -> Q5Consts {
+        Q5Consts {
+            shift: _mm256_setr_epi64x(0, 0, 4, 4),
+            m4: _mm256_set1_epi8(0x0F),
+            spread: _mm256_setr_epi64x(
+                0,
+                0x0101_0101_0101_0101,
+                0x0202_0202_0202_0202,
+                0x0303_0303_0303_0303,
+            ),
+            bit: _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64),
+            sixteen: _mm256_set1_epi8(16),
         }
     }
-    [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
+}
+
+/// The 32 five-bit codes of the Q5_0 block at `blk` (split-half order, as
+/// [`nibble_bytes`]). Bit j of qh is found by spreading qh's byte j / 8 to byte j and
+/// testing it against `1 << (j % 8)`.
+#[inline(always)]
+unsafe fn q5_codes(blk: *const u8, k: &Q5Consts) -> __m256i {
+    let qh = _mm256_set1_epi32((blk.add(2) as *const i32).read_unaligned());
+    let clear = _mm256_cmpeq_epi8(
+        _mm256_and_si256(_mm256_shuffle_epi8(qh, k.spread), k.bit),
+        _mm256_setzero_si256(),
+    );
+    _mm256_or_si256(
+        nibble_bytes(blk.add(6), k.shift, k.m4),
+        _mm256_andnot_si256(clear, k.sixteen),
+    )
+}
+
+/// Q5_0, two rows (see [`dot4_q5_0`]); streams the bytes from `ahead` + [`FAR`] past the
+/// second row at the pace of the pair.
+/// Software-pipelined: the codes of block b + 1 are built (integer work, a long dependent
+/// chain from the loads) before block b's float work is issued.
+#[inline(always)]
+unsafe fn dot2_q5_0(rows: [*const u8; 2], ahead: usize, xp: *const f32, nb: usize) -> [f32; 2] {
+    if nb == 0 {
+        return [0.0; 2];
+    }
+    let ctl = [widen_ctl(0), widen_ctl(1), widen_ctl(2), widen_ctl(3)];
+    let k = Q5Consts::new();
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut codes = [q5_codes(rows[0], &k), q5_codes(rows[1], &k)];
+    for b in 0..nb {
+        prefetch(rows[1].wrapping_add(ahead + FAR + b * 44));
+        let next = (b + 1).min(nb - 1) * 22;
+        let following = [
+            q5_codes(rows[0].add(next), &k),
+            q5_codes(rows[1].add(next), &k),
+        ];
+        let (xv, off) = load_prep(xp, b);
+        for r in 0..2 {
+            let s = codes_dot(codes[r], &ctl, &xv, off);
+            acc[r] = _mm256_fmadd_ps(bcast_f16(rows[r].add(b * 22)), s, acc[r]);
+        }
+        codes = following;
+    }
+    [hsum(acc[0]), hsum(acc[1])]
 }
 
 // ---------------------------------------------------------------- K-quants (256 elements)
 
 /// Floats of the prepared layout per 256-element super-block: the 256 values (each
 /// 32-element run reordered as in [`prepare_x`]), then the sixteen 16-element group sums
-/// (Q6_K's scale groups), then the eight 32-element sub-block sums (Q4_K's).
+/// times −32 (Q6_K's offset per scale group; exact, a power of two), then the eight
+/// 32-element sub-block sums (Q4_K's).
 pub const PREP_K_FLOATS: usize = 256 + 16 + 8;
 
 /// Writes the K-quant prepared layout of `x` (`nb` super-blocks of 256) to `out`
@@ -236,8 +288,8 @@ pub unsafe fn prepare_x_k(x: *const f32, nb: usize, out: *mut f32) {
             _mm256_storeu_ps(or.add(24), _mm256_permute2f128_ps::<0x31>(v[1], v[3]));
             let g0 = hsum(_mm256_add_ps(v[0], v[1]));
             let g1 = hsum(_mm256_add_ps(v[2], v[3]));
-            *o.add(256 + 2 * run) = g0;
-            *o.add(256 + 2 * run + 1) = g1;
+            *o.add(256 + 2 * run) = -32.0 * g0;
+            *o.add(256 + 2 * run + 1) = -32.0 * g1;
             *o.add(272 + run) = g0 + g1;
         }
     }
@@ -265,14 +317,29 @@ unsafe fn load_run(p: *const f32) -> [__m256; 4] {
 }
 
 /// Q6_K, four rows: Σ_groups (d·sc)·Σ(q·x) − 32·Σ_groups (d·sc)·Σx_group, with q the
-/// unsigned six-bit code; x prepared by [`prepare_x_k`].
+/// unsigned six-bit code; x prepared by [`prepare_x_k`] (its group sums carry the −32).
+/// Runs as two passes over a pair of rows ([`dot2_q6_k`]): four rows' accumulators and
+/// scales do not fit the sixteen AVX2 registers, and the spilled accumulators put a
+/// store-to-load wait on every loop-carried chain.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_q6_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
+    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
+    // Each row's block is fetched ahead in the row four on.
+    let [a, b] = dot2_q6_k([rows[0], rows[1]], 4 * rb, xp, nb);
+    let [c, d] = dot2_q6_k([rows[2], rows[3]], 4 * rb, xp, nb);
+    [a, b, c, d]
+}
+
+/// Q6_K, two rows (see [`dot4_q6_k`]); prefetches `ahead` + [`FAR`] bytes past each row's
+/// block.
 ///
 /// A run of 32 codes spans two scale groups, which land in lanes 0..4 and 4..8 of its
 /// eight-lane sum: one permute of the row's sixteen `d·sc` gives the run's scale vector.
+/// The offset terms (`d·sc` times the group sums times −32) go into the same accumulator.
 // The loop counters are byte offsets as well as indices.
 #[allow(clippy::needless_range_loop)]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4_q6_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
+#[inline(always)]
+unsafe fn dot2_q6_k(rows: [*const u8; 2], ahead: usize, xp: *const f32, nb: usize) -> [f32; 2] {
     let ctl = [widen_ctl(0), widen_ctl(1), widen_ctl(2), widen_ctl(3)];
     let m4 = _mm256_set1_epi8(0x0F);
     let m30 = _mm256_set1_epi8(0x30);
@@ -281,31 +348,28 @@ pub unsafe fn dot4_q6_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
         _mm256_setr_epi32(a, a, a, a, b, b, b, b)
     };
     let idx = [pick(0), pick(1), pick(2), pick(3)];
-    // The next group of four rows starts 4 rows on; fetch bytes FAR past it at its pace.
-    let ahead = 4 * (rows[1] as usize).wrapping_sub(rows[0] as usize) + FAR;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut accm = [_mm256_setzero_ps(); 4];
-    let mut ds = [[_mm256_setzero_ps(); 2]; 4];
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut ds = [[_mm256_setzero_ps(); 2]; 2];
     for b in 0..nb {
         let xb = xp.add(b * PREP_K_FLOATS);
         let gs = [_mm256_loadu_ps(xb.add(256)), _mm256_loadu_ps(xb.add(264))];
-        for r in 0..4 {
+        for r in 0..2 {
             let blk = rows[r].add(b * 210);
             for line in 0..4 {
-                prefetch(blk.wrapping_add(ahead + 64 * line));
+                prefetch(blk.wrapping_add(ahead + FAR + 64 * line));
             }
             let d = bcast_f16(blk.add(208));
             let sc = _mm_loadu_si128(blk.add(192) as *const __m128i);
             let s0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc));
             let s1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)));
             ds[r] = [_mm256_mul_ps(d, s0), _mm256_mul_ps(d, s1)];
-            accm[r] = _mm256_fmadd_ps(ds[r][0], gs[0], accm[r]);
-            accm[r] = _mm256_fmadd_ps(ds[r][1], gs[1], accm[r]);
+            acc[r] = _mm256_fmadd_ps(ds[r][0], gs[0], acc[r]);
+            acc[r] = _mm256_fmadd_ps(ds[r][1], gs[1], acc[r]);
         }
         for h in 0..2 {
             for k in 0..4 {
                 let xv = load_run(xb.add(128 * h + 32 * k));
-                for r in 0..4 {
+                for r in 0..2 {
                     let blk = rows[r].add(b * 210);
                     let ql = _mm256_loadu_si256(blk.add(64 * h + 32 * (k & 1)) as *const __m256i);
                     let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
@@ -329,11 +393,7 @@ pub unsafe fn dot4_q6_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32
             }
         }
     }
-    let mut out = [0.0f32; 4];
-    for r in 0..4 {
-        out[r] = hsum(acc[r]) - 32.0 * hsum(accm[r]);
-    }
-    out
+    [hsum(acc[0]), hsum(acc[1])]
 }
 
 /// The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K 12-byte scale array, as f32
@@ -361,49 +421,60 @@ unsafe fn k4_scales(q: *const u8) -> (__m256, __m256) {
 }
 
 /// Q4_K, four rows: Σ_sub-blocks (d·sc)·Σ(q·x) − (dmin·mn)·Σx; x prepared by
-/// [`prepare_x_k`] (its sub-block sums give the minimum terms). One 32-byte load holds a
-/// sub-block pair: low nibbles the first 32 codes, high nibbles the next 32, each already
-/// in the shuffle-widening order.
+/// [`prepare_x_k`] (its sub-block sums give the minimum terms). Two passes over a pair of
+/// rows ([`dot2_q4_k`]), for the reason given at [`dot4_q6_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q4_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
+    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
+    // Each row's block is fetched ahead in the row four on.
+    let [a, b] = dot2_q4_k([rows[0], rows[1]], 4 * rb, xp, nb);
+    let [c, d] = dot2_q4_k([rows[2], rows[3]], 4 * rb, xp, nb);
+    [a, b, c, d]
+}
+
+/// Q4_K, two rows (see [`dot4_q4_k`]); prefetches `ahead` + [`FAR`] bytes past each row's
+/// block.
+/// One 32-byte load holds a sub-block pair: low nibbles the first 32 codes, high nibbles
+/// the next 32, each already in the shuffle-widening order. The minimum terms go into the
+/// same accumulator (subtracted).
+#[inline(always)]
+unsafe fn dot2_q4_k(rows: [*const u8; 2], ahead: usize, xp: *const f32, nb: usize) -> [f32; 2] {
     let ctl = [widen_ctl(0), widen_ctl(1), widen_ctl(2), widen_ctl(3)];
     let m4 = _mm256_set1_epi8(0x0F);
-    let ahead = 4 * (rows[1] as usize).wrapping_sub(rows[0] as usize) + FAR;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut accm = [_mm256_setzero_ps(); 4];
-    let mut dsc = [[0.0f32; 8]; 4];
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut dsc = [[0.0f32; 8]; 2];
     for b in 0..nb {
         let xb = xp.add(b * PREP_K_FLOATS);
         let sv = _mm256_loadu_ps(xb.add(272));
-        for r in 0..4 {
+        for r in 0..2 {
             let blk = rows[r].add(b * 144);
-            prefetch(blk.wrapping_add(ahead));
-            prefetch(blk.wrapping_add(ahead + 64));
-            prefetch(blk.wrapping_add(ahead + 128));
+            prefetch(blk.wrapping_add(ahead + FAR));
+            prefetch(blk.wrapping_add(ahead + FAR + 64));
+            prefetch(blk.wrapping_add(ahead + FAR + 128));
             let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
             let d = _mm256_broadcastss_ps(dm);
             let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
             let (sc, mn) = k4_scales(blk.add(4));
-            accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, mn), sv, accm[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, mn), sv, acc[r]);
             _mm256_storeu_ps(dsc[r].as_mut_ptr(), _mm256_mul_ps(d, sc));
         }
         for c in 0..4 {
-            let x0 = load_run(xb.add(64 * c));
-            let x1 = load_run(xb.add(64 * c + 32));
-            for r in 0..4 {
-                let q = _mm256_loadu_si256(rows[r].add(b * 144 + 16 + 32 * c) as *const __m256i);
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                let s0 = run_dot(lo, &ctl, &x0);
-                let s1 = run_dot(hi, &ctl, &x1);
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dsc[r][2 * c]), s0, acc[r]);
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dsc[r][2 * c + 1]), s1, acc[r]);
+            for half in 0..2 {
+                let xv = load_run(xb.add(64 * c + 32 * half));
+                for r in 0..2 {
+                    let q =
+                        _mm256_loadu_si256(rows[r].add(b * 144 + 16 + 32 * c) as *const __m256i);
+                    let codes = if half == 0 {
+                        _mm256_and_si256(q, m4)
+                    } else {
+                        _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)
+                    };
+                    let s = run_dot(codes, &ctl, &xv);
+                    let scale = _mm256_set1_ps(dsc[r][2 * c + half]);
+                    acc[r] = _mm256_fmadd_ps(scale, s, acc[r]);
+                }
             }
         }
     }
-    let mut out = [0.0f32; 4];
-    for r in 0..4 {
-        out[r] = hsum(acc[r]) - hsum(accm[r]);
-    }
-    out
+    [hsum(acc[0]), hsum(acc[1])]
 }

@@ -3,7 +3,8 @@
 //! time (Q4_0, Q5_0, Q4_K and Q6_K rows go through [`super::avx2_perm`]).
 //!
 //! What makes them faster than one row at a time ([`super::avx2`]):
-//! - x is loaded once per block for four rows;
+//! - x is loaded once per block for two rows (four rows run as two passes over a pair:
+//!   with four, the accumulators did not fit the sixteen vector registers);
 //! - nibbles are widened straight from memory (`vpmovzxbd` of 8 bytes gives elements
 //!   `j` and `j + 16` in one register: a mask and a shift split them, no byte shuffles);
 //! - the minimum term of a block (`m·Σx`) uses the per-block sums Σx computed once per call
@@ -129,16 +130,22 @@ unsafe fn load_x(x: *const f32, b: usize) -> [__m256; 4] {
 
 /// Final sums: `hsum(acc[r]) + k · accm[r][lane]`.
 #[inline(always)]
-unsafe fn finish<const LANE: i32>(acc: [__m256; 4], accm: [__m128; 4], k: f32) -> [f32; 4] {
-    let mut out = [0.0f32; 4];
-    for r in 0..4 {
+unsafe fn finish<const LANE: i32, const N: usize>(
+    acc: [__m256; N],
+    accm: [__m128; N],
+    k: f32,
+) -> [f32; N] {
+    let mut out = [0.0f32; N];
+    for r in 0..N {
         let m = f32::from_bits(_mm_extract_ps::<LANE>(accm[r]) as u32);
         out[r] = hsum(acc[r]) + k * m;
     }
     out
 }
 
-/// Q4_1, four rows: Σ_b d·Σ(q·x) + m·Σx_b.
+/// Q4_1, four rows: Σ_b d·Σ(q·x) + m·Σx_b, as two passes over a pair of rows
+/// ([`dot2_q4_1`]): four rows' accumulators, x and the temporaries do not fit the sixteen
+/// AVX2 registers, and a spilled accumulator puts a store-to-load wait on its chain.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q4_1(
     rows: [*const u8; 4],
@@ -147,15 +154,29 @@ pub unsafe fn dot4_q4_1(
     nb: usize,
 ) -> [f32; 4] {
     let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut accm = [_mm_setzero_ps(); 4];
+    // Each pass streams its two rows' counterparts in the next group of four.
+    let [a, b] = dot2_q4_1([rows[0], rows[1]], 3 * rb, x, sums, nb);
+    let [c, d] = dot2_q4_1([rows[2], rows[3]], 3 * rb, x, sums, nb);
+    [a, b, c, d]
+}
+
+/// Q4_1, two rows (see [`dot4_q4_1`]); streams the bytes from `ahead` + [`FAR`] past the
+/// second row at the pace of the pair.
+#[inline(always)]
+unsafe fn dot2_q4_1(
+    rows: [*const u8; 2],
+    ahead: usize,
+    x: *const f32,
+    sums: *const f32,
+    nb: usize,
+) -> [f32; 2] {
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut accm = [_mm_setzero_ps(); 2];
     for b in 0..nb {
-        // The group is one run of 4 rows; fetch bytes FAR past the next group at its pace.
-        prefetch(rows[3].wrapping_add(rb + FAR + b * 80));
-        prefetch(rows[3].wrapping_add(rb + FAR + b * 80 + 64));
+        prefetch(rows[1].wrapping_add(ahead + FAR + b * 40));
         let xv = load_x(x, b);
         let sp = sum_pair(sums, b);
-        for r in 0..4 {
+        for r in 0..2 {
             let blk = rows[r].add(b * 20);
             let dm = f16_pair(blk);
             let s = codes_dot(nibble_codes(blk.add(4)), &xv);
@@ -163,10 +184,11 @@ pub unsafe fn dot4_q4_1(
             accm[r] = _mm_fmadd_ps(dm, sp, accm[r]);
         }
     }
-    finish::<1>(acc, accm, 1.0)
+    finish::<1, 2>(acc, accm, 1.0)
 }
 
-/// Q5_1, four rows: Σ_b d·Σ(q5·x) + m·Σx_b.
+/// Q5_1, four rows: Σ_b d·Σ(q5·x) + m·Σx_b, as two passes over a pair of rows
+/// ([`dot2_q5_1`], for the reason given at [`dot4_q4_1`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q5_1(
     rows: [*const u8; 4],
@@ -175,15 +197,27 @@ pub unsafe fn dot4_q5_1(
     nb: usize,
 ) -> [f32; 4] {
     let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut accm = [_mm_setzero_ps(); 4];
+    let [a, b] = dot2_q5_1([rows[0], rows[1]], 3 * rb, x, sums, nb);
+    let [c, d] = dot2_q5_1([rows[2], rows[3]], 3 * rb, x, sums, nb);
+    [a, b, c, d]
+}
+
+/// Q5_1, two rows (see [`dot4_q5_1`]); prefetching as [`dot2_q4_1`].
+#[inline(always)]
+unsafe fn dot2_q5_1(
+    rows: [*const u8; 2],
+    ahead: usize,
+    x: *const f32,
+    sums: *const f32,
+    nb: usize,
+) -> [f32; 2] {
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut accm = [_mm_setzero_ps(); 2];
     for b in 0..nb {
-        // The group is one run of 4 rows; fetch bytes FAR past the next group at its pace.
-        prefetch(rows[3].wrapping_add(rb + FAR + b * 96));
-        prefetch(rows[3].wrapping_add(rb + FAR + b * 96 + 64));
+        prefetch(rows[1].wrapping_add(ahead + FAR + b * 48));
         let xv = load_x(x, b);
         let sp = sum_pair(sums, b);
-        for r in 0..4 {
+        for r in 0..2 {
             let blk = rows[r].add(b * 24);
             let dm = f16_pair(blk);
             let qh = (blk.add(4) as *const u32).read_unaligned();
@@ -192,7 +226,7 @@ pub unsafe fn dot4_q5_1(
             accm[r] = _mm_fmadd_ps(dm, sp, accm[r]);
         }
     }
-    finish::<1>(acc, accm, 1.0)
+    finish::<1, 2>(acc, accm, 1.0)
 }
 
 /// Q8_0, one row: Σ_b d·Σ(q·x), two blocks per step on independent accumulators.
