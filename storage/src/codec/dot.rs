@@ -50,7 +50,11 @@ fn dot_neon(dtype: DType, row: &[u8], x: &[f32]) -> Option<f32> {
         match dtype {
             DType::Q4_0 => Some(neon::dot_q4_0(row.as_ptr(), x.as_ptr(), nb)),
             DType::Q4_1 => Some(neon::dot_q4_1(row.as_ptr(), x.as_ptr(), nb)),
+            DType::Q5_0 => Some(neon::dot_q5_0(row.as_ptr(), x.as_ptr(), nb)),
+            DType::Q5_1 => Some(neon::dot_q5_1(row.as_ptr(), x.as_ptr(), nb)),
             DType::Q8_0 => Some(neon::dot_q8_0(row.as_ptr(), x.as_ptr(), nb)),
+            DType::Q4_K => Some(neon::dot_q4_k(row.as_ptr(), x.as_ptr(), nb)),
+            DType::Q6_K => Some(neon::dot_q6_k(row.as_ptr(), x.as_ptr(), nb)),
             _ => None,
         }
     }

@@ -1,7 +1,9 @@
 //! NEON kernels (aarch64): fused dot products of one encoded row with an f32 vector for
-//! the encodings of the common downloads' big matrices — Q4_0, Q4_1, Q8_0 (32-element
-//! blocks) — the same arithmetic as the AVX2 kernels in 4-lane vectors; the other
-//! encodings take the scalar path on aarch64 for now.
+//! the encodings of the common downloads' big matrices — Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+//! (32-element blocks) and Q4_K, Q6_K (256-element super-blocks: a Q4_K_M download's
+//! `ffn_down` and output) — the same arithmetic as the AVX2 kernels in 4-lane vectors; the
+//! other encodings (Q5_K, Q2_K, Q3_K, F16, BF16, MXFP4) take the scalar path on aarch64
+//! for now.
 //!
 //! NEON is part of every aarch64 CPU, so these need no run-time detection; `LQL_CODEC_SCALAR=1`
 //! still forces the portable path ([`super::cpu`]). Every function is `unsafe` only because
@@ -66,6 +68,40 @@ unsafe fn sum32(xp: *const f32) -> float32x4_t {
     s
 }
 
+/// `acc + d·Σ((q − k)·x)` over one 32-element block whose unsigned codes are `codes`
+/// (elements 0..16, 16..32), x at `xp`.
+#[inline(always)]
+unsafe fn offset_block(
+    codes: (uint8x16_t, uint8x16_t),
+    k: int8x16_t,
+    xp: *const f32,
+    d: f32,
+    acc: float32x4_t,
+) -> float32x4_t {
+    let lo = vsubq_s8(vreinterpretq_s8_u8(codes.0), k);
+    let hi = vsubq_s8(vreinterpretq_s8_u8(codes.1), k);
+    let s = dot16_i8(lo, xp, vdupq_n_f32(0.0));
+    let s = dot16_i8(hi, xp.add(16), s);
+    vfmaq_n_f32(acc, s, d)
+}
+
+/// `(acc + d·Σ(q·x), accm + m·Σx)` over one 32-element block of unsigned codes `codes`
+/// (elements 0..16, 16..32), its f16 pair `[d, m]` at `dm`, x at `xp`.
+#[inline(always)]
+unsafe fn min_block(
+    codes: (uint8x16_t, uint8x16_t),
+    xp: *const f32,
+    dm: *const u8,
+    (acc, accm): (float32x4_t, float32x4_t),
+) -> (float32x4_t, float32x4_t) {
+    let s = dot16_u8(codes.0, xp, vdupq_n_f32(0.0));
+    let s = dot16_u8(codes.1, xp.add(16), s);
+    (
+        vfmaq_n_f32(acc, s, f16_at(dm)),
+        vfmaq_n_f32(accm, sum32(xp), f16_at(dm.add(2))),
+    )
+}
+
 /// Q4_1: Σ_blocks d·Σ(q·x) + m·Σx.
 pub unsafe fn dot_q4_1(row: *const u8, x: *const f32, nb: usize) -> f32 {
     let mask = vdupq_n_u8(0x0F);
@@ -75,10 +111,8 @@ pub unsafe fn dot_q4_1(row: *const u8, x: *const f32, nb: usize) -> f32 {
         let blk = row.add(b * 20);
         let xp = x.add(b * 32);
         let qs = vld1q_u8(blk.add(4));
-        let s = dot16_u8(vandq_u8(qs, mask), xp, vdupq_n_f32(0.0));
-        let s = dot16_u8(vshrq_n_u8::<4>(qs), xp.add(16), s);
-        acc = vfmaq_n_f32(acc, s, f16_at(blk));
-        accm = vfmaq_n_f32(accm, sum32(xp), f16_at(blk.add(2)));
+        let codes = (vandq_u8(qs, mask), vshrq_n_u8::<4>(qs));
+        (acc, accm) = min_block(codes, xp, blk, (acc, accm));
     }
     vaddvq_f32(vaddq_f32(acc, accm))
 }
@@ -92,11 +126,8 @@ pub unsafe fn dot_q4_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
         let blk = row.add(b * 18);
         let xp = x.add(b * 32);
         let qs = vld1q_u8(blk.add(2));
-        let lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(qs, mask)), eight);
-        let hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(qs)), eight);
-        let s = dot16_i8(lo, xp, vdupq_n_f32(0.0));
-        let s = dot16_i8(hi, xp.add(16), s);
-        acc = vfmaq_n_f32(acc, s, f16_at(blk));
+        let codes = (vandq_u8(qs, mask), vshrq_n_u8::<4>(qs));
+        acc = offset_block(codes, eight, xp, f16_at(blk), acc);
     }
     vaddvq_f32(acc)
 }
@@ -110,6 +141,123 @@ pub unsafe fn dot_q8_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
         let s = dot16_i8(vld1q_s8(blk.add(2) as *const i8), xp, vdupq_n_f32(0.0));
         let s = dot16_i8(vld1q_s8(blk.add(18) as *const i8), xp.add(16), s);
         acc = vfmaq_n_f32(acc, s, f16_at(blk));
+    }
+    vaddvq_f32(acc)
+}
+
+/// The fifth bits of a Q5 block's 16 elements `e .. e + 16` (bits `e .. e + 16` of `qh`,
+/// `e` = 0 or 16) as 16 bytes of 0 or 16.
+#[inline(always)]
+unsafe fn fifth_bits(qh: u32, e: u32) -> uint8x16_t {
+    const BIT: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    let bytes = vcombine_u8(vdup_n_u8((qh >> e) as u8), vdup_n_u8((qh >> (e + 8)) as u8));
+    vandq_u8(vtstq_u8(bytes, vld1q_u8(BIT.as_ptr())), vdupq_n_u8(16))
+}
+
+/// The 32 five-bit codes of a Q5 block (16 bytes of split-half nibbles at `qs`, the fifth
+/// bits in `qh`): elements 0..16 and 16..32.
+#[inline(always)]
+unsafe fn q5_codes(qs: *const u8, qh: u32) -> (uint8x16_t, uint8x16_t) {
+    let q = vld1q_u8(qs);
+    (
+        vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0F)), fifth_bits(qh, 0)),
+        vorrq_u8(vshrq_n_u8::<4>(q), fifth_bits(qh, 16)),
+    )
+}
+
+/// Q5_0: Σ_blocks d·Σ((q5−16)·x).
+pub unsafe fn dot_q5_0(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let sixteen = vdupq_n_s8(16);
+    let mut acc = vdupq_n_f32(0.0);
+    for b in 0..nb {
+        let blk = row.add(b * 22);
+        let xp = x.add(b * 32);
+        let codes = q5_codes(blk.add(6), (blk.add(2) as *const u32).read_unaligned());
+        acc = offset_block(codes, sixteen, xp, f16_at(blk), acc);
+    }
+    vaddvq_f32(acc)
+}
+
+/// Q5_1: Σ_blocks d·Σ(q5·x) + m·Σx.
+pub unsafe fn dot_q5_1(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mut acc = vdupq_n_f32(0.0);
+    let mut accm = vdupq_n_f32(0.0);
+    for b in 0..nb {
+        let blk = row.add(b * 24);
+        let xp = x.add(b * 32);
+        let codes = q5_codes(blk.add(8), (blk.add(4) as *const u32).read_unaligned());
+        (acc, accm) = min_block(codes, xp, blk, (acc, accm));
+    }
+    vaddvq_f32(vaddq_f32(acc, accm))
+}
+
+/// Q4_K: Σ_sub-blocks (d·sc)·Σ(q·x) − (dmin·mn)·Σx over 32-element sub-blocks.
+pub unsafe fn dot_q4_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mask = vdupq_n_u8(0x0F);
+    let mut acc = vdupq_n_f32(0.0);
+    let mut accm = vdupq_n_f32(0.0);
+    for b in 0..nb {
+        let blk = row.add(b * 144);
+        let xb = x.add(b * 256);
+        let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
+        let scales = std::slice::from_raw_parts(blk.add(4), 12);
+        for c in 0..4 {
+            let q = blk.add(16 + 32 * c);
+            let (q0, q1) = (vld1q_u8(q), vld1q_u8(q.add(16)));
+            let x0 = xb.add(64 * c);
+            let x1 = x0.add(32);
+            let s0 = dot16_u8(vandq_u8(q0, mask), x0, vdupq_n_f32(0.0));
+            let s0 = dot16_u8(vandq_u8(q1, mask), x0.add(16), s0);
+            let s1 = dot16_u8(vshrq_n_u8::<4>(q0), x1, vdupq_n_f32(0.0));
+            let s1 = dot16_u8(vshrq_n_u8::<4>(q1), x1.add(16), s1);
+            let (sc0, m0) = super::block::scale_min_k4(2 * c, scales);
+            let (sc1, m1) = super::block::scale_min_k4(2 * c + 1, scales);
+            acc = vfmaq_n_f32(acc, s0, d * sc0 as f32);
+            acc = vfmaq_n_f32(acc, s1, d * sc1 as f32);
+            accm = vfmaq_n_f32(accm, sum32(x0), dmin * m0 as f32);
+            accm = vfmaq_n_f32(accm, sum32(x1), dmin * m1 as f32);
+        }
+    }
+    vaddvq_f32(acc) - vaddvq_f32(accm)
+}
+
+/// Q6_K: Σ_groups (d·sc)·Σ((q6−32)·x) over 16-element scale groups.
+pub unsafe fn dot_q6_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mask = vdupq_n_u8(0x0F);
+    let three = vdupq_n_u8(3);
+    let thirty_two = vdupq_n_s8(32);
+    let mut acc = vdupq_n_f32(0.0);
+    for b in 0..nb {
+        let blk = row.add(b * 210);
+        let xb = x.add(b * 256);
+        let d = f16_at(blk.add(208));
+        let sc = blk.add(192) as *const i8;
+        for h in 0..2 {
+            for l0 in [0usize, 16] {
+                let ql0 = vld1q_u8(blk.add(64 * h + l0));
+                let ql1 = vld1q_u8(blk.add(64 * h + 32 + l0));
+                let qh = vld1q_u8(blk.add(128 + 32 * h + l0));
+                // Element 128h + 32k + l: a nibble of ql, bits 2k, 2k + 1 of qh on top.
+                let codes = [
+                    vorrq_u8(vandq_u8(ql0, mask), vshlq_n_u8::<4>(vandq_u8(qh, three))),
+                    vorrq_u8(
+                        vandq_u8(ql1, mask),
+                        vshlq_n_u8::<4>(vandq_u8(vshrq_n_u8::<2>(qh), three)),
+                    ),
+                    vorrq_u8(
+                        vshrq_n_u8::<4>(ql0),
+                        vshlq_n_u8::<4>(vandq_u8(vshrq_n_u8::<4>(qh), three)),
+                    ),
+                    vorrq_u8(vshrq_n_u8::<4>(ql1), vshlq_n_u8::<4>(vshrq_n_u8::<6>(qh))),
+                ];
+                for (k, q) in codes.into_iter().enumerate() {
+                    let p = 128 * h + 32 * k + l0;
+                    let q = vsubq_s8(vreinterpretq_s8_u8(q), thirty_two);
+                    let s = dot16_i8(q, xb.add(p), vdupq_n_f32(0.0));
+                    acc = vfmaq_n_f32(acc, s, d * *sc.add(p / 16) as f32);
+                }
+            }
+        }
     }
     vaddvq_f32(acc)
 }
