@@ -143,8 +143,35 @@ unsafe fn finish<const LANE: i32, const N: usize>(
     out
 }
 
+/// A block encoding of the form `d·q + m` (f16 pair `[d, m]` first): its block size and
+/// how its 32 unsigned codes unpack.
+trait MinEncoding {
+    /// Bytes per 32-element block.
+    const BLOCK_BYTES: usize;
+    /// The block's 32 codes (elements 0..8, 8..16, 16..24, 24..32, as i32).
+    unsafe fn codes(blk: *const u8) -> [__m256i; 4];
+}
+
+struct Q4_1;
+impl MinEncoding for Q4_1 {
+    const BLOCK_BYTES: usize = 20;
+    #[inline(always)]
+    unsafe fn codes(blk: *const u8) -> [__m256i; 4] {
+        nibble_codes(blk.add(4))
+    }
+}
+
+struct Q5_1;
+impl MinEncoding for Q5_1 {
+    const BLOCK_BYTES: usize = 24;
+    #[inline(always)]
+    unsafe fn codes(blk: *const u8) -> [__m256i; 4] {
+        q5_codes(blk.add(8), (blk.add(4) as *const u32).read_unaligned())
+    }
+}
+
 /// Q4_1, four rows: Σ_b d·Σ(q·x) + m·Σx_b, as two passes over a pair of rows
-/// ([`dot2_q4_1`]): four rows' accumulators, x and the temporaries do not fit the sixteen
+/// ([`dot2_min`]): four rows' accumulators, x and the temporaries do not fit the sixteen
 /// AVX2 registers, and a spilled accumulator puts a store-to-load wait on its chain.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q4_1(
@@ -153,42 +180,10 @@ pub unsafe fn dot4_q4_1(
     sums: *const f32,
     nb: usize,
 ) -> [f32; 4] {
-    let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    // Each pass streams its two rows' counterparts in the next group of four.
-    let [a, b] = dot2_q4_1([rows[0], rows[1]], 3 * rb, x, sums, nb);
-    let [c, d] = dot2_q4_1([rows[2], rows[3]], 3 * rb, x, sums, nb);
-    [a, b, c, d]
+    dot4_min::<Q4_1>(rows, x, sums, nb)
 }
 
-/// Q4_1, two rows (see [`dot4_q4_1`]); streams the bytes from `ahead` + [`FAR`] past the
-/// second row at the pace of the pair.
-#[inline(always)]
-unsafe fn dot2_q4_1(
-    rows: [*const u8; 2],
-    ahead: usize,
-    x: *const f32,
-    sums: *const f32,
-    nb: usize,
-) -> [f32; 2] {
-    let mut acc = [_mm256_setzero_ps(); 2];
-    let mut accm = [_mm_setzero_ps(); 2];
-    for b in 0..nb {
-        prefetch(rows[1].wrapping_add(ahead + FAR + b * 40));
-        let xv = load_x(x, b);
-        let sp = sum_pair(sums, b);
-        for r in 0..2 {
-            let blk = rows[r].add(b * 20);
-            let dm = f16_pair(blk);
-            let s = codes_dot(nibble_codes(blk.add(4)), &xv);
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), s, acc[r]);
-            accm[r] = _mm_fmadd_ps(dm, sp, accm[r]);
-        }
-    }
-    finish::<1, 2>(acc, accm, 1.0)
-}
-
-/// Q5_1, four rows: Σ_b d·Σ(q5·x) + m·Σx_b, as two passes over a pair of rows
-/// ([`dot2_q5_1`], for the reason given at [`dot4_q4_1`]).
+/// Q5_1, four rows: Σ_b d·Σ(q5·x) + m·Σx_b, as [`dot4_q4_1`].
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q5_1(
     rows: [*const u8; 4],
@@ -196,15 +191,28 @@ pub unsafe fn dot4_q5_1(
     sums: *const f32,
     nb: usize,
 ) -> [f32; 4] {
+    dot4_min::<Q5_1>(rows, x, sums, nb)
+}
+
+/// Four rows of `E` as two passes over a pair ([`dot2_min`]).
+#[inline(always)]
+unsafe fn dot4_min<E: MinEncoding>(
+    rows: [*const u8; 4],
+    x: *const f32,
+    sums: *const f32,
+    nb: usize,
+) -> [f32; 4] {
     let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    let [a, b] = dot2_q5_1([rows[0], rows[1]], 3 * rb, x, sums, nb);
-    let [c, d] = dot2_q5_1([rows[2], rows[3]], 3 * rb, x, sums, nb);
+    // Each pass streams its two rows' counterparts in the next group of four.
+    let [a, b] = dot2_min::<E>([rows[0], rows[1]], 3 * rb, x, sums, nb);
+    let [c, d] = dot2_min::<E>([rows[2], rows[3]], 3 * rb, x, sums, nb);
     [a, b, c, d]
 }
 
-/// Q5_1, two rows (see [`dot4_q5_1`]); prefetching as [`dot2_q4_1`].
+/// Two rows of `E`: Σ_b d·Σ(q·x) + m·Σx_b; streams the bytes from `ahead` + [`FAR`] past
+/// the second row at the pace of the pair.
 #[inline(always)]
-unsafe fn dot2_q5_1(
+unsafe fn dot2_min<E: MinEncoding>(
     rows: [*const u8; 2],
     ahead: usize,
     x: *const f32,
@@ -214,14 +222,13 @@ unsafe fn dot2_q5_1(
     let mut acc = [_mm256_setzero_ps(); 2];
     let mut accm = [_mm_setzero_ps(); 2];
     for b in 0..nb {
-        prefetch(rows[1].wrapping_add(ahead + FAR + b * 48));
+        prefetch(rows[1].wrapping_add(ahead + FAR + b * 2 * E::BLOCK_BYTES));
         let xv = load_x(x, b);
         let sp = sum_pair(sums, b);
         for r in 0..2 {
-            let blk = rows[r].add(b * 24);
+            let blk = rows[r].add(b * E::BLOCK_BYTES);
             let dm = f16_pair(blk);
-            let qh = (blk.add(4) as *const u32).read_unaligned();
-            let s = codes_dot(q5_codes(blk.add(8), qh), &xv);
+            let s = codes_dot(E::codes(blk), &xv);
             acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), s, acc[r]);
             accm[r] = _mm_fmadd_ps(dm, sp, accm[r]);
         }
