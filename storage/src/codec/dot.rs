@@ -54,7 +54,11 @@ fn dot_neon(dtype: DType, row: &[u8], x: &[f32]) -> Option<f32> {
             DType::Q5_1 => Some(neon::dot_q5_1(row.as_ptr(), x.as_ptr(), nb)),
             DType::Q8_0 => Some(neon::dot_q8_0(row.as_ptr(), x.as_ptr(), nb)),
             DType::Q4_K => Some(neon::dot_q4_k(row.as_ptr(), x.as_ptr(), nb)),
+            DType::Q5_K => Some(neon::dot_q5_k(row.as_ptr(), x.as_ptr(), nb)),
             DType::Q6_K => Some(neon::dot_q6_k(row.as_ptr(), x.as_ptr(), nb)),
+            DType::F32 => Some(neon::dot_f32(row.as_ptr(), x.as_ptr(), nb)),
+            DType::F16 => Some(neon::dot_f16(row.as_ptr(), x.as_ptr(), nb)),
+            DType::BF16 => Some(neon::dot_bf16(row.as_ptr(), x.as_ptr(), nb)),
             _ => None,
         }
     }

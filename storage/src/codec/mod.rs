@@ -17,7 +17,8 @@
 //!   AVX2 four-row kernels of Q4_1 and Q5_1 (per-block Σx folded once per call);
 //!   `avx2_perm`: the AVX2 four-row kernels of Q4_0, Q5_0, Q4_K and Q6_K on x prepared once
 //!   per call (reordered for byte-shuffle widening, offsets and group sums folded);
-//!   `neon`: the aarch64 dot kernels of Q4_0, Q4_1 and Q8_0.
+//!   `neon`: the aarch64 dot kernels of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
+//!   F32, F16 and BF16.
 //!
 //! Rows are whole blocks: a row of `n` elements is `n / block_elems` blocks of
 //! `block_bytes` each ([`DType::bytes_for`]).

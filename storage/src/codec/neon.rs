@@ -1,14 +1,13 @@
 //! NEON kernels (aarch64): fused dot products of one encoded row with an f32 vector for
-//! the encodings of the common downloads' big matrices — Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
-//! (32-element blocks) and Q4_K, Q6_K (256-element super-blocks: a Q4_K_M download's
-//! `ffn_down` and output) — the same arithmetic as the AVX2 kernels in 4-lane vectors; the
-//! other encodings (Q5_K, Q2_K, Q3_K, F16, BF16, MXFP4) take the scalar path on aarch64
-//! for now.
+//! the encodings real downloads use — Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32-element blocks),
+//! Q4_K, Q5_K, Q6_K (256-element super-blocks: a Q4_K_M download's matrices) and F32, F16,
+//! BF16 — the same arithmetic as the AVX2 kernels in 4-lane vectors; Q2_K, Q3_K and MXFP4
+//! take the scalar path on aarch64.
 //!
 //! NEON is part of every aarch64 CPU, so these need no run-time detection; `LQL_CODEC_SCALAR=1`
 //! still forces the portable path ([`super::cpu`]). Every function is `unsafe` only because
 //! it reads the whole blocks the caller has sized (`row` covers `nb` blocks, `x` covers
-//! `nb * 32` values). Results differ from "decode, then dot" only by rounding (FMA and
+//! `nb` blocks' values). Results differ from "decode, then dot" only by rounding (FMA and
 //! accumulation order); decoding itself stays on the scalar reference (bit-exact).
 
 #![allow(clippy::missing_safety_doc)]
@@ -191,34 +190,86 @@ pub unsafe fn dot_q5_1(row: *const u8, x: *const f32, nb: usize) -> f32 {
     vaddvq_f32(vaddq_f32(acc, accm))
 }
 
+/// One 64-element sub-block pair `c` of a Q4_K or Q5_K super-block: `lo` codes (elements
+/// `64c .. 64c + 32`, two halves of 16) and `hi` codes (the next 32), x at `xb`, the
+/// super-block's `d`, `dmin` and 12 packed scale bytes; adds `(d·sc)·Σ(q·x)` to `acc` and
+/// `(dmin·mn)·Σx` to `accm`.
+#[inline(always)]
+unsafe fn k_pair(
+    (lo, hi): ((uint8x16_t, uint8x16_t), (uint8x16_t, uint8x16_t)),
+    xb: *const f32,
+    c: usize,
+    (d, dmin, scales): (f32, f32, &[u8]),
+    (acc, accm): (float32x4_t, float32x4_t),
+) -> (float32x4_t, float32x4_t) {
+    let x0 = xb.add(64 * c);
+    let x1 = x0.add(32);
+    let s0 = dot16_u8(lo.0, x0, vdupq_n_f32(0.0));
+    let s0 = dot16_u8(lo.1, x0.add(16), s0);
+    let s1 = dot16_u8(hi.0, x1, vdupq_n_f32(0.0));
+    let s1 = dot16_u8(hi.1, x1.add(16), s1);
+    let (sc0, m0) = super::block::scale_min_k4(2 * c, scales);
+    let (sc1, m1) = super::block::scale_min_k4(2 * c + 1, scales);
+    let acc = vfmaq_n_f32(acc, s0, d * sc0 as f32);
+    let acc = vfmaq_n_f32(acc, s1, d * sc1 as f32);
+    let accm = vfmaq_n_f32(accm, sum32(x0), dmin * m0 as f32);
+    let accm = vfmaq_n_f32(accm, sum32(x1), dmin * m1 as f32);
+    (acc, accm)
+}
+
 /// Q4_K: Σ_sub-blocks (d·sc)·Σ(q·x) − (dmin·mn)·Σx over 32-element sub-blocks.
 pub unsafe fn dot_q4_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
     let mask = vdupq_n_u8(0x0F);
-    let mut acc = vdupq_n_f32(0.0);
-    let mut accm = vdupq_n_f32(0.0);
+    let mut sums = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
     for b in 0..nb {
         let blk = row.add(b * 144);
-        let xb = x.add(b * 256);
-        let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
-        let scales = std::slice::from_raw_parts(blk.add(4), 12);
+        let head = (
+            f16_at(blk),
+            f16_at(blk.add(2)),
+            std::slice::from_raw_parts(blk.add(4), 12),
+        );
         for c in 0..4 {
             let q = blk.add(16 + 32 * c);
             let (q0, q1) = (vld1q_u8(q), vld1q_u8(q.add(16)));
-            let x0 = xb.add(64 * c);
-            let x1 = x0.add(32);
-            let s0 = dot16_u8(vandq_u8(q0, mask), x0, vdupq_n_f32(0.0));
-            let s0 = dot16_u8(vandq_u8(q1, mask), x0.add(16), s0);
-            let s1 = dot16_u8(vshrq_n_u8::<4>(q0), x1, vdupq_n_f32(0.0));
-            let s1 = dot16_u8(vshrq_n_u8::<4>(q1), x1.add(16), s1);
-            let (sc0, m0) = super::block::scale_min_k4(2 * c, scales);
-            let (sc1, m1) = super::block::scale_min_k4(2 * c + 1, scales);
-            acc = vfmaq_n_f32(acc, s0, d * sc0 as f32);
-            acc = vfmaq_n_f32(acc, s1, d * sc1 as f32);
-            accm = vfmaq_n_f32(accm, sum32(x0), dmin * m0 as f32);
-            accm = vfmaq_n_f32(accm, sum32(x1), dmin * m1 as f32);
+            let lo = (vandq_u8(q0, mask), vandq_u8(q1, mask));
+            let hi = (vshrq_n_u8::<4>(q0), vshrq_n_u8::<4>(q1));
+            sums = k_pair((lo, hi), x.add(b * 256), c, head, sums);
         }
     }
-    vaddvq_f32(acc) - vaddvq_f32(accm)
+    vaddvq_f32(sums.0) - vaddvq_f32(sums.1)
+}
+
+/// Q5_K: as Q4_K with a fifth bit per element from the 32 `qh` bytes (bit `2c` for the low
+/// sub-block of pair `c`, bit `2c + 1` for the high one).
+pub unsafe fn dot_q5_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mask = vdupq_n_u8(0x0F);
+    let sixteen = vdupq_n_u8(16);
+    let mut sums = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+    for b in 0..nb {
+        let blk = row.add(b * 176);
+        let head = (
+            f16_at(blk),
+            f16_at(blk.add(2)),
+            std::slice::from_raw_parts(blk.add(4), 12),
+        );
+        let (qh0, qh1) = (vld1q_u8(blk.add(16)), vld1q_u8(blk.add(32)));
+        let qs = blk.add(48);
+        for c in 0..4 {
+            let (q0, q1) = (vld1q_u8(qs.add(32 * c)), vld1q_u8(qs.add(32 * c + 16)));
+            let (u0, u1) = (vdupq_n_u8(1 << (2 * c)), vdupq_n_u8(2 << (2 * c)));
+            let bit = |h: uint8x16_t, u: uint8x16_t| vandq_u8(vtstq_u8(h, u), sixteen);
+            let lo = (
+                vorrq_u8(vandq_u8(q0, mask), bit(qh0, u0)),
+                vorrq_u8(vandq_u8(q1, mask), bit(qh1, u0)),
+            );
+            let hi = (
+                vorrq_u8(vshrq_n_u8::<4>(q0), bit(qh0, u1)),
+                vorrq_u8(vshrq_n_u8::<4>(q1), bit(qh1, u1)),
+            );
+            sums = k_pair((lo, hi), x.add(b * 256), c, head, sums);
+        }
+    }
+    vaddvq_f32(sums.0) - vaddvq_f32(sums.1)
 }
 
 /// Q6_K: Σ_groups (d·sc)·Σ((q6−32)·x) over 16-element scale groups.
@@ -260,4 +311,72 @@ pub unsafe fn dot_q6_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
         }
     }
     vaddvq_f32(acc)
+}
+
+/// Σ over `n` weights converted four at a time by `load` (at element offset `i`) times x:
+/// four independent accumulators over 16 elements, then 4 at a time, then the scalar tail
+/// through `one`.
+#[inline(always)]
+unsafe fn dot_wide(
+    x: *const f32,
+    n: usize,
+    load: impl Fn(usize) -> float32x4_t,
+    one: impl Fn(usize) -> f32,
+) -> f32 {
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    let mut i = 0;
+    while i + 16 <= n {
+        for (k, ak) in acc.iter_mut().enumerate() {
+            *ak = vfmaq_f32(*ak, load(i + 4 * k), vld1q_f32(x.add(i + 4 * k)));
+        }
+        i += 16;
+    }
+    while i + 4 <= n {
+        acc[0] = vfmaq_f32(acc[0], load(i), vld1q_f32(x.add(i)));
+        i += 4;
+    }
+    let mut s = vaddvq_f32(vaddq_f32(
+        vaddq_f32(acc[0], acc[1]),
+        vaddq_f32(acc[2], acc[3]),
+    ));
+    while i < n {
+        s += one(i) * *x.add(i);
+        i += 1;
+    }
+    s
+}
+
+/// F32 rows (need not be 4-byte aligned): Σ a·x.
+pub unsafe fn dot_f32(a: *const u8, x: *const f32, n: usize) -> f32 {
+    let a = a as *const f32;
+    dot_wide(x, n, |i| vld1q_f32(a.add(i)), |i| a.add(i).read_unaligned())
+}
+
+/// Four f16 values as f32 (`fcvtl`: base Advanced SIMD, exact for every f16 including
+/// subnormals, infinities and NaNs).
+#[inline(always)]
+unsafe fn f16x4(p: *const u8) -> float32x4_t {
+    let h = vld1_u16(p as *const u16);
+    let out: float32x4_t;
+    std::arch::asm!(
+        "fcvtl {out:v}.4s, {h:v}.4h",
+        out = lateout(vreg) out,
+        h = in(vreg) h,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    out
+}
+
+/// F16 rows: Σ a·x.
+pub unsafe fn dot_f16(a: *const u8, x: *const f32, n: usize) -> f32 {
+    dot_wide(x, n, |i| f16x4(a.add(2 * i)), |i| f16_at(a.add(2 * i)))
+}
+
+/// BF16 rows: Σ a·x (a bf16 is the high half of an f32).
+pub unsafe fn dot_bf16(a: *const u8, x: *const f32, n: usize) -> f32 {
+    let bf16 =
+        |i: usize| vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(a.add(2 * i) as *const u16)));
+    let one =
+        |i: usize| f32::from_bits(((a.add(2 * i) as *const u16).read_unaligned() as u32) << 16);
+    dot_wide(x, n, bf16, one)
 }
