@@ -15,7 +15,8 @@ static LEVEL: AtomicU8 = AtomicU8::new(UNKNOWN);
 pub enum Kernels {
     /// Portable Rust, every CPU.
     Scalar,
-    /// NEON (aarch64): fused dot kernels for Q4_0, Q4_1 and Q8_0. On x86-64 it runs the
+    /// NEON (aarch64): fused dot kernels for the 32-element formats, Q4_K, Q5_K, Q6_K, F32,
+    /// F16 and BF16 (`codec/neon.rs`). On x86-64 it runs the
     /// scalar kernels (ordered below the x86 families so it never selects them).
     Neon,
     /// AVX2 + FMA + F16C.
