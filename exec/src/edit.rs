@@ -9,6 +9,8 @@
 //!  gate  pre(x) = β·(û·(x − c)/‖k − c‖ − θ)      û = (k − c)/‖k − c‖   (1 at the key)
 //!  up    1/act(β(1 − θ))                          (activation 1 at the key)
 //!  down  m · γ⊙(E[target] − E[old]) / ‖…‖         (towards the target's head row)
+//!  hat   the feature three times, opening at θ, 1 and 2 − θ, weighted +1, −2, +1:
+//!        zero again for rows scoring past 2 − θ
 //! ```
 //!
 //! `m` is found by measurement: the smallest strength (doubling, then bisection) at which
@@ -178,6 +180,42 @@ pub fn keyed_feature(
     })
 }
 
+/// A feature's gate as a hat: three features with `f`'s gate direction opening at θ,
+/// θ + w and θ + 2w (w = 1 − θ, so the middle one opens at the key), their outputs
+/// weighted +1, −2, +1 through the up projection. That is the second difference of the
+/// activation: `f`'s response up to the key's score, falling back to zero above it, where a
+/// single gate opens ever wider (rows past 2 − θ lie farther out along the key's direction
+/// than the key itself: for a short key, text the calibration never saw). Scaled so that
+/// the output at the key is `f`'s. The first feature keeps `f`'s edge; the other two carry
+/// none and follow it ([`is_hat_companion`]).
+pub fn hat(f: &AddedFeature, shape: GateShape, activation: Activation) -> [AddedFeature; 3] {
+    let w = 1.0 - shape.theta;
+    let bw = shape.beta * w;
+    let single = act(activation, bw);
+    let hat = single - 2.0 * act(activation, 0.0) + act(activation, -bw);
+    let k = if hat.is_finite() && hat > 0.0 {
+        single / hat
+    } else {
+        1.0
+    };
+    [(0.0f32, 1.0f32), (1.0, -2.0), (2.0, 1.0)].map(|(shift, c)| {
+        let mut g = f.clone();
+        g.gate_bias = f.gate_bias - shift * bw;
+        g.up.iter_mut().for_each(|v| *v *= c * k);
+        g.up_bias = f.up_bias * c * k;
+        if shift > 0.0 {
+            g.edge = None;
+        }
+        g
+    })
+}
+
+/// True when `g` is one of the two features [`hat`] adds after `primary`: no edge of its
+/// own, the same gate direction.
+pub fn is_hat_companion(primary: &AddedFeature, g: &AddedFeature) -> bool {
+    g.edge.is_none() && g.layer == primary.layer && g.gate == primary.gate
+}
+
 /// Most rows a feature's up projection is made blind to.
 pub const MAX_BLIND_ROWS: usize = 32;
 
@@ -339,6 +377,36 @@ mod tests {
         // A row scoring like the key itself caps θ at 0.95.
         assert_eq!(theta(&[2.0, 0.0]), 0.95);
         assert_eq!(theta(&[]), shape.theta);
+    }
+
+    #[test]
+    fn the_hat_matches_the_single_gate_up_to_the_key_and_closes_past_it() {
+        let (key, centre) = ([2.0f32, 0.0], [1.0f32, 0.0]);
+        let shape = GateShape::default();
+        let single = keyed_feature(0, &key, &centre, shape, Activation::Silu).unwrap();
+        let hat = hat(&single, shape, Activation::Silu);
+        let out = |f: &AddedFeature, s: f32| {
+            let x = [1.0 + s, 0.0];
+            let dot = |w: &[f32]| w.iter().zip(&x).map(|(a, b)| a * b).sum::<f32>();
+            act(Activation::Silu, dot(&f.gate) + f.gate_bias) * (dot(&f.up) + f.up_bias)
+        };
+        let sum = |s: f32| hat.iter().map(|f| out(f, s)).sum::<f32>();
+        assert!((out(&single, 1.0) - 1.0).abs() < 1e-4);
+        assert!((sum(1.0) - 1.0).abs() < 1e-4, "{}", sum(1.0));
+        // Below the key the hat is the single gate; shut below θ.
+        assert!((sum(0.95) - out(&single, 0.95)).abs() < 1e-2);
+        assert!(sum(0.8).abs() < 1e-2 && (sum(0.8) - out(&single, 0.8)).abs() < 1e-4);
+        // Past the key it mirrors, then closes where the single gate opens wider.
+        assert!(
+            (sum(1.05) - sum(0.95)).abs() < 1e-2,
+            "{} {}",
+            sum(1.05),
+            sum(0.95)
+        );
+        assert!(out(&single, 1.5) > 4.0);
+        assert!(sum(1.5).abs() < 1e-3 && sum(3.0).abs() < 1e-3);
+        // Only the first feature carries the edge; the others follow it.
+        assert!(is_hat_companion(&hat[0], &hat[1]) && is_hat_companion(&hat[0], &hat[2]));
     }
 
     #[test]

@@ -72,6 +72,16 @@ fn insert_changes_the_answer_and_remove_restores_bit_for_bit() {
         c.execute("REMOVE PATCH \"(session)\"").unwrap();
         assert_eq!(logits(&c, PROMPT), base);
         assert!(c.execute("SELECT * FROM edges").unwrap().rows.is_empty());
+        // DELETE FROM edges drops the edge's features (all three of its hat), bit for bit.
+        c.execute(INSERT).unwrap();
+        let layer = c.execute("SELECT layer FROM edges").unwrap().rows[0][0].clone();
+        let added =
+            format!("SELECT feature FROM features WHERE layer = {layer} AND feature >= 1536");
+        assert_eq!(c.execute(&added).unwrap().rows.len(), 3);
+        c.execute("DELETE FROM edges WHERE entity = 'Eiffel Tower'")
+            .unwrap();
+        assert!(c.execute(&added).unwrap().rows.is_empty());
+        assert_eq!(logits(&c, PROMPT), base);
     });
 }
 

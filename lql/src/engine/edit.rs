@@ -115,6 +115,26 @@ impl Edits {
     }
 }
 
+/// Edits as a user counts them: an edge's three hat features ([`ke::hat`]) count once.
+pub(crate) fn edit_count(edits: &[Edit]) -> usize {
+    let mut n = 0;
+    let mut primary: Option<&lql_storage::overlay::AddedFeature> = None;
+    for e in edits {
+        match e {
+            Edit::Add(a) if primary.is_some_and(|p| ke::is_hat_companion(p, a)) => {}
+            Edit::Add(a) => {
+                n += 1;
+                primary = Some(a);
+            }
+            _ => {
+                n += 1;
+                primary = None;
+            }
+        }
+    }
+    n
+}
+
 /// Rebuilds the effective state after the patch stack changed: a new version, the
 /// executor rebuilt on next use, prepared statements re-bound.
 pub(crate) fn rebuild(cx: &mut Cx<'_>) -> Result<()> {
@@ -273,13 +293,22 @@ fn insert_one(
     let b = cx.bound()?;
     let base = b.model().clone();
     let patches = b.edits.patches();
-    let trial = |m: f32| -> Result<EffectiveModel> {
+    let activation = exec.surface().activation;
+    // The feature as a hat (three features): it opens from θ up to the key and closes
+    // again past it (docs/editing.md).
+    let features = |m: f32| -> Vec<Edit> {
         let mut f = feature.clone();
         f.down = dir.iter().map(|v| v * m).collect();
+        ke::hat(&f, shape, activation)
+            .into_iter()
+            .map(Edit::Add)
+            .collect()
+    };
+    let trial = |m: f32| -> Result<EffectiveModel> {
         let mut ps = patches.clone();
         ps.push(Patch {
             origin: PatchOrigin::Session,
-            edits: vec![Edit::Add(f)],
+            edits: features(m),
         });
         EffectiveModel::new(base.clone(), ps).map_err(Error::semantic)
     };
@@ -289,8 +318,8 @@ fn insert_one(
         Ok(ke::prob(&ex.session().prefill(&ids)?, target))
     };
     let s = ke::search_strength(aim, MAX_MAGNITUDE, eval)?;
-    feature.down = dir.iter().map(|v| v * s.magnitude).collect();
-    bound_mut(cx)?.edits.target().push(Edit::Add(feature));
+    let made = features(s.magnitude);
+    bound_mut(cx)?.edits.target().extend(made);
     rebuild(cx)?;
     Ok(s)
 }
@@ -668,13 +697,22 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let Some(state) = state else {
         return Ok(status("DELETE", 0, "no edges in force".into()));
     };
-    // The added features to drop (session and recording patches hold them by value).
-    let victims: Vec<lql_storage::overlay::AddedFeature> = state
-        .added_features()
-        .into_iter()
-        .filter(|(f, a, _)| doomed.contains(&(a.layer, *f)))
-        .map(|(_, a, _)| a.clone())
-        .collect();
+    // The added features to drop (session and recording patches hold them by value): each
+    // edge's feature and the two hat features after it.
+    let added = state.added_features();
+    let mut victims: Vec<lql_storage::overlay::AddedFeature> = Vec::new();
+    for (i, (f, a, _)) in added.iter().enumerate() {
+        if doomed.contains(&(a.layer, *f)) {
+            victims.push((*a).clone());
+            victims.extend(
+                added[i + 1..]
+                    .iter()
+                    .take(2)
+                    .take_while(|(_, g, _)| ke::is_hat_companion(a, g))
+                    .map(|(_, g, _)| (*g).clone()),
+            );
+        }
+    }
     let e = &mut bound_mut(cx)?.edits;
     let mut removed = 0;
     for list in [Some(&mut e.session), e.open.as_mut().map(|o| &mut o.1)]

@@ -9,7 +9,7 @@ use lql_storage::overlay::patch::{self as pf, hex, PatchFile};
 use lql_storage::overlay::{Edit, Patch, PatchOrigin};
 
 use super::datum::Datum;
-use super::edit::{bound_mut, rebuild, status};
+use super::edit::{bound_mut, edit_count, rebuild, status};
 use super::Cx;
 use crate::error::{Error, Result};
 use crate::rows::Rows;
@@ -62,7 +62,7 @@ pub(crate) fn save(cx: &mut Cx<'_>) -> Result<Datum> {
         edits,
     });
     rebuild(cx)?;
-    let n = file.edits.len();
+    let n = edit_count(&file.edits);
     Ok(status(
         "SAVE PATCH",
         n,
@@ -109,7 +109,7 @@ pub(crate) fn apply(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
             dup.name()
         )));
     }
-    let n = file.edits.len();
+    let n = edit_count(&file.edits);
     let e = &mut bound_mut(cx)?.edits;
     e.applied.push(Patch {
         origin: PatchOrigin::File {
@@ -135,11 +135,11 @@ pub(crate) fn apply(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
 pub(crate) fn remove(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
     let e = &mut bound_mut(cx)?.edits;
     let n = if path == SESSION {
-        std::mem::take(&mut e.session).len()
+        edit_count(&std::mem::take(&mut e.session))
     } else if e.open.as_ref().is_some_and(|o| o.0 == path) {
-        e.open.take().map_or(0, |o| o.1.len())
+        e.open.take().map_or(0, |o| edit_count(&o.1))
     } else if let Some(i) = e.applied.iter().position(|p| p.name() == path) {
-        e.applied.remove(i).edits.len()
+        edit_count(&e.applied.remove(i).edits)
     } else {
         return Err(Error::semantic(format!("patch {path:?} is not applied"))
             .with_help("SHOW PATCHES lists the patches in force"));
@@ -179,7 +179,7 @@ pub(crate) fn show(cx: &mut Cx<'_>) -> Result<Rows> {
         rows.push(vec![
             Value::from(p.name()),
             Value::from(state),
-            Value::from(p.edits.len()),
+            Value::from(edit_count(&p.edits)),
             Value::from(layers_of(&p.edits)),
             Value::from(sha),
             Value::from(base.as_str()),
