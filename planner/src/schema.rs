@@ -175,7 +175,11 @@ const PATCHES: Spec = &[
         "the patch file, (session) or the patch being recorded",
     ),
     ("state", Text, "applied, session or recording"),
-    ("edits", Int, "edits it holds"),
+    (
+        "edits",
+        Int,
+        "edits it holds (an edge's hat features count once)",
+    ),
     ("layers", Text, "layers its edits touch"),
     (
         "sha256",
@@ -625,7 +629,11 @@ const DIFF_PHYSICAL: Spec = &[
 ];
 const DIFF_PATCH: Spec = &[
     ("path", Text, "the patch file written"),
-    ("edits", Int, "edits it holds"),
+    (
+        "edits",
+        Int,
+        "edits it holds (an edge's hat features count once)",
+    ),
     ("added_features", Int, "features it adds"),
     ("scales", Int, "feature scales it sets"),
     ("sha256", Text, "SHA-256 of the patch file"),

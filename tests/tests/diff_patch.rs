@@ -67,14 +67,15 @@ fn diff_into_patch_reproduces_the_edited_state() {
         .collect();
     let want = infer(&c, &prompts);
 
-    // DIFF CURRENT INTO PATCH: 20 added features and 3 scales, stamped with the base's sha256.
+    // DIFF CURRENT INTO PATCH: 20 edges (three added features each: the hat gate) and 3
+    // scales, stamped with the base's sha256.
     let p = t.path().join("current.lqlpatch");
     let r = c
         .execute(&format!("DIFF CURRENT INTO PATCH \"{}\"", q(&p)))
         .unwrap();
     assert_eq!(col(&r, "path"), Value::from(p.display().to_string()));
     assert_eq!(col(&r, "edits"), Value::Int(23));
-    assert_eq!(col(&r, "added_features"), Value::Int(20));
+    assert_eq!(col(&r, "added_features"), Value::Int(60));
     assert_eq!(col(&r, "scales"), Value::Int(3));
     assert_eq!(col(&r, "sha256"), Value::from(sha256(&p)));
     assert_eq!(col(&r, "base_sha256"), Value::from(BASE_SHA));

@@ -55,7 +55,7 @@ pub(crate) fn write(
     let mut rows = Rows::new(super::result_columns(cx.plan));
     rows.push(vec![
         Value::from(path),
-        Value::from(file.edits.len()),
+        Value::from(super::edit::edit_count(&file.edits)),
         Value::from(added),
         Value::from(file.edits.len() - added),
         Value::from(hex(&sha256)),
