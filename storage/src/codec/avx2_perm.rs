@@ -1,4 +1,4 @@
-//! AVX2 + FMA + F16C four-row dot kernels for Q4_0, Q5_0, Q4_K and Q6_K that read x in a
+//! AVX2 + FMA + F16C four-row dot kernels for Q4_0, Q5_0, Q4_K, Q5_K and Q6_K that read x in a
 //! layout prepared once per call ([`prepare_x`], [`prepare_x_natural`], [`prepare_x_k`]),
 //! so the offset or minimum terms cost nothing per element and, where it measured faster
 //! (Q5_0, Q4_K, Q6_K), a block's codes are widened by in-register byte shuffles.
@@ -20,7 +20,7 @@
 //! Q5_0's fifth bits are spread to bytes with one broadcast, a shuffle, an AND and a compare
 //! instead of a variable shift per element.
 //!
-//! The Q5_0, Q4_K and Q6_K kernels take their four rows as two passes over a pair: four
+//! The Q5_0, Q4_K, Q5_K and Q6_K kernels take their four rows as two passes over a pair: four
 //! rows' accumulators, x and the constants do not fit AVX2's sixteen vector registers, and
 //! the compiler spilled accumulators to the stack, a store-to-load wait on every
 //! loop-carried chain (docs/performance.md: +15 % on each kernel's cache-resident rate).
@@ -422,23 +422,44 @@ unsafe fn k4_scales(q: *const u8) -> (__m256, __m256) {
 
 /// Q4_K, four rows: Σ_sub-blocks (d·sc)·Σ(q·x) − (dmin·mn)·Σx; x prepared by
 /// [`prepare_x_k`] (its sub-block sums give the minimum terms). Two passes over a pair of
-/// rows ([`dot2_q4_k`]), for the reason given at [`dot4_q6_k`].
+/// rows ([`dot2_k`]), for the reason given at [`dot4_q6_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot4_q4_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
+    dot4_k::<false>(rows, xp, nb)
+}
+
+/// Q5_K, four rows: as [`dot4_q4_k`] with each code's fifth bit from the super-block's 32
+/// `qh` bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_q5_k(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
+    dot4_k::<true>(rows, xp, nb)
+}
+
+/// [`dot4_q4_k`] / [`dot4_q5_k`]: two passes over a pair of rows, each row's block fetched
+/// ahead in the row four on.
+#[inline(always)]
+unsafe fn dot4_k<const Q5: bool>(rows: [*const u8; 4], xp: *const f32, nb: usize) -> [f32; 4] {
     let rb = (rows[1] as usize).wrapping_sub(rows[0] as usize);
-    // Each row's block is fetched ahead in the row four on.
-    let [a, b] = dot2_q4_k([rows[0], rows[1]], 4 * rb, xp, nb);
-    let [c, d] = dot2_q4_k([rows[2], rows[3]], 4 * rb, xp, nb);
+    let [a, b] = dot2_k::<Q5>([rows[0], rows[1]], 4 * rb, xp, nb);
+    let [c, d] = dot2_k::<Q5>([rows[2], rows[3]], 4 * rb, xp, nb);
     [a, b, c, d]
 }
 
-/// Q4_K, two rows (see [`dot4_q4_k`]); prefetches `ahead` + [`FAR`] bytes past each row's
-/// block.
+/// Q4_K (`Q5` false) or Q5_K (`Q5` true), two rows (see [`dot4_q4_k`]); prefetches
+/// `ahead` plus [`FAR`] bytes past each row's block.
+///
 /// One 32-byte load holds a sub-block pair: low nibbles the first 32 codes, high nibbles
-/// the next 32, each already in the shuffle-widening order. The minimum terms go into the
-/// same accumulator (subtracted).
+/// the next 32, each already in the shuffle-widening order; Q5_K's fifth bit of element
+/// `l` of sub-block `j` is bit `j` of `qh[l]`, in the same byte order. The minimum terms go
+/// into the same accumulator (subtracted).
 #[inline(always)]
-unsafe fn dot2_q4_k(rows: [*const u8; 2], ahead: usize, xp: *const f32, nb: usize) -> [f32; 2] {
+unsafe fn dot2_k<const Q5: bool>(
+    rows: [*const u8; 2],
+    ahead: usize,
+    xp: *const f32,
+    nb: usize,
+) -> [f32; 2] {
+    let (block, qs) = if Q5 { (176, 48) } else { (144, 16) };
     let ctl = [widen_ctl(0), widen_ctl(1), widen_ctl(2), widen_ctl(3)];
     let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); 2];
@@ -447,10 +468,10 @@ unsafe fn dot2_q4_k(rows: [*const u8; 2], ahead: usize, xp: *const f32, nb: usiz
         let xb = xp.add(b * PREP_K_FLOATS);
         let sv = _mm256_loadu_ps(xb.add(272));
         for r in 0..2 {
-            let blk = rows[r].add(b * 144);
-            prefetch(blk.wrapping_add(ahead + FAR));
-            prefetch(blk.wrapping_add(ahead + FAR + 64));
-            prefetch(blk.wrapping_add(ahead + FAR + 128));
+            let blk = rows[r].add(b * block);
+            for line in (0..block).step_by(64) {
+                prefetch(blk.wrapping_add(ahead + FAR + line));
+            }
             let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
             let d = _mm256_broadcastss_ps(dm);
             let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
@@ -462,13 +483,20 @@ unsafe fn dot2_q4_k(rows: [*const u8; 2], ahead: usize, xp: *const f32, nb: usiz
             for half in 0..2 {
                 let xv = load_run(xb.add(64 * c + 32 * half));
                 for r in 0..2 {
-                    let q =
-                        _mm256_loadu_si256(rows[r].add(b * 144 + 16 + 32 * c) as *const __m256i);
-                    let codes = if half == 0 {
+                    let blk = rows[r].add(b * block);
+                    let q = _mm256_loadu_si256(blk.add(qs + 32 * c) as *const __m256i);
+                    let mut codes = if half == 0 {
                         _mm256_and_si256(q, m4)
                     } else {
                         _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)
                     };
+                    if Q5 {
+                        let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
+                        let bit = _mm256_set1_epi8((1u8 << (2 * c + half)) as i8);
+                        let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+                        codes =
+                            _mm256_or_si256(codes, _mm256_and_si256(fifth, _mm256_set1_epi8(16)));
+                    }
                     let s = run_dot(codes, &ctl, &xv);
                     let scale = _mm256_set1_ps(dsc[r][2 * c + half]);
                     acc[r] = _mm256_fmadd_ps(scale, s, acc[r]);

@@ -149,7 +149,7 @@ fn dot_rows_x86(
         return out.len();
     }
     if matches!(dtype, DType::Q4_0 | DType::Q5_0)
-        || (matches!(dtype, DType::Q4_K | DType::Q6_K) && x.len().is_multiple_of(256))
+        || (matches!(dtype, DType::Q4_K | DType::Q5_K | DType::Q6_K) && x.len().is_multiple_of(256))
     {
         return dot_rows_prepared(kernels, dtype, rows_bytes, rb, x, out);
     }
@@ -188,7 +188,7 @@ fn dot_rows_x86(
     groups * 4
 }
 
-/// Q4_0, Q5_0, Q4_K and Q6_K rows through [`super::avx2_perm`]: x prepared once per call
+/// Q4_0, Q5_0, Q4_K, Q5_K and Q6_K rows through [`super::avx2_perm`]: x prepared once per call
 /// into a per-thread scratch vector (reordered for shuffle widening, with the offset or
 /// group sums the kernel folds), then four rows at a time; returns the rows computed.
 #[cfg(target_arch = "x86_64")]
@@ -221,6 +221,11 @@ fn dot_rows_prepared(
         DType::Q5_0 => (ap::dot4_q5_0, x.len() / 32, x.len() / 32 * ap::PREP_FLOATS),
         DType::Q4_K => (
             ap::dot4_q4_k,
+            x.len() / 256,
+            x.len() / 256 * ap::PREP_K_FLOATS,
+        ),
+        DType::Q5_K => (
+            ap::dot4_q5_k,
             x.len() / 256,
             x.len() / 256 * ap::PREP_K_FLOATS,
         ),

@@ -15,8 +15,8 @@
 //!   everywhere else; `avx512`: AVX-512 dot kernels for Q4_0 and Q4_1 (four rows at a time,
 //!   nibbles through a table permute) and Q8_0 on top ([`dot_rows_using`] picks a family for tests and benchmarks); `avx2_rows`: the
 //!   AVX2 four-row kernels of Q4_1 and Q5_1 (per-block Σx folded once per call);
-//!   `avx2_perm`: the AVX2 four-row kernels of Q4_0, Q5_0, Q4_K and Q6_K on x prepared once
-//!   per call (reordered for byte-shuffle widening, offsets and group sums folded);
+//!   `avx2_perm`: the AVX2 four-row kernels of Q4_0, Q5_0, Q4_K, Q5_K and Q6_K on x prepared
+//!   once per call (reordered for byte-shuffle widening, offsets and group sums folded);
 //!   `neon`: the aarch64 dot kernels of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K,
 //!   F32, F16 and BF16.
 //!
