@@ -78,8 +78,10 @@ fn insert_changes_the_answer_and_remove_restores_bit_for_bit() {
         let added =
             format!("SELECT feature FROM features WHERE layer = {layer} AND feature >= 1536");
         assert_eq!(c.execute(&added).unwrap().rows.len(), 3);
-        c.execute("DELETE FROM edges WHERE entity = 'Eiffel Tower'")
+        let d = c
+            .execute("DELETE FROM edges WHERE entity = 'Eiffel Tower'")
             .unwrap();
+        assert_eq!(d.rows[0][1], Value::Int(1), "one edge removed: {d:?}");
         assert!(c.execute(&added).unwrap().rows.is_empty());
         assert_eq!(logits(&c, PROMPT), base);
     });

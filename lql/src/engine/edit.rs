@@ -719,9 +719,10 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
         .into_iter()
         .flatten()
     {
-        let before = list.len();
+        // Counted as SAVE PATCH counts: an edge once, not its three hat features.
+        let before = edit_count(list);
         list.retain(|x| !matches!(x, Edit::Add(a) if victims.contains(a)));
-        removed += before - list.len();
+        removed += before - edit_count(list);
     }
     rebuild(cx)?;
     Ok(status(
