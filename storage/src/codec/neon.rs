@@ -219,53 +219,42 @@ unsafe fn k_pair(
 
 /// Q4_K: Σ_sub-blocks (d·sc)·Σ(q·x) − (dmin·mn)·Σx over 32-element sub-blocks.
 pub unsafe fn dot_q4_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
-    let mask = vdupq_n_u8(0x0F);
-    let mut sums = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
-    for b in 0..nb {
-        let blk = row.add(b * 144);
-        let head = (
-            f16_at(blk),
-            f16_at(blk.add(2)),
-            std::slice::from_raw_parts(blk.add(4), 12),
-        );
-        for c in 0..4 {
-            let q = blk.add(16 + 32 * c);
-            let (q0, q1) = (vld1q_u8(q), vld1q_u8(q.add(16)));
-            let lo = (vandq_u8(q0, mask), vandq_u8(q1, mask));
-            let hi = (vshrq_n_u8::<4>(q0), vshrq_n_u8::<4>(q1));
-            sums = k_pair((lo, hi), x.add(b * 256), c, head, sums);
-        }
-    }
-    vaddvq_f32(sums.0) - vaddvq_f32(sums.1)
+    dot_k::<false>(row, x, nb)
 }
 
 /// Q5_K: as Q4_K with a fifth bit per element from the 32 `qh` bytes (bit `2c` for the low
 /// sub-block of pair `c`, bit `2c + 1` for the high one).
 pub unsafe fn dot_q5_k(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    dot_k::<true>(row, x, nb)
+}
+
+/// [`dot_q4_k`] (`Q5` false: 144-byte super-blocks, nibbles from byte 16) or [`dot_q5_k`]
+/// (`Q5` true: 176 bytes, `qh` at 16, nibbles from byte 48).
+#[inline(always)]
+unsafe fn dot_k<const Q5: bool>(row: *const u8, x: *const f32, nb: usize) -> f32 {
+    let (block, qs) = if Q5 { (176, 48) } else { (144, 16) };
     let mask = vdupq_n_u8(0x0F);
     let sixteen = vdupq_n_u8(16);
     let mut sums = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
     for b in 0..nb {
-        let blk = row.add(b * 176);
+        let blk = row.add(b * block);
         let head = (
             f16_at(blk),
             f16_at(blk.add(2)),
             std::slice::from_raw_parts(blk.add(4), 12),
         );
-        let (qh0, qh1) = (vld1q_u8(blk.add(16)), vld1q_u8(blk.add(32)));
-        let qs = blk.add(48);
         for c in 0..4 {
-            let (q0, q1) = (vld1q_u8(qs.add(32 * c)), vld1q_u8(qs.add(32 * c + 16)));
-            let (u0, u1) = (vdupq_n_u8(1 << (2 * c)), vdupq_n_u8(2 << (2 * c)));
-            let bit = |h: uint8x16_t, u: uint8x16_t| vandq_u8(vtstq_u8(h, u), sixteen);
-            let lo = (
-                vorrq_u8(vandq_u8(q0, mask), bit(qh0, u0)),
-                vorrq_u8(vandq_u8(q1, mask), bit(qh1, u0)),
-            );
-            let hi = (
-                vorrq_u8(vshrq_n_u8::<4>(q0), bit(qh0, u1)),
-                vorrq_u8(vshrq_n_u8::<4>(q1), bit(qh1, u1)),
-            );
+            let q = blk.add(qs + 32 * c);
+            let (q0, q1) = (vld1q_u8(q), vld1q_u8(q.add(16)));
+            let mut lo = (vandq_u8(q0, mask), vandq_u8(q1, mask));
+            let mut hi = (vshrq_n_u8::<4>(q0), vshrq_n_u8::<4>(q1));
+            if Q5 {
+                let (qh0, qh1) = (vld1q_u8(blk.add(16)), vld1q_u8(blk.add(32)));
+                let (u0, u1) = (vdupq_n_u8(1 << (2 * c)), vdupq_n_u8(2 << (2 * c)));
+                let bit = |h: uint8x16_t, u: uint8x16_t| vandq_u8(vtstq_u8(h, u), sixteen);
+                lo = (vorrq_u8(lo.0, bit(qh0, u0)), vorrq_u8(lo.1, bit(qh1, u0)));
+                hi = (vorrq_u8(hi.0, bit(qh0, u1)), vorrq_u8(hi.1, bit(qh1, u1)));
+            }
             sums = k_pair((lo, hi), x.add(b * 256), c, head, sums);
         }
     }
