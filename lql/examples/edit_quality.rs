@@ -153,7 +153,8 @@ struct Scores {
     neighbourhood: f64,
 }
 
-/// Scores the facts; with `show`, prints each edit prompt and neighbour prompt that fails.
+/// Scores the facts; with `show`, prints each edit, paraphrase and neighbour prompt that
+/// fails.
 fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize, show: bool) -> lql::Result<Scores> {
     let (mut e, mut p, mut nb) = (0usize, 0usize, 0usize);
     let (mut pn, mut nn) = (0usize, 0usize);
@@ -170,6 +171,12 @@ fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize, show: bool) -> lql::
             let d = dist(c, pp, vocab)?;
             p += usize::from(d[ids.n] > d[ids.t]);
             pn += 1;
+            if show && d[ids.n] <= d[ids.t] {
+                println!(
+                    "  paraphrase fails: {pp:?} P({}) {:.3} ≤ P({}) {:.3}",
+                    f.new_t, d[ids.n], f.true_t, d[ids.t]
+                );
+            }
         }
         for np in &f.neighbourhood {
             let d = dist(c, np, vocab)?;
