@@ -21,7 +21,9 @@ use lql_storage::overlay::AddedFeature;
 use lql_storage::surface::Activation;
 
 use crate::error::{ExecError, Result};
+use crate::forward::PassInput;
 use crate::observer::{LayerRecord, Observer};
+use crate::plan::StageRange;
 use crate::session::{Executor, Logits};
 
 /// How sharp the feature's gate is (β) and where it opens (θ, in units of the key's
@@ -41,28 +43,91 @@ impl Default for GateShape {
     }
 }
 
-/// Captures the normed FFN input of one layer at every position.
-struct FfnInput {
+/// Captures one of a layer's records (`pick`: the normed FFN input, the residual after
+/// it, …) at every position.
+struct Capture {
     layer: usize,
+    pick: for<'a> fn(&LayerRecord<'a>) -> &'a [f32],
     rows: Vec<f32>,
 }
 
-impl Observer for FfnInput {
+impl Capture {
+    /// `pick` of `layer` over every position of `ids`, `[n × hidden]`.
+    fn run(
+        exec: &Executor,
+        ids: &[u32],
+        layer: usize,
+        pick: for<'a> fn(&LayerRecord<'a>) -> &'a [f32],
+    ) -> Result<Vec<f32>> {
+        let mut o = Capture {
+            layer,
+            pick,
+            rows: Vec::new(),
+        };
+        exec.observe_layers(ids, layer, &mut o)?;
+        Ok(o.rows)
+    }
+}
+
+impl Observer for Capture {
     fn on_layer(&mut self, r: &LayerRecord<'_>) {
         if r.layer == self.layer {
-            self.rows = r.ffn_input.to_vec();
+            self.rows = (self.pick)(r).to_vec();
         }
+    }
+}
+
+/// The prompt of an edit at one layer, run once up to that layer: the strength search
+/// changes only the layer's added features, so each of its trials runs the layers from
+/// there on, from the hidden states before them (a pipeline stage's pass, bit-identical to
+/// the whole pass), instead of the whole model.
+pub struct PromptFromLayer {
+    layer: usize,
+    /// The residual stream before `layer` at every position, `[n × hidden]`; empty when
+    /// the layer is the first, or the executor runs on a device (then trials run whole).
+    hidden: Vec<f32>,
+    ids: Vec<u32>,
+}
+
+impl PromptFromLayer {
+    pub fn new(exec: &Executor, ids: &[u32], layer: usize) -> Result<PromptFromLayer> {
+        let mut hidden = Vec::new();
+        if layer > 0 && exec.device().is_none() {
+            hidden = Capture::run(exec, ids, layer - 1, |r| r.residual)?;
+        }
+        Ok(PromptFromLayer {
+            layer,
+            hidden,
+            ids: ids.to_vec(),
+        })
+    }
+
+    /// The logits after the prompt on `exec`'s backend over `source` (a state that differs
+    /// from the one the prompt was run on only at `layer` and above).
+    pub fn logits(
+        &self,
+        exec: &Executor,
+        source: std::sync::Arc<dyn lql_storage::OperandSource>,
+    ) -> Result<Logits> {
+        if self.hidden.is_empty() {
+            return exec.with_source(source)?.session().prefill(&self.ids);
+        }
+        let n_layers = exec.surface().n_layers;
+        let stage = StageRange {
+            first: self.layer,
+            last: n_layers - 1,
+            input: false,
+            output: true,
+        };
+        exec.with_stage_source(source, stage)?
+            .session()
+            .stage_logits(PassInput::Hidden(&self.hidden))
     }
 }
 
 /// The normed FFN inputs of `layer` at every position of `ids`, `[n × hidden]`.
 pub fn ffn_inputs(exec: &Executor, ids: &[u32], layer: usize) -> Result<Vec<f32>> {
-    let mut o = FfnInput {
-        layer,
-        rows: Vec::new(),
-    };
-    exec.observe_layers(ids, layer, &mut o)?;
-    Ok(o.rows)
+    Capture::run(exec, ids, layer, |r| r.ffn_input)
 }
 
 /// The mean normed FFN input of `layer` over reference texts, at the key's position: early

@@ -145,6 +145,29 @@ impl Executor {
         })
     }
 
+    /// The same backend and cancel flag over `stage` of another operand source, on the
+    /// CPU (a device backend's prepared model is not carried over): what re-runs only the
+    /// layers an edit can change, from the hidden states before them.
+    pub fn with_stage_source(
+        &self,
+        source: Arc<dyn OperandSource>,
+        stage: StageRange,
+    ) -> Result<Executor> {
+        if self.device.is_some() {
+            return Err(ExecError::Internal(
+                "a stage over another source runs on the CPU backend only".into(),
+            ));
+        }
+        let plan = Arc::new(Plan::build_stage(source.as_ref(), stage)?);
+        Ok(Executor {
+            source,
+            plan,
+            backend: self.backend.clone(),
+            device: None,
+            cancel: self.cancel.clone(),
+        })
+    }
+
     /// Validate only the operands of `stage` and prepare to run it (one pipeline stage of
     /// a layer package) on the CPU with `threads` threads. Its sessions hold key/value rows
     /// for the stage's layers only.

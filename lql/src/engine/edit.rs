@@ -312,10 +312,14 @@ fn insert_one(
         });
         EffectiveModel::new(base.clone(), ps).map_err(Error::semantic)
     };
+    // Trials change only the edit's layer: each runs the layers from it on.
+    let from_layer = ke::PromptFromLayer::new(&exec, &ids, layer)?;
     let eval = |m: f32| -> lql_exec::Result<f32> {
         let state = trial(m).map_err(|e| lql_exec::ExecError::InvalidOption(e.to_string()))?;
-        let ex = exec.with_source(Arc::new(state))?;
-        Ok(ke::prob(&ex.session().prefill(&ids)?, target))
+        Ok(ke::prob(
+            &from_layer.logits(&exec, Arc::new(state))?,
+            target,
+        ))
     };
     let s = ke::search_strength(aim, MAX_MAGNITUDE, eval)?;
     let made = features(s.magnitude);
