@@ -35,6 +35,12 @@ fn trials_from_the_edit_layer_equal_the_whole_pass() {
     for layer in [0usize, 18] {
         for ids in prompts {
             let from = PromptFromLayer::new(&exec, ids, layer).unwrap();
+            let base = exec.session().prefill(ids).unwrap();
+            // Over the state it was run on, the shortcut is the whole pass too.
+            assert_eq!(
+                from.logits(&exec, model.clone()).unwrap().values,
+                base.values
+            );
             for seed in 1..3 {
                 let f = AddedFeature {
                     layer,
@@ -61,7 +67,6 @@ fn trials_from_the_edit_layer_equal_the_whole_pass() {
                     .session()
                     .prefill(ids)
                     .unwrap();
-                let base = exec.session().prefill(ids).unwrap();
                 assert_ne!(whole.values, base.values, "the feature changes the pass");
                 let short = from.logits(&exec, state).unwrap();
                 assert_eq!(

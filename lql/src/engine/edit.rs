@@ -251,8 +251,11 @@ fn insert_one(
             row.target
         )));
     };
+    // The prompt run once up to the edit's layer: the current prediction and every trial
+    // of the strength search run only the layers from there on.
+    let from_layer = ke::PromptFromLayer::new(&exec, &ids, layer)?;
     // The current prediction: the token the edit must overtake.
-    let now = exec.session().prefill(&ids)?;
+    let now = from_layer.logits(&exec, exec.source().clone())?;
     let top = now.top(2);
     let old = if top[0].token_id == target {
         top[1].token_id
@@ -312,8 +315,6 @@ fn insert_one(
         });
         EffectiveModel::new(base.clone(), ps).map_err(Error::semantic)
     };
-    // Trials change only the edit's layer: each runs the layers from it on.
-    let from_layer = ke::PromptFromLayer::new(&exec, &ids, layer)?;
     let eval = |m: f32| -> lql_exec::Result<f32> {
         let state = trial(m).map_err(|e| lql_exec::ExecError::InvalidOption(e.to_string()))?;
         Ok(ke::prob(

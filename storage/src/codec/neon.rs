@@ -243,13 +243,18 @@ unsafe fn dot_k<const Q5: bool>(row: *const u8, x: *const f32, nb: usize) -> f32
             f16_at(blk.add(2)),
             std::slice::from_raw_parts(blk.add(4), 12),
         );
+        // Q5_K's fifth bits, loaded once per super-block.
+        let (qh0, qh1) = if Q5 {
+            (vld1q_u8(blk.add(16)), vld1q_u8(blk.add(32)))
+        } else {
+            (vdupq_n_u8(0), vdupq_n_u8(0))
+        };
         for c in 0..4 {
             let q = blk.add(qs + 32 * c);
             let (q0, q1) = (vld1q_u8(q), vld1q_u8(q.add(16)));
             let mut lo = (vandq_u8(q0, mask), vandq_u8(q1, mask));
             let mut hi = (vshrq_n_u8::<4>(q0), vshrq_n_u8::<4>(q1));
             if Q5 {
-                let (qh0, qh1) = (vld1q_u8(blk.add(16)), vld1q_u8(blk.add(32)));
                 let (u0, u1) = (vdupq_n_u8(1 << (2 * c)), vdupq_n_u8(2 << (2 * c)));
                 let bit = |h: uint8x16_t, u: uint8x16_t| vandq_u8(vtstq_u8(h, u), sixteen);
                 lo = (vorrq_u8(lo.0, bit(qh0, u0)), vorrq_u8(lo.1, bit(qh1, u0)));
