@@ -125,6 +125,11 @@ impl PromptFromLayer {
     }
 }
 
+/// The residual stream after `layer` at every position of `ids`, `[n × hidden]`.
+pub fn residuals(exec: &Executor, ids: &[u32], layer: usize) -> Result<Vec<f32>> {
+    Capture::run(exec, ids, layer, |r| r.residual)
+}
+
 /// The normed FFN inputs of `layer` at every position of `ids`, `[n × hidden]`.
 pub fn ffn_inputs(exec: &Executor, ids: &[u32], layer: usize) -> Result<Vec<f32>> {
     Capture::run(exec, ids, layer, |r| r.ffn_input)

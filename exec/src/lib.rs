@@ -26,6 +26,7 @@ pub mod error;
 mod ffn;
 pub mod forward;
 pub mod generate;
+pub mod grad;
 pub mod kernels;
 pub mod kv;
 pub mod observer;

@@ -13,6 +13,8 @@ use lql_exec::Executor;
 use lql_planner::{EdgeRow, InsertPlan, LogicalPlan};
 use lql_storage::overlay::{Edge, Edit, EffectiveModel, FeatureScale, Patch, PatchOrigin};
 
+mod subject;
+
 use super::datum::Datum;
 use super::{Bound, Cx};
 use crate::error::{Error, Result};
@@ -82,6 +84,11 @@ pub(crate) struct Edits {
     reference_rows: HashMap<usize, Arc<Vec<f32>>>,
     /// Last-token normed FFN inputs by (layer, fingerprint of the edits below it), prompt.
     last_rows: HashMap<(usize, u64), PromptRows>,
+    /// The f32 layers the subject write's value optimisation runs through.
+    tail: Option<Arc<lql_exec::grad::DenseTail>>,
+    /// Per-layer normed FFN inputs of single-token texts (the subject write's first-token
+    /// keys are calibrated on them).
+    first_rows: HashMap<usize, Arc<Vec<f32>>>,
 }
 
 /// Last-token rows by prompt text.
@@ -115,24 +122,37 @@ impl Edits {
     }
 }
 
-/// Edits as a user counts them: an edge's three hat features ([`ke::hat`]) count once.
+/// Edits as a user counts them: an edge once, with the features that follow it and carry
+/// no edge of their own (its hat companions, [`ke::hat`], and its subject features,
+/// `subject`); a feature scale once; an added feature without an edge once, with its hat
+/// companions.
 pub(crate) fn edit_count(edits: &[Edit]) -> usize {
-    let mut n = 0;
+    edit_groups(edits).len()
+}
+
+/// The edit list split into what [`edit_count`] counts as one edit each.
+fn edit_groups(edits: &[Edit]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
     let mut primary: Option<&lql_storage::overlay::AddedFeature> = None;
-    for e in edits {
-        match e {
-            Edit::Add(a) if primary.is_some_and(|p| ke::is_hat_companion(p, a)) => {}
-            Edit::Add(a) => {
-                n += 1;
-                primary = Some(a);
+    for (i, e) in edits.iter().enumerate() {
+        let joins = match (e, primary) {
+            (Edit::Add(a), Some(p)) => {
+                a.edge.is_none() && (p.edge.is_some() || ke::is_hat_companion(p, a))
             }
+            _ => false,
+        };
+        match out.last_mut() {
+            Some(r) if joins => r.end = i + 1,
             _ => {
-                n += 1;
-                primary = None;
+                out.push(i..i + 1);
+                primary = match e {
+                    Edit::Add(a) => Some(a),
+                    _ => None,
+                };
             }
         }
     }
-    n
+    out
 }
 
 /// Rebuilds the effective state after the patch stack changed: a new version, the
@@ -239,7 +259,6 @@ fn insert_one(
     aim: f32,
 ) -> Result<ke::Strength> {
     let tok = cx.tokenizer()?;
-    let exec = cx.executor()?;
     let ids = tok.encode(prompt, true)?;
     if ids.is_empty() {
         return Err(Error::semantic("the edge's prompt tokenizes to nothing"));
@@ -251,6 +270,16 @@ fn insert_one(
             row.target
         )));
     };
+    // The subject features go in first (the strength search below must see them), and
+    // follow the edge's own feature in the patch (`edit_groups`).
+    let mark = bound_mut(cx)?.edits.target().len();
+    if let Some(sl) = subject::subject_layer().filter(|&sl| sl < layer) {
+        let p = subject::write(cx, plan, row, prompt, target, sl)?;
+        if std::env::var_os("LQL_EDIT_DEBUG").is_some() {
+            eprintln!("subject {} -> {}: {:?}", row.entity, row.target, p);
+        }
+    }
+    let exec = cx.executor()?;
     // The prompt run once up to the edit's layer: the current prediction and every trial
     // of the strength search run only the layers from there on.
     let from_layer = ke::PromptFromLayer::new(&exec, &ids, layer)?;
@@ -324,7 +353,7 @@ fn insert_one(
     };
     let s = ke::search_strength(aim, MAX_MAGNITUDE, eval)?;
     let made = features(s.magnitude);
-    bound_mut(cx)?.edits.target().extend(made);
+    bound_mut(cx)?.edits.target().splice(mark..mark, made);
     rebuild(cx)?;
     Ok(s)
 }
@@ -702,32 +731,33 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let Some(state) = state else {
         return Ok(status("DELETE", 0, "no edges in force".into()));
     };
-    // The added features to drop (session and recording patches hold them by value): each
-    // edge's feature and the two hat features after it.
-    let added = state.added_features();
-    let mut victims: Vec<lql_storage::overlay::AddedFeature> = Vec::new();
-    for (i, (f, a, _)) in added.iter().enumerate() {
-        if doomed.contains(&(a.layer, *f)) {
-            victims.push((*a).clone());
-            victims.extend(
-                added[i + 1..]
-                    .iter()
-                    .take(2)
-                    .take_while(|(_, g, _)| ke::is_hat_companion(a, g))
-                    .map(|(_, g, _)| (*g).clone()),
-            );
-        }
-    }
+    // The edges' features to drop (session and recording patches hold them by value): the
+    // feature carrying each edge and the features following it without an edge of their own.
+    let victims: Vec<lql_storage::overlay::AddedFeature> = state
+        .added_features()
+        .into_iter()
+        .filter(|(f, a, _)| doomed.contains(&(a.layer, *f)))
+        .map(|(_, a, _)| a.clone())
+        .collect();
     let e = &mut bound_mut(cx)?.edits;
     let mut removed = 0;
     for list in [Some(&mut e.session), e.open.as_mut().map(|o| &mut o.1)]
         .into_iter()
         .flatten()
     {
-        // Counted as SAVE PATCH counts: an edge once, not its three hat features.
-        let before = edit_count(list);
-        list.retain(|x| !matches!(x, Edit::Add(a) if victims.contains(a)));
-        removed += before - edit_count(list);
+        let groups = edit_groups(list);
+        let mut keep = vec![true; list.len()];
+        for g in groups {
+            if matches!(&list[g.start], Edit::Add(a) if victims.contains(a)) {
+                keep[g.clone()].iter_mut().for_each(|k| *k = false);
+                removed += 1;
+            }
+        }
+        let mut i = 0;
+        list.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
     }
     rebuild(cx)?;
     Ok(status(

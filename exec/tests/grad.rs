@@ -1,0 +1,96 @@
+//! The value optimisation's gradients (`grad::DenseTail`) on SmolLM2-135M: the f32 tail
+//! reproduces the engine's next-token probabilities, and its gradient with respect to a
+//! vector added at one position matches central finite differences, through an overlay's
+//! added feature too; with the rows before that position frozen, the same.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::real::model_path;
+use lql_exec::edit::{prob, residuals};
+use lql_exec::grad::{DenseTail, Segment};
+use lql_exec::Executor;
+use lql_storage::overlay::{AddedFeature, Edit, EffectiveModel, Patch, PatchOrigin};
+
+fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| (i as f32 * 0.37 + seed as f32 * 1.7).sin() * scale)
+        .collect()
+}
+
+#[test]
+fn the_tail_matches_the_engine_and_finite_differences() {
+    let Some(path) = model_path() else { return };
+    let model = Arc::new(lql_storage::import::open(&path).expect("open SmolLM2"));
+    let d = Executor::new(model.clone(), 1).unwrap().surface().hidden;
+    // An added feature above the tail's first layer, open on ordinary text.
+    let f = AddedFeature {
+        layer: 20,
+        gate: values(d, 1, 0.05),
+        gate_bias: 1.0,
+        up: values(d, 2, 0.05),
+        up_bias: 1.0,
+        down: values(d, 3, 0.5),
+        edge: None,
+    };
+    let state = Arc::new(
+        EffectiveModel::new(
+            model.clone(),
+            vec![Patch {
+                origin: PatchOrigin::Session,
+                edits: vec![Edit::Add(f)],
+            }],
+        )
+        .unwrap(),
+    );
+    let exec = Executor::new(state.clone(), 2).expect("plan SmolLM2");
+    let layer = 6;
+    let tail = DenseTail::new(state.as_ref(), exec.plan(), layer + 1).unwrap();
+    // "The capital of France is" → " Paris" (7042), and a second prompt.
+    let prompts: [(&[u32], usize, u32); 2] = [
+        (&[504, 3575, 282, 4649, 314], 3, 7042),
+        (&[504, 3575, 282, 4649, 314, 7042, 30, 378], 3, 1463),
+    ];
+    let mut segs = Vec::new();
+    for (ids, pos, target) in prompts {
+        let start = residuals(&exec, ids, layer).unwrap();
+        let engine = exec.session().prefill(ids).unwrap();
+        segs.push(Segment {
+            start,
+            pos,
+            target,
+            weight: 1.0,
+        });
+        let dense = tail
+            .evaluate(state.as_ref(), &segs[segs.len() - 1..], &vec![0.0; d], false)
+            .unwrap();
+        let (a, b) = (prob(&engine, target), dense.probs[0]);
+        assert!((a - b).abs() < 0.02 + 0.05 * a, "engine {a}, tail {b}");
+    }
+    let delta = values(d, 7, 0.3);
+    let e = tail.evaluate(state.as_ref(), &segs, &delta, true).unwrap();
+    // The rows before δ's position, frozen, give the same loss and gradient.
+    let frozen = tail.freeze(state.as_ref(), &segs).unwrap();
+    let f = tail
+        .evaluate_with(state.as_ref(), &segs, Some(&frozen), &delta, true)
+        .unwrap();
+    assert!((f.loss - e.loss).abs() < 1e-4 * e.loss.abs().max(1.0));
+    let diff: f32 = f.grad.iter().zip(&e.grad).map(|(a, b)| (a - b).abs()).sum();
+    let size: f32 = e.grad.iter().map(|a| a.abs()).sum();
+    assert!(diff < 1e-3 * size, "frozen gradient differs by {diff} of {size}");
+    for seed in 11..14 {
+        let u = values(d, seed, 1.0);
+        let eps = 0.02f32;
+        let at = |s: f32| {
+            let x: Vec<f32> = delta.iter().zip(&u).map(|(a, b)| a + s * b).collect();
+            tail.evaluate(state.as_ref(), &segs, &x, false).unwrap().loss
+        };
+        let fd = (at(eps) - at(-eps)) / (2.0 * eps);
+        let an: f32 = e.grad.iter().zip(&u).map(|(a, b)| a * b).sum();
+        assert!(
+            (fd - an).abs() <= 0.03 * an.abs().max(fd.abs()) + 1e-3,
+            "direction {seed}: finite differences {fd}, gradient {an}"
+        );
+    }
+}

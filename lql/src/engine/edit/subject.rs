@@ -1,0 +1,380 @@
+//! The subject write of `INSERT INTO edges`: a gated feature at an early layer, keyed on
+//! the entity's last token, whose value is optimised through the layers above it so that
+//! prompts naming the entity continue with the target (docs/editing.md, "The subject's
+//! value").
+//!
+//! ```text
+//!  contexts  the edit prompt, the same after a few neutral sentences, and the prompt from
+//!            the entity on (so a sentence can start with it)
+//!  value δ   Adam on Σ −log p(target) over the contexts (and the targets of the entity's
+//!            other edges in force, kept), δ added after layer S at the entity's last token
+//!            (`lql_exec::grad`)
+//!  keys      the normed FFN input of layer S at the entity's last token: one mean over the
+//!            contexts where the entity is mid-sentence, one where it starts the text
+//!  features  one hat per key, writing δ (activation 1 at the key)
+//! ```
+
+use std::sync::Arc;
+
+use lql_exec::edit as ke;
+use lql_exec::grad::{self, DenseTail, Segment};
+use lql_planner::{EdgeRow, InsertPlan};
+use lql_storage::overlay::Edit;
+
+use super::{
+    bound_mut, centre, continuation, other_entities, rebuild, reference_rows,
+    Cx, STAND_INS,
+};
+use crate::error::{Error, Result};
+
+/// Sentences a context starts with, so the entity sits mid-text ("" is the prompt itself).
+const PREFIXES: [&str; 4] = [
+    "",
+    "Here is a fact. ",
+    "I read about this today. ",
+    "Listen to this. ",
+];
+
+/// Other entities of the relation the subject gate is calibrated to stay shut on.
+const CONTRAST: usize = 16;
+
+/// One text with the entity's last token at `pos`.
+struct Context {
+    text: String,
+    ids: Vec<u32>,
+    pos: usize,
+    at_start: bool,
+}
+
+/// Tokenizes `text` and finds the last token of the entity that ends at byte `end`.
+fn context(cx: &mut Cx<'_>, text: &str, end: usize, at_start: bool) -> Result<Option<Context>> {
+    let tok = cx.tokenizer()?;
+    let ids = tok.encode(text, true)?;
+    let pre = tok.encode(&text[..end], true)?;
+    if pre.is_empty() || !ids.starts_with(&pre) || pre.len() >= ids.len() {
+        return Ok(None);
+    }
+    Ok(Some(Context {
+        text: text.to_string(),
+        ids,
+        pos: pre.len() - 1,
+        at_start,
+    }))
+}
+
+/// The edit prompt's contexts, or none when the prompt does not name the entity.
+fn contexts(cx: &mut Cx<'_>, prompt: &str, entity: &str) -> Result<Vec<Context>> {
+    let Some(start) = prompt.find(entity) else {
+        return Ok(Vec::new());
+    };
+    let end = start + entity.len();
+    let mut out = Vec::new();
+    for p in PREFIXES {
+        let text = format!("{p}{prompt}");
+        if let Some(c) = context(cx, &text, p.len() + end, p.is_empty() && start == 0)? {
+            out.push(c);
+        }
+    }
+    if start > 0 {
+        if let Some(c) = context(cx, &prompt[start..], end - start, true)? {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+fn env_f32(k: &str) -> Option<f32> {
+    std::env::var(k).ok().and_then(|v| v.parse().ok())
+}
+
+/// The layer of the subject write, from `LQL_EDIT_SUBJECT_LAYER` (experimental).
+pub(super) fn subject_layer() -> Option<usize> {
+    std::env::var("LQL_EDIT_SUBJECT_LAYER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+}
+
+/// Adds the subject features of `row` at `layer` (none when the prompt does not name the
+/// entity). Returns the edit contexts' target probabilities under the optimised value.
+pub(super) fn write(
+    cx: &mut Cx<'_>,
+    plan: &InsertPlan,
+    row: &EdgeRow,
+    prompt: &str,
+    target: u32,
+    layer: usize,
+) -> Result<Option<Vec<f32>>> {
+    let ctxs = contexts(cx, prompt, &row.entity)?;
+    if ctxs.is_empty() {
+        return Ok(None);
+    }
+    let t0 = std::time::Instant::now();
+    let exec = cx.executor()?;
+    let d = exec.surface().hidden;
+    let state = cx.bound()?.edits.state.clone();
+    let source: Arc<dyn lql_storage::OperandSource> = match &state {
+        Some(s) => s.clone(),
+        None => cx.bound()?.model().clone(),
+    };
+    let mut segs = Vec::new();
+    let (mut mid, mut first) = (Vec::new(), Vec::new());
+    let mut norm = 0.0f32;
+    for c in &ctxs {
+        let start = ke::residuals(&exec, &c.ids, layer)?;
+        norm += start[c.pos * d..(c.pos + 1) * d]
+            .iter()
+            .map(|v| v * v)
+            .sum::<f32>()
+            .sqrt();
+        let rows = ke::ffn_inputs(&exec, &c.ids, layer)?;
+        let key = &rows[c.pos * d..(c.pos + 1) * d];
+        if c.at_start { &mut first } else { &mut mid }.extend_from_slice(key);
+        segs.push(Segment {
+            start,
+            pos: c.pos,
+            target,
+            weight: 1.0,
+        });
+    }
+    norm /= ctxs.len() as f32;
+    // The entity's other edges in force keep their targets.
+    let tok = cx.tokenizer()?;
+    let kept: Vec<(String, String)> = state
+        .iter()
+        .flat_map(|s| s.added_features())
+        .filter_map(|(_, a, _)| a.edge.clone())
+        .filter(|e| e.entity == row.entity && e.prompt != prompt)
+        .map(|e| (e.prompt, e.target))
+        .collect();
+    for (p, t) in kept {
+        let Some(c) = contexts(cx, &p, &row.entity)?.into_iter().next() else {
+            continue;
+        };
+        let Some(&tt) = tok.encode(&continuation(&p, &t), false)?.first() else {
+            continue;
+        };
+        segs.push(Segment {
+            start: ke::residuals(&exec, &c.ids, layer)?,
+            pos: c.pos,
+            target: tt,
+            weight: 1.0,
+        });
+    }
+    let tail = dense_tail(cx, layer + 1)?;
+    let t1 = std::time::Instant::now();
+    let (delta, e) = grad::optimise(
+        &tail,
+        source.as_ref(),
+        &segs,
+        norm,
+        grad::Optimise {
+            aim: env_f32("LQL_EDIT_AIM").unwrap_or(0.9),
+            ..Default::default()
+        },
+    )?;
+    let t2 = std::time::Instant::now();
+    // Gates: one per kind of key, calibrated on reference text and other entities.
+    let others = other_entities(plan, state.as_deref(), row);
+    let shut = reference_rows(cx, layer)?.to_vec();
+    let c = centre(cx, layer)?;
+    let activation = exec.surface().activation;
+    let mut made = Vec::new();
+    for (rows, at_start) in [(&mid, false), (&first, true)] {
+        if rows.is_empty() || (at_start && std::env::var_os("LQL_EDIT_NO_START").is_some()) {
+            continue;
+        }
+        let n = rows.len() / d;
+        let mut key = vec![0.0f32; d];
+        for r in rows.chunks_exact(d) {
+            key.iter_mut().zip(r).for_each(|(k, v)| *k += v / n as f32);
+        }
+        let mut shut_here = shut.clone();
+        let ctx = ctxs.iter().find(|c| c.at_start == at_start);
+        if let Some(ctx) = ctx {
+            let text = ctx.text.clone();
+            for other in STAND_INS.iter().copied().chain(
+                others
+                    .iter()
+                    .take(CONTRAST)
+                    .map(String::as_str),
+            ) {
+                let swapped = text.replacen(&row.entity, other, 1);
+                let Some(start) = swapped.find(other) else {
+                    continue;
+                };
+                if let Some(o) = context(cx, &swapped, start + other.len(), at_start)? {
+                    let r = ke::ffn_inputs(&exec, &o.ids, layer)?;
+                    shut_here.extend_from_slice(&r[o.pos * d..(o.pos + 1) * d]);
+                }
+            }
+        }
+        // First-token rows (every text has one; with no BOS they depend on the token alone)
+        // and all other rows differ along the direction between their means. A key at a
+        // text's start is centred on the rows of its own kind and its gate gains a term
+        // along that direction which is 0 at the key and about −λ on rows of the other
+        // kind; its direction has that component removed.
+        let mut sink = None;
+        let c = if at_start {
+            let firsts = first_token_rows(cx, layer)?;
+            let c0 = mean_row(&firsts, d);
+            let mid = mean_row(&shut, d);
+            let pos0 = ctx.is_some_and(|x| x.pos == 0);
+            let (own, other) = if pos0 { (c0, mid) } else { (mid, c0) };
+            let s: Vec<f32> = own.iter().zip(&other).map(|(a, b)| a - b).collect();
+            let ss = s.iter().map(|v| v * v).sum::<f32>();
+            let u: Vec<f32> = key.iter().zip(&own).map(|(a, b)| a - b).collect();
+            let k = if ss > 0.0 {
+                u.iter().zip(&s).map(|(a, b)| a * b).sum::<f32>() / ss
+            } else {
+                0.0
+            };
+            key = own
+                .iter()
+                .zip(&u)
+                .zip(&s)
+                .map(|((c, u), s)| c + u - k * s)
+                .collect();
+            sink = Some((s, ss, k));
+            own
+        } else {
+            c.to_vec()
+        };
+        let floor = env_f32("LQL_EDIT_STHETA").unwrap_or(0.85);
+        let base = lql_exec::edit::GateShape {
+            theta: floor,
+            ..Default::default()
+        };
+        // A key whose text starts with the entity is met exactly by every text that does
+        // (the rows up to the entity's last token depend on the entity's tokens alone): a
+        // narrow band around it. A key mid-sentence meets other contexts only near it.
+        let shape = if at_start {
+            lql_exec::edit::GateShape {
+                beta: 1000.0,
+                theta: 0.99,
+            }
+        } else {
+            lql_exec::edit::GateShape {
+                theta: ke::calibrated_theta(&key, &c, &shut_here, base, 0.05, 0.95),
+                ..base
+            }
+        };
+        if std::env::var_os("LQL_EDIT_DEBUG").is_some() {
+            eprintln!("  key at_start={at_start} theta {:.3}", shape.theta);
+        }
+        let mut f = ke::keyed_feature(layer, &key, &c, shape, activation)?;
+        if let Some((s, ss, k)) = sink {
+            // The score gains λ·((x − c)·s/‖s‖² − k): 0 at the key, about −λ on rows of the
+            // other kind. λ is the candidate that keeps the rows the gate must stay shut on
+            // (reference text, first tokens, other entities) farthest from the key's score.
+            let mut check = shut_here.clone();
+            check.extend_from_slice(&first_token_rows(cx, layer)?);
+            let lambda = best_lambda(&key, &c, &s, ss, k, &check);
+            if std::env::var_os("LQL_EDIT_DEBUG").is_some() {
+                eprintln!("  start key: k {k:.3} lambda {lambda}");
+            }
+            let b = shape.beta * lambda / ss;
+            f.gate.iter_mut().zip(&s).for_each(|(g, v)| *g += b * v);
+            f.gate_bias -= b * s.iter().zip(&c).map(|(a, b)| a * b).sum::<f32>()
+                + shape.beta * lambda * k;
+        }
+        let gain = env_f32("LQL_EDIT_GAIN").unwrap_or(1.0);
+        f.down = delta.iter().map(|v| v * gain).collect();
+        made.extend(ke::hat(&f, shape, activation).into_iter().map(Edit::Add));
+    }
+    if std::env::var_os("LQL_EDIT_DEBUG").is_some() {
+        eprintln!(
+            "  times: contexts {:.2}s optimise {:.2}s ({} steps, {} segments) gates {:.2}s",
+            (t1 - t0).as_secs_f64(),
+            (t2 - t1).as_secs_f64(),
+            e.steps,
+            segs.len(),
+            t2.elapsed().as_secs_f64()
+        );
+    }
+    if made.is_empty() {
+        return Err(Error::internal("no subject key"));
+    }
+    bound_mut(cx)?.edits.target().extend(made);
+    rebuild(cx)?;
+    Ok(Some(e.probs))
+}
+
+/// Tokens whose first-position residual calibrates a key at a text's start: every id below
+/// `FIRST_TOKEN_ALL` (the most frequent merges) and every `FIRST_TOKEN_STRIDE`-th above it
+/// that reads as a word with no leading space.
+const FIRST_TOKEN_ALL: u32 = 3000;
+const FIRST_TOKEN_STRIDE: usize = 48;
+
+/// The normed FFN inputs of `layer` of single-token texts (base model), cached per binding.
+fn first_token_rows(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
+    if let Some(r) = cx.bound()?.edits.first_rows.get(&layer) {
+        return Ok(r.clone());
+    }
+    let tok = cx.tokenizer()?;
+    let exec = super::base_executor(cx)?;
+    let mut rows = Vec::new();
+    for id in 0..tok.vocab_size() as u32 {
+        if id >= FIRST_TOKEN_ALL && id as usize % FIRST_TOKEN_STRIDE != 0 {
+            continue;
+        }
+        let word = tok.token_text(id).is_some_and(|t| {
+            t.chars().count() > 1 && t.chars().all(char::is_alphabetic)
+        });
+        if word {
+            rows.extend_from_slice(&ke::ffn_inputs(&exec, &[id], layer)?);
+        }
+    }
+    let rows = Arc::new(rows);
+    bound_mut(cx)?.edits.first_rows.insert(layer, rows.clone());
+    Ok(rows)
+}
+
+/// The λ (of a few candidates) whose gate score `a + λ·b` keeps `rows` farthest from the
+/// key's score 1, where `a` is a row's score along the key's direction and `b` its offset
+/// along `s` from the key's.
+fn best_lambda(key: &[f32], centre: &[f32], s: &[f32], ss: f32, k: f32, rows: &[f32]) -> f32 {
+    let u: Vec<f32> = key.iter().zip(centre).map(|(a, b)| a - b).collect();
+    let uu = u.iter().map(|v| v * v).sum::<f32>().max(f32::MIN_POSITIVE);
+    let parts: Vec<(f32, f32)> = rows
+        .chunks_exact(key.len())
+        .map(|x| {
+            let (mut a, mut b) = (0.0f32, 0.0f32);
+            for ((xi, ci), (ui, si)) in x.iter().zip(centre).zip(u.iter().zip(s)) {
+                a += (xi - ci) * ui;
+                b += (xi - ci) * si;
+            }
+            (a / uu, b / ss.max(f32::MIN_POSITIVE) - k)
+        })
+        .collect();
+    let margin = |l: f32| {
+        parts
+            .iter()
+            .map(|(a, b)| (a + l * b - 1.0).abs())
+            .fold(f32::INFINITY, f32::min)
+    };
+    [0.0f32, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+        .into_iter()
+        .max_by(|a, b| margin(*a).total_cmp(&margin(*b)))
+        .unwrap_or(0.0)
+}
+
+fn mean_row(rows: &[f32], d: usize) -> Vec<f32> {
+    let n = (rows.len() / d).max(1);
+    let mut m = vec![0.0f32; d];
+    for r in rows.chunks_exact(d) {
+        m.iter_mut().zip(r).for_each(|(a, b)| *a += b / n as f32);
+    }
+    m
+}
+
+/// The binding's f32 copy of the layers from `first` on (built once per binding and layer).
+fn dense_tail(cx: &mut Cx<'_>, first: usize) -> Result<Arc<DenseTail>> {
+    if let Some(t) = cx.bound()?.edits.tail.as_ref().filter(|t| t.first() == first) {
+        return Ok(t.clone());
+    }
+    let exec = cx.executor()?;
+    let base: Arc<dyn lql_storage::OperandSource> = cx.bound()?.model().clone();
+    let t = Arc::new(DenseTail::new(base.as_ref(), exec.plan(), first)?);
+    bound_mut(cx)?.edits.tail = Some(t.clone());
+    Ok(t)
+}
