@@ -280,6 +280,33 @@ pub fn hat(f: &AddedFeature, shape: GateShape, activation: Activation) -> [Added
     })
 }
 
+/// A feature's gate as a step: two features with `f`'s gate direction opening at θ and
+/// θ + `width`, their outputs weighted +1 and −1: the output rises from θ to its full value
+/// at θ + `width` and stays there, however far past the key a row scores (where a single
+/// gate grows without bound). Scaled so that the output at the key is `f`'s; the second
+/// feature carries no edge.
+pub fn step(f: &AddedFeature, shape: GateShape, width: f32, activation: Activation) -> [AddedFeature; 2] {
+    let bw = shape.beta * width;
+    let x = shape.beta * (1.0 - shape.theta);
+    let single = act(activation, x);
+    let step = single - act(activation, x - bw);
+    let k = if step.is_finite() && step > 0.0 {
+        single / step
+    } else {
+        1.0
+    };
+    [(0.0f32, 1.0f32), (1.0, -1.0)].map(|(shift, c)| {
+        let mut g = f.clone();
+        g.gate_bias = f.gate_bias - shift * bw;
+        g.up.iter_mut().for_each(|v| *v *= c * k);
+        g.up_bias = f.up_bias * c * k;
+        if shift > 0.0 {
+            g.edge = None;
+        }
+        g
+    })
+}
+
 /// True when `g` is one of the two features [`hat`] adds after `primary`: no edge of its
 /// own, the same gate direction.
 pub fn is_hat_companion(primary: &AddedFeature, g: &AddedFeature) -> bool {

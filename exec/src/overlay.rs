@@ -81,6 +81,7 @@ pub fn add_features(
     let pre = gate.clone();
     glu(act, &mut gate, &up);
     if std::env::var_os("LQL_DEBUG_ADDED").is_some() && n > 2 {
+        eprintln!("CALL k={k} n={n}");
         for p in 0..n {
             for i in 0..k {
                 if gate[p * k + i].abs() > 0.05 {

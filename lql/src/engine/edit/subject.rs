@@ -35,6 +35,20 @@ const PREFIXES: [&str; 4] = [
     "Listen to this. ",
 ];
 
+/// Short texts that end in the entity mid-sentence: the mid-sentence key is their mean
+/// with the edit contexts'.
+const KEY_CONTEXTS: [&str; 6] = [
+    "In {}",
+    "About {}",
+    "I read about {}",
+    "Tell me about {}",
+    "This is a fact about {}",
+    "They asked about {}",
+];
+
+/// The mid-sentence gate rises from θ to full over this much of the key's score.
+const STEP_WIDTH: f32 = 0.05;
+
 /// Other entities of the relation the subject gate is calibrated to stay shut on.
 const CONTRAST: usize = 16;
 
@@ -178,6 +192,20 @@ pub(super) fn write(
     let shut = reference_rows(cx, layer)?.to_vec();
     let c = centre(cx, layer)?;
     let activation = exec.surface().activation;
+    // The mid-sentence key is also averaged over short generic texts ending in the entity,
+    // so that it is the entity's, not the edit prompt's wording's.
+    if !mid.is_empty() && std::env::var_os("LQL_EDIT_NO_KEYCTX").is_none() {
+        for t in KEY_CONTEXTS {
+            let text = t.replace("{}", &row.entity);
+            let end = text.find(&row.entity).map_or(0, |i| i + row.entity.len());
+            let ids = tok.encode(&text, true)?;
+            let pre = tok.encode(&text[..end], true)?;
+            if ids == pre && !ids.is_empty() {
+                let r = ke::ffn_inputs(&exec, &ids, layer)?;
+                mid.extend_from_slice(&r[r.len() - d..]);
+            }
+        }
+    }
     let mut made = Vec::new();
     for (rows, at_start) in [(&mid, false), (&first, true)] {
         if rows.is_empty() || (at_start && std::env::var_os("LQL_EDIT_NO_START").is_some()) {
@@ -279,7 +307,11 @@ pub(super) fn write(
         }
         let gain = env_f32("LQL_EDIT_GAIN").unwrap_or(1.0);
         f.down = delta.iter().map(|v| v * gain).collect();
-        made.extend(ke::hat(&f, shape, activation).into_iter().map(Edit::Add));
+        if at_start || std::env::var_os("LQL_EDIT_MID_HAT").is_some() {
+            made.extend(ke::hat(&f, shape, activation).into_iter().map(Edit::Add));
+        } else {
+            made.extend(ke::step(&f, shape, STEP_WIDTH, activation).into_iter().map(Edit::Add));
+        }
     }
     if std::env::var_os("LQL_EDIT_DEBUG").is_some() {
         eprintln!(
