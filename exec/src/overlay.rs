@@ -80,16 +80,6 @@ pub fn add_features(
     }
     let pre = gate.clone();
     glu(act, &mut gate, &up);
-    if std::env::var_os("LQL_DEBUG_ADDED").is_some() && n > 2 {
-        eprintln!("CALL k={k} n={n}");
-        for p in 0..n {
-            for i in 0..k {
-                if gate[p * k + i].abs() > 0.05 {
-                    eprintln!("ADDED k={k} n={n} pos={p} feature={i} act={:.3}", gate[p * k + i]);
-                }
-            }
-        }
-    }
     if let Some(s) = &o.down_scale {
         for row in gate.chunks_exact_mut(k) {
             for (v, f) in row.iter_mut().zip(&s[ff..]) {

@@ -318,13 +318,7 @@ fn main() -> lql::Result<()> {
     ))?;
     c.execute("SAVE PATCH")?;
     let insert_s = t0.elapsed().as_secs_f64();
-    if std::env::var_os("LQL_DEBUG_SCORE").is_some() {
-        std::env::set_var("LQL_DEBUG_ADDED", "1");
-    }
     let s = score(&c, &known, vocab, show)?;
-    if std::env::var_os("LQL_DEBUG_KL").is_some() {
-        std::env::set_var("LQL_DEBUG_ADDED", "1");
-    }
     let k = mean_kl(&c, &base_dists, vocab)?;
     println!(
         "{} edits in one patch{clauses}: efficacy {:.3} paraphrase {:.3} neighbourhood {:.3} unrelated KL {:.2e} nats [insert {:.1}s]",

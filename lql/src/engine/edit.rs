@@ -223,6 +223,7 @@ pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
     let n_layers = cx.bound()?.facts.n_layers;
     let layer = plan.layer.unwrap_or_else(|| default_layer(n_layers));
     let aim = plan.alpha.unwrap_or(DEFAULT_ALPHA) as f32;
+    let subject = subject::subject_layer(n_layers)?.filter(|&sl| sl < layer);
     let mut built = 0usize;
     let mut notes = Vec::new();
     for row in &plan.rows {
@@ -231,9 +232,13 @@ pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
         if made {
             notes.push(format!("built the prompt {prompt:?}"));
         }
-        let p = insert_one(cx, &plan, row, &prompt, layer, aim)?;
+        let p = insert_one(cx, &plan, row, &prompt, layer, subject, aim)?;
+        let at = match (subject, prompt.contains(&row.entity)) {
+            (Some(sl), true) => format!("layers {sl} (subject) and {layer}"),
+            _ => format!("layer {layer}"),
+        };
         notes.push(format!(
-            "{} → {}: layer {layer}, P={:.2} at strength {:.1}",
+            "{} → {}: {at}, P={:.2} at strength {:.1}",
             row.entity, row.target, p.prob, p.magnitude
         ));
         built += 1;
@@ -241,7 +246,10 @@ pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
     let detail = if notes.len() <= 4 {
         notes.join("; ")
     } else {
-        format!("{} edges at layer {layer}", built)
+        match subject {
+            Some(sl) => format!("{built} edges at layers {sl} (subject) and {layer}"),
+            None => format!("{built} edges at layer {layer}"),
+        }
     };
     Ok(status("INSERT", built, detail))
 }
@@ -256,6 +264,7 @@ fn insert_one(
     row: &EdgeRow,
     prompt: &str,
     layer: usize,
+    subject: Option<usize>,
     aim: f32,
 ) -> Result<ke::Strength> {
     let tok = cx.tokenizer()?;
@@ -273,11 +282,8 @@ fn insert_one(
     // The subject features go in first (the strength search below must see them), and
     // follow the edge's own feature in the patch (`edit_groups`).
     let mark = bound_mut(cx)?.edits.target().len();
-    if let Some(sl) = subject::subject_layer().filter(|&sl| sl < layer) {
-        let p = subject::write(cx, plan, row, prompt, target, sl)?;
-        if std::env::var_os("LQL_EDIT_DEBUG").is_some() {
-            eprintln!("subject {} -> {}: {:?}", row.entity, row.target, p);
-        }
+    if let Some(sl) = subject {
+        subject::write(cx, plan, row, prompt, target, sl)?;
     }
     let exec = cx.executor()?;
     // The prompt run once up to the edit's layer: the current prediction and every trial

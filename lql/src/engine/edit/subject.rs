@@ -97,15 +97,23 @@ fn contexts(cx: &mut Cx<'_>, prompt: &str, entity: &str) -> Result<Vec<Context>>
     Ok(out)
 }
 
-fn env_f32(k: &str) -> Option<f32> {
-    std::env::var(k).ok().and_then(|v| v.parse().ok())
-}
+/// The default layer of the subject write, as a fraction of the model's depth (layer 6 of
+/// 30 on SmolLM2; docs/editing.md).
+pub(super) const SUBJECT_LAYER_FRACTION: f64 = 0.2;
 
-/// The layer of the subject write, from `LQL_EDIT_SUBJECT_LAYER` (experimental).
-pub(super) fn subject_layer() -> Option<usize> {
-    std::env::var("LQL_EDIT_SUBJECT_LAYER")
-        .ok()
-        .and_then(|v| v.parse().ok())
+/// The layer of the subject write: `LQL_EDIT_SUBJECT_LAYER` (a layer, or `off` for none;
+/// a measurement switch, docs/editing.md), else [`SUBJECT_LAYER_FRACTION`] of the depth.
+/// An unreadable value is refused by name.
+pub(super) fn subject_layer(n_layers: usize) -> Result<Option<usize>> {
+    match std::env::var("LQL_EDIT_SUBJECT_LAYER") {
+        Ok(v) if v == "off" => Ok(None),
+        Ok(v) => v.parse().map(Some).map_err(|_| {
+            Error::semantic(format!(
+                "LQL_EDIT_SUBJECT_LAYER={v:?} is neither a layer nor \"off\""
+            ))
+        }),
+        Err(_) => Ok(Some((n_layers as f64 * SUBJECT_LAYER_FRACTION) as usize)),
+    }
 }
 
 /// Adds the subject features of `row` at `layer` (none when the prompt does not name the
@@ -122,7 +130,6 @@ pub(super) fn write(
     if ctxs.is_empty() {
         return Ok(None);
     }
-    let t0 = std::time::Instant::now();
     let exec = cx.executor()?;
     let d = exec.surface().hidden;
     let state = cx.bound()?.edits.state.clone();
@@ -175,18 +182,13 @@ pub(super) fn write(
         });
     }
     let tail = dense_tail(cx, layer + 1)?;
-    let t1 = std::time::Instant::now();
     let (delta, e) = grad::optimise(
         &tail,
         source.as_ref(),
         &segs,
         norm,
-        grad::Optimise {
-            aim: env_f32("LQL_EDIT_AIM").unwrap_or(0.9),
-            ..Default::default()
-        },
+        grad::Optimise::default(),
     )?;
-    let t2 = std::time::Instant::now();
     // Gates: one per kind of key, calibrated on reference text and other entities.
     let others = other_entities(plan, state.as_deref(), row);
     let shut = reference_rows(cx, layer)?.to_vec();
@@ -194,7 +196,7 @@ pub(super) fn write(
     let activation = exec.surface().activation;
     // The mid-sentence key is also averaged over short generic texts ending in the entity,
     // so that it is the entity's, not the edit prompt's wording's.
-    if !mid.is_empty() && std::env::var_os("LQL_EDIT_NO_KEYCTX").is_none() {
+    if !mid.is_empty() {
         for t in KEY_CONTEXTS {
             let text = t.replace("{}", &row.entity);
             let end = text.find(&row.entity).map_or(0, |i| i + row.entity.len());
@@ -208,7 +210,7 @@ pub(super) fn write(
     }
     let mut made = Vec::new();
     for (rows, at_start) in [(&mid, false), (&first, true)] {
-        if rows.is_empty() || (at_start && std::env::var_os("LQL_EDIT_NO_START").is_some()) {
+        if rows.is_empty() {
             continue;
         }
         let n = rows.len() / d;
@@ -267,11 +269,7 @@ pub(super) fn write(
         } else {
             c.to_vec()
         };
-        let floor = env_f32("LQL_EDIT_STHETA").unwrap_or(0.85);
-        let base = lql_exec::edit::GateShape {
-            theta: floor,
-            ..Default::default()
-        };
+        let base = lql_exec::edit::GateShape::default();
         // A key whose text starts with the entity is met exactly by every text that does
         // (the rows up to the entity's last token depend on the entity's tokens alone): a
         // narrow band around it. A key mid-sentence meets other contexts only near it.
@@ -286,9 +284,6 @@ pub(super) fn write(
                 ..base
             }
         };
-        if std::env::var_os("LQL_EDIT_DEBUG").is_some() {
-            eprintln!("  key at_start={at_start} theta {:.3}", shape.theta);
-        }
         let mut f = ke::keyed_feature(layer, &key, &c, shape, activation)?;
         if let Some((s, ss, k)) = sink {
             // The score gains λ·((x − c)·s/‖s‖² − k): 0 at the key, about −λ on rows of the
@@ -297,31 +292,17 @@ pub(super) fn write(
             let mut check = shut_here.clone();
             check.extend_from_slice(&first_token_rows(cx, layer)?);
             let lambda = best_lambda(&key, &c, &s, ss, k, &check);
-            if std::env::var_os("LQL_EDIT_DEBUG").is_some() {
-                eprintln!("  start key: k {k:.3} lambda {lambda}");
-            }
             let b = shape.beta * lambda / ss;
             f.gate.iter_mut().zip(&s).for_each(|(g, v)| *g += b * v);
             f.gate_bias -= b * s.iter().zip(&c).map(|(a, b)| a * b).sum::<f32>()
                 + shape.beta * lambda * k;
         }
-        let gain = env_f32("LQL_EDIT_GAIN").unwrap_or(1.0);
-        f.down = delta.iter().map(|v| v * gain).collect();
-        if at_start || std::env::var_os("LQL_EDIT_MID_HAT").is_some() {
+        f.down = delta.clone();
+        if at_start {
             made.extend(ke::hat(&f, shape, activation).into_iter().map(Edit::Add));
         } else {
             made.extend(ke::step(&f, shape, STEP_WIDTH, activation).into_iter().map(Edit::Add));
         }
-    }
-    if std::env::var_os("LQL_EDIT_DEBUG").is_some() {
-        eprintln!(
-            "  times: contexts {:.2}s optimise {:.2}s ({} steps, {} segments) gates {:.2}s",
-            (t1 - t0).as_secs_f64(),
-            (t2 - t1).as_secs_f64(),
-            e.steps,
-            segs.len(),
-            t2.elapsed().as_secs_f64()
-        );
     }
     if made.is_empty() {
         return Err(Error::internal("no subject key"));
