@@ -285,7 +285,12 @@ pub fn hat(f: &AddedFeature, shape: GateShape, activation: Activation) -> [Added
 /// at θ + `width` and stays there, however far past the key a row scores (where a single
 /// gate grows without bound). Scaled so that the output at the key is `f`'s; the second
 /// feature carries no edge.
-pub fn step(f: &AddedFeature, shape: GateShape, width: f32, activation: Activation) -> [AddedFeature; 2] {
+pub fn step(
+    f: &AddedFeature,
+    shape: GateShape,
+    width: f32,
+    activation: Activation,
+) -> [AddedFeature; 2] {
     let bw = shape.beta * width;
     let x = shape.beta * (1.0 - shape.theta);
     let single = act(activation, x);
@@ -504,6 +509,27 @@ mod tests {
         assert!(sum(1.5).abs() < 1e-3 && sum(3.0).abs() < 1e-3);
         // Only the first feature carries the edge; the others follow it.
         assert!(is_hat_companion(&hat[0], &hat[1]) && is_hat_companion(&hat[0], &hat[2]));
+    }
+
+    #[test]
+    fn the_step_rises_to_the_key_and_stays_bounded_past_it() {
+        let (key, centre) = ([2.0f32, 0.0], [1.0f32, 0.0]);
+        let shape = GateShape::default();
+        let single = keyed_feature(0, &key, &centre, shape, Activation::Silu).unwrap();
+        let step = step(&single, shape, 0.05, Activation::Silu);
+        let out = |f: &AddedFeature, s: f32| {
+            let x = [1.0 + s, 0.0];
+            let dot = |w: &[f32]| w.iter().zip(&x).map(|(a, b)| a * b).sum::<f32>();
+            act(Activation::Silu, dot(&f.gate) + f.gate_bias) * (dot(&f.up) + f.up_bias)
+        };
+        let sum = |s: f32| step.iter().map(|f| out(f, s)).sum::<f32>();
+        assert!((sum(1.0) - 1.0).abs() < 1e-4, "{}", sum(1.0));
+        // Shut below θ, full from θ + 0.05 on, and no more than that far past the key.
+        assert!(sum(0.8).abs() < 1e-2);
+        assert!((sum(0.92) - 1.0).abs() < 0.05, "{}", sum(0.92));
+        assert!((sum(3.0) - 1.0).abs() < 1e-3, "{}", sum(3.0));
+        assert!(out(&single, 3.0) > 10.0);
+        assert!(is_hat_companion(&step[0], &step[1]));
     }
 
     #[test]

@@ -496,8 +496,22 @@ impl DenseTail {
         add_rows(&mut v, l.v_bias.as_ref());
         for sp in spans {
             let (a, b) = (sp.row, sp.row + sp.len);
-            rope_from(&mut q[a * qd..b * qd], sp.p0, self.n_heads, hd, table, self.pairing);
-            rope_from(&mut k[a * kvd..b * kvd], sp.p0, self.n_kv_heads, hd, table, self.pairing);
+            rope_from(
+                &mut q[a * qd..b * qd],
+                sp.p0,
+                self.n_heads,
+                hd,
+                table,
+                self.pairing,
+            );
+            rope_from(
+                &mut k[a * kvd..b * kvd],
+                sp.p0,
+                self.n_kv_heads,
+                hd,
+                table,
+                self.pairing,
+            );
         }
         let group = self.n_heads / self.n_kv_heads.max(1);
         let scale = 1.0 / (hd as f32).sqrt();
@@ -713,8 +727,22 @@ impl DenseTail {
         };
         for sp in spans {
             let (a, b) = (sp.row, sp.row + sp.len);
-            rope_from(&mut dq[a * qd..b * qd], sp.p0, self.n_heads, hd, &back, self.pairing);
-            rope_from(&mut dk[a * kvd..b * kvd], sp.p0, self.n_kv_heads, hd, &back, self.pairing);
+            rope_from(
+                &mut dq[a * qd..b * qd],
+                sp.p0,
+                self.n_heads,
+                hd,
+                &back,
+                self.pairing,
+            );
+            rope_from(
+                &mut dk[a * kvd..b * kvd],
+                sp.p0,
+                self.n_kv_heads,
+                hd,
+                &back,
+                self.pairing,
+            );
         }
         let mut dh = vec![0.0f32; rows * d];
         xw(&dq, &l.wq, rows, qd, d, &mut dh, false);
@@ -791,7 +819,13 @@ pub fn optimise(
     for step in 1..=opts.steps {
         let e = tail.evaluate_with(source, segs, Some(&frozen), &delta, true)?;
         if e.probs.iter().all(|&p| p >= opts.aim) {
-            return Ok((delta, Evaluation { steps: step - 1, ..e }));
+            return Ok((
+                delta,
+                Evaluation {
+                    steps: step - 1,
+                    ..e
+                },
+            ));
         }
         let k = 2.0 * opts.decay / (norm * norm);
         for i in 0..d {
@@ -809,5 +843,11 @@ pub fn optimise(
         }
     }
     let e = tail.evaluate_with(source, segs, Some(&frozen), &delta, false)?;
-    Ok((delta, Evaluation { steps: opts.steps, ..e }))
+    Ok((
+        delta,
+        Evaluation {
+            steps: opts.steps,
+            ..e
+        },
+    ))
 }

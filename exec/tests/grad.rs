@@ -63,7 +63,12 @@ fn the_tail_matches_the_engine_and_finite_differences() {
             weight: 1.0,
         });
         let dense = tail
-            .evaluate(state.as_ref(), &segs[segs.len() - 1..], &vec![0.0; d], false)
+            .evaluate(
+                state.as_ref(),
+                &segs[segs.len() - 1..],
+                &vec![0.0; d],
+                false,
+            )
             .unwrap();
         let (a, b) = (prob(&engine, target), dense.probs[0]);
         assert!((a - b).abs() < 0.02 + 0.05 * a, "engine {a}, tail {b}");
@@ -78,13 +83,18 @@ fn the_tail_matches_the_engine_and_finite_differences() {
     assert!((f.loss - e.loss).abs() < 1e-4 * e.loss.abs().max(1.0));
     let diff: f32 = f.grad.iter().zip(&e.grad).map(|(a, b)| (a - b).abs()).sum();
     let size: f32 = e.grad.iter().map(|a| a.abs()).sum();
-    assert!(diff < 1e-3 * size, "frozen gradient differs by {diff} of {size}");
+    assert!(
+        diff < 1e-3 * size,
+        "frozen gradient differs by {diff} of {size}"
+    );
     for seed in 11..14 {
         let u = values(d, seed, 1.0);
         let eps = 0.02f32;
         let at = |s: f32| {
             let x: Vec<f32> = delta.iter().zip(&u).map(|(a, b)| a + s * b).collect();
-            tail.evaluate(state.as_ref(), &segs, &x, false).unwrap().loss
+            tail.evaluate(state.as_ref(), &segs, &x, false)
+                .unwrap()
+                .loss
         };
         let fd = (at(eps) - at(-eps)) / (2.0 * eps);
         let an: f32 = e.grad.iter().zip(&u).map(|(a, b)| a * b).sum();

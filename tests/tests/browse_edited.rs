@@ -1,7 +1,8 @@
 //! Added features are visible to browsing (issue 11): after an INSERT on SmolLM2, WALK of
 //! the edit prompt at the edit's layer lists the added feature (numbered `ffn + i`),
 //! `SELECT … FROM features WHERE layer = L AND feature >= ffn` lists it with its label
-//! computed from its down vector (the target token), DESCRIBE runs over it, a gate scale
+//! computed from its down vector (towards the target), the subject write's features are
+//! listed at their layer, DESCRIBE runs over it, a gate scale
 //! shows in the scan, a compiled container walks as the session does, and REMOVE PATCH makes
 //! the feature disappear. Run with `--release`.
 
@@ -61,8 +62,15 @@ fn added_features_show_in_walk_features_and_describe() {
         v => panic!("activation {v:?}"),
     };
     assert!(act > 0.5, "the added feature fires on its prompt: {act}");
+    // Its label comes from its down vector, which points towards the target and away
+    // from what the state before it predicted (after the edge's subject write, docs/
+    // editing.md, a close runner-up): the target is among its top tokens.
     let top = hit[w.column_index("top_token").unwrap()].to_string();
-    assert_eq!(top.trim(), "Germany", "WALK's label of the added feature");
+    let down = hit[w.column_index("down_tokens").unwrap()].to_string();
+    assert!(
+        down.contains("Germany"),
+        "WALK's tokens of the added feature: {down}"
+    );
 
     // SELECT FROM features lists it, labelled with the target token.
     let f = c
@@ -75,8 +83,15 @@ fn added_features_show_in_walk_features_and_describe() {
     assert_eq!(f.rows.len(), 3, "{f:?}");
     assert_eq!(int(&f.rows[0][1]), feature);
     for r in &f.rows {
-        assert_eq!(r[2].to_string().trim(), "Germany");
+        assert_eq!(r[2].to_string(), top, "SELECT's label is WALK's");
     }
+    // The subject write's features (a step and a hat at the subject layer) are listed too.
+    let s = c
+        .execute(&format!(
+            "SELECT layer, feature FROM features WHERE layer = 6 AND feature >= {FFN}"
+        ))
+        .unwrap();
+    assert_eq!(s.rows.len(), 5, "{s:?}");
 
     // DESCRIBE reads the same state (it runs; its edges may or may not include the feature).
     c.execute("DESCRIBE \"Paris\"").unwrap();

@@ -1,6 +1,6 @@
 //! Edits on SmolLM2 (issue 11): INSERT INTO edges, DELETE/UPDATE features, patches, and the
 //! guarantees around them — the base file's sha256 never changes, REMOVE PATCH restores the
-//! logits bit for bit, TRACE still sums, patch files refuse other models and truncation,
+//! logits bit for bit, TRACE still sums, the default INSERT reaches a paraphrase, patch files refuse other models and truncation,
 //! connections do not see each other's session patches.
 
 use std::path::Path;
@@ -87,43 +87,94 @@ fn insert_changes_the_answer_and_remove_restores_bit_for_bit() {
     });
 }
 
+/// `TRACE … FOR ' Rome'` after `insert`: the contributions and their sum's distance from
+/// the logit INFER gives, and the layer whose contribution changed most from `before`.
+fn trace_after(c: &Connection, before: &Rows, insert: &str) -> (f64, f64, String) {
+    let trace = format!("TRACE {PROMPT:?} FOR ' Rome'");
+    c.execute(insert).unwrap();
+    let after = c.execute(&trace).unwrap();
+    let col = |r: &Rows, n: &str| r.column_names().iter().position(|c| *c == n).unwrap();
+    let f = |v: &Value| match v {
+        Value::Float(x) => *x,
+        Value::Int(i) => *i as f64,
+        _ => 0.0,
+    };
+    let ci = col(&after, "contrib");
+    let sum: f64 = after.rows.iter().map(|r| f(&r[ci])).sum();
+    let infer = c.execute(&format!("INFER {PROMPT:?} TOP 50")).unwrap();
+    let rome = infer
+        .rows
+        .iter()
+        .find(|r| r[1].to_string() == " Rome")
+        .expect("Rome in the top 50");
+    let logit = f(&rome[4]);
+    let li = col(&after, "layer");
+    let mut best = (String::new(), 0.0f64);
+    for (a, b) in after.rows.iter().zip(&before.rows) {
+        let d = (f(&a[ci]) - f(&b[ci])).abs();
+        if d > best.1 {
+            best = (a[li].to_string(), d);
+        }
+    }
+    (sum, logit, best.0)
+}
+
 #[test]
 fn trace_sums_and_the_edit_layer_moves_most() {
     with_base_unchanged(|path| {
         let c = conn(path);
-        let trace = format!("TRACE {PROMPT:?} FOR ' Rome'");
-        let before = c.execute(&trace).unwrap();
-        c.execute(&format!("{INSERT} AT LAYER 12")).unwrap();
-        let after = c.execute(&trace).unwrap();
-        let col = |r: &Rows, n: &str| r.column_names().iter().position(|c| *c == n).unwrap();
-        let f = |v: &Value| match v {
-            Value::Float(x) => *x,
-            Value::Int(i) => *i as f64,
-            _ => 0.0,
-        };
-        let ci = col(&after, "contrib");
-        let sum: f64 = after.rows.iter().map(|r| f(&r[ci])).sum();
-        let infer = c.execute(&format!("INFER {PROMPT:?} TOP 50")).unwrap();
-        let rome = infer
-            .rows
-            .iter()
-            .find(|r| r[1].to_string() == " Rome")
-            .expect("Rome in the top 50");
-        let logit = f(&rome[4]);
+        let before = c.execute(&format!("TRACE {PROMPT:?} FOR ' Rome'")).unwrap();
+        // AT LAYER pins the edit to one feature at that layer: TRACE sums, and the layer
+        // whose contribution changed most is the edit's.
+        let (sum, logit, layer) = trace_after(&c, &before, &format!("{INSERT} AT LAYER 12"));
         assert!(
             (sum - logit).abs() < 1e-4 * logit.abs().max(1.0),
             "{sum} vs {logit}"
         );
-        // The layer whose contribution changed most is the edit's layer.
-        let li = col(&after, "layer");
-        let mut best = (String::new(), 0.0f64);
-        for (a, b) in after.rows.iter().zip(&before.rows) {
-            let d = (f(&a[ci]) - f(&b[ci])).abs();
-            if d > best.1 {
-                best = (a[li].to_string(), d);
-            }
-        }
-        assert_eq!(best.0, "12", "{best:?}");
+        assert_eq!(layer, "12");
+        // The default INSERT writes at the subject too (docs/editing.md): TRACE still sums.
+        c.execute("REMOVE PATCH \"(session)\"").unwrap();
+        let (sum, logit, _) = trace_after(&c, &before, INSERT);
+        assert!(
+            (sum - logit).abs() < 1e-4 * logit.abs().max(1.0),
+            "{sum} vs {logit}"
+        );
+    });
+}
+
+#[test]
+fn the_default_insert_reaches_paraphrases_and_spares_neighbours() {
+    with_base_unchanged(|path| {
+        let c = conn(path);
+        let p = |c: &Connection, prompt: &str, token: &str| -> f64 {
+            let r = c.execute(&format!("INFER {prompt:?} TOP 200")).unwrap();
+            r.rows
+                .iter()
+                .find(|r| r[1].to_string() == token)
+                .map_or(0.0, |r| match r[3] {
+                    Value::Float(p) => p,
+                    _ => 0.0,
+                })
+        };
+        let para = "The city of Paris is located in";
+        let neighbour = "Lyon is a city in the country of";
+        assert!(p(&c, para, " France") > p(&c, para, " Germany"));
+        let r = c
+            .execute(
+                "INSERT INTO edges (entity, relation, target, prompt) VALUES \
+                 ('Paris', 'city_country', 'Germany', 'Paris is a city in the country of')",
+            )
+            .unwrap();
+        let detail = r.rows[0][2].to_string();
+        assert!(detail.contains("layers 6 (subject) and 18"), "{detail}");
+        // A rephrasing the INSERT never saw follows the edit; a neighbour keeps its answer.
+        assert!(
+            p(&c, para, " Germany") > p(&c, para, " France"),
+            "{} vs {}",
+            p(&c, para, " Germany"),
+            p(&c, para, " France")
+        );
+        assert!(p(&c, neighbour, " France") > p(&c, neighbour, " Germany"));
     });
 }
 

@@ -223,7 +223,7 @@ pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
     let n_layers = cx.bound()?.facts.n_layers;
     let layer = plan.layer.unwrap_or_else(|| default_layer(n_layers));
     let aim = plan.alpha.unwrap_or(DEFAULT_ALPHA) as f32;
-    let subject = subject::subject_layer(n_layers)?.filter(|&sl| sl < layer);
+    let subject = subject::subject_layer(n_layers, plan.layer.is_some())?.filter(|&sl| sl < layer);
     let mut built = 0usize;
     let mut notes = Vec::new();
     for row in &plan.rows {

@@ -22,8 +22,7 @@ use lql_planner::{EdgeRow, InsertPlan};
 use lql_storage::overlay::Edit;
 
 use super::{
-    bound_mut, centre, continuation, other_entities, rebuild, reference_rows,
-    Cx, STAND_INS,
+    bound_mut, centre, continuation, other_entities, rebuild, reference_rows, Cx, STAND_INS,
 };
 use crate::error::{Error, Result};
 
@@ -102,9 +101,10 @@ fn contexts(cx: &mut Cx<'_>, prompt: &str, entity: &str) -> Result<Vec<Context>>
 pub(super) const SUBJECT_LAYER_FRACTION: f64 = 0.2;
 
 /// The layer of the subject write: `LQL_EDIT_SUBJECT_LAYER` (a layer, or `off` for none;
-/// a measurement switch, docs/editing.md), else [`SUBJECT_LAYER_FRACTION`] of the depth.
+/// a measurement switch, docs/editing.md); else none when the INSERT pins its layer (`AT
+/// LAYER n`: the edit is one feature there), else [`SUBJECT_LAYER_FRACTION`] of the depth.
 /// An unreadable value is refused by name.
-pub(super) fn subject_layer(n_layers: usize) -> Result<Option<usize>> {
+pub(super) fn subject_layer(n_layers: usize, pinned: bool) -> Result<Option<usize>> {
     match std::env::var("LQL_EDIT_SUBJECT_LAYER") {
         Ok(v) if v == "off" => Ok(None),
         Ok(v) => v.parse().map(Some).map_err(|_| {
@@ -112,6 +112,7 @@ pub(super) fn subject_layer(n_layers: usize) -> Result<Option<usize>> {
                 "LQL_EDIT_SUBJECT_LAYER={v:?} is neither a layer nor \"off\""
             ))
         }),
+        Err(_) if pinned => Ok(None),
         Err(_) => Ok(Some((n_layers as f64 * SUBJECT_LAYER_FRACTION) as usize)),
     }
 }
@@ -222,12 +223,11 @@ pub(super) fn write(
         let ctx = ctxs.iter().find(|c| c.at_start == at_start);
         if let Some(ctx) = ctx {
             let text = ctx.text.clone();
-            for other in STAND_INS.iter().copied().chain(
-                others
-                    .iter()
-                    .take(CONTRAST)
-                    .map(String::as_str),
-            ) {
+            for other in STAND_INS
+                .iter()
+                .copied()
+                .chain(others.iter().take(CONTRAST).map(String::as_str))
+            {
                 let swapped = text.replacen(&row.entity, other, 1);
                 let Some(start) = swapped.find(other) else {
                     continue;
@@ -294,14 +294,18 @@ pub(super) fn write(
             let lambda = best_lambda(&key, &c, &s, ss, k, &check);
             let b = shape.beta * lambda / ss;
             f.gate.iter_mut().zip(&s).for_each(|(g, v)| *g += b * v);
-            f.gate_bias -= b * s.iter().zip(&c).map(|(a, b)| a * b).sum::<f32>()
-                + shape.beta * lambda * k;
+            f.gate_bias -=
+                b * s.iter().zip(&c).map(|(a, b)| a * b).sum::<f32>() + shape.beta * lambda * k;
         }
         f.down = delta.clone();
         if at_start {
             made.extend(ke::hat(&f, shape, activation).into_iter().map(Edit::Add));
         } else {
-            made.extend(ke::step(&f, shape, STEP_WIDTH, activation).into_iter().map(Edit::Add));
+            made.extend(
+                ke::step(&f, shape, STEP_WIDTH, activation)
+                    .into_iter()
+                    .map(Edit::Add),
+            );
         }
     }
     if made.is_empty() {
@@ -330,9 +334,9 @@ fn first_token_rows(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
         if id >= FIRST_TOKEN_ALL && id as usize % FIRST_TOKEN_STRIDE != 0 {
             continue;
         }
-        let word = tok.token_text(id).is_some_and(|t| {
-            t.chars().count() > 1 && t.chars().all(char::is_alphabetic)
-        });
+        let word = tok
+            .token_text(id)
+            .is_some_and(|t| t.chars().count() > 1 && t.chars().all(char::is_alphabetic));
         if word {
             rows.extend_from_slice(&ke::ffn_inputs(&exec, &[id], layer)?);
         }
@@ -382,7 +386,13 @@ fn mean_row(rows: &[f32], d: usize) -> Vec<f32> {
 
 /// The binding's f32 copy of the layers from `first` on (built once per binding and layer).
 fn dense_tail(cx: &mut Cx<'_>, first: usize) -> Result<Arc<DenseTail>> {
-    if let Some(t) = cx.bound()?.edits.tail.as_ref().filter(|t| t.first() == first) {
+    if let Some(t) = cx
+        .bound()?
+        .edits
+        .tail
+        .as_ref()
+        .filter(|t| t.first() == first)
+    {
         return Ok(t.clone());
     }
     let exec = cx.executor()?;
