@@ -101,6 +101,15 @@ struct Span {
     p0: usize,
 }
 
+/// The rows of a pass: each segment's span, the frozen keys and values before them (per
+/// segment, this layer's), and the rotary table of their positions.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    spans: &'a [Span],
+    prefix: Option<&'a [(Vec<f32>, Vec<f32>)]>,
+    table: &'a RopeTable,
+}
+
 /// The keys and values one segment's attention reads: frozen rows before `p0`, the pass's
 /// rows from there.
 struct KvRows<'a> {
@@ -314,14 +323,22 @@ impl DenseTail {
     /// layer: they do not depend on δ, so [`DenseTail::evaluate_with`] computes only the
     /// rows from the δ position on.
     pub fn freeze(&self, source: &dyn OperandSource, segs: &[Segment]) -> Result<Frozen> {
-        let d = self.hidden;
         let (spans, mut x) = self.spans(segs, None)?;
         let table = self.table(&spans);
         let kvd = self.n_kv_heads * self.head_dim;
         let mut kv = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
             let ov = source.ffn_overlay(layer.index);
-            let (next, sv) = self.layer_forward(layer, ov, x, &spans, None, &table);
+            let (next, sv) = self.layer_forward(
+                layer,
+                ov,
+                x,
+                Rows {
+                    spans: &spans,
+                    prefix: None,
+                    table: &table,
+                },
+            );
             x = next;
             kv.push(
                 spans
@@ -337,7 +354,6 @@ impl DenseTail {
                     .collect(),
             );
         }
-        let _ = d;
         Ok(Frozen { kv })
     }
 
@@ -348,7 +364,7 @@ impl DenseTail {
         let mut spans = Vec::with_capacity(segs.len());
         let mut rows = 0usize;
         let mut x = Vec::new();
-        for (i, s) in segs.iter().enumerate() {
+        for s in segs {
             let t = s.start.len() / d;
             if t == 0 || s.start.len() != t * d || s.pos >= t {
                 return Err(ExecError::Internal("segment is not whole rows".into()));
@@ -358,7 +374,6 @@ impl DenseTail {
                 Some(_) => return Err(ExecError::Internal("frozen rows of other segments".into())),
                 None => 0,
             };
-            let _ = i;
             spans.push(Span {
                 row: rows,
                 len: t - p0,
@@ -401,7 +416,16 @@ impl DenseTail {
         for (li, layer) in self.layers.iter().enumerate() {
             let ov = source.ffn_overlay(layer.index);
             let prefix = frozen.map(|f| &f.kv[li][..]);
-            let (next, sv) = self.layer_forward(layer, ov, x, &spans, prefix, &table);
+            let (next, sv) = self.layer_forward(
+                layer,
+                ov,
+                x,
+                Rows {
+                    spans: &spans,
+                    prefix,
+                    table: &table,
+                },
+            );
             x = next;
             if grad {
                 saved.push(sv);
@@ -455,7 +479,17 @@ impl DenseTail {
         for (li, (layer, sv)) in self.layers.iter().zip(&saved).enumerate().rev() {
             let ov = source.ffn_overlay(layer.index);
             let prefix = frozen.map(|f| &f.kv[li][..]);
-            dx = self.layer_backward(layer, ov, sv, dx, &spans, prefix, &table);
+            dx = self.layer_backward(
+                layer,
+                ov,
+                sv,
+                dx,
+                Rows {
+                    spans: &spans,
+                    prefix,
+                    table: &table,
+                },
+            );
         }
         let mut g = vec![0.0f32; d];
         for (s, sp) in segs.iter().zip(&spans) {
@@ -476,10 +510,13 @@ impl DenseTail {
         l: &DenseLayer,
         ov: Option<&LayerOverlay>,
         x: Vec<f32>,
-        spans: &[Span],
-        prefix: Option<&[(Vec<f32>, Vec<f32>)]>,
-        table: &RopeTable,
+        at: Rows<'_>,
     ) -> (Vec<f32>, Saved) {
+        let Rows {
+            spans,
+            prefix,
+            table,
+        } = at;
         let (d, ff, hd) = (self.hidden, self.ffn, self.head_dim);
         let (qd, kvd) = (self.n_heads * hd, self.n_kv_heads * hd);
         let rows = x.len() / d;
@@ -621,10 +658,13 @@ impl DenseTail {
         ov: Option<&LayerOverlay>,
         s: &Saved,
         dout: Vec<f32>,
-        spans: &[Span],
-        prefix: Option<&[(Vec<f32>, Vec<f32>)]>,
-        table: &RopeTable,
+        at: Rows<'_>,
     ) -> Vec<f32> {
+        let Rows {
+            spans,
+            prefix,
+            table,
+        } = at;
         let (d, ff, hd) = (self.hidden, self.ffn, self.head_dim);
         let (qd, kvd) = (self.n_heads * hd, self.n_kv_heads * hd);
         let rows = dout.len() / d;

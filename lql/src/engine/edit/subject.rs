@@ -331,7 +331,7 @@ fn first_token_rows(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
     let exec = super::base_executor(cx)?;
     let mut rows = Vec::new();
     for id in 0..tok.vocab_size() as u32 {
-        if id >= FIRST_TOKEN_ALL && id as usize % FIRST_TOKEN_STRIDE != 0 {
+        if id >= FIRST_TOKEN_ALL && !(id as usize).is_multiple_of(FIRST_TOKEN_STRIDE) {
             continue;
         }
         let word = tok
