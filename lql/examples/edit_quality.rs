@@ -4,7 +4,8 @@
 //! patch, then after 500 sequential edits — plus the patch's apply time and bytes per edit.
 //!
 //! `cargo run --release -p lql --example edit_quality [-- --facts N] [--sequential N]
-//!  [--layer L] [--alpha A] [--skip-sequential] [--show-failures] [--near-duplicate-names]`
+//!  [--layer L] [--alpha A] [--skip-sequential] [--skip-one-patch] [--show-failures]
+//!  [--near-duplicate-names]`
 //!
 //! The sequential run edits the known facts, then the rest of the set, then invented cities
 //! with distinct names ("Kalorin", "Mivendu", …; `--near-duplicate-names` uses "Zarvel0ia",
@@ -297,54 +298,56 @@ fn main() -> lql::Result<()> {
 
     // All edits in one patch.
     let dir = tempdir();
-    let patch = format!("{dir}/facts.lqlpatch");
-    let t0 = Instant::now();
-    c.execute(&format!("BEGIN PATCH {}", q(&patch)))?;
-    let rows: Vec<String> = known
-        .iter()
-        .map(|(f, _)| {
-            format!(
-                "({}, {}, {}, {})",
-                q(&f.entity),
-                q(&f.relation),
-                q(&f.new_t),
-                q(&f.prompt)
-            )
-        })
-        .collect();
-    c.execute(&format!(
-        "INSERT INTO edges (entity, relation, target, prompt) VALUES {}{clauses}",
-        rows.join(", ")
-    ))?;
-    c.execute("SAVE PATCH")?;
-    let insert_s = t0.elapsed().as_secs_f64();
-    let s = score(&c, &known, vocab, show)?;
-    let k = mean_kl(&c, &base_dists, vocab)?;
-    println!(
-        "{} edits in one patch{clauses}: efficacy {:.3} paraphrase {:.3} neighbourhood {:.3} unrelated KL {:.2e} nats [insert {:.1}s]",
-        known.len(),
-        s.efficacy,
-        s.paraphrase,
-        s.neighbourhood,
-        k,
-        insert_s
-    );
-    let bytes = std::fs::metadata(&patch).map(|m| m.len()).unwrap_or(0);
-    let c2 = db.connect()?;
-    let t0 = Instant::now();
-    c2.execute(&format!("APPLY PATCH {}", q(&patch)))?;
-    println!(
-        "patch file: {bytes} bytes ({:.0} bytes per edit); APPLY PATCH {:.3}s",
-        bytes as f64 / known.len().max(1) as f64,
-        t0.elapsed().as_secs_f64()
-    );
-    c.execute(&format!("REMOVE PATCH {}", q(&patch)))?;
-    let same = UNRELATED
-        .iter()
-        .take(5)
-        .zip(&base_dists)
-        .all(|(p, b)| dist(&c, p, vocab).map(|d| &d == b).unwrap_or(false));
-    println!("REMOVE PATCH: distributions bit-identical to the base: {same}");
+    if !args.iter().any(|a| a == "--skip-one-patch") {
+        let patch = format!("{dir}/facts.lqlpatch");
+        let t0 = Instant::now();
+        c.execute(&format!("BEGIN PATCH {}", q(&patch)))?;
+        let rows: Vec<String> = known
+            .iter()
+            .map(|(f, _)| {
+                format!(
+                    "({}, {}, {}, {})",
+                    q(&f.entity),
+                    q(&f.relation),
+                    q(&f.new_t),
+                    q(&f.prompt)
+                )
+            })
+            .collect();
+        c.execute(&format!(
+            "INSERT INTO edges (entity, relation, target, prompt) VALUES {}{clauses}",
+            rows.join(", ")
+        ))?;
+        c.execute("SAVE PATCH")?;
+        let insert_s = t0.elapsed().as_secs_f64();
+        let s = score(&c, &known, vocab, show)?;
+        let k = mean_kl(&c, &base_dists, vocab)?;
+        println!(
+            "{} edits in one patch{clauses}: efficacy {:.3} paraphrase {:.3} neighbourhood {:.3} unrelated KL {:.2e} nats [insert {:.1}s]",
+            known.len(),
+            s.efficacy,
+            s.paraphrase,
+            s.neighbourhood,
+            k,
+            insert_s
+        );
+        let bytes = std::fs::metadata(&patch).map(|m| m.len()).unwrap_or(0);
+        let c2 = db.connect()?;
+        let t0 = Instant::now();
+        c2.execute(&format!("APPLY PATCH {}", q(&patch)))?;
+        println!(
+            "patch file: {bytes} bytes ({:.0} bytes per edit); APPLY PATCH {:.3}s",
+            bytes as f64 / known.len().max(1) as f64,
+            t0.elapsed().as_secs_f64()
+        );
+        c.execute(&format!("REMOVE PATCH {}", q(&patch)))?;
+        let same = UNRELATED
+            .iter()
+            .take(5)
+            .zip(&base_dists)
+            .all(|(p, b)| dist(&c, p, vocab).map(|d| &d == b).unwrap_or(false));
+        println!("REMOVE PATCH: distributions bit-identical to the base: {same}");
+    }
 
     if args.iter().any(|a| a == "--skip-sequential") || n_seq == 0 {
         return Ok(());

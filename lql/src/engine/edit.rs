@@ -82,17 +82,15 @@ pub(crate) struct Edits {
     /// Per-layer normed FFN inputs of the reference texts (every position but the first),
     /// on the base model: what a gate is calibrated to stay shut on.
     reference_rows: HashMap<usize, Arc<Vec<f32>>>,
-    /// Last-token normed FFN inputs by (layer, fingerprint of the edits below it), prompt.
-    last_rows: HashMap<(usize, u64), PromptRows>,
+    /// Last-token normed FFN inputs by (layer, prompt), with the fingerprint of the edits
+    /// below the layer that can reach the prompt when they were computed.
+    last_rows: HashMap<(usize, String), (u64, Arc<[f32]>)>,
     /// The f32 layers the subject write's value optimisation runs through.
     tail: Option<Arc<lql_exec::grad::DenseTail>>,
     /// Per-layer normed FFN inputs of single-token texts (the subject write's first-token
     /// keys are calibrated on them).
     first_rows: HashMap<usize, Arc<Vec<f32>>>,
 }
-
-/// Last-token rows by prompt text.
-type PromptRows = HashMap<String, Arc<[f32]>>;
 
 impl Edits {
     /// The patch stack, oldest first: applied files, the session patch, the open patch.
@@ -435,9 +433,10 @@ fn best_centre(key: &[f32], contrast: &[f32], shut: &[f32]) -> (Vec<f32>, GateSh
 }
 
 /// The normed FFN inputs of `layer` at the last token of each of `prompts`, on the current
-/// state, `[prompts × hidden]`. Cached per binding while no edit below `layer` changes:
-/// the keys, contrast rows and calibration rows of one relation's edges are mostly the same
-/// prompts (a relation's template with its entities).
+/// state, `[prompts × hidden]`. Cached per binding by prompt, valid while the edits below
+/// `layer` that can reach the prompt are unchanged ([`Below`]): the keys, contrast rows and
+/// calibration rows of one relation's edges are mostly the same prompts (a relation's
+/// template with its entities).
 fn last_rows(
     cx: &mut Cx<'_>,
     exec: &Executor,
@@ -446,16 +445,18 @@ fn last_rows(
 ) -> Result<Vec<f32>> {
     let tok = cx.tokenizer()?;
     let d = exec.surface().hidden;
-    let below = below_signature(cx.bound()?.edits.state.as_deref(), layer);
+    let below = Below::of(&cx.bound()?.edits.patches(), layer);
     let mut out = Vec::with_capacity(prompts.len() * d);
     for p in prompts {
+        let sig = below.for_prompt(p);
+        let key = (layer, p.clone());
         let cached = cx
             .bound()?
             .edits
             .last_rows
-            .get(&(layer, below))
-            .and_then(|m| m.get(p))
-            .cloned();
+            .get(&key)
+            .filter(|(s, _)| *s == sig)
+            .map(|(_, r)| r.clone());
         let row = match cached {
             Some(r) => r,
             None => {
@@ -466,13 +467,10 @@ fn last_rows(
                 let rows = ke::ffn_inputs(exec, &ids, layer)?;
                 let r: Arc<[f32]> = rows[rows.len() - d..].into();
                 let cache = &mut bound_mut(cx)?.edits.last_rows;
-                if cache.len() > 8 {
+                if cache.len() >= MAX_CACHED_ROWS {
                     cache.clear();
                 }
-                cache
-                    .entry((layer, below))
-                    .or_default()
-                    .insert(p.clone(), r.clone());
+                cache.insert(key, (sig, r.clone()));
                 r
             }
         };
@@ -481,26 +479,77 @@ fn last_rows(
     Ok(out)
 }
 
-/// A fingerprint of the edits below `layer` (the only ones that change its FFN input).
-fn below_signature(state: Option<&EffectiveModel>, layer: usize) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for (l, o) in state
-        .map(|s| s.layers().range(..layer))
-        .into_iter()
-        .flatten()
-    {
-        l.hash(&mut h);
-        for v in [&o.gate, &o.gate_bias, &o.up, &o.up_bias, &o.down]
-            .into_iter()
-            .chain(o.gate_scale.as_ref())
-            .chain(o.down_scale.as_ref())
-        {
-            v.len().hash(&mut h);
-            v.iter().for_each(|x| x.to_bits().hash(&mut h));
+/// The last-token row cache holds at most this many prompts (2.3 KB each on SmolLM2).
+const MAX_CACHED_ROWS: usize = 16384;
+
+/// Fingerprints of the edits below a layer, the only ones that change its FFN input: those
+/// any prompt may meet, and per entity the subject features of its edges (features after
+/// an edge's own, at another layer), whose gates open only on text naming the entity.
+struct Below {
+    common: u64,
+    subjects: Vec<(String, u64)>,
+}
+
+impl Below {
+    fn of(patches: &[Patch], layer: usize) -> Below {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut common = DefaultHasher::new();
+        let mut subjects: HashMap<String, DefaultHasher> = HashMap::new();
+        for p in patches {
+            for g in edit_groups(&p.edits) {
+                let edge = match &p.edits[g.start] {
+                    Edit::Add(a) => a.edge.as_ref().map(|e| (e.entity.clone(), a.layer)),
+                    Edit::Scale(_) => None,
+                };
+                for e in p.edits[g].iter().filter(|e| e.layer() < layer) {
+                    let h = match (&edge, e) {
+                        (Some((entity, l)), Edit::Add(a)) if a.layer != *l => {
+                            subjects.entry(entity.clone()).or_default()
+                        }
+                        _ => &mut common,
+                    };
+                    match e {
+                        Edit::Add(a) => {
+                            a.layer.hash(h);
+                            for v in [&a.gate, &a.up, &a.down] {
+                                v.iter().for_each(|x| x.to_bits().hash(h));
+                            }
+                            a.gate_bias.to_bits().hash(h);
+                            a.up_bias.to_bits().hash(h);
+                        }
+                        Edit::Scale(f) => {
+                            (f.layer, f.feature).hash(h);
+                            f.gate_scale.map(f32::to_bits).hash(h);
+                            f.down_scale.map(f32::to_bits).hash(h);
+                        }
+                    }
+                }
+            }
+        }
+        let mut subjects: Vec<(String, u64)> =
+            subjects.into_iter().map(|(e, h)| (e, h.finish())).collect();
+        subjects.sort();
+        Below {
+            common: common.finish(),
+            subjects,
         }
     }
-    h.finish()
+
+    /// The fingerprint for one prompt: the common edits and the subject features of the
+    /// entities it names.
+    fn for_prompt(&self, prompt: &str) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut h = DefaultHasher::new();
+        self.common.hash(&mut h);
+        for (e, s) in self
+            .subjects
+            .iter()
+            .filter(|(e, _)| prompt.contains(e.as_str()))
+        {
+            (e, s).hash(&mut h);
+        }
+        h.finish()
+    }
 }
 
 /// At most this many other edges' prompts calibrate a new gate.
