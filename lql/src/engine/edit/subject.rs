@@ -272,26 +272,37 @@ pub(super) fn write(
         let base = lql_exec::edit::GateShape::default();
         // A key whose text starts with the entity is met exactly by every text that does
         // (the rows up to the entity's last token depend on the entity's tokens alone): a
-        // narrow band around it. A key mid-sentence meets other contexts only near it.
-        let shape = if at_start {
-            lql_exec::edit::GateShape {
-                beta: 1000.0,
-                theta: 0.99,
+        // band around it. A key mid-sentence meets other contexts only near it.
+        // The first-token term's λ, and how far from the key's score it keeps the rows the
+        // gate must stay shut on (reference text, first tokens, other entities).
+        let lambda = match &sink {
+            Some((s, ss, k)) => {
+                let mut check = shut_here.clone();
+                check.extend_from_slice(&first_token_rows(cx, layer)?);
+                Some(best_lambda(&key, &c, s, *ss, *k, &check))
             }
-        } else {
-            lql_exec::edit::GateShape {
+            None => None,
+        };
+        let shape = match lambda {
+            // A band around the key half as wide as that margin, between ±0.01 and ±0.1: as
+            // wide as the rows allow, so that another engine's rounding (an export run by
+            // llama.cpp) still meets the key.
+            Some((_, margin)) => {
+                let w = (margin / 2.0).clamp(START_BAND.0, START_BAND.1);
+                lql_exec::edit::GateShape {
+                    beta: START_SHARPNESS / w,
+                    theta: 1.0 - w,
+                }
+            }
+            None => lql_exec::edit::GateShape {
                 theta: ke::calibrated_theta(&key, &c, &shut_here, base, 0.05, 0.95),
                 ..base
-            }
+            },
         };
         let mut f = ke::keyed_feature(layer, &key, &c, shape, activation)?;
-        if let Some((s, ss, k)) = sink {
+        if let (Some((s, ss, k)), Some((lambda, _))) = (sink, lambda) {
             // The score gains λ·((x − c)·s/‖s‖² − k): 0 at the key, about −λ on rows of the
-            // other kind. λ is the candidate that keeps the rows the gate must stay shut on
-            // (reference text, first tokens, other entities) farthest from the key's score.
-            let mut check = shut_here.clone();
-            check.extend_from_slice(&first_token_rows(cx, layer)?);
-            let lambda = best_lambda(&key, &c, &s, ss, k, &check);
+            // other kind.
             let b = shape.beta * lambda / ss;
             f.gate.iter_mut().zip(&s).for_each(|(g, v)| *g += b * v);
             f.gate_bias -=
@@ -346,10 +357,22 @@ fn first_token_rows(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
     Ok(rows)
 }
 
+/// The half-width of a start key's band: at least, at most (in units of the key's score).
+const START_BAND: (f32, f32) = (0.01, 0.1);
+/// β × the band's half-width: how sharp the band's edges are.
+const START_SHARPNESS: f32 = 10.0;
+
 /// The λ (of a few candidates) whose gate score `a + λ·b` keeps `rows` farthest from the
 /// key's score 1, where `a` is a row's score along the key's direction and `b` its offset
-/// along `s` from the key's.
-fn best_lambda(key: &[f32], centre: &[f32], s: &[f32], ss: f32, k: f32, rows: &[f32]) -> f32 {
+/// along `s` from the key's; with that distance (the closest row's).
+fn best_lambda(
+    key: &[f32],
+    centre: &[f32],
+    s: &[f32],
+    ss: f32,
+    k: f32,
+    rows: &[f32],
+) -> (f32, f32) {
     let u: Vec<f32> = key.iter().zip(centre).map(|(a, b)| a - b).collect();
     let uu = u.iter().map(|v| v * v).sum::<f32>().max(f32::MIN_POSITIVE);
     let parts: Vec<(f32, f32)> = rows
@@ -371,8 +394,9 @@ fn best_lambda(key: &[f32], centre: &[f32], s: &[f32], ss: f32, k: f32, rows: &[
     };
     [0.0f32, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
         .into_iter()
-        .max_by(|a, b| margin(*a).total_cmp(&margin(*b)))
-        .unwrap_or(0.0)
+        .map(|l| (l, margin(l)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((0.0, 0.0))
 }
 
 fn mean_row(rows: &[f32], d: usize) -> Vec<f32> {
