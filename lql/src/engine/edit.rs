@@ -66,6 +66,9 @@ const REFERENCE_TEXTS: [&str; 32] = [
     "The color of the sky at sunset is",
 ];
 
+/// A cached last-token row and the fingerprint of the edits it was computed under.
+type FingerprintedRow = (u64, Arc<[f32]>);
+
 /// A connection's edits over its bound model.
 #[derive(Default)]
 pub(crate) struct Edits {
@@ -84,7 +87,7 @@ pub(crate) struct Edits {
     reference_rows: HashMap<usize, Arc<Vec<f32>>>,
     /// Last-token normed FFN inputs by (layer, prompt), with the fingerprint of the edits
     /// below the layer that can reach the prompt when they were computed.
-    last_rows: HashMap<(usize, String), (u64, Arc<[f32]>)>,
+    last_rows: HashMap<(usize, String), FingerprintedRow>,
     /// The f32 layers the subject write's value optimisation runs through.
     tail: Option<Arc<lql_exec::grad::DenseTail>>,
     /// Per-layer normed FFN inputs of single-token texts (the subject write's first-token
