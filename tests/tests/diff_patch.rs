@@ -67,15 +67,18 @@ fn diff_into_patch_reproduces_the_edited_state() {
         .collect();
     let want = infer(&c, &prompts);
 
-    // DIFF CURRENT INTO PATCH: 20 edges (three added features each: the hat gate) and 3
-    // scales, stamped with the base's sha256.
+    // DIFF CURRENT INTO PATCH: 20 edges and 3 scales, stamped with the base's sha256. An
+    // edge is eight added features (docs/editing.md): its last-token hat (3) and its
+    // subject write's step (2) and hat (3). A derived patch lists them layer by layer, so
+    // the subject features no longer follow their edge and count as gates of their own:
+    // 20 × 3 groups of features and 3 scales.
     let p = t.path().join("current.lqlpatch");
     let r = c
         .execute(&format!("DIFF CURRENT INTO PATCH \"{}\"", q(&p)))
         .unwrap();
     assert_eq!(col(&r, "path"), Value::from(p.display().to_string()));
-    assert_eq!(col(&r, "edits"), Value::Int(23));
-    assert_eq!(col(&r, "added_features"), Value::Int(60));
+    assert_eq!(col(&r, "edits"), Value::Int(63));
+    assert_eq!(col(&r, "added_features"), Value::Int(160));
     assert_eq!(col(&r, "scales"), Value::Int(3));
     assert_eq!(col(&r, "sha256"), Value::from(sha256(&p)));
     assert_eq!(col(&r, "base_sha256"), Value::from(BASE_SHA));
@@ -96,7 +99,7 @@ fn diff_into_patch_reproduces_the_edited_state() {
             q(&p1)
         ))
         .unwrap();
-    assert_eq!(col(&r, "edits"), Value::Int(23));
+    assert_eq!(col(&r, "edits"), Value::Int(63));
     assert_eq!(sha256(&p1), sha256(&p), "same edits, same bytes");
 
     // The compiled container stores the overlay beside the base's bytes: expressible.
@@ -112,7 +115,7 @@ fn diff_into_patch_reproduces_the_edited_state() {
             q(&p2)
         ))
         .unwrap();
-    assert_eq!(col(&r, "edits"), Value::Int(23));
+    assert_eq!(col(&r, "edits"), Value::Int(63));
     assert_eq!(col(&r, "base_sha256"), Value::from(BASE_SHA));
     let c3 = applied(&base, &p2);
     assert_eq!(
