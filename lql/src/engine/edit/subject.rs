@@ -284,11 +284,11 @@ pub(super) fn write(
             None => None,
         };
         let shape = match lambda {
-            // A band around the key half as wide as that margin, between ±0.01 and ±0.1: as
+            // A band around the key a third as wide as that margin, between ±0.01 and ±0.05: as
             // wide as the rows allow, so that another engine's rounding (an export run by
             // llama.cpp) still meets the key.
             Some((_, margin)) => {
-                let w = (margin / 2.0).clamp(START_BAND.0, START_BAND.1);
+                let w = (margin / 3.0).clamp(START_BAND.0, START_BAND.1);
                 lql_exec::edit::GateShape {
                     beta: START_SHARPNESS / w,
                     theta: 1.0 - w,
@@ -358,7 +358,7 @@ fn first_token_rows(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
 }
 
 /// The half-width of a start key's band: at least, at most (in units of the key's score).
-const START_BAND: (f32, f32) = (0.01, 0.1);
+const START_BAND: (f32, f32) = (0.01, 0.05);
 /// β × the band's half-width: how sharp the band's edges are.
 const START_SHARPNESS: f32 = 10.0;
 
