@@ -268,16 +268,21 @@ pub fn hat(f: &AddedFeature, shape: GateShape, activation: Activation) -> [Added
     } else {
         1.0
     };
-    [(0.0f32, 1.0f32), (1.0, -2.0), (2.0, 1.0)].map(|(shift, c)| {
-        let mut g = f.clone();
-        g.gate_bias = f.gate_bias - shift * bw;
-        g.up.iter_mut().for_each(|v| *v *= c * k);
-        g.up_bias = f.up_bias * c * k;
-        if shift > 0.0 {
-            g.edge = None;
-        }
-        g
-    })
+    [(0.0f32, 1.0f32), (1.0, -2.0), (2.0, 1.0)]
+        .map(|(shift, c)| shifted(f, shift * bw, c * k, shift > 0.0))
+}
+
+/// A copy of `f` whose gate opens `by` (in gate pre-activation units) later and whose
+/// output is scaled by `c` through the up projection; a `companion` carries no edge.
+fn shifted(f: &AddedFeature, by: f32, c: f32, companion: bool) -> AddedFeature {
+    let mut g = f.clone();
+    g.gate_bias = f.gate_bias - by;
+    g.up.iter_mut().for_each(|v| *v *= c);
+    g.up_bias = f.up_bias * c;
+    if companion {
+        g.edge = None;
+    }
+    g
 }
 
 /// A feature's gate as a step: two features with `f`'s gate direction opening at θ and
@@ -300,16 +305,7 @@ pub fn step(
     } else {
         1.0
     };
-    [(0.0f32, 1.0f32), (1.0, -1.0)].map(|(shift, c)| {
-        let mut g = f.clone();
-        g.gate_bias = f.gate_bias - shift * bw;
-        g.up.iter_mut().for_each(|v| *v *= c * k);
-        g.up_bias = f.up_bias * c * k;
-        if shift > 0.0 {
-            g.edge = None;
-        }
-        g
-    })
+    [(0.0f32, 1.0f32), (1.0, -1.0)].map(|(shift, c)| shifted(f, shift * bw, c * k, shift > 0.0))
 }
 
 /// True when `g` is one of the two features [`hat`] adds after `primary`: no edge of its

@@ -214,11 +214,7 @@ pub(super) fn write(
         if rows.is_empty() {
             continue;
         }
-        let n = rows.len() / d;
-        let mut key = vec![0.0f32; d];
-        for r in rows.chunks_exact(d) {
-            key.iter_mut().zip(r).for_each(|(k, v)| *k += v / n as f32);
-        }
+        let mut key = mean_row(rows, d);
         let mut shut_here = shut.clone();
         let ctx = ctxs.iter().find(|c| c.at_start == at_start);
         if let Some(ctx) = ctx {
