@@ -154,15 +154,22 @@ struct Scores {
     neighbourhood: f64,
 }
 
-/// Scores the facts; with `show`, prints each edit, paraphrase and neighbour prompt that
-/// fails.
-fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize, show: bool) -> lql::Result<Scores> {
+/// Which failing prompts [`score`] prints.
+#[derive(Clone, Copy, PartialEq)]
+enum Show {
+    Nothing,
+    Neighbours,
+    All,
+}
+
+/// Scores the facts; prints the failing prompts `show` names.
+fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize, show: Show) -> lql::Result<Scores> {
     let (mut e, mut p, mut nb) = (0usize, 0usize, 0usize);
     let (mut pn, mut nn) = (0usize, 0usize);
     for (f, ids) in fs {
         let d = dist(c, &f.prompt, vocab)?;
         e += usize::from(d[ids.n] > d[ids.t]);
-        if show && d[ids.n] <= d[ids.t] {
+        if show == Show::All && d[ids.n] <= d[ids.t] {
             println!(
                 "  edit prompt fails: {:?} P({}) {:.3} ≤ P({}) {:.3}",
                 f.prompt, f.new_t, d[ids.n], f.true_t, d[ids.t]
@@ -172,7 +179,7 @@ fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize, show: bool) -> lql::
             let d = dist(c, pp, vocab)?;
             p += usize::from(d[ids.n] > d[ids.t]);
             pn += 1;
-            if show && d[ids.n] <= d[ids.t] {
+            if show == Show::All && d[ids.n] <= d[ids.t] {
                 println!(
                     "  paraphrase fails: {pp:?} P({}) {:.3} ≤ P({}) {:.3}",
                     f.new_t, d[ids.n], f.true_t, d[ids.t]
@@ -183,7 +190,7 @@ fn score(c: &Connection, fs: &[(&Fact, Ids)], vocab: usize, show: bool) -> lql::
             let d = dist(c, np, vocab)?;
             nb += usize::from(d[ids.t] > d[ids.n]);
             nn += 1;
-            if show && d[ids.t] <= d[ids.n] {
+            if show != Show::Nothing && d[ids.t] <= d[ids.n] {
                 println!(
                     "  neighbour fails ({} → {}): {np:?} P({}) {:.3} ≤ P({}) {:.3}",
                     f.entity, f.new_t, f.true_t, d[ids.t], f.new_t, d[ids.n]
@@ -260,7 +267,11 @@ fn main() -> lql::Result<()> {
     let mut known = Vec::new();
     let mut rest = Vec::new();
     let quick = args.iter().any(|a| a == "--skip-sequential");
-    let show = args.iter().any(|a| a == "--show-failures");
+    let show = if args.iter().any(|a| a == "--show-failures") {
+        Show::All
+    } else {
+        Show::Nothing
+    };
     let near_duplicates = args.iter().any(|a| a == "--near-duplicate-names");
     for f in &all {
         if quick && known.len() == n_facts {
@@ -286,7 +297,15 @@ fn main() -> lql::Result<()> {
         relations.len(),
         t0.elapsed().as_secs_f64()
     );
-    let base_scores = score(&c, &known, vocab, false)?;
+    // The base model's own neighbour failures, beside the edited model's (its edit prompts
+    // and most paraphrases fail by definition).
+    let base_show = if show == Show::All {
+        println!("base model's neighbour failures:");
+        Show::Neighbours
+    } else {
+        Show::Nothing
+    };
+    let base_scores = score(&c, &known, vocab, base_show)?;
     println!(
         "base model: efficacy {:.3} paraphrase {:.3} neighbourhood {:.3}",
         base_scores.efficacy, base_scores.paraphrase, base_scores.neighbourhood
