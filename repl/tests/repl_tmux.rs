@@ -92,6 +92,17 @@ impl Tmux {
         }
     }
 
+    /// Types a dot-command and Enter, and waits for the next prompt: text typed before the
+    /// editor has the terminal again can be discarded when it switches to raw mode.
+    fn dot_command(&self, line: &str) {
+        let before = self.prompts();
+        self.type_text(line);
+        self.send(&["Enter"]);
+        self.wait_for("the prompt after a dot-command", |s| {
+            s.matches("lql> ").count() > before
+        });
+    }
+
     /// Number of prompts on screen.
     fn prompts(&self) -> usize {
         self.screen().matches("lql> ").count()
@@ -156,8 +167,7 @@ fn repl_session_through_tmux() {
 
     // `.mode json` switches the output.
     t.clear();
-    t.type_text(".mode json");
-    t.send(&["Enter"]);
+    t.dot_command(".mode json");
     t.type_text("SHOW MODELS;");
     t.send(&["Enter"]);
     t.wait_for("a JSON line", |s| {
@@ -166,8 +176,7 @@ fn repl_session_through_tmux() {
 
     // An unknown keyword: the ariadne report with a caret under the word.
     t.clear();
-    t.type_text(".mode table");
-    t.send(&["Enter"]);
+    t.dot_command(".mode table");
     t.type_text("FROBNICATE 'x';");
     t.send(&["Enter"]);
     let s = t.wait_for("the syntax error", |s| s.contains("unknown keyword"));
