@@ -14,44 +14,16 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use lql_storage::model::{OperandKey, OperandSource, TensorView};
+use lql_storage::model::OperandSource;
 
-use crate::backend::{encoded, AttnGeometry, AttnStep, Backend};
+use crate::backend::Backend;
+use crate::block::{self, Block, BlockBuffers, Seq};
 use crate::error::{ExecError, Result};
-use crate::ffn::{self, FfnBuffers, FfnCtx};
-use crate::kernels::{add_in_place, RopeTable};
+#[cfg(test)]
+use crate::kernels::RopeTable;
 use crate::kv::KvCache;
 use crate::plan::Plan;
 use crate::session::{Executor, Logits, Session};
-
-fn view<'s>(source: &'s dyn OperandSource, key: OperandKey) -> Result<TensorView<'s>> {
-    source.view(key).ok_or(ExecError::MissingOperand {
-        operand: key.role.name(),
-        layer: key.layer,
-    })
-}
-
-fn add_bias_rows(x: &mut [f32], bias: Option<&Vec<f32>>) {
-    if let Some(b) = bias {
-        for row in x.chunks_exact_mut(b.len()) {
-            add_in_place(row, b);
-        }
-    }
-}
-
-/// One RoPE table whose row `i` is position `positions[i]` (rows of
-/// [`RopeTable::new`], so each row's angles are exactly a one-position table's).
-fn rope_rows(positions: &[usize], head_dim: usize, theta: f32) -> RopeTable {
-    let half = head_dim / 2;
-    let mut cos = Vec::with_capacity(positions.len() * half);
-    let mut sin = Vec::with_capacity(positions.len() * half);
-    for &p in positions {
-        let t = RopeTable::new(p, 1, head_dim, theta);
-        cos.extend_from_slice(&t.cos);
-        sin.extend_from_slice(&t.sin);
-    }
-    RopeTable { half, cos, sin }
-}
 
 impl Executor {
     /// Runs one new token for each session (`ids[i]` after the tokens `sessions[i]` holds,
@@ -179,77 +151,30 @@ impl Step<'_> {
         for (kv, t) in kvs.iter_mut().zip(seqs) {
             kv.reserve(t.len())?;
         }
-        let (qd, kvd, ff) = (plan.q_dim, plan.kv_dim, s.ffn);
-
-        // Embedding.
-        let emb = view(self.source, plan.embedding)?;
-        let mut x = vec![0.0f32; b * d];
-        for (row, &id) in x.chunks_exact_mut(d).zip(&ids) {
-            encoded::decode_row(emb.dtype, emb.row(id as usize), row)
-                .map_err(ExecError::Unsupported)?;
-            if s.embedding_scale != 1.0 {
-                row.iter_mut().for_each(|v| *v *= s.embedding_scale);
-            }
-        }
-
-        let table = rope_rows(&positions, s.head_dim, s.rope_theta);
-        let geom = AttnGeometry {
-            n_heads: s.n_heads,
-            n_kv_heads: s.n_kv_heads,
-            head_dim: s.head_dim,
-        };
-        let mut h = vec![0.0f32; b * d];
-        let mut q = vec![0.0f32; b * qd];
-        let mut k = vec![0.0f32; b * kvd];
-        let mut v = vec![0.0f32; b * kvd];
-        let mut att = vec![0.0f32; b * qd];
-        let mut attn_delta = vec![0.0f32; b * d];
-        let mut ffn_delta = vec![0.0f32; b * d];
-        let mut ffn_buf = FfnBuffers::new(b, ff);
-        let ffn_cx = FfnCtx {
+        let x_seqs: Vec<Seq> = seqs
+            .iter()
+            .zip(&first)
+            .zip(&p0)
+            .map(|((t, &row), &p0)| Seq {
+                row,
+                n: t.len(),
+                p0,
+            })
+            .collect();
+        let mut x = block::embed(self.source, plan, &ids, &positions)?;
+        let tables = block::rope_tables(plan, &positions);
+        let layer = Block {
             source: self.source,
+            plan,
             backend: be,
-            activation: s.activation,
+            tables: &tables,
         };
-
+        let mut buf = BlockBuffers::new(plan, b);
         for (kl, lp) in plan.layers.iter().enumerate() {
             if cancel.load(Ordering::Relaxed) {
                 return Err(ExecError::Cancelled);
             }
-            // Attention block: projections batched, attention per sequence.
-            be.rmsnorm(&x, &lp.attn_norm, s.norm_eps, &mut h);
-            let (wq, wk, wv) = (
-                view(self.source, lp.q)?,
-                view(self.source, lp.k)?,
-                view(self.source, lp.v)?,
-            );
-            be.matmul_group(&[wq, wk, wv], &h, b, &mut [&mut q, &mut k, &mut v])?;
-            add_bias_rows(&mut q, lp.q_bias.as_ref());
-            add_bias_rows(&mut k, lp.k_bias.as_ref());
-            add_bias_rows(&mut v, lp.v_bias.as_ref());
-            be.rope(&mut q, s.n_heads, s.head_dim, &table, s.rope_pairing);
-            be.rope(&mut k, s.n_kv_heads, s.head_dim, &table, s.rope_pairing);
-            for (i, kv) in kvs.iter_mut().enumerate() {
-                let (r, n) = (first[i], seqs[i].len());
-                kv.append(kl, &k[r * kvd..(r + n) * kvd], &v[r * kvd..(r + n) * kvd]);
-                let (kc, vc) = kv.layer(kl);
-                let step = AttnStep {
-                    q: &q[r * qd..(r + n) * qd],
-                    k_cache: kc,
-                    v_cache: vc,
-                    p0: p0[i],
-                    n,
-                    geom,
-                };
-                be.attention(&step, &mut att[r * qd..(r + n) * qd], None);
-            }
-            be.matmul(&view(self.source, lp.o)?, &att, b, &mut attn_delta)?;
-            add_in_place(&mut x, &attn_delta);
-
-            // FFN block, batched.
-            be.rmsnorm(&x, &lp.ffn_norm, s.norm_eps, &mut h);
-            ffn::run(&ffn_cx, lp, &h, b, &mut ffn_buf, None, &mut ffn_delta)?;
-            add_in_place(&mut x, &ffn_delta);
+            layer.run(lp, kl, &mut x, &x_seqs, kvs, &mut buf, None, None)?;
         }
         for (kv, t) in kvs.iter_mut().zip(seqs) {
             kv.commit(t.len());
@@ -275,7 +200,13 @@ mod tests {
 
     #[test]
     fn rope_rows_are_one_position_tables() {
-        let t = rope_rows(&[7, 0, 31], 8, 10000.0);
+        let spec = crate::plan::RopeSpec {
+            dims: 8,
+            theta: 10000.0,
+            freq_scale: 1.0,
+            factors: None,
+        };
+        let t = RopeTable::at(&[7, 0, 31], &spec);
         for (i, p) in [7usize, 0, 31].into_iter().enumerate() {
             let one = RopeTable::new(p, 1, 8, 10000.0);
             assert_eq!(&t.cos[i * 4..(i + 1) * 4], &one.cos[..]);

@@ -127,6 +127,22 @@ pub(crate) fn run(
             out,
         )?,
         FfnPlan::Bank(b) => bank(cx, b, h, n, buf, observe, out)?,
+        FfnPlan::Mlp {
+            up,
+            down,
+            up_bias,
+            down_bias,
+        } => mlp(
+            cx,
+            [*up, *down],
+            [up_bias.as_deref(), down_bias.as_deref()],
+            ov,
+            h,
+            n,
+            buf,
+            observe.is_some(),
+            out,
+        )?,
     }
     // Added features sit beside whatever FFN the layer has.
     buf.added = overlay::add_features(ov, cx.activation, h, out);
@@ -159,6 +175,35 @@ fn dense(
     be.glu(cx.activation, &mut buf.gate, &buf.up);
     overlay::scale_activation(ov, &mut buf.gate, buf.width);
     be.matmul(&view(cx.source, down)?, &buf.gate, n, out)
+}
+
+/// The ungated MLP: `down · act(up · h + b_up) + b_down`; its features are the up rows
+/// (what observers read as the gate pre-activations).
+#[allow(clippy::too_many_arguments)]
+fn mlp(
+    cx: &FfnCtx<'_>,
+    [up, down]: [OperandKey; 2],
+    [up_bias, down_bias]: [Option<&[f32]>; 2],
+    ov: Option<&LayerOverlay>,
+    h: &[f32],
+    n: usize,
+    buf: &mut FfnBuffers,
+    keep_pre: bool,
+    out: &mut [f32],
+) -> Result<()> {
+    let be = cx.backend;
+    be.matmul(&view(cx.source, up)?, h, n, &mut buf.gate)?;
+    add_bias(&mut buf.gate, up_bias);
+    overlay::scale_gate(ov, &mut buf.gate, buf.width);
+    if keep_pre {
+        buf.gate_pre.clear();
+        buf.gate_pre.extend_from_slice(&buf.gate);
+    }
+    crate::kernels::activate(cx.activation, &mut buf.gate);
+    overlay::scale_activation(ov, &mut buf.gate, buf.width);
+    be.matmul(&view(cx.source, down)?, &buf.gate, n, out)?;
+    add_bias(out, down_bias);
+    Ok(())
 }
 
 /// Adds `bias` (one value per feature) to every position's row of `m`.

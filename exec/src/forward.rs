@@ -4,13 +4,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use lql_storage::model::{OperandKey, OperandSource, TensorView};
+use lql_storage::model::OperandSource;
 
 use crate::backend::device::DeviceModel;
-use crate::backend::{encoded, AttnGeometry, AttnStep, Backend};
+use crate::backend::Backend;
+use crate::block::{self, view, Block, BlockBuffers, Seq};
 use crate::error::{ExecError, Result};
-use crate::ffn::{self, FfnBuffers, FfnCtx};
-use crate::kernels::{add_in_place, RopeTable};
 use crate::kv::KvCache;
 use crate::observer::{LayerRecord, Observer};
 use crate::plan::Plan;
@@ -52,21 +51,6 @@ pub(crate) struct Pass<'a> {
     pub last_layer: usize,
     /// The model resident on the backend's device, when it has one: the pass runs there.
     pub device: Option<&'a dyn DeviceModel>,
-}
-
-fn view<'s>(source: &'s dyn OperandSource, key: OperandKey) -> Result<TensorView<'s>> {
-    source.view(key).ok_or(ExecError::MissingOperand {
-        operand: key.role.name(),
-        layer: key.layer,
-    })
-}
-
-fn add_bias_rows(x: &mut [f32], bias: Option<&Vec<f32>>) {
-    if let Some(b) = bias {
-        for row in x.chunks_exact_mut(b.len()) {
-            add_in_place(row, b);
-        }
-    }
 }
 
 impl Pass<'_> {
@@ -120,119 +104,68 @@ impl Pass<'_> {
         let n = check_pass(plan, p0, input, want, self.last_layer)?;
         let first_layer = plan.stage.first;
         kv.reserve(n)?;
-        let (qd, kvd, ff) = (plan.q_dim, plan.kv_dim, s.ffn);
-        let positions = p0..p0 + n;
+        let positions: Vec<usize> = (p0..p0 + n).collect();
 
         let mut x = match input {
             PassInput::Tokens(ids) => {
-                // Embedding.
-                let emb = view(self.source, plan.embedding)?;
-                let mut x = vec![0.0f32; n * d];
-                for (row, &id) in x.chunks_exact_mut(d).zip(ids) {
-                    encoded::decode_row(emb.dtype, emb.row(id as usize), row)
-                        .map_err(ExecError::Unsupported)?;
-                    if s.embedding_scale != 1.0 {
-                        row.iter_mut().for_each(|v| *v *= s.embedding_scale);
-                    }
-                }
+                let x = block::embed(self.source, plan, ids, &positions)?;
                 if let Some(o) = obs.as_deref_mut() {
-                    o.on_embedding(positions.clone(), &x);
+                    o.on_embedding(p0..p0 + n, &x);
                 }
                 x
             }
             PassInput::Hidden(h) => h.to_vec(),
         };
 
-        let table = RopeTable::new(p0, n, s.head_dim, s.rope_theta);
-        let geom = AttnGeometry {
-            n_heads: s.n_heads,
-            n_kv_heads: s.n_kv_heads,
-            head_dim: s.head_dim,
+        let tables = block::rope_tables(plan, &positions);
+        let layer = Block {
+            source: self.source,
+            plan,
+            backend: be,
+            tables: &tables,
         };
         let want_attn = obs.as_deref().is_some_and(|o| o.wants_attention());
         let total = p0 + n;
-        let mut h = vec![0.0f32; n * d];
-        let mut q = vec![0.0f32; n * qd];
-        let mut k = vec![0.0f32; n * kvd];
-        let mut v = vec![0.0f32; n * kvd];
-        let mut att = vec![0.0f32; n * qd];
-        let mut attn_delta = vec![0.0f32; n * d];
-        let mut ffn_delta = vec![0.0f32; n * d];
-        let mut ffn_buf = FfnBuffers::new(n, ff);
-        let ffn_cx = FfnCtx {
-            source: self.source,
-            backend: be,
-            activation: s.activation,
-        };
+        let mut buf = BlockBuffers::new(plan, n);
         let mut weights = if want_attn {
             vec![0.0f32; n * s.n_heads * total]
         } else {
             Vec::new()
         };
+        let seqs = [Seq { row: 0, n, p0 }];
 
         for lp in &plan.layers[..=self.last_layer - first_layer] {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(ExecError::Cancelled);
             }
             let l = lp.index;
-            let kl = l - first_layer;
-            // Attention block.
-            be.rmsnorm(&x, &lp.attn_norm, s.norm_eps, &mut h);
-            let (wq, wk, wv) = (
-                view(self.source, lp.q)?,
-                view(self.source, lp.k)?,
-                view(self.source, lp.v)?,
-            );
-            be.matmul_group(&[wq, wk, wv], &h, n, &mut [&mut q, &mut k, &mut v])?;
-            add_bias_rows(&mut q, lp.q_bias.as_ref());
-            add_bias_rows(&mut k, lp.k_bias.as_ref());
-            add_bias_rows(&mut v, lp.v_bias.as_ref());
-            be.rope(&mut q, s.n_heads, s.head_dim, &table, s.rope_pairing);
-            be.rope(&mut k, s.n_kv_heads, s.head_dim, &table, s.rope_pairing);
-            kv.append(kl, &k, &v);
-            let (kc, vc) = kv.layer(kl);
-            let step = AttnStep {
-                q: &q,
-                k_cache: kc,
-                v_cache: vc,
-                p0,
-                n,
-                geom,
-            };
-            be.attention(&step, &mut att, want_attn.then_some(&mut weights[..]));
-            be.matmul(&view(self.source, lp.o)?, &att, n, &mut attn_delta)?;
-            add_in_place(&mut x, &attn_delta);
-
-            // FFN block.
-            be.rmsnorm(&x, &lp.ffn_norm, s.norm_eps, &mut h);
-            ffn::run(
-                &ffn_cx,
+            layer.run(
                 lp,
-                &h,
-                n,
-                &mut ffn_buf,
+                l - first_layer,
+                &mut x,
+                &seqs,
+                &mut [&mut *kv],
+                &mut buf,
                 obs.is_some().then_some(p0),
-                &mut ffn_delta,
+                want_attn.then_some(&mut weights[..]),
             )?;
-            add_in_place(&mut x, &ffn_delta);
-
             if let Some(o) = obs.as_deref_mut() {
                 o.on_layer(&LayerRecord {
                     layer: l,
-                    positions: positions.clone(),
+                    positions: p0..p0 + n,
                     hidden: d,
-                    ffn: ffn_buf.observed_width(),
+                    ffn: buf.ffn.observed_width(),
                     n_heads: s.n_heads,
                     residual: &x,
-                    attn_delta: &attn_delta,
-                    ffn_delta: &ffn_delta,
-                    ffn_input: &h,
-                    gate: ffn_buf.observed_gate(),
-                    activation: ffn_buf.observed_activation(),
-                    added_gate: &ffn_buf.added.gate,
-                    added_activation: &ffn_buf.added.activation,
+                    attn_delta: &buf.attn_delta,
+                    ffn_delta: &buf.ffn_delta,
+                    ffn_input: &buf.h,
+                    gate: buf.ffn.observed_gate(),
+                    activation: buf.ffn.observed_activation(),
+                    added_gate: &buf.ffn.added.gate,
+                    added_activation: &buf.ffn.added.activation,
                     attention: want_attn.then_some(&weights[..]),
-                    routes: &ffn_buf.routes,
+                    routes: &buf.ffn.routes,
                 });
             }
         }
@@ -345,12 +278,13 @@ pub(crate) fn head(
     }
     let m = x.len() / d;
     let mut normed = vec![0.0f32; m * d];
-    be.rmsnorm(x, &plan.output_norm, s.norm_eps, &mut normed);
+    block::final_norm(be, plan, x, &mut normed);
     if let Some(o) = obs {
         o.on_final_norm(positions, &normed);
     }
     let head = view(source, plan.head)?;
     let mut logits = vec![0.0f32; m * s.vocab];
     be.matmul(&head, &normed, m, &mut logits)?;
+    block::cap_logits(plan, &mut logits);
     Ok(logits)
 }

@@ -251,6 +251,13 @@ impl DenseTail {
                 "value optimisation needs the whole model and a layer inside it".into(),
             ));
         }
+        if !s.block.is_plain() {
+            return Err(ExecError::Unsupported(format!(
+                "not supported yet: the subject write (value optimisation) through the {} block's {}; pin the edit with INSERT … AT LAYER n",
+                s.source_architecture,
+                s.block.features().join(", ")
+            )));
+        }
         let mut layers = Vec::new();
         for lp in &plan.layers[first..] {
             let FfnPlan::Dense {

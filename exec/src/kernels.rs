@@ -53,6 +53,45 @@ pub fn rmsnorm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// LayerNorm of every row of `x` (rows of `weight.len()` elements) into `out`:
+/// `(x − mean) / sqrt(var + eps) · w + b` (mean and variance over the row, in f32).
+pub fn layernorm_rows(x: &[f32], weight: &[f32], bias: &[f32], eps: f32, out: &mut [f32]) {
+    let d = weight.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let mean = xr.iter().sum::<f32>() / d as f32;
+        for (o, xi) in or.iter_mut().zip(xr) {
+            *o = xi - mean;
+        }
+        let var = dot(or, or) / d as f32;
+        let inv = 1.0 / (var + eps).sqrt();
+        for ((o, w), b) in or.iter_mut().zip(weight).zip(bias) {
+            *o = *o * inv * w + b;
+        }
+    }
+}
+
+/// `cap · tanh(v / cap)` of every element (attention scores, logits).
+pub fn softcap(values: &mut [f32], cap: f32) {
+    for v in values {
+        *v = cap * (*v / cap).tanh();
+    }
+}
+
+/// `x = act(x)` element-wise (an MLP's hidden layer).
+pub fn activate(act: Activation, x: &mut [f32]) {
+    match act {
+        Activation::Silu => x.iter_mut().for_each(|g| *g /= 1.0 + exp(-*g)),
+        Activation::Gelu => x.iter_mut().for_each(|g| *g = gelu(*g)),
+    }
+}
+
+/// GELU, tanh approximation (ggml's and gemma's).
+#[inline(always)]
+pub fn gelu(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
+}
+
 /// `gate[i] = act(gate[i]) * up[i]`.
 ///
 /// SiLU uses [`exp`] (within 2 ulp of `f32::exp`); compiled with AVX2 where the CPU has
@@ -61,10 +100,8 @@ pub fn glu(act: Activation, gate: &mut [f32], up: &[f32]) {
     match act {
         Activation::Silu => silu_mul(gate, up),
         Activation::Gelu => {
-            const C: f32 = 0.797_884_6; // sqrt(2/pi)
             for (g, u) in gate.iter_mut().zip(up) {
-                let x = *g;
-                *g = 0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh()) * u;
+                *g = gelu(*g) * u;
             }
         }
     }
@@ -137,7 +174,9 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// cos/sin of `pos · θ_i` for a run of positions, `θ_i = theta^(−2i/head_dim)`.
+/// cos/sin of `pos · θ_i` for a run of positions, `θ_i = theta^(−2i/head_dim)`; a table
+/// rotates the first `2 · half` dimensions of each head (all of them unless the block's
+/// rotary is partial).
 #[derive(Debug, Clone)]
 pub struct RopeTable {
     pub half: usize,
@@ -158,6 +197,38 @@ impl RopeTable {
         for p in start..start + n {
             for f in &inv {
                 let (s, c) = (p as f64 * f).sin_cos();
+                cos.push(c as f32);
+                sin.push(s as f32);
+            }
+        }
+        RopeTable { half, cos, sin }
+    }
+
+    /// The table of `spec` at each of `positions` (row `i` is position `positions[i]`):
+    /// angle `pos · scale · θ^(−2i/dims) / factor_i`, computed in f64 (with scale 1 and no
+    /// factors, exactly [`RopeTable::new`]'s angles).
+    pub fn at(positions: &[usize], spec: &crate::plan::RopeSpec) -> RopeTable {
+        let half = spec.dims / 2;
+        let scale = spec.freq_scale as f64;
+        let inv: Vec<f64> = (0..half)
+            .map(|i| {
+                let f = (spec.theta as f64).powf(-2.0 * i as f64 / spec.dims as f64);
+                match &spec.factors {
+                    Some(d) => f / d[i] as f64,
+                    None => f,
+                }
+            })
+            .collect();
+        let mut cos = Vec::with_capacity(positions.len() * half);
+        let mut sin = Vec::with_capacity(positions.len() * half);
+        for &p in positions {
+            let p = if scale == 1.0 {
+                p as f64
+            } else {
+                p as f64 * scale
+            };
+            for f in &inv {
+                let (s, c) = (p * f).sin_cos();
                 cos.push(c as f32);
                 sin.push(s as f32);
             }
@@ -203,7 +274,7 @@ pub fn rope_from(
                     }
                 }
                 RopePairing::HalfSplit => {
-                    let (lo, hi) = head.split_at_mut(half);
+                    let (lo, hi) = head[..2 * half].split_at_mut(half);
                     for i in 0..half {
                         let (a, b) = (lo[i], hi[i]);
                         lo[i] = a * c[i] - b * s[i];

@@ -20,6 +20,7 @@
 pub mod backend;
 pub mod batch;
 pub mod bench;
+pub mod block;
 pub mod browse;
 pub mod edit;
 pub mod error;

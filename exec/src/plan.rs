@@ -12,7 +12,10 @@
 use std::fmt;
 
 use lql_storage::model::{OperandKey, OperandSource, Role, TensorView};
-use lql_storage::surface::{Activation, ExecutionSurface, ExpertSelection, RopePairing};
+use lql_storage::surface::{
+    Activation, ExecutionSurface, ExpertSelection, FfnShape, NormKind, NormPlacement, QkNorm,
+    RopePairing,
+};
 
 use crate::backend::encoded;
 use crate::error::{ExecError, Result};
@@ -21,6 +24,7 @@ use crate::error::{ExecError, Result};
 #[derive(Debug, Clone)]
 pub struct LayerPlan {
     pub index: usize,
+    /// The norm before attention (empty when the block has none: post-norm only).
     pub attn_norm: Vec<f32>,
     pub q: OperandKey,
     pub k: OperandKey,
@@ -29,8 +33,42 @@ pub struct LayerPlan {
     pub q_bias: Option<Vec<f32>>,
     pub k_bias: Option<Vec<f32>>,
     pub v_bias: Option<Vec<f32>>,
+    /// The norm before the FFN (empty when the block has none).
     pub ffn_norm: Vec<f32>,
     pub ffn: FfnPlan,
+    /// The vectors of the block's other features (all `None` for the plain block).
+    pub extra: LayerExtras,
+    /// Which of [`Plan::ropes`] rotates this layer's queries and keys.
+    pub rope: usize,
+    /// The sliding window of this layer's attention; 0 = none.
+    pub window: usize,
+}
+
+/// The decoded vectors of a layer's block features beyond the plain block.
+#[derive(Debug, Clone, Default)]
+pub struct LayerExtras {
+    /// LayerNorm biases of the norms before attention and FFN.
+    pub attn_norm_bias: Option<Vec<f32>>,
+    pub ffn_norm_bias: Option<Vec<f32>>,
+    /// Q/K norm weights (`[head_dim]` per head or the whole projection's).
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    /// The attention output projection's bias.
+    pub o_bias: Option<Vec<f32>>,
+    /// The norms after attention and after the FFN.
+    pub attn_post_norm: Option<Vec<f32>>,
+    pub ffn_post_norm: Option<Vec<f32>>,
+}
+
+/// How one set of layers rotates: over the first `dims` dimensions of each head, angle
+/// `pos · scale · θ^(−2i/dims) / factor_i`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeSpec {
+    pub dims: usize,
+    pub theta: f32,
+    pub freq_scale: f32,
+    /// Per-dimension divisors (`[dims / 2]`), when the model stores them.
+    pub factors: Option<Vec<f32>>,
 }
 
 /// The FFN of one layer.
@@ -48,6 +86,13 @@ pub enum FfnPlan {
     },
     /// A bank of routed experts with an optional shared expert.
     Bank(BankPlan),
+    /// `down · act(up · h + up_bias) + down_bias`: no gate (gpt2, gptneox).
+    Mlp {
+        up: OperandKey,
+        down: OperandKey,
+        up_bias: Option<Vec<f32>>,
+        down_bias: Option<Vec<f32>>,
+    },
 }
 
 /// A bank programme: `router` scores the experts, `selection` picks `n_used` of them with
@@ -93,8 +138,14 @@ pub struct Plan {
     pub embedding: OperandKey,
     pub layers: Vec<LayerPlan>,
     pub output_norm: Vec<f32>,
+    /// The final LayerNorm's bias.
+    pub output_norm_bias: Option<Vec<f32>>,
     /// The head matrix: the token embedding when the head is tied, else `output`.
     pub head: OperandKey,
+    /// Learned position embeddings (`[hidden, context]`), added to the token embedding.
+    pub positions: Option<OperandKey>,
+    /// The RoPE of each set of layers ([`LayerPlan::rope`] indexes it); empty without RoPE.
+    pub ropes: Vec<RopeSpec>,
     /// The part of the model this plan runs (the whole model unless built for a stage).
     pub stage: StageRange,
 }
@@ -146,10 +197,21 @@ impl Plan {
         }
         let q_dim = s.n_heads * s.head_dim;
         let kv_dim = s.n_kv_heads * s.head_dim;
+        let b = &s.block;
         let embedding = OperandKey::global(Role::TokenEmbedding);
         if stage.input || (stage.output && s.tied_head) {
             matrix(source, embedding, s.hidden, s.vocab)?;
         }
+        let positions = if b.learned_positions && stage.input {
+            let key = OperandKey::global(Role::PositionEmbedding);
+            Some(matrix(source, key, s.hidden, s.context_length)?)
+        } else {
+            None
+        };
+        let ropes = rope_specs(source, &s)?;
+        let pre = b.placement != NormPlacement::Post;
+        let post = matches!(b.placement, NormPlacement::Sandwich | NormPlacement::Post);
+        let layer_norm = b.norm == NormKind::Layer;
         let mut layers = Vec::with_capacity(stage.last - stage.first + 1);
         for l in stage.first..=stage.last {
             let key = |role| OperandKey::layer(l, role);
@@ -160,9 +222,35 @@ impl Plan {
                     Ok(None)
                 }
             };
+            let when = |on: bool, role, len| -> Result<Option<Vec<f32>>> {
+                if on {
+                    vector(source, key(role), len).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            let (qn, kn) = match b.qk_norm {
+                QkNorm::None => (0, 0),
+                QkNorm::PerHead => (s.head_dim, s.head_dim),
+                QkNorm::Whole => (q_dim, kv_dim),
+            };
+            let windowed = b.sliding.filter(|w| w.covers(l));
+            let extra = LayerExtras {
+                attn_norm_bias: when(pre && layer_norm, Role::AttnNormBias, s.hidden)?,
+                ffn_norm_bias: when(pre && layer_norm, Role::FfnNormBias, s.hidden)?,
+                q_norm: when(qn > 0, Role::AttnQNorm, qn)?,
+                k_norm: when(kn > 0, Role::AttnKNorm, kn)?,
+                o_bias: when(b.attn_out_bias, Role::AttnOutputBias, s.hidden)?,
+                attn_post_norm: when(post, Role::AttnPostNorm, s.hidden)?,
+                ffn_post_norm: when(post, Role::FfnPostNorm, s.hidden)?,
+            };
             let lp = LayerPlan {
                 index: l,
-                attn_norm: vector(source, key(Role::AttnNorm), s.hidden)?,
+                attn_norm: if pre {
+                    vector(source, key(Role::AttnNorm), s.hidden)?
+                } else {
+                    Vec::new()
+                },
                 q: matrix(source, key(Role::AttnQ), s.hidden, q_dim)?,
                 k: matrix(source, key(Role::AttnK), s.hidden, kv_dim)?,
                 v: matrix(source, key(Role::AttnV), s.hidden, kv_dim)?,
@@ -170,11 +258,27 @@ impl Plan {
                 q_bias: bias(Role::AttnQBias, q_dim)?,
                 k_bias: bias(Role::AttnKBias, kv_dim)?,
                 v_bias: bias(Role::AttnVBias, kv_dim)?,
-                ffn_norm: vector(source, key(Role::FfnNorm), s.hidden)?,
+                ffn_norm: if pre {
+                    vector(source, key(Role::FfnNorm), s.hidden)?
+                } else {
+                    Vec::new()
+                },
                 ffn: ffn_plan(source, &s, l)?,
+                extra,
+                rope: usize::from(windowed.is_some() && ropes.len() > 1),
+                window: windowed.map_or(0, |w| w.window),
             };
             layers.push(lp);
         }
+        let output_norm_bias = if stage.output && layer_norm {
+            Some(vector(
+                source,
+                OperandKey::global(Role::OutputNormBias),
+                s.hidden,
+            )?)
+        } else {
+            None
+        };
         let (output_norm, head) = if stage.output {
             let norm = vector(source, OperandKey::global(Role::OutputNorm), s.hidden)?;
             let head = if s.tied_head {
@@ -193,7 +297,10 @@ impl Plan {
             embedding,
             layers,
             output_norm,
+            output_norm_bias,
             head,
+            positions,
+            ropes,
             stage,
         })
     }
@@ -204,9 +311,71 @@ impl Plan {
     }
 }
 
+/// The RoPE of the model's layers: one spec, or two when windowed layers rotate on their
+/// own base or without the scaling (`LayerPlan::rope` 1 = the windowed one); none without
+/// RoPE.
+fn rope_specs(source: &dyn OperandSource, s: &ExecutionSurface) -> Result<Vec<RopeSpec>> {
+    let b = &s.block;
+    if !b.rope {
+        return Ok(Vec::new());
+    }
+    let dims = s.rotary_dims();
+    let factors = if b.rope_freq_factors {
+        let f = vector(source, OperandKey::global(Role::RopeFreqs), dims / 2)?;
+        if let Some(bad) = f.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+            return Err(ExecError::Surface(format!(
+                "RoPE frequency factor {bad} is not a positive number"
+            )));
+        }
+        Some(f)
+    } else {
+        None
+    };
+    let global = RopeSpec {
+        dims,
+        theta: s.rope_theta,
+        freq_scale: b.rope_freq_scale,
+        factors,
+    };
+    let mut specs = vec![global.clone()];
+    if let Some(w) = &b.sliding {
+        let local = RopeSpec {
+            theta: w.rope_theta.unwrap_or(s.rope_theta),
+            ..if b.rope_scale_windowed {
+                global.clone()
+            } else {
+                RopeSpec {
+                    freq_scale: 1.0,
+                    factors: None,
+                    ..global.clone()
+                }
+            }
+        };
+        if local != global {
+            specs.push(local);
+        }
+    }
+    Ok(specs)
+}
+
 /// The FFN of layer `l`: dense, or the bank the surface's `moe` describes.
 fn ffn_plan(source: &dyn OperandSource, s: &ExecutionSurface, l: usize) -> Result<FfnPlan> {
     let key = |role| OperandKey::layer(l, role);
+    if s.moe.is_none() && s.block.ffn == FfnShape::Mlp {
+        let bias = |role, len| -> Result<Option<Vec<f32>>> {
+            if s.block.ffn_bias {
+                vector(source, key(role), len).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        return Ok(FfnPlan::Mlp {
+            up: matrix(source, key(Role::FfnUp), s.hidden, s.ffn)?,
+            down: matrix(source, key(Role::FfnDown), s.ffn, s.hidden)?,
+            up_bias: bias(Role::FfnUpBias, s.ffn)?,
+            down_bias: bias(Role::FfnDownBias, s.hidden)?,
+        });
+    }
     let Some(m) = &s.moe else {
         let bias = |role| -> Result<Option<Vec<f32>>> {
             match source.view(key(role)) {
@@ -266,8 +435,35 @@ fn check_surface(s: &ExecutionSurface) -> Result<()> {
             s.n_heads, s.n_kv_heads
         ));
     }
-    if !s.head_dim.is_multiple_of(2) {
+    if s.block.rope && !s.head_dim.is_multiple_of(2) {
         return bad(format!("head_dim {} is odd; RoPE needs pairs", s.head_dim));
+    }
+    let rot = s.rotary_dims();
+    if s.block.rope && (rot == 0 || rot > s.head_dim || !rot.is_multiple_of(2)) {
+        return bad(format!(
+            "{rot} rotary dimensions do not fit a head of {}",
+            s.head_dim
+        ));
+    }
+    if !(s.block.rope_freq_scale.is_finite() && s.block.rope_freq_scale > 0.0) {
+        return bad(format!(
+            "RoPE position scale {} is not a positive number",
+            s.block.rope_freq_scale
+        ));
+    }
+    for (what, v) in [
+        ("query scale", s.block.attn_scale),
+        ("attention softcap", s.block.attn_softcap),
+        ("final softcap", s.block.final_softcap),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            return bad(format!("{what} {v} is not a number ≥ 0"));
+        }
+    }
+    if let Some(w) = &s.block.sliding {
+        if w.window == 0 {
+            return bad("a sliding window of 0 positions".into());
+        }
     }
     if s.context_length == 0 {
         return bad("context length is zero".into());
@@ -428,6 +624,7 @@ impl fmt::Display for Plan {
             Activation::Gelu => "gelu",
         };
         let ffn = match &s.moe {
+            None if s.block.ffn == FfnShape::Mlp => format!("MLP({act}, {})", s.ffn),
             None => format!("FFN({act}, {})", s.ffn),
             Some(m) => format!(
                 "Bank(router → {} of {} experts, {}; experts {act} {}{})",
@@ -452,9 +649,17 @@ impl fmt::Display for Plan {
             s.rope_theta,
             if s.attn_bias { ", biases" } else { "" },
         )?;
+        let features = s.block.features();
+        if !features.is_empty() {
+            writeln!(f, "Block: {}", features.join(", "))?;
+        }
         write!(
             f,
-            "RMSNorm → Head[{}]",
+            "{} → Head[{}]",
+            match s.block.norm {
+                NormKind::Rms => "RMSNorm",
+                NormKind::Layer => "LayerNorm",
+            },
             if s.tied_head {
                 "tied to embedding"
             } else {

@@ -79,6 +79,14 @@ impl Resident {
 
 /// The keys of every matrix a plan multiplies by (and embeds from).
 fn matrix_keys(plan: &Plan) -> Result<Vec<OperandKey>, ExecError> {
+    let block = &plan.surface.block;
+    if !block.is_plain() {
+        return Err(ExecError::Unsupported(format!(
+            "not supported yet: the {} block's {} on the gpu backend; use BACKEND cpu",
+            plan.surface.source_architecture,
+            block.features().join(", ")
+        )));
+    }
     let mut keys = Vec::new();
     if plan.stage.input {
         keys.push(plan.embedding);
@@ -87,7 +95,7 @@ fn matrix_keys(plan: &Plan) -> Result<Vec<OperandKey>, ExecError> {
         keys.extend([lp.q, lp.k, lp.v, lp.o]);
         match &lp.ffn {
             FfnPlan::Dense { gate, up, down, .. } => keys.extend([*gate, *up, *down]),
-            FfnPlan::Bank(_) => {
+            FfnPlan::Mlp { .. } | FfnPlan::Bank(_) => {
                 return Err(ExecError::Unsupported(format!(
                 "expert banks (mixture of experts, layer {}) on the gpu backend; use BACKEND cpu",
                 lp.index

@@ -601,6 +601,8 @@ pub enum ShowWhat {
     Models,
     /// The backends and GPU adapters present.
     Backends,
+    /// The model families LQL runs, with what each supports.
+    Architectures,
     Layers,
     Components,
     Representations,

@@ -147,6 +147,7 @@ pub const KEYWORDS: &[&str] = &[
     "Q8_0",
     "MODELS",
     "BACKENDS",
+    "ARCHITECTURES",
     "CPU",
     "GPU",
     "AUTO",

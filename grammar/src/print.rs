@@ -155,6 +155,7 @@ impl Display for ShowWhat {
         f.write_str(match self {
             ShowWhat::Models => "MODELS",
             ShowWhat::Backends => "BACKENDS",
+            ShowWhat::Architectures => "ARCHITECTURES",
             ShowWhat::Layers => "LAYERS",
             ShowWhat::Components => "COMPONENTS",
             ShowWhat::Representations => "REPRESENTATIONS",

@@ -296,6 +296,7 @@ impl Binder {
                             | ShowWhat::Patches
                             | ShowWhat::Tables
                             | ShowWhat::Backends
+                            | ShowWhat::Architectures
                     )
                 {
                     self.model()?;

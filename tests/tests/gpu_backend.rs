@@ -16,21 +16,7 @@ fn f(rows: &Rows, i: usize, col: &str) -> f64 {
     rows.row(i).unwrap().get::<_, f64>(col).unwrap()
 }
 
-/// Whether SHOW BACKENDS lists a GPU adapter (else the reason to skip is printed, or with
-/// `LQL_REQUIRE_GPU=1` the test fails).
-fn has_gpu(conn: &Connection) -> bool {
-    let rows = conn.execute("SHOW BACKENDS").unwrap();
-    let gpu =
-        (0..rows.len()).any(|i| rows.row(i).unwrap().get::<_, String>("backend").unwrap() == "gpu");
-    if !gpu {
-        assert!(
-            !std::env::var("LQL_REQUIRE_GPU").is_ok_and(|v| v == "1"),
-            "LQL_REQUIRE_GPU=1 but SHOW BACKENDS lists no GPU adapter"
-        );
-        eprintln!("skipping: no GPU adapter (install mesa-vulkan-drivers for lavapipe)");
-    }
-    gpu
-}
+use lql_tests::has_gpu;
 
 fn active(conn: &Connection) -> String {
     let rows = conn.execute("SHOW BACKENDS").unwrap();

@@ -442,10 +442,12 @@ fn block_body<F: MulAdd>(
     let group = nh / g.n_kv_heads;
     let kv_dim = g.n_kv_heads * hd;
     let rows = (i1 - i0) * group;
-    let scale = 1.0 / (hd as f32).sqrt();
-    // Queries, pre-scaled; the last visible key of each row.
+    let rule = step.rule;
+    let scale = rule.scale;
+    // Queries, pre-scaled; the first and last visible key of each row.
     let mut q = vec![0.0f32; rows * hd];
     let mut last = vec![0usize; rows];
+    let mut first = vec![0usize; rows];
     for r in 0..rows {
         let (i, h) = (i0 + r / group, kh * group + r % group);
         let src = &step.q[(i * nh + h) * hd..(i * nh + h + 1) * hd];
@@ -453,6 +455,7 @@ fn block_body<F: MulAdd>(
             *d = s * scale;
         }
         last[r] = step.p0 + i;
+        first[r] = rule.first_key(step.p0 + i);
     }
     let mut acc = vec![0.0f32; rows * hd];
     let mut m = vec![f32::NEG_INFINITY; rows];
@@ -460,7 +463,8 @@ fn block_body<F: MulAdd>(
     let mut kt = vec![0.0f32; hd * KB];
     let mut s = [0.0f32; KB];
     let keys = (step.p0 + i1).min(span.end);
-    let mut j0 = span.start;
+    // Keys before every row's window are never read.
+    let mut j0 = span.start.max(first.iter().copied().min().unwrap_or(0));
     while j0 < keys {
         let jn = KB.min(keys - j0);
         // Few rows (decoding): scores as direct dot products; many rows (prefill): keys
@@ -487,10 +491,12 @@ fn block_body<F: MulAdd>(
             }
         }
         for r in 0..rows {
-            if last[r] < j0 {
+            if last[r] < j0 || first[r] >= j0 + jn {
                 continue;
             }
             let visible = (last[r] + 1 - j0).min(jn);
+            // Keys of this block before the row's window (none without a window).
+            let hidden_before = first[r].saturating_sub(j0);
             let qr = &q[r * hd..(r + 1) * hd];
             if direct {
                 let base = j0 * kv_dim + kh * hd;
@@ -505,8 +511,12 @@ fn block_body<F: MulAdd>(
             } else {
                 F::scores(&mut s, qr, &kt);
             }
+            if rule.softcap > 0.0 {
+                kernels::softcap(&mut s[..visible], rule.softcap);
+            }
             // Whole-block passes (fixed length, eight lanes): hidden keys score −∞ → 0.
             s[visible..].fill(f32::NEG_INFINITY);
+            s[..hidden_before].fill(f32::NEG_INFINITY);
             let mut lanes = [f32::NEG_INFINITY; 8];
             for c in s.chunks_exact(8) {
                 for (m8, v) in lanes.iter_mut().zip(c) {
@@ -632,6 +642,7 @@ mod tests {
                 p0,
                 n,
                 geom,
+                rule: crate::backend::AttnRule::standard(geom.head_dim),
             };
             let want = naive(&step);
             for parallel in [false, true] {
@@ -663,6 +674,7 @@ mod tests {
                 p0,
                 n,
                 geom,
+                rule: crate::backend::AttnRule::standard(geom.head_dim),
             };
             let want = naive(&step);
             let mut got = vec![f32::NAN; want.len()];

@@ -468,12 +468,17 @@ fn attend_body(
     let (i, h) = (idx / g.n_heads, idx % g.n_heads);
     let kvh = h / (g.n_heads / g.n_kv_heads);
     let kv_dim = g.n_kv_heads * hd;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let rule = step.rule;
     let q = &step.q[idx * hd..(idx + 1) * hd];
     let len = step.p0 + i + 1;
+    let first = rule.first_key(step.p0 + i);
     scores.clear();
-    for k in step.k_cache.chunks_exact(kv_dim).take(len) {
-        scores.push(kernels::dot(q, &k[kvh * hd..(kvh + 1) * hd]) * scale);
+    for (j, k) in step.k_cache.chunks_exact(kv_dim).take(len).enumerate() {
+        let mut s = kernels::dot(q, &k[kvh * hd..(kvh + 1) * hd]) * rule.scale;
+        if rule.softcap > 0.0 {
+            s = rule.softcap * (s / rule.softcap).tanh();
+        }
+        scores.push(if j < first { f32::NEG_INFINITY } else { s });
     }
     kernels::softmax(scores);
     o.fill(0.0);

@@ -22,11 +22,43 @@ pub struct AttnGeometry {
     pub head_dim: usize,
 }
 
+/// How scores are formed and which keys a query sees, beyond causality.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnRule {
+    /// Multiplies `q · k` (`1 / sqrt(head_dim)` unless the block says otherwise).
+    pub scale: f32,
+    /// A query at position `p` sees keys `p − window < j ≤ p`; 0 = every earlier key.
+    pub window: usize,
+    /// Scores become `cap · tanh(score / cap)`; 0 = no cap.
+    pub softcap: f32,
+}
+
+impl AttnRule {
+    /// Plain causal attention with the `1 / sqrt(head_dim)` scale.
+    pub fn standard(head_dim: usize) -> AttnRule {
+        AttnRule {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window: 0,
+            softcap: 0.0,
+        }
+    }
+
+    /// The first key a query at position `p` sees.
+    #[inline(always)]
+    pub fn first_key(&self, p: usize) -> usize {
+        if self.window == 0 {
+            0
+        } else {
+            (p + 1).saturating_sub(self.window)
+        }
+    }
+}
+
 /// One causal attention step over the key/value cache.
 ///
 /// `q` is `[n × n_heads × head_dim]` for the `n` new positions `p0 .. p0 + n`; the caches
 /// hold `p0 + n` positions of `[n_kv_heads × head_dim]`. Query `i` attends to keys
-/// `0 ..= p0 + i`.
+/// `rule.first_key(p0 + i) ..= p0 + i`.
 pub struct AttnStep<'a> {
     pub q: &'a [f32],
     pub k_cache: &'a [f32],
@@ -34,6 +66,7 @@ pub struct AttnStep<'a> {
     pub p0: usize,
     pub n: usize,
     pub geom: AttnGeometry,
+    pub rule: AttnRule,
 }
 
 /// The numeric operations of a forward pass.

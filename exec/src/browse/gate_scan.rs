@@ -14,7 +14,7 @@
 //! `(gate_i · query + gate_bias_i) × gate_scale`.
 
 use lql_storage::codec;
-use lql_storage::model::{OperandKey, OperandSource, Role, TensorView};
+use lql_storage::model::{OperandKey, OperandSource, TensorView};
 use lql_storage::overlay::LayerOverlay;
 use lql_storage::DType;
 use rayon::prelude::*;
@@ -44,12 +44,12 @@ impl<'a> GateRegion<'a> {
                 n_layers: s.n_layers,
             });
         }
-        let view = src.view(OperandKey::layer(layer, Role::FfnGate)).ok_or(
-            BrowseError::MissingOperand {
+        let view = src
+            .view(OperandKey::layer(layer, s.feature_key_role()))
+            .ok_or(BrowseError::MissingOperand {
                 operand: "ffn_gate",
                 layer: Some(layer),
-            },
-        )?;
+            })?;
         check_matrix(&view, "ffn_gate", Some(layer), s.hidden, None)?;
         let overlay = src.ffn_overlay(layer);
         if let Some(o) = overlay {

@@ -135,7 +135,7 @@ pub fn scan_layers_table(src: &dyn OperandSource, layers: &[usize]) -> Vec<Layer
             // A bank layer's features are its experts' gate rows (routed, then shared).
             let bank = BankLayout::of(src);
             let gate = match bank {
-                None => src.view(OperandKey::layer(l, Role::FfnGate)),
+                None => src.view(OperandKey::layer(l, src.surface().feature_key_role())),
                 Some(_) => src.view(OperandKey::layer(l, Role::FfnGateExps)),
             };
             let bytes = Role::ALL

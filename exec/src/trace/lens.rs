@@ -111,9 +111,9 @@ pub fn logit_lens(exec: &Executor, trace: &Trace, target: Option<u32>) -> Result
         for st in 0..stages {
             rows[st * d..(st + 1) * d].copy_from_slice(stage_residual(trace, st, slot));
         }
-        exec.backend()
-            .rmsnorm(&rows, &plan.output_norm, s.norm_eps, &mut normed);
+        crate::block::final_norm(exec.backend(), plan, &rows, &mut normed);
         exec.backend().matmul(&head, &normed, stages, &mut logits)?;
+        crate::block::cap_logits(plan, &mut logits);
         for st in 0..stages {
             cells[st * k + slot] = read_cell(&logits[st * vocab..(st + 1) * vocab], target);
         }
@@ -225,9 +225,20 @@ pub fn target_trajectory(
     let x_final = trace
         .final_residual(slot)
         .ok_or_else(|| TraceError::Invalid(format!("no kept position at slot {slot}")))?;
+    // A LayerNorm centres each row first: a contribution is its own centred part, and
+    // the norm's bias adds `b · u` (counted with the embedding, the first stage).
+    let layer_norm = plan.output_norm_bias.as_ref();
+    let mean = |v: &[f32]| -> f64 {
+        if layer_norm.is_some() {
+            v.iter().map(|&a| a as f64).sum::<f64>() / d as f64
+        } else {
+            0.0
+        }
+    };
+    let mu = mean(x_final);
     let ms = x_final
         .iter()
-        .map(|&v| (v as f64) * (v as f64))
+        .map(|&v| (v as f64 - mu) * (v as f64 - mu))
         .sum::<f64>()
         / d as f64;
     let rms = (ms + eps).sqrt();
@@ -237,7 +248,16 @@ pub fn target_trajectory(
         .zip(&u)
         .map(|(&wi, &ui)| wi as f64 * ui as f64 / rms)
         .collect();
-    let c = |v: &[f32]| -> f64 { v.iter().zip(&coef).map(|(&a, &b)| a as f64 * b).sum() };
+    let bias_term: f64 = layer_norm.map_or(0.0, |b| {
+        b.iter()
+            .zip(&u)
+            .map(|(&bi, &ui)| bi as f64 * ui as f64)
+            .sum()
+    });
+    let c = |v: &[f32]| -> f64 {
+        let m = mean(v);
+        v.iter().zip(&coef).map(|(&a, &b)| (a as f64 - m) * b).sum()
+    };
     let mut steps = Vec::with_capacity(lens.stages);
     for st in 0..lens.stages {
         let cell = lens.cell(st, slot);
@@ -245,7 +265,7 @@ pub fn target_trajectory(
             TraceError::Internal("the lens was computed without the target".into())
         })?;
         let (attn, ffn, total) = if st == 0 {
-            let e = c(Trace::row(&trace.embedding, slot, d));
+            let e = c(Trace::row(&trace.embedding, slot, d)) + bias_term;
             (None, None, e)
         } else {
             let l = &trace.layers[st - 1];

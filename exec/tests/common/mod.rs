@@ -110,6 +110,7 @@ pub fn surface(spec: &Spec) -> ExecutionSurface {
         attn_bias: spec.bias,
         embedding_scale: spec.embedding_scale,
         moe: None,
+        block: Default::default(),
         special: SpecialTokens {
             eos: Some(2),
             ..SpecialTokens::default()

@@ -1122,6 +1122,7 @@ fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                     &[
                         ("MODELS", ShowWhat::Models),
                         ("BACKENDS", ShowWhat::Backends),
+                        ("ARCHITECTURES", ShowWhat::Architectures),
                         ("LAYERS", ShowWhat::Layers),
                         ("COMPONENTS", ShowWhat::Components),
                         ("REPRESENTATIONS", ShowWhat::Representations),

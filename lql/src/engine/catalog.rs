@@ -47,10 +47,12 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
             .get(&k)
             .cloned()
             .unwrap_or_else(|| k.to_string());
-        if matches!(
-            k.role,
-            Role::TokenEmbedding | Role::FfnGate | Role::FfnGateExps | Role::FfnGateShexp
-        ) {
+        if k.role == s.feature_key_role()
+            || matches!(
+                k.role,
+                Role::TokenEmbedding | Role::FfnGateExps | Role::FfnGateShexp
+            )
+        {
             missing_browse.push(what.clone());
         }
         missing_exec.push(what);
@@ -99,7 +101,7 @@ fn browse_width(model: &Model) -> (Option<&lql_storage::model::Operand>, usize, 
     let s = &model.surface;
     match &s.moe {
         None => {
-            let gate = model.operand(OperandKey::layer(0, Role::FfnGate));
+            let gate = model.operand(OperandKey::layer(0, s.feature_key_role()));
             (gate, s.ffn, gate.map(|g| g.len as u64))
         }
         Some(m) => {

@@ -221,6 +221,7 @@ pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
         return Err(Error::internal("OverlayInsert outside INSERT"));
     };
     refuse_banks(cx, "INSERT")?;
+    refuse_post_norm(cx)?;
     let n_layers = cx.bound()?.facts.n_layers;
     let layer = plan.layer.unwrap_or_else(|| default_layer(n_layers));
     let aim = plan.alpha.unwrap_or(DEFAULT_ALPHA) as f32;
@@ -707,6 +708,20 @@ fn refuse_banks(cx: &mut Cx<'_>, what: &str) -> Result<()> {
     if cx.model()?.surface.moe.is_some() {
         return Err(Error::not_supported_yet(&format!(
             "{what} on a mixture-of-experts model (editing features of experts)"
+        )));
+    }
+    Ok(())
+}
+
+/// An added feature writes into the FFN's output; where a norm follows the FFN (gemma2,
+/// gemma3, olmo2) that norm rescales the whole output and the edit's strength search
+/// cannot reach its target, so INSERT refuses rather than store an edit that does nothing.
+fn refuse_post_norm(cx: &mut Cx<'_>) -> Result<()> {
+    let s = &cx.model()?.surface;
+    if !s.block.takes_edits() {
+        return Err(Error::not_supported_yet(&format!(
+            "INSERT on a {} model (a norm after the FFN rescales an added feature)",
+            s.source_architecture
         )));
     }
     Ok(())

@@ -32,6 +32,7 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
     let mut rows = match plan.what {
         ShowWhat::Models => show_models(cx)?,
         ShowWhat::Backends => super::backend::show(cx),
+        ShowWhat::Architectures => show_architectures(cx),
         ShowWhat::Layers => show_layers(cx)?,
         ShowWhat::Tensors => show_tensors(cx)?,
         ShowWhat::Tables => show_tables(cx),
@@ -79,6 +80,41 @@ pub(crate) fn describe_table(cx: &mut Cx<'_>, table: lql_grammar::Table) -> Resu
         ]);
     }
     Ok(Datum::Rows(rows))
+}
+
+/// SHOW ARCHITECTURES: every registered family with what it supports, from the
+/// importers' own entries (the same predicates the refusals use).
+fn show_architectures(cx: &Cx<'_>) -> Rows {
+    use lql_storage::import::{family::FAMILIES, hf};
+    let hf = hf::supported_architectures();
+    let mut rows = Rows::new(super::result_columns(cx.plan));
+    for f in FAMILIES {
+        let features = f.nominal.features();
+        let edit = if !f.takes_edits() {
+            "no"
+        } else if f.plain() {
+            "AT LAYER, subject write"
+        } else {
+            "AT LAYER"
+        };
+        rows.push(vec![
+            Value::from(f.name),
+            Value::from(if features.is_empty() {
+                "llama block".to_string()
+            } else {
+                features.join(", ")
+            }),
+            hf.iter()
+                .find(|(_, family)| *family == f.name)
+                .map_or(Value::Null, |(class, _)| Value::from(*class)),
+            Value::Bool(true),
+            Value::Bool(true),
+            Value::from(edit),
+            Value::Bool(f.plain()),
+            Value::Bool(f.selection.is_some()),
+        ]);
+    }
+    rows
 }
 
 fn show_models(cx: &Cx<'_>) -> Result<Rows> {

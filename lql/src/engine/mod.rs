@@ -225,7 +225,10 @@ fn reads_bound_model(plan: &LogicalPlan) -> bool {
             s.container.is_none()
                 && !matches!(
                     s.what,
-                    ShowWhat::Models | ShowWhat::Tables | ShowWhat::Backends
+                    ShowWhat::Models
+                        | ShowWhat::Tables
+                        | ShowWhat::Backends
+                        | ShowWhat::Architectures
                 )
         }
         LogicalPlan::Set(_) => false,

@@ -1,15 +1,11 @@
-//! GGUF importer: llama-family and qwen2-family GGUF files → [`Model`].
+//! GGUF importer: a GGUF file of one of the [`family::FAMILIES`] → [`Model`].
 //!
-//! - `llama`: the converter stored Q/K rows permuted, so RoPE pairs adjacent dimensions
-//!   ([`RopePairing::Adjacent`]); Q/K/V biases are taken when present (all three).
-//! - `qwen2`: rows are not permuted ([`RopePairing::HalfSplit`]); Q/K/V biases required.
-//!
-//! - `qwen2moe`: qwen2 attention; every FFN a bank (softmax over all experts, then top-k,
-//!   not renormalised) with an optional shared expert and its sigmoid gate.
-//!
-//! A `llama` file with `llama.expert_count` is Mixtral-style: every FFN a bank with top-k
-//! then softmax. In any family `{arch}.expert_gating_func` = 2 asks for sigmoid routing
-//! (renormalised over the chosen experts), as llama.cpp's metadata spells it.
+//! Each family (`super::family`, one file each) says what its block computes; this file
+//! reads the sizes every family shares, splits fused tensors (`attn_qkv`, phi3's gate+up
+//! `ffn_up`) into row ranges read in place, and checks every operand against the surface.
+//! A file with `{arch}.expert_count` has banks of experts where its family allows them; in
+//! any family `{arch}.expert_gating_func` = 2 asks for sigmoid routing (renormalised over
+//! the chosen experts), as llama.cpp's metadata spells it.
 //!
 //! All store `output.weight` unless the head is tied to `token_embd.weight`. The tokenizer
 //! (`tokenizer.ggml.*`) is validated at open but decoded only when first asked for.
@@ -20,47 +16,11 @@ use std::path::Path;
 use crate::error::{Result, StorageError};
 use crate::format::gguf::{GgufFile, MetaArray};
 use crate::model::{Model, Operand, OperandKey, Role, SourceKind};
-use crate::surface::{
-    Activation, ExecutionSurface, ExpertSelection, MoeSurface, RopePairing, SpecialTokens,
-};
+use crate::surface::{ExecutionSurface, ExpertSelection, MoeSurface, SpecialTokens};
 use crate::tokenizer_spec::{GgufVocab, TokenizerSlot, TokenizerSpec};
 
+use super::family::{self, Family, Meta, FAMILIES};
 use super::{operand_table, validate};
-
-/// What the importer knows about each GGUF architecture it accepts.
-struct Family {
-    name: &'static str,
-    pairing: RopePairing,
-    bias_required: bool,
-    /// How the family routes tokens when its FFNs are banks; `None`: dense only.
-    selection: Option<ExpertSelection>,
-    /// Every FFN is a bank (the expert metadata is required).
-    experts_required: bool,
-}
-
-const FAMILIES: [Family; 3] = [
-    Family {
-        name: "llama",
-        pairing: RopePairing::Adjacent,
-        bias_required: false,
-        selection: Some(ExpertSelection::TopKSoftmax),
-        experts_required: false,
-    },
-    Family {
-        name: "qwen2",
-        pairing: RopePairing::HalfSplit,
-        bias_required: true,
-        selection: None,
-        experts_required: false,
-    },
-    Family {
-        name: "qwen2moe",
-        pairing: RopePairing::HalfSplit,
-        bias_required: true,
-        selection: Some(ExpertSelection::SoftmaxTopK),
-        experts_required: true,
-    },
-];
 
 /// The GGUF architectures (`general.architecture`) the importer accepts, each with
 /// whether its FFNs may be banks of experts (docs/reference.md lists them).
@@ -112,6 +72,17 @@ pub fn tensor_name(key: OperandKey) -> String {
         Role::FfnUpShexp => "ffn_up_shexp.weight",
         Role::FfnDownShexp => "ffn_down_shexp.weight",
         Role::FfnGateInpShexp => "ffn_gate_inp_shexp.weight",
+        Role::PositionEmbedding => return "position_embd.weight".into(),
+        Role::OutputNormBias => return "output_norm.bias".into(),
+        Role::RopeFreqs => return "rope_freqs.weight".into(),
+        Role::AttnNormBias => "attn_norm.bias",
+        Role::FfnNormBias => "ffn_norm.bias",
+        Role::AttnQNorm => "attn_q_norm.weight",
+        Role::AttnKNorm => "attn_k_norm.weight",
+        Role::AttnOutputBias => "attn_output.bias",
+        Role::AttnPostNorm => "post_attention_norm.weight",
+        Role::FfnPostNorm => "post_ffw_norm.weight",
+        Role::FfnDownBias => "ffn_down.bias",
     };
     format!("blk.{}.{base}", key.layer.unwrap_or(0))
 }
@@ -174,23 +145,15 @@ pub fn from_parts(
         .get_str("general.architecture")?
         .ok_or_else(|| missing(file, "general.architecture"))?
         .to_string();
-    let family = FAMILIES.iter().find(|f| f.name == arch).ok_or_else(|| {
+    let family = family::find(&arch).ok_or_else(|| {
         StorageError::Unsupported(format!(
-            "not supported yet: architecture `{arch}` ({}); supported GGUF architectures: {}",
+            "not supported yet: running architecture `{arch}` ({}); supported GGUF architectures: {}",
             path.display(),
-            FAMILIES.map(|f| f.name).join(", ")
+            family::names()
         ))
     })?;
     let k = |s: &str| format!("{arch}.{s}");
 
-    if let Some(t) = file.get_str(&k("rope.scaling.type"))? {
-        if t != "none" {
-            return Err(StorageError::Unsupported(format!(
-                "not supported yet: RoPE scaling `{t}` ({})",
-                path.display()
-            )));
-        }
-    }
     if let Some(n) = file.get_u64("split.count")? {
         if n > 1 {
             return Err(StorageError::Unsupported(format!(
@@ -199,32 +162,31 @@ pub fn from_parts(
             )));
         }
     }
-    if parts
-        .iter()
-        .any(|p| p.tensor_info("rope_freqs.weight").is_some())
-    {
-        return Err(StorageError::Unsupported(format!(
-            "not supported yet: per-dimension RoPE frequencies (tensor rope_freqs.weight in {})",
-            path.display()
-        )));
-    }
 
     let n_layers = req_usize(file, &k("block_count"))?;
     let hidden = req_usize(file, &k("embedding_length"))?;
     let ffn = req_usize(file, &k("feed_forward_length"))?;
     let n_heads = req_usize(file, &k("attention.head_count"))?;
     let n_kv_heads = opt_usize(file, &k("attention.head_count_kv"))?.unwrap_or(n_heads);
+    let field_err = |key: &str, message: String| StorageError::Format {
+        path: path.clone(),
+        offset: file.kv(&k(key)).map_or(0, |kv| kv.offset),
+        field: k(key),
+        message,
+    };
     if n_heads == 0 {
-        return Err(StorageError::Format {
-            path,
-            offset: file
-                .kv(&k("attention.head_count"))
-                .map_or(0, |kv| kv.offset),
-            field: k("attention.head_count"),
-            message: "head count is 0".into(),
-        });
+        return Err(field_err("attention.head_count", "head count is 0".into()));
     }
-    let head_dim = opt_usize(file, &k("attention.key_length"))?.unwrap_or(hidden / n_heads);
+    let head_dim = match opt_usize(file, &k("attention.key_length"))? {
+        Some(h) => h,
+        None if hidden % n_heads != 0 => {
+            return Err(field_err(
+                "attention.head_count",
+                format!("{n_heads} heads do not divide the width {hidden}"),
+            ))
+        }
+        None => hidden / n_heads,
+    };
     if let Some(vl) = opt_usize(file, &k("attention.value_length"))? {
         if vl != head_dim {
             return Err(StorageError::Unsupported(format!(
@@ -233,40 +195,61 @@ pub fn from_parts(
             )));
         }
     }
-    if let Some(rd) = opt_usize(file, &k("rope.dimension_count"))? {
-        if rd != head_dim {
-            return Err(StorageError::Unsupported(format!(
-                "not supported yet: partial rotary embeddings ({rd} of {head_dim} dimensions, {})",
-                path.display()
-            )));
-        }
-    }
     let context_length = req_usize(file, &k("context_length"))?;
     let norm_eps = file
-        .get_f32(&k("attention.layer_norm_rms_epsilon"))?
-        .ok_or_else(|| missing(file, &k("attention.layer_norm_rms_epsilon")))?;
+        .get_f32(&k(family.eps_key))?
+        .ok_or_else(|| missing(file, &k(family.eps_key)))?;
     let rope_theta = file.get_f32(&k("rope.freq_base"))?.unwrap_or(10_000.0);
+    let meta = Meta {
+        file,
+        arch: &arch,
+        n_layers,
+        hidden,
+        n_heads,
+        head_dim,
+    };
+    let mut block = (family.block)(&meta)?;
+    if block.rope {
+        block.rotary_dims = meta.rotary_dims()?;
+    }
+    if !block.rope_freq_factors
+        && parts
+            .iter()
+            .any(|p| p.tensor_info("rope_freqs.weight").is_some())
+    {
+        return Err(StorageError::Unsupported(format!(
+            "not supported yet: per-dimension RoPE frequencies in a {arch} file (tensor rope_freqs.weight in {})",
+            path.display()
+        )));
+    }
+    let fused = FusedRows {
+        family,
+        q: n_heads * head_dim,
+        kv: n_kv_heads * head_dim,
+        ffn,
+    };
 
     // Operands.
     let mut operands = BTreeMap::new();
     for (backing, part) in parts.iter().enumerate() {
         for t in part.tensors() {
-            let key = operand_table::tensor_key(&path, &t.name, &arch, n_layers, operand_key)?;
-            if operands.contains_key(&key) {
+            let range = part.byte_range(t);
+            let stored = Operand {
+                source_name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                backing,
+                offset: range.start,
+                len: range.len(),
+            };
+            if let Some(pieces) = fused.split(&path, n_layers, stored.clone())? {
+                for (key, op) in pieces {
+                    operands.entry(key).or_insert(op);
+                }
                 continue;
             }
-            let range = part.byte_range(t);
-            operands.insert(
-                key,
-                Operand {
-                    source_name: t.name.clone(),
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                    backing,
-                    offset: range.start,
-                    len: range.len(),
-                },
-            );
+            let key = operand_table::tensor_key(&path, &t.name, &arch, n_layers, operand_key)?;
+            operands.entry(key).or_insert(stored);
         }
     }
     let vocab = match operand_table::embedding_vocab(&operands) {
@@ -302,12 +285,13 @@ pub fn from_parts(
         rope_theta,
         rope_pairing: family.pairing,
         norm_eps,
-        activation: Activation::Silu,
+        activation: family.activation,
         tied_head,
         attn_bias,
-        embedding_scale: 1.0,
+        embedding_scale: (family.embedding_scale)(hidden),
         special,
         moe,
+        block,
     };
     validate::check_surface(&path, &surface)?;
     match span {
@@ -447,6 +431,118 @@ fn experts(
         shared_ffn,
         shared_gate: shared_ffn > 0 && has(Role::FfnGateInpShexp),
     }))
+}
+
+/// How a family's fused tensors split into the block's operands.
+struct FusedRows {
+    family: &'static Family,
+    /// Rows of the Q, K (= V) projections.
+    q: usize,
+    kv: usize,
+    ffn: usize,
+}
+
+impl FusedRows {
+    /// The operands a fused tensor holds (row ranges of it, read in place), or `None` for
+    /// a tensor stored whole. A fused tensor whose rows do not add up is refused by name.
+    fn split(
+        &self,
+        path: &Path,
+        n_layers: usize,
+        stored: Operand,
+    ) -> Result<Option<Vec<(OperandKey, Operand)>>> {
+        let Some((layer, suffix)) = stored
+            .source_name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split_once('.'))
+        else {
+            return Ok(None);
+        };
+        let parts: &[(Role, usize, &str)] = match suffix {
+            "attn_qkv.weight" if self.family.fused.qkv => &[
+                (Role::AttnQ, self.q, "q"),
+                (Role::AttnK, self.kv, "k"),
+                (Role::AttnV, self.kv, "v"),
+            ],
+            "attn_qkv.bias" if self.family.fused.qkv => &[
+                (Role::AttnQBias, self.q, "q"),
+                (Role::AttnKBias, self.kv, "k"),
+                (Role::AttnVBias, self.kv, "v"),
+            ],
+            "ffn_up.weight" if self.family.fused.gate_up => &[
+                (Role::FfnGate, self.ffn, "gate"),
+                (Role::FfnUp, self.ffn, "up"),
+            ],
+            _ => return Ok(None),
+        };
+        let bad = |message: String| StorageError::Tensor {
+            path: path.to_path_buf(),
+            tensor: stored.source_name.clone(),
+            message,
+        };
+        let layer: usize = match layer.parse() {
+            Ok(l) if l < n_layers && layer.len() <= 6 => l,
+            _ => {
+                return Err(bad(format!(
+                    "layer index beyond the {n_layers} layers of the model"
+                )))
+            }
+        };
+        let total: usize = parts.iter().map(|p| p.1).sum();
+        // A matrix splits by rows (shape[1]); a bias vector by elements (shape[0]).
+        let matrix = stored.shape.len() == 2;
+        let (unit_elems, count) = match stored.shape.as_slice() {
+            [row, rows] => (*row, *rows),
+            [n] => (1, *n),
+            other => return Err(bad(format!("a fused tensor of shape {other:?}"))),
+        };
+        if count != total {
+            let names: Vec<String> = parts.iter().map(|p| format!("{} {}", p.2, p.1)).collect();
+            return Err(bad(format!(
+                "{count} {} where the metadata asks for {} ({})",
+                if matrix { "rows" } else { "elements" },
+                total,
+                names.join(" + ")
+            )));
+        }
+        let mut out = Vec::with_capacity(parts.len());
+        let mut at = 0usize;
+        for &(role, n, label) in parts {
+            let bytes_of = |elems: usize| {
+                stored
+                    .dtype
+                    .bytes_for(elems as u64)
+                    .and_then(|b| usize::try_from(b).ok())
+            };
+            let (Some(offset), Some(len)) = (bytes_of(at * unit_elems), bytes_of(n * unit_elems))
+            else {
+                return Err(bad(format!(
+                    "the {label} part does not start on a whole {} block",
+                    stored.dtype
+                )));
+            };
+            if offset + len > stored.len {
+                return Err(bad(format!(
+                    "{} bytes hold less than the {label} part",
+                    stored.len
+                )));
+            }
+            let shape = if matrix { vec![unit_elems, n] } else { vec![n] };
+            out.push((
+                OperandKey::layer(layer, role),
+                Operand {
+                    source_name: format!("{}#{label}", stored.source_name),
+                    dtype: stored.dtype,
+                    shape,
+                    backing: stored.backing,
+                    offset: stored.offset + offset,
+                    len,
+                },
+            ));
+            at += n;
+        }
+        Ok(Some(out))
+    }
 }
 
 /// Special tokens (read now) and the tokenizer spec (decoded on first use).

@@ -71,6 +71,19 @@ pub fn tensor_name(key: OperandKey) -> String {
         Role::FfnUpShexp => "mlp.shared_expert.up_proj.weight",
         Role::FfnDownShexp => "mlp.shared_expert.down_proj.weight",
         Role::FfnGateInpShexp => "mlp.shared_expert_gate.weight",
+        // The roles of the newer block features, in the spelling of the transformers
+        // classes that have them (the HF importer opens none of those families yet).
+        Role::PositionEmbedding => return "model.embed_positions.weight".into(),
+        Role::OutputNormBias => return "model.norm.bias".into(),
+        Role::RopeFreqs => return "model.rope_freqs".into(),
+        Role::AttnNormBias => "input_layernorm.bias",
+        Role::FfnNormBias => "post_attention_layernorm.bias",
+        Role::AttnQNorm => "self_attn.q_norm.weight",
+        Role::AttnKNorm => "self_attn.k_norm.weight",
+        Role::AttnOutputBias => "self_attn.o_proj.bias",
+        Role::AttnPostNorm => "post_self_attn_layernorm.weight",
+        Role::FfnPostNorm => "post_feedforward_layernorm.weight",
+        Role::FfnDownBias => "mlp.down_proj.bias",
     };
     format!("model.layers.{}.{base}", key.layer.unwrap_or(0))
 }
@@ -205,6 +218,7 @@ pub fn open(dir: &Path) -> Result<Model> {
         attn_bias,
         embedding_scale: 1.0,
         moe: None,
+        block: Default::default(),
         special,
     };
     validate::check_surface(dir, &surface)?;

@@ -6,6 +6,7 @@
 //! for that kind. Family knowledge (tensor names, RoPE pairing, biases, tied head) lives
 //! here and nowhere else.
 
+pub mod family;
 pub mod gguf;
 pub mod hf;
 pub mod operand_table;

@@ -9,7 +9,7 @@ use crate::error::{Result, StorageError};
 use crate::model::{Operand, OperandKey, Role};
 
 /// Roles stored once per model rather than once per layer.
-const GLOBAL_ROLES: [Role; 3] = [Role::TokenEmbedding, Role::OutputNorm, Role::Output];
+const GLOBAL_ROLES: [Role; 6] = Role::GLOBAL;
 
 /// The inverse of an importer's `tensor_name`: a global operand by its full name, a layer
 /// operand as `{layer_prefix}{layer}.{suffix}`. `None` for a name the naming does not have.
@@ -99,11 +99,11 @@ mod tests {
             "blk.x.attn_q.weight",
             "blk..attn_q.weight",
             "blk.1.attn_q",
-            "rope_freqs.weight",
+            "rope_factors_long.weight",
         ] {
             assert_eq!(gguf::operand_key(name), None, "{name}");
         }
         assert_eq!(gguf::operand_key("blk.1234567.attn_q.weight"), None);
-        assert_eq!(hf::operand_key("model.layers.3.mlp.down_proj.bias"), None);
+        assert_eq!(hf::operand_key("model.layers.3.mlp.fc9.bias"), None);
     }
 }

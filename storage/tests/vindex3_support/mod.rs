@@ -151,6 +151,7 @@ pub fn synthetic(g: Geometry) -> Model {
         attn_bias: false,
         embedding_scale: 1.0,
         moe: None,
+        block: Default::default(),
         special: SpecialTokens {
             bos: Some(1),
             eos: Some(2),
