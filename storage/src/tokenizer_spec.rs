@@ -15,6 +15,10 @@ pub struct GgufVocab {
     pub scores: Vec<f32>,
     pub token_types: Vec<i32>,
     pub merges: Vec<String>,
+    /// `tokenizer.ggml.add_space_prefix`: whether SentencePiece prepends a space to the
+    /// text (absent: llama.cpp's default, yes; Gemma's files say no).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add_space_prefix: Option<bool>,
 }
 
 /// The tokenizer source of a model.

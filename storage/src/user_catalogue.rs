@@ -206,6 +206,7 @@ pub fn load(path: &Path, builtin: &[CatalogueEntry]) -> Result<Vec<CatalogueEntr
             package: e.package,
             version: e.version,
             member: e.member,
+            continued: Vec::new(),
             sha256: e.sha256,
             size: e.size,
             licence: e.licence,

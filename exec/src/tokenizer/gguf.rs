@@ -344,7 +344,10 @@ fn build_spm(
     let bos = config.bos.or_else(|| default_id(1, TokenKind::Control));
     let eos = config.eos.or_else(|| default_id(2, TokenKind::Control));
     let unk = config.unk.or_else(|| default_id(0, TokenKind::Unknown));
-    let add_space_prefix = config.add_space_prefix.unwrap_or(true);
+    let add_space_prefix = config
+        .add_space_prefix
+        .or(vocab.add_space_prefix)
+        .unwrap_or(true);
 
     let map = vocab_map(&raw);
     let merges = spm_merges(&raw, &kinds, &vocab.scores, &map);
@@ -424,6 +427,7 @@ mod tests {
             scores: Vec::new(),
             token_types: types.to_vec(),
             merges: merges.iter().map(|s| s.to_string()).collect(),
+            add_space_prefix: None,
         }
     }
 

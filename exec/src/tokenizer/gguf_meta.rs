@@ -40,6 +40,7 @@ pub fn read(file: &GgufFile) -> Result<(GgufVocab, TokenizerConfig)> {
         merges: file
             .get_str_array("tokenizer.ggml.merges")?
             .unwrap_or_default(),
+        add_space_prefix: file.get_bool("tokenizer.ggml.add_space_prefix")?,
     };
     let config = TokenizerConfig {
         bos: file.get_u32("tokenizer.ggml.bos_token_id")?,

@@ -629,6 +629,7 @@ fn tokenizer(file: &GgufFile, vocab: usize) -> Result<(SpecialTokens, TokenizerS
     let types = file.get_array("tokenizer.ggml.token_type")?.cloned();
     let merges = file.get_array("tokenizer.ggml.merges")?.cloned();
     let chat_template = file.get_str("tokenizer.chat_template")?.map(str::to_string);
+    let add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix")?;
     // Type-check now so that building later cannot fail on a well-formed open.
     let n = tokens.len();
     let check = |a: &Option<MetaArray>, key: &str, ok: bool, want: &str| -> Result<()> {
@@ -687,6 +688,7 @@ fn tokenizer(file: &GgufFile, vocab: usize) -> Result<(SpecialTokens, TokenizerS
                 .as_ref()
                 .and_then(MetaArray::to_strings)
                 .unwrap_or_default(),
+            add_space_prefix,
         };
         Ok(TokenizerSpec::Gguf {
             vocab,

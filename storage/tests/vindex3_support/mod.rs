@@ -132,6 +132,7 @@ pub fn synthetic(g: Geometry) -> Model {
         scores: vec![0.0; g.vocab],
         token_types: vec![1; g.vocab],
         merges: vec!["t 1".into()],
+        add_space_prefix: None,
     };
     let surface = ExecutionSurface {
         source_architecture: "llama".into(),
