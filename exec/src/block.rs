@@ -42,9 +42,10 @@ pub(crate) fn view<'s>(source: &'s dyn OperandSource, key: OperandKey) -> Result
     })
 }
 
-/// `row += bias` for every row of `x`.
-pub(crate) fn add_bias_rows(x: &mut [f32], bias: Option<&Vec<f32>>) {
-    if let Some(b) = bias {
+/// `row += bias` for every row of `x` (one value per column; none or an empty bias adds
+/// nothing).
+pub(crate) fn add_bias_rows(x: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias.filter(|b| !b.is_empty()) {
         for row in x.chunks_exact_mut(b.len()) {
             add_in_place(row, b);
         }
@@ -217,9 +218,9 @@ impl Block<'_> {
             m,
             &mut [&mut buf.q, &mut buf.k, &mut buf.v],
         )?;
-        add_bias_rows(&mut buf.q, lp.q_bias.as_ref());
-        add_bias_rows(&mut buf.k, lp.k_bias.as_ref());
-        add_bias_rows(&mut buf.v, lp.v_bias.as_ref());
+        add_bias_rows(&mut buf.q, lp.q_bias.as_deref());
+        add_bias_rows(&mut buf.k, lp.k_bias.as_deref());
+        add_bias_rows(&mut buf.v, lp.v_bias.as_deref());
         if let (Some(qn), Some(kn)) = (&e.q_norm, &e.k_norm) {
             qk_norm(&mut buf.q, qn, s.norm_eps);
             qk_norm(&mut buf.k, kn, s.norm_eps);
@@ -258,7 +259,7 @@ impl Block<'_> {
             );
         }
         be.matmul(&view(self.source, lp.o)?, &buf.att, m, &mut buf.attn_delta)?;
-        add_bias_rows(&mut buf.attn_delta, e.o_bias.as_ref());
+        add_bias_rows(&mut buf.attn_delta, e.o_bias.as_deref());
         if let Some(w) = &e.attn_post_norm {
             post_norm(be, s, &mut buf.attn_delta, w, &mut buf.post);
         }

@@ -11,6 +11,7 @@ use lql_storage::model::{OperandKey, OperandSource, TensorView};
 use lql_storage::surface::{Activation, ExpertSelection};
 
 use crate::backend::Backend;
+use crate::block::{add_bias_rows, view};
 use crate::error::{ExecError, Result};
 use crate::kernels::{axpy, dot, exp};
 use crate::observer::Route;
@@ -86,13 +87,6 @@ pub(crate) struct FfnCtx<'a> {
     pub activation: Activation,
 }
 
-fn view<'s>(source: &'s dyn OperandSource, key: OperandKey) -> Result<TensorView<'s>> {
-    source.view(key).ok_or(ExecError::MissingOperand {
-        operand: key.role.name(),
-        layer: key.layer,
-    })
-}
-
 /// The FFN block of layer `lp` over `n` normed rows `h` (`[n × hidden]`): writes the delta
 /// to add to the residual into `out` (`[n × hidden]`). `observe` (the first position's
 /// absolute index, when an observer is attached) keeps the gate pre-activations of a dense
@@ -165,8 +159,8 @@ fn dense(
     let be = cx.backend;
     let (wg, wu) = (view(cx.source, gate)?, view(cx.source, up)?);
     be.matmul_group(&[wg, wu], h, n, &mut [&mut buf.gate, &mut buf.up])?;
-    add_bias(&mut buf.gate, gate_bias);
-    add_bias(&mut buf.up, up_bias);
+    add_bias_rows(&mut buf.gate, gate_bias);
+    add_bias_rows(&mut buf.up, up_bias);
     activate_and_down(cx, ov, buf, keep_pre, down, n, out, |b| {
         be.glu(cx.activation, &mut b.gate, &b.up)
     })
@@ -213,23 +207,12 @@ fn mlp(
 ) -> Result<()> {
     let be = cx.backend;
     be.matmul(&view(cx.source, up)?, h, n, &mut buf.gate)?;
-    add_bias(&mut buf.gate, up_bias);
+    add_bias_rows(&mut buf.gate, up_bias);
     activate_and_down(cx, ov, buf, keep_pre, down, n, out, |b| {
         crate::kernels::activate(cx.activation, &mut b.gate)
     })?;
-    add_bias(out, down_bias);
+    add_bias_rows(out, down_bias);
     Ok(())
-}
-
-/// Adds `bias` (one value per feature) to every position's row of `m`.
-fn add_bias(m: &mut [f32], bias: Option<&[f32]>) {
-    if let Some(b) = bias.filter(|b| !b.is_empty()) {
-        for row in m.chunks_exact_mut(b.len()) {
-            for (v, x) in row.iter_mut().zip(b) {
-                *v += *x;
-            }
-        }
-    }
 }
 
 /// Matrix `e` of a stacked `[row_len, rows, n]` operand, in place.
