@@ -1,22 +1,15 @@
-//! The decoder block: the one definition of what a layer computes, run by every host pass
-//! (a prompt or a decode step in [`crate::forward`], the batched step of several sequences
-//! in [`crate::batch`]). Every fact comes from the [`Plan`] (lowered from the surface's
-//! [`lql_storage::surface::BlockSpec`]); nothing here knows a family.
+//! The decoder block on the host: runs a layer's steps ([`crate::program`], the one
+//! definition of what a layer computes) for every host pass (a prompt or a decode step in
+//! [`crate::forward`], the batched step of several sequences in [`crate::batch`]). Every
+//! fact comes from the [`Plan`] (lowered from the surface's
+//! [`lql_storage::surface::BlockSpec`]); nothing here knows a family or a placement.
 //!
-//! One layer over `m` rows of the residual stream `x`, the rows grouped into sequences
-//! ([`Seq`]: its rows, its first position, its key/value cache):
-//!
-//! ```text
-//! h   = norm_attn(x)            (pre and sandwich placements; post-only: h = x)
-//! q,k,v = h·Wq, h·Wk, h·Wv (+ biases);  q,k = qk_norm(q,k);  q,k = rope(q,k)
-//! a   = attention(q, cache(k), cache(v)) · Wo (+ bias);  a = post_norm_attn(a)
-//! x  += a                        (parallel placement: added together with the FFN's)
-//! h   = norm_ffn(x)              (parallel: norm_ffn of the layer's input)
-//! f   = ffn(h);  f = post_norm_ffn(f);  x += f
-//! ```
+//! One layer runs over `m` rows of the residual stream `x`, the rows grouped into
+//! sequences ([`Seq`]: its rows, its first position, its key/value cache); each kind of
+//! [`Step`] is implemented once, in [`Block::run`].
 
 use lql_storage::model::{OperandKey, OperandSource, TensorView};
-use lql_storage::surface::{ExecutionSurface, NormKind, NormPlacement};
+use lql_storage::surface::{ExecutionSurface, NormKind};
 
 use crate::backend::{encoded, AttnGeometry, AttnRule, AttnStep, Backend};
 use crate::error::{ExecError, Result};
@@ -24,6 +17,7 @@ use crate::ffn::{self, FfnBuffers, FfnCtx};
 use crate::kernels::{self, add_in_place, RopeTable};
 use crate::kv::KvCache;
 use crate::plan::{LayerPlan, Plan};
+use crate::program::{Step, Sub};
 
 /// One sequence's rows in a block's input: rows `row .. row + n`, at positions
 /// `p0 .. p0 + n` of its own cache.
@@ -110,6 +104,21 @@ pub(crate) fn rope_tables(plan: &Plan, positions: &[usize]) -> Vec<RopeTable> {
         .collect()
 }
 
+/// The attention rule of layer `lp`: the block's query scale (`1 / sqrt(head_dim)` unless
+/// it says otherwise), the layer's sliding window, the block's softcap.
+pub fn attn_rule(plan: &Plan, lp: &LayerPlan) -> AttnRule {
+    let s = &plan.surface;
+    AttnRule {
+        scale: if s.block.attn_scale > 0.0 {
+            s.block.attn_scale
+        } else {
+            1.0 / (s.head_dim as f32).sqrt()
+        },
+        window: lp.window,
+        softcap: s.block.attn_softcap,
+    }
+}
+
 /// The scratch of one block over `m` rows, reused layer after layer.
 pub(crate) struct BlockBuffers {
     pub h: Vec<f32>,
@@ -155,24 +164,11 @@ pub(crate) struct Block<'a> {
 }
 
 impl Block<'_> {
-    /// The attention rule of layer `lp`.
-    pub fn rule(&self, lp: &LayerPlan) -> AttnRule {
-        let s = &self.plan.surface;
-        AttnRule {
-            scale: if s.block.attn_scale > 0.0 {
-                s.block.attn_scale
-            } else {
-                1.0 / (s.head_dim as f32).sqrt()
-            },
-            window: lp.window,
-            softcap: s.block.attn_softcap,
-        }
-    }
-
-    /// Runs layer `lp` (the `kl`-th layer of its cache) over the rows of `x`; `kvs[i]`
-    /// is sequence `seqs[i]`'s cache (appended to, not committed). With `observe`, the
-    /// FFN keeps what observers read (positions from `observe`); with `weights`
-    /// (`[m × n_heads × keys]`, one sequence only) the attention weights are written too.
+    /// Runs layer `lp` (the `kl`-th layer of its cache) over the rows of `x`, step by step
+    /// ([`LayerPlan::steps`]); `kvs[i]` is sequence `seqs[i]`'s cache (appended to, not
+    /// committed). With `observe`, the FFN keeps what observers read (positions from
+    /// `observe`); with `weights` (`[m × n_heads × keys]`, one sequence only) the
+    /// attention weights are written too.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
@@ -187,116 +183,115 @@ impl Block<'_> {
     ) -> Result<()> {
         let plan = self.plan;
         let s = &plan.surface;
-        let b = &s.block;
         let be = self.backend;
         let m = x.len() / s.hidden;
         let (qd, kvd) = (plan.q_dim, plan.kv_dim);
         let e = &lp.extra;
-
-        // Attention.
-        let attn_in: &[f32] = if b.placement == NormPlacement::Post {
-            x
-        } else {
-            norm(
-                be,
-                s,
-                x,
-                &lp.attn_norm,
-                e.attn_norm_bias.as_ref(),
-                &mut buf.h,
-            );
-            &buf.h
-        };
-        let (wq, wk, wv) = (
-            view(self.source, lp.q)?,
-            view(self.source, lp.k)?,
-            view(self.source, lp.v)?,
-        );
-        be.matmul_group(
-            &[wq, wk, wv],
-            attn_in,
-            m,
-            &mut [&mut buf.q, &mut buf.k, &mut buf.v],
-        )?;
-        add_bias_rows(&mut buf.q, lp.q_bias.as_deref());
-        add_bias_rows(&mut buf.k, lp.k_bias.as_deref());
-        add_bias_rows(&mut buf.v, lp.v_bias.as_deref());
-        if let (Some(qn), Some(kn)) = (&e.q_norm, &e.k_norm) {
-            qk_norm(&mut buf.q, qn, s.norm_eps);
-            qk_norm(&mut buf.k, kn, s.norm_eps);
-        }
-        if let Some(table) = self.tables.get(lp.rope) {
-            be.rope(&mut buf.q, s.n_heads, s.head_dim, table, s.rope_pairing);
-            be.rope(&mut buf.k, s.n_kv_heads, s.head_dim, table, s.rope_pairing);
-        }
-        let geom = AttnGeometry {
-            n_heads: s.n_heads,
-            n_kv_heads: s.n_kv_heads,
-            head_dim: s.head_dim,
-        };
-        let rule = self.rule(lp);
-        for (seq, kv) in seqs.iter().zip(kvs.iter_mut()) {
-            let (r, n) = (seq.row, seq.n);
-            kv.append(
-                kl,
-                &buf.k[r * kvd..(r + n) * kvd],
-                &buf.v[r * kvd..(r + n) * kvd],
-            );
-            let (kc, vc) = kv.layer(kl);
-            let step = AttnStep {
-                q: &buf.q[r * qd..(r + n) * qd],
-                k_cache: kc,
-                v_cache: vc,
-                p0: seq.p0,
-                n,
-                geom,
-                rule,
-            };
-            be.attention(
-                &step,
-                &mut buf.att[r * qd..(r + n) * qd],
-                weights.as_deref_mut(),
-            );
-        }
-        be.matmul(&view(self.source, lp.o)?, &buf.att, m, &mut buf.attn_delta)?;
-        add_bias_rows(&mut buf.attn_delta, e.o_bias.as_deref());
-        if let Some(w) = &e.attn_post_norm {
-            post_norm(be, s, &mut buf.attn_delta, w, &mut buf.post);
-        }
-
-        // FFN.
-        let parallel = b.placement == NormPlacement::Parallel;
-        if !parallel {
-            add_in_place(x, &buf.attn_delta);
-        }
-        let ffn_cx = FfnCtx {
-            source: self.source,
-            backend: be,
-            activation: s.activation,
-        };
-        if b.placement == NormPlacement::Post {
-            buf.h.copy_from_slice(x);
-        } else {
-            norm(be, s, x, &lp.ffn_norm, e.ffn_norm_bias.as_ref(), &mut buf.h);
-        }
-        ffn::run(
-            &ffn_cx,
-            lp,
-            &buf.h,
-            m,
-            &mut buf.ffn,
-            observe,
-            &mut buf.ffn_delta,
-        )?;
-        if let Some(w) = &e.ffn_post_norm {
-            post_norm(be, s, &mut buf.ffn_delta, w, &mut buf.post);
-        }
-        if parallel {
-            for ((xi, a), f) in x.iter_mut().zip(&buf.attn_delta).zip(&buf.ffn_delta) {
-                *xi += a + f;
+        for step in &lp.steps {
+            match *step {
+                Step::Norm(Sub::Attn) => norm(
+                    be,
+                    s,
+                    x,
+                    &lp.attn_norm,
+                    e.attn_norm_bias.as_ref(),
+                    &mut buf.h,
+                ),
+                Step::Norm(Sub::Ffn) => {
+                    norm(be, s, x, &lp.ffn_norm, e.ffn_norm_bias.as_ref(), &mut buf.h)
+                }
+                Step::TakeResidual => buf.h.copy_from_slice(x),
+                Step::Project => {
+                    let (wq, wk, wv) = (
+                        view(self.source, lp.q)?,
+                        view(self.source, lp.k)?,
+                        view(self.source, lp.v)?,
+                    );
+                    be.matmul_group(
+                        &[wq, wk, wv],
+                        &buf.h,
+                        m,
+                        &mut [&mut buf.q, &mut buf.k, &mut buf.v],
+                    )?;
+                    add_bias_rows(&mut buf.q, lp.q_bias.as_deref());
+                    add_bias_rows(&mut buf.k, lp.k_bias.as_deref());
+                    add_bias_rows(&mut buf.v, lp.v_bias.as_deref());
+                }
+                Step::QkNorm => {
+                    if let (Some(qn), Some(kn)) = (&e.q_norm, &e.k_norm) {
+                        qk_norm(&mut buf.q, qn, s.norm_eps);
+                        qk_norm(&mut buf.k, kn, s.norm_eps);
+                    }
+                }
+                Step::Rope => {
+                    if let Some(table) = self.tables.get(lp.rope) {
+                        be.rope(&mut buf.q, s.n_heads, s.head_dim, table, s.rope_pairing);
+                        be.rope(&mut buf.k, s.n_kv_heads, s.head_dim, table, s.rope_pairing);
+                    }
+                }
+                Step::Attend => {
+                    let geom = AttnGeometry {
+                        n_heads: s.n_heads,
+                        n_kv_heads: s.n_kv_heads,
+                        head_dim: s.head_dim,
+                    };
+                    let rule = attn_rule(plan, lp);
+                    for (seq, kv) in seqs.iter().zip(kvs.iter_mut()) {
+                        let (r, n) = (seq.row, seq.n);
+                        kv.append(
+                            kl,
+                            &buf.k[r * kvd..(r + n) * kvd],
+                            &buf.v[r * kvd..(r + n) * kvd],
+                        );
+                        let (kc, vc) = kv.layer(kl);
+                        let step = AttnStep {
+                            q: &buf.q[r * qd..(r + n) * qd],
+                            k_cache: kc,
+                            v_cache: vc,
+                            p0: seq.p0,
+                            n,
+                            geom,
+                            rule,
+                        };
+                        be.attention(
+                            &step,
+                            &mut buf.att[r * qd..(r + n) * qd],
+                            weights.as_deref_mut(),
+                        );
+                    }
+                }
+                Step::Output => {
+                    be.matmul(&view(self.source, lp.o)?, &buf.att, m, &mut buf.attn_delta)?;
+                    add_bias_rows(&mut buf.attn_delta, e.o_bias.as_deref());
+                }
+                Step::PostNorm(sub) => {
+                    let (delta, w) = match sub {
+                        Sub::Attn => (&mut buf.attn_delta, &e.attn_post_norm),
+                        Sub::Ffn => (&mut buf.ffn_delta, &e.ffn_post_norm),
+                    };
+                    if let Some(w) = w {
+                        post_norm(be, s, delta, w, &mut buf.post);
+                    }
+                }
+                Step::Ffn => {
+                    let ffn_cx = FfnCtx {
+                        source: self.source,
+                        backend: be,
+                        activation: s.activation,
+                    };
+                    ffn::run(
+                        &ffn_cx,
+                        lp,
+                        &buf.h,
+                        m,
+                        &mut buf.ffn,
+                        observe,
+                        &mut buf.ffn_delta,
+                    )?;
+                }
+                Step::Residual(Sub::Attn) => add_in_place(x, &buf.attn_delta),
+                Step::Residual(Sub::Ffn) => add_in_place(x, &buf.ffn_delta),
             }
-        } else {
-            add_in_place(x, &buf.ffn_delta);
         }
         Ok(())
     }

@@ -7,16 +7,16 @@
 //! weighted sum is the delta. The forward pass calls [`run`] once per layer and adds the
 //! delta to the residual; an observer reads what [`FfnBuffers`] kept.
 
-use lql_storage::model::{OperandKey, OperandSource, TensorView};
+use lql_storage::model::{OperandKey, OperandSource};
 use lql_storage::surface::{Activation, ExpertSelection};
 
 use crate::backend::Backend;
 use crate::block::{add_bias_rows, view};
-use crate::error::{ExecError, Result};
+use crate::error::Result;
 use crate::kernels::{axpy, dot, exp};
 use crate::observer::Route;
 use crate::overlay;
-use crate::plan::{BankPlan, FfnPlan, LayerPlan};
+use crate::plan::{expert, BankPlan, FfnPlan, LayerPlan};
 use lql_storage::overlay::LayerOverlay;
 
 /// Scratch space of the FFN block, reused across layers of one pass, and what an observer
@@ -215,23 +215,9 @@ fn mlp(
     Ok(())
 }
 
-/// Matrix `e` of a stacked `[row_len, rows, n]` operand, in place.
-fn expert<'a>(stacked: &TensorView<'a>, shape: &'a [usize; 2], e: usize) -> Result<TensorView<'a>> {
-    let per = shape[1] * stacked.row_bytes();
-    let bytes = stacked
-        .bytes
-        .get(e * per..(e + 1) * per)
-        .ok_or_else(|| ExecError::Internal(format!("expert {e} is outside its operand")))?;
-    Ok(TensorView {
-        dtype: stacked.dtype,
-        shape,
-        bytes,
-    })
-}
-
 /// Pick `k` experts from router logits `z` with weights, appending `(expert, weight)` in
 /// descending order of the selection score (ties: the lower expert first).
-pub(crate) fn select(sel: ExpertSelection, z: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
+pub fn select(sel: ExpertSelection, z: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
     let score: Vec<f32> = match sel {
         ExpertSelection::TopKSoftmax => z.to_vec(),
         ExpertSelection::SoftmaxTopK => {

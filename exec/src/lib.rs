@@ -8,6 +8,7 @@
 //!
 //! - [`plan`]: the validated operation plan, from the execution surface only.
 //! - [`backend`]: the `Backend` trait and the CPU backend (codec dot kernels, faer GEMM).
+//! - [`program`]: the block programme, the one definition of a layer's steps.
 //! - [`forward`]: one forward pass over new positions; `ffn`: its FFN block.
 //! - [`session`]: `Executor`, `Session`, `Logits`, INFER.
 //! - [`batch`]: one decode step over several sequences (`Executor::decode_batch`).
@@ -33,6 +34,7 @@ pub mod kv;
 pub mod observer;
 pub mod overlay;
 pub mod plan;
+pub mod program;
 pub mod sample;
 pub mod session;
 pub mod stage;
@@ -42,6 +44,7 @@ pub mod trace;
 pub use backend::cpu::CpuBackend;
 pub use backend::Backend;
 pub use error::{DeviceFault, ExecError, Result};
+pub use ffn::select as select_experts;
 pub use forward::{LogitsWanted, PassInput};
 pub use generate::{Control, FinishReason, GenerateOptions, Generation, TokenDecoder};
 pub use observer::{LayerRecord, Observer, Route};

@@ -42,6 +42,9 @@ pub struct LayerPlan {
     pub rope: usize,
     /// The sliding window of this layer's attention; 0 = none.
     pub window: usize,
+    /// What the layer computes, in order ([`crate::program::lower`]): every backend runs
+    /// these.
+    pub steps: Vec<crate::program::Step>,
 }
 
 /// The decoded vectors of a layer's block features beyond the plain block.
@@ -114,6 +117,25 @@ pub struct BankPlan {
     pub expert_ffn: usize,
     pub selection: ExpertSelection,
     pub shared: Option<SharedPlan>,
+}
+
+/// Matrix `e` of a stacked `[row_len, rows, n]` operand, in place (`shape` is
+/// `[row_len, rows]`).
+pub fn expert<'a>(
+    stacked: &TensorView<'a>,
+    shape: &'a [usize; 2],
+    e: usize,
+) -> Result<TensorView<'a>> {
+    let per = shape[1] * stacked.row_bytes();
+    let bytes = stacked
+        .bytes
+        .get(e * per..(e + 1) * per)
+        .ok_or_else(|| ExecError::Internal(format!("expert {e} is outside its operand")))?;
+    Ok(TensorView {
+        dtype: stacked.dtype,
+        shape,
+        bytes,
+    })
 }
 
 /// The shared expert every token runs through.
@@ -244,7 +266,7 @@ impl Plan {
                 attn_post_norm: when(post, Role::AttnPostNorm, s.hidden)?,
                 ffn_post_norm: when(post, Role::FfnPostNorm, s.hidden)?,
             };
-            let lp = LayerPlan {
+            let mut lp = LayerPlan {
                 index: l,
                 attn_norm: if pre {
                     vector(source, key(Role::AttnNorm), s.hidden)?
@@ -267,7 +289,9 @@ impl Plan {
                 extra,
                 rope: usize::from(windowed.is_some() && ropes.len() > 1),
                 window: windowed.map_or(0, |w| w.window),
+                steps: Vec::new(),
             };
+            lp.steps = crate::program::lower(b, &lp);
             layers.push(lp);
         }
         let output_norm_bias = if stage.output && layer_norm {

@@ -17,8 +17,8 @@ use crate::model::GpuModel;
 pub struct GpuBackend {
     gpu: Arc<Gpu>,
     cpu: CpuBackend,
-    /// `BACKEND auto`: a plan the device cannot run (an encoding without a kernel, an
-    /// edited FFN, an expert bank) or a device failure while preparing it runs on the CPU.
+    /// `BACKEND auto`: a plan the device cannot run (an encoding without a kernel, rows
+    /// not in groups of 4 elements) or a device failure while preparing it runs on the CPU.
     fallback: bool,
 }
 

@@ -1,9 +1,11 @@
-//! One executor's model on the device and its forward pass: embedding lookup, per layer
-//! RMSNorm → Q/K/V (+ biases) → RoPE → append to the device cache → attention → output
-//! projection → residual add → RMSNorm → gate/up → activation → down → residual add, then
-//! the final norm and head, all on the device. Only the logits asked for come back, and an
-//! observer gets back what its hooks read (per layer: residual, deltas, FFN input, gate and
-//! activation; the attention weights only when it asks for them).
+//! One executor's model on the device and its forward pass: the embedding lookup (plus
+//! learned positions), then each layer's steps (`lql_exec::program`, the one definition of
+//! a layer, shared with the host), each step kind implemented once here on the device
+//! kernels, then the final norm and head. The FFN runs dense, MLP and bank layers with the
+//! effective state's overlay (scales and added features). Only the logits asked for come
+//! back (the final softcap applied to them), and an observer gets back what its hooks read
+//! (per layer: residual, deltas, FFN input, gate and activation, added features, routes;
+//! the attention weights only when it asks for them).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -11,20 +13,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use lql_exec::backend::device::DeviceModel;
+use lql_exec::block::{attn_rule, cap_logits};
 use lql_exec::forward::{check_pass, LogitsWanted, PassInput};
 use lql_exec::kernels::RopeTable;
 use lql_exec::kv::KvCache;
-use lql_exec::plan::{FfnPlan, Plan};
-use lql_exec::{ExecError, LayerRecord, Observer};
+use lql_exec::plan::{BankPlan, FfnPlan, LayerPlan, Plan};
+use lql_exec::program::{Step, Sub};
+use lql_exec::{select_experts, ExecError, LayerRecord, Observer, Route};
 use lql_storage::model::OperandSource;
-use lql_storage::surface::{Activation, RopePairing};
+use lql_storage::surface::{Activation, NormKind, RopePairing};
 use lql_storage::DType;
 
 use crate::context::Gpu;
 use crate::kv::GpuKv;
 use crate::record::{pipelines_for, AttnDims, Recorder};
 use crate::shaders::Pipelines;
-use crate::weights::{make_resident, upload_bytes, upload_f32, Resident};
+use crate::weights::{make_resident, upload_bytes, upload_f32, Matrix, Resident};
 
 /// A plan's operands resident on a device, ready to run passes.
 pub struct GpuModel {
@@ -104,43 +108,44 @@ impl GpuModel {
             })?;
         dev_kv.ensure(&mut rec, total, p0, limit);
 
+        let added = self
+            .resident
+            .layers
+            .iter()
+            .filter_map(|l| l.overlay.as_ref()?.added.as_ref().map(|a| a.width))
+            .max()
+            .unwrap_or(0);
+        let b = PassBuffers::new(&rec, plan, n, total, added, obs.is_some());
         // Input.
-        let x = rec.buffer("x", n * d);
         match input {
             PassInput::Tokens(ids) => {
-                let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
-                let idb = upload_bytes(&self.gpu, "ids", &bytes, 0);
-                let emb = self.resident.matrix(plan.embedding)?;
-                rec.embed(emb, &idb, n, s.embedding_scale, &x)?;
+                self.embed(&mut rec, ids, positions.clone(), &b)?;
                 if let Some(o) = obs.as_deref_mut() {
-                    let rows = rec.read(&x, 0, n * d, "the embedding")?;
+                    let rows = rec.read(&b.x, 0, n * d, "the embedding")?;
                     o.on_embedding(positions.clone(), &rows);
                 }
             }
             PassInput::Hidden(h) => {
                 let src = upload_f32(&self.gpu, "hidden", h);
-                rec.copy(&src, 0, &x, 0, n * d);
+                rec.copy(&src, 0, &b.x, 0, n * d);
             }
         }
 
-        let table = RopeTable::new(p0, n, s.head_dim, s.rope_theta);
-        let cos = upload_f32(&self.gpu, "rope cos", &table.cos);
-        let sin = upload_f32(&self.gpu, "rope sin", &table.sin);
+        let at: Vec<usize> = positions.clone().collect();
+        let tables: Vec<(wgpu::Buffer, wgpu::Buffer, usize)> = plan
+            .ropes
+            .iter()
+            .map(|spec| {
+                let t = RopeTable::at(&at, spec);
+                (
+                    upload_f32(&self.gpu, "rope cos", &t.cos),
+                    upload_f32(&self.gpu, "rope sin", &t.sin),
+                    t.half,
+                )
+            })
+            .collect();
         let half_split = s.rope_pairing == RopePairing::HalfSplit;
-        let gelu = s.activation == Activation::Gelu;
         let want_attn = obs.as_deref().is_some_and(|o| o.wants_attention());
-        let h = rec.buffer("h", n * d);
-        let q = rec.buffer("q", n * qd);
-        let k = rec.buffer("k", n * kvd);
-        let v = rec.buffer("v", n * kvd);
-        let att = rec.buffer("att", n * qd);
-        let attn_delta = rec.buffer("attn_delta", n * d);
-        let ffn_delta = rec.buffer("ffn_delta", n * d);
-        let ff = s.ffn;
-        let gate = rec.buffer("gate", n * ff);
-        let up = rec.buffer("up", n * ff);
-        let gate_pre = obs.is_some().then(|| rec.buffer("gate_pre", n * ff));
-        let weights = rec.buffer("attention weights", n * s.n_heads * total);
         let dims = AttnDims {
             n: n as u32,
             p0: p0 as u32,
@@ -154,68 +159,131 @@ impl GpuModel {
                 return Err(ExecError::Cancelled);
             }
             let vecs = &self.resident.layers[kl];
+            let e = &lp.extra;
             let m = |key| self.resident.matrix(key);
-            // Attention block.
-            rec.rmsnorm(&x, &vecs.attn_norm, n, d, s.norm_eps, &h)?;
-            rec.matmul(m(lp.q)?, &h, n, &q)?;
-            rec.matmul(m(lp.k)?, &h, n, &k)?;
-            rec.matmul(m(lp.v)?, &h, n, &v)?;
-            for (buf, bias, len) in [
-                (&q, &vecs.q_bias, qd),
-                (&k, &vecs.k_bias, kvd),
-                (&v, &vecs.v_bias, kvd),
-            ] {
-                if let Some(b) = bias {
-                    rec.add(buf, b, n * len, len)?;
+            let mut seen = FfnSeen::default();
+            for step in &lp.steps {
+                match *step {
+                    Step::Norm(Sub::Attn) => self.norm(
+                        &mut rec,
+                        &b.x,
+                        &vecs.attn_norm,
+                        vecs.attn_norm_bias.as_ref(),
+                        n,
+                        &b.h,
+                    )?,
+                    Step::Norm(Sub::Ffn) => self.norm(
+                        &mut rec,
+                        &b.x,
+                        &vecs.ffn_norm,
+                        vecs.ffn_norm_bias.as_ref(),
+                        n,
+                        &b.h,
+                    )?,
+                    Step::TakeResidual => rec.copy(&b.x, 0, &b.h, 0, n * d),
+                    Step::Project => {
+                        rec.matmul(m(lp.q)?, &b.h, n, &b.q)?;
+                        rec.matmul(m(lp.k)?, &b.h, n, &b.k)?;
+                        rec.matmul(m(lp.v)?, &b.h, n, &b.v)?;
+                        for (buf, bias, len) in [
+                            (&b.q, &vecs.q_bias, qd),
+                            (&b.k, &vecs.k_bias, kvd),
+                            (&b.v, &vecs.v_bias, kvd),
+                        ] {
+                            if let Some(bias) = bias {
+                                rec.add(buf, bias, n * len, len)?;
+                            }
+                        }
+                    }
+                    Step::QkNorm => {
+                        for (buf, w, len, width) in [
+                            (&b.q, &vecs.q_norm, &e.q_norm, qd),
+                            (&b.k, &vecs.k_norm, &e.k_norm, kvd),
+                        ] {
+                            if let (Some(w), Some(len)) = (w, len.as_ref().map(|v| v.len())) {
+                                let rows = n * width / len.max(1);
+                                rec.rmsnorm(buf, w, rows, len, s.norm_eps, &b.tmp)?;
+                                rec.copy(&b.tmp, 0, buf, 0, n * width);
+                            }
+                        }
+                    }
+                    Step::Rope => {
+                        if let Some((cos, sin, half)) = tables.get(lp.rope) {
+                            for (buf, heads) in [(&b.q, s.n_heads), (&b.k, s.n_kv_heads)] {
+                                rec.rope(buf, cos, sin, n, heads, s.head_dim, *half, half_split)?;
+                            }
+                        }
+                    }
+                    Step::Attend => {
+                        rec.copy(&b.k, 0, &dev_kv.k[kl], p0 * kvd, n * kvd);
+                        rec.copy(&b.v, 0, &dev_kv.v[kl], p0 * kvd, n * kvd);
+                        rec.attention(
+                            &b.q,
+                            &dev_kv.k[kl],
+                            &dev_kv.v[kl],
+                            dims,
+                            attn_rule(plan, lp),
+                            &b.att,
+                            &b.weights,
+                        )?;
+                    }
+                    Step::Output => {
+                        rec.matmul(m(lp.o)?, &b.att, n, &b.attn_delta)?;
+                        if let Some(bias) = &vecs.o_bias {
+                            rec.add(&b.attn_delta, bias, n * d, d)?;
+                        }
+                    }
+                    Step::PostNorm(sub) => {
+                        let (delta, w) = match sub {
+                            Sub::Attn => (&b.attn_delta, &vecs.attn_post_norm),
+                            Sub::Ffn => (&b.ffn_delta, &vecs.ffn_post_norm),
+                        };
+                        if let Some(w) = w {
+                            rec.rmsnorm(delta, w, n, d, s.norm_eps, &b.tmp)?;
+                            rec.copy(&b.tmp, 0, delta, 0, n * d);
+                        }
+                    }
+                    Step::Ffn => seen = self.ffn(&mut rec, lp, kl, &b, n, p0, obs.is_some())?,
+                    Step::Residual(sub) => {
+                        let delta = match sub {
+                            Sub::Attn => &b.attn_delta,
+                            Sub::Ffn => &b.ffn_delta,
+                        };
+                        rec.add(&b.x, delta, n * d, n * d)?;
+                    }
                 }
             }
-            rec.rope(&q, &cos, &sin, n, s.n_heads, s.head_dim, half_split)?;
-            rec.rope(&k, &cos, &sin, n, s.n_kv_heads, s.head_dim, half_split)?;
-            rec.copy(&k, 0, &dev_kv.k[kl], p0 * kvd, n * kvd);
-            rec.copy(&v, 0, &dev_kv.v[kl], p0 * kvd, n * kvd);
-            rec.attention(&q, &dev_kv.k[kl], &dev_kv.v[kl], dims, &att, &weights)?;
-            rec.matmul(m(lp.o)?, &att, n, &attn_delta)?;
-            rec.add(&x, &attn_delta, n * d, n * d)?;
 
-            // FFN block.
-            rec.rmsnorm(&x, &vecs.ffn_norm, n, d, s.norm_eps, &h)?;
-            let FfnPlan::Dense {
-                gate: wg,
-                up: wu,
-                down: wd,
-                gate_bias,
-                up_bias,
-            } = &lp.ffn
-            else {
-                return Err(ExecError::Unsupported(
-                    "expert banks on the gpu backend; use BACKEND cpu".into(),
-                ));
-            };
-            if gate_bias.is_some() || up_bias.is_some() {
-                return Err(ExecError::Unsupported(
-                    "FFN gate/up biases (a compiled edited model) on the gpu backend; use BACKEND cpu"
-                        .into(),
-                ));
-            }
-            rec.matmul(m(*wg)?, &h, n, &gate)?;
-            rec.matmul(m(*wu)?, &h, n, &up)?;
-            if let Some(gp) = &gate_pre {
-                rec.copy(&gate, 0, gp, 0, n * ff);
-            }
-            rec.glu(&gate, &up, n * ff, gelu)?;
-            rec.matmul(m(*wd)?, &gate, n, &ffn_delta)?;
-            rec.add(&x, &ffn_delta, n * d, n * d)?;
-
-            if let (Some(o), Some(gp)) = (obs.as_deref_mut(), &gate_pre) {
+            if let Some(o) = obs.as_deref_mut() {
                 let what = format!("reading layer {} for an observer", lp.index);
-                let residual = rec.read(&x, 0, n * d, &what)?;
-                let ad = rec.read(&attn_delta, 0, n * d, &what)?;
-                let fd = rec.read(&ffn_delta, 0, n * d, &what)?;
-                let fin = rec.read(&h, 0, n * d, &what)?;
-                let g = rec.read(gp, 0, n * ff, &what)?;
-                let act = rec.read(&gate, 0, n * ff, &what)?;
+                let residual = rec.read(&b.x, 0, n * d, &what)?;
+                let ad = rec.read(&b.attn_delta, 0, n * d, &what)?;
+                let fd = rec.read(&b.ffn_delta, 0, n * d, &what)?;
+                let fin = rec.read(&b.h, 0, n * d, &what)?;
+                let width = seen.width;
+                let (g, act) = match &b.gate_pre {
+                    Some(gp) if width > 0 => (
+                        rec.read(gp, 0, n * width, &what)?,
+                        rec.read(&b.gate, 0, n * width, &what)?,
+                    ),
+                    _ => (Vec::new(), Vec::new()),
+                };
+                let (ag, aa) = match (&seen.added, &b.added_pre) {
+                    (Some((count, w)), Some(pre)) => {
+                        let strip = |v: Vec<f32>| -> Vec<f32> {
+                            v.chunks_exact(*w)
+                                .flat_map(|r| r[..*count].to_vec())
+                                .collect()
+                        };
+                        (
+                            strip(rec.read(pre, 0, n * w, &what)?),
+                            strip(rec.read(&b.added_gate, 0, n * w, &what)?),
+                        )
+                    }
+                    _ => (Vec::new(), Vec::new()),
+                };
                 let attn = if want_attn {
-                    Some(rec.read(&weights, 0, n * s.n_heads * total, &what)?)
+                    Some(rec.read(&b.weights, 0, n * s.n_heads * total, &what)?)
                 } else {
                     None
                 };
@@ -223,7 +291,7 @@ impl GpuModel {
                     layer: lp.index,
                     positions: positions.clone(),
                     hidden: d,
-                    ffn: ff,
+                    ffn: width,
                     n_heads: s.n_heads,
                     residual: &residual,
                     attn_delta: &ad,
@@ -231,10 +299,10 @@ impl GpuModel {
                     ffn_input: &fin,
                     gate: &g,
                     activation: &act,
-                    added_gate: &[],
-                    added_activation: &[],
+                    added_gate: &ag,
+                    added_activation: &aa,
                     attention: attn.as_deref(),
-                    routes: &[],
+                    routes: &seen.routes,
                 });
             }
         }
@@ -245,14 +313,14 @@ impl GpuModel {
                 self.gpu.wait(op)?;
                 return Ok(Vec::new());
             }
-            LogitsWanted::Residual => return rec.read(&x, (n - 1) * d, d, op),
-            LogitsWanted::Hidden => return rec.read(&x, 0, n * d, op),
+            LogitsWanted::Residual => return rec.read(&b.x, (n - 1) * d, d, op),
+            LogitsWanted::Hidden => return rec.read(&b.x, 0, n * d, op),
             LogitsWanted::Last => n - 1,
             LogitsWanted::All => 0,
         };
         self.head_rows(
             &mut rec,
-            &x,
+            &b.x,
             first,
             n,
             positions.start + first..positions.end,
@@ -260,7 +328,252 @@ impl GpuModel {
         )
     }
 
-    /// Final norm and head over rows `first..n` of `x`.
+    /// The input rows of `ids`: token embeddings × the embedding scale, plus the learned
+    /// position embeddings of `positions` where the model has them.
+    fn embed(
+        &self,
+        rec: &mut Recorder<'_>,
+        ids: &[u32],
+        positions: std::ops::Range<usize>,
+        b: &PassBuffers,
+    ) -> Result<(), ExecError> {
+        let plan = &*self.plan;
+        let n = ids.len();
+        let words = |v: &mut dyn Iterator<Item = u32>| -> Vec<u8> {
+            v.flat_map(|i| i.to_le_bytes()).collect()
+        };
+        let idb = upload_bytes(&self.gpu, "ids", &words(&mut ids.iter().copied()), 0);
+        let emb = self.resident.matrix(plan.embedding)?;
+        rec.embed(emb, &idb, n, plan.surface.embedding_scale, &b.x)?;
+        if let Some(key) = plan.positions {
+            let pe = self.resident.matrix(key)?;
+            if positions.end > pe.rows {
+                return Err(ExecError::InvalidOption(format!(
+                    "position {} is past the {} learned positions of the model",
+                    positions.end - 1,
+                    pe.rows
+                )));
+            }
+            let pb = upload_bytes(
+                &self.gpu,
+                "positions",
+                &words(&mut positions.map(|p| p as u32)),
+                0,
+            );
+            rec.embed(pe, &pb, n, 1.0, &b.tmp)?;
+            let len = n * plan.surface.hidden;
+            rec.add(&b.x, &b.tmp, len, len)?;
+        }
+        Ok(())
+    }
+
+    /// The block's norm of `rows` rows of `x` into `out`: LayerNorm with `bias`, or RMSNorm.
+    fn norm(
+        &self,
+        rec: &mut Recorder<'_>,
+        x: &wgpu::Buffer,
+        weight: &wgpu::Buffer,
+        bias: Option<&wgpu::Buffer>,
+        rows: usize,
+        out: &wgpu::Buffer,
+    ) -> Result<(), ExecError> {
+        let s = &self.plan.surface;
+        match (s.block.norm, bias) {
+            (NormKind::Layer, Some(b)) => {
+                rec.layernorm(x, weight, b, rows, s.hidden, s.norm_eps, out)
+            }
+            _ => rec.rmsnorm(x, weight, rows, s.hidden, s.norm_eps, out),
+        }
+    }
+
+    /// The FFN of layer `lp` over `b.h` into `b.ffn_delta`, with the effective state's
+    /// overlay (see `lql_exec::overlay`): what the observer may read of it.
+    #[allow(clippy::too_many_arguments)]
+    fn ffn(
+        &self,
+        rec: &mut Recorder<'_>,
+        lp: &LayerPlan,
+        kl: usize,
+        b: &PassBuffers,
+        n: usize,
+        p0: usize,
+        observe: bool,
+    ) -> Result<FfnSeen, ExecError> {
+        let s = &self.plan.surface;
+        let d = s.hidden;
+        let vecs = &self.resident.layers[kl];
+        let ov = vecs.overlay.as_ref();
+        let m = |key| self.resident.matrix(key);
+        let gelu = s.activation == Activation::Gelu;
+        let ff = s.ffn;
+        let mut seen = FfnSeen::default();
+        // The base features' tail: overlay gate scales, a copy for observers, the
+        // activation, the overlay's activation scales, the down projection.
+        let activate_and_down =
+            |rec: &mut Recorder<'_>, down: &Matrix, up: Option<&wgpu::Buffer>| {
+                if let Some(gs) = ov.and_then(|o| o.gate_scale.as_ref()) {
+                    rec.mul(&b.gate, gs, n * ff, ff)?;
+                }
+                if let Some(gp) = &b.gate_pre {
+                    rec.copy(&b.gate, 0, gp, 0, n * ff);
+                }
+                match up {
+                    Some(up) => rec.glu(&b.gate, up, n * ff, gelu)?,
+                    None => rec.act(&b.gate, n * ff, gelu)?,
+                }
+                if let Some(ds) = ov.and_then(|o| o.down_scale.as_ref()) {
+                    rec.mul(&b.gate, ds, n * ff, ff)?;
+                }
+                rec.matmul(down, &b.gate, n, &b.ffn_delta)
+            };
+        match &lp.ffn {
+            FfnPlan::Dense { gate, up, down, .. } => {
+                rec.matmul(m(*gate)?, &b.h, n, &b.gate)?;
+                rec.matmul(m(*up)?, &b.h, n, &b.up)?;
+                for (buf, bias) in [(&b.gate, &vecs.gate_bias), (&b.up, &vecs.up_bias)] {
+                    if let Some(bias) = bias {
+                        rec.add(buf, bias, n * ff, ff)?;
+                    }
+                }
+                activate_and_down(rec, m(*down)?, Some(&b.up))?;
+                seen.width = ff;
+            }
+            FfnPlan::Mlp { up, down, .. } => {
+                rec.matmul(m(*up)?, &b.h, n, &b.gate)?;
+                if let Some(bias) = &vecs.up_bias {
+                    rec.add(&b.gate, bias, n * ff, ff)?;
+                }
+                activate_and_down(rec, m(*down)?, None)?;
+                if let Some(bias) = &vecs.down_bias {
+                    rec.add(&b.ffn_delta, bias, n * d, d)?;
+                }
+                seen.width = ff;
+            }
+            FfnPlan::Bank(bank) => {
+                seen.routes = self.bank(rec, bank, kl, b, n, p0, observe)?;
+            }
+        }
+        // Added features sit beside whatever FFN the layer has.
+        if let Some(a) = ov.and_then(|o| o.added.as_ref()) {
+            let w = a.width;
+            rec.matmul(&a.gate, &b.h, n, &b.added_gate)?;
+            rec.add(&b.added_gate, &a.gate_bias, n * w, w)?;
+            if let Some(gs) = &a.gate_scale {
+                rec.mul(&b.added_gate, gs, n * w, w)?;
+            }
+            if let Some(pre) = &b.added_pre {
+                rec.copy(&b.added_gate, 0, pre, 0, n * w);
+            }
+            rec.matmul(&a.up, &b.h, n, &b.added_up)?;
+            rec.add(&b.added_up, &a.up_bias, n * w, w)?;
+            rec.glu(&b.added_gate, &b.added_up, n * w, gelu)?;
+            if let Some(ds) = &a.down_scale {
+                rec.mul(&b.added_gate, ds, n * w, w)?;
+            }
+            rec.matmul(&a.down, &b.added_gate, n, &b.tmp)?;
+            rec.add(&b.ffn_delta, &b.tmp, n * d, n * d)?;
+            seen.added = Some((a.count, w));
+        }
+        Ok(seen)
+    }
+
+    /// A bank of experts: the router's logits (and the shared expert's gate) come back to
+    /// the host, which selects as the CPU does (`lql_exec::select_experts`); each expert
+    /// some position picked then runs on the device over every position, added with each
+    /// position's weight (0 where it was not picked), and the shared expert on every
+    /// position. Returns the routes when `observe`.
+    #[allow(clippy::too_many_arguments)]
+    fn bank(
+        &self,
+        rec: &mut Recorder<'_>,
+        bank: &BankPlan,
+        kl: usize,
+        b: &PassBuffers,
+        n: usize,
+        p0: usize,
+        observe: bool,
+    ) -> Result<Vec<Route>, ExecError> {
+        let s = &self.plan.surface;
+        let d = s.hidden;
+        let gelu = s.activation == Activation::Gelu;
+        let vecs = &self.resident.layers[kl];
+        let (ne, k) = (bank.n_experts, bank.n_used);
+        let what = "routing a bank of experts";
+        let logits = rec.buffer("router logits", n * ne);
+        rec.matmul(self.resident.matrix(bank.router)?, &b.h, n, &logits)?;
+        let shared_gate = match &vecs.shared_gate {
+            Some(g) => {
+                let out = rec.buffer("shared gate", n);
+                rec.matmul(g, &b.h, n, &out)?;
+                Some(rec.read(&out, 0, n, what)?)
+            }
+            None => None,
+        };
+        let z = rec.read(&logits, 0, n * ne, what)?;
+        let mut chosen: Vec<(usize, f32)> = Vec::with_capacity(n * k);
+        for t in 0..n {
+            select_experts(bank.selection, &z[t * ne..(t + 1) * ne], k, &mut chosen);
+        }
+        // The experts' weighted outputs are summed into a zeroed delta.
+        let delta = &b.ffn_delta;
+        rec.copy(&b.zeros, 0, delta, 0, n * d);
+        let ef = bank.expert_ffn;
+        let (eg, eu) = (
+            rec.buffer("expert gate", n * ef),
+            rec.buffer("expert up", n * ef),
+        );
+        let ey = rec.buffer("expert out", n * d);
+        for (e, mats) in self.resident.experts[kl].iter().enumerate() {
+            let mut w = vec![0.0f32; n];
+            for (i, &(ce, cw)) in chosen.iter().enumerate() {
+                if ce == e {
+                    w[i / k] = cw;
+                }
+            }
+            if !chosen.iter().any(|&(ce, _)| ce == e) {
+                continue;
+            }
+            let wb = upload_f32(&self.gpu, "expert weights", &w);
+            rec.matmul(&mats.gate, &b.h, n, &eg)?;
+            rec.matmul(&mats.up, &b.h, n, &eu)?;
+            rec.glu(&eg, &eu, n * ef, gelu)?;
+            rec.matmul(&mats.down, &eg, n, &ey)?;
+            rec.axpy_rows(delta, &ey, &wb, n * d, d)?;
+        }
+        if let Some(sh) = &bank.shared {
+            let sf = sh.ffn;
+            let (sg, su) = (
+                rec.buffer("shared gate", n * sf),
+                rec.buffer("shared up", n * sf),
+            );
+            rec.matmul(self.resident.matrix(sh.gate)?, &b.h, n, &sg)?;
+            rec.matmul(self.resident.matrix(sh.up)?, &b.h, n, &su)?;
+            rec.glu(&sg, &su, n * sf, gelu)?;
+            rec.matmul(self.resident.matrix(sh.down)?, &sg, n, &ey)?;
+            let w: Vec<f32> = match &shared_gate {
+                Some(g) => g.iter().map(|&v| 1.0 / (1.0 + (-v).exp())).collect(),
+                None => vec![1.0; n],
+            };
+            let wb = upload_f32(&self.gpu, "shared expert weights", &w);
+            rec.axpy_rows(delta, &ey, &wb, n * d, d)?;
+        }
+        Ok(if observe {
+            chosen
+                .iter()
+                .enumerate()
+                .map(|(i, &(e, w))| Route {
+                    position: p0 + i / k,
+                    expert: e,
+                    weight: w,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// Final norm and head over rows `first..n` of `x` (the block's final softcap applied
+    /// to what comes back).
     fn head_rows(
         &self,
         rec: &mut Recorder<'_>,
@@ -282,14 +595,92 @@ impl GpuModel {
             .output_norm
             .as_ref()
             .ok_or_else(|| ExecError::Internal("this plan has no head".into()))?;
-        rec.rmsnorm(&rows, norm, m, d, s.norm_eps, &normed)?;
+        self.norm(
+            rec,
+            &rows,
+            norm,
+            self.resident.output_norm_bias.as_ref(),
+            m,
+            &normed,
+        )?;
         if let Some(o) = obs {
             let v = rec.read(&normed, 0, m * d, "the final norm")?;
             o.on_final_norm(positions, &v);
         }
         let logits = rec.buffer("logits", m * s.vocab);
         rec.matmul(self.resident.matrix(plan.head)?, &normed, m, &logits)?;
-        rec.read(&logits, 0, m * s.vocab, "the head")
+        let mut out = rec.read(&logits, 0, m * s.vocab, "the head")?;
+        cap_logits(plan, &mut out);
+        Ok(out)
+    }
+}
+
+/// What an observer may read of one layer's FFN.
+#[derive(Default)]
+struct FfnSeen {
+    /// Width of the base features kept in `gate_pre`/`gate` (0 for a bank).
+    width: usize,
+    /// `(count, padded width)` of the added features kept in `added_pre`/`added_gate`.
+    added: Option<(usize, usize)>,
+    routes: Vec<Route>,
+}
+
+/// The device scratch of one pass over `n` positions, reused layer after layer.
+struct PassBuffers {
+    x: wgpu::Buffer,
+    h: wgpu::Buffer,
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    att: wgpu::Buffer,
+    attn_delta: wgpu::Buffer,
+    ffn_delta: wgpu::Buffer,
+    /// `n × hidden` zeros (a bank's delta starts from them).
+    zeros: wgpu::Buffer,
+    /// Scratch as wide as the widest row of `h`, `q` and `k`.
+    tmp: wgpu::Buffer,
+    gate: wgpu::Buffer,
+    up: wgpu::Buffer,
+    gate_pre: Option<wgpu::Buffer>,
+    added_gate: wgpu::Buffer,
+    added_up: wgpu::Buffer,
+    added_pre: Option<wgpu::Buffer>,
+    weights: wgpu::Buffer,
+}
+
+impl PassBuffers {
+    /// Buffers for `n` new positions (`total` with the cached ones); `added` is the widest
+    /// (padded) set of added features of any layer.
+    fn new(
+        rec: &Recorder<'_>,
+        plan: &Plan,
+        n: usize,
+        total: usize,
+        added: usize,
+        observe: bool,
+    ) -> Self {
+        let s = &plan.surface;
+        let d = s.hidden;
+        let (qd, kvd, ff) = (plan.q_dim, plan.kv_dim, s.ffn);
+        PassBuffers {
+            x: rec.buffer("x", n * d),
+            h: rec.buffer("h", n * d),
+            q: rec.buffer("q", n * qd),
+            k: rec.buffer("k", n * kvd),
+            v: rec.buffer("v", n * kvd),
+            att: rec.buffer("att", n * qd),
+            attn_delta: rec.buffer("attn_delta", n * d),
+            ffn_delta: rec.buffer("ffn_delta", n * d),
+            zeros: rec.buffer("zeros", n * d),
+            tmp: rec.buffer("tmp", n * d.max(qd).max(kvd)),
+            gate: rec.buffer("gate", n * ff),
+            up: rec.buffer("up", n * ff),
+            gate_pre: observe.then(|| rec.buffer("gate_pre", n * ff)),
+            added_gate: rec.buffer("added gate", n * added),
+            added_up: rec.buffer("added up", n * added),
+            added_pre: (observe && added > 0).then(|| rec.buffer("added gate_pre", n * added)),
+            weights: rec.buffer("attention weights", n * s.n_heads * total),
+        }
     }
 }
 

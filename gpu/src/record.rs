@@ -1,10 +1,11 @@
 //! Recording device work: one command encoder, the kernel parameters of its dispatches
 //! packed into one uniform buffer (written before submission), and one typed method per
-//! kernel (matmul, embedding, RMSNorm, add, RoPE, gated activation, attention, arg-max) that
-//! binds its buffers and sizes its grid.
+//! kernel (matmul, embedding, RMSNorm, LayerNorm, add, scales, RoPE, activations,
+//! attention, arg-max) that binds its buffers and sizes its grid.
 
 use std::collections::HashMap;
 
+use lql_exec::backend::AttnRule;
 use lql_exec::{DeviceFault, ExecError};
 use lql_storage::DType;
 
@@ -298,7 +299,8 @@ impl<'g> Recorder<'g> {
         Ok(())
     }
 
-    /// Rotary embedding of `x = [n × heads × head_dim]` in place.
+    /// Rotary embedding of `x = [n × heads × head_dim]` in place over the first `2·half`
+    /// dimensions of each head (`cos`, `sin`: `[n × half]`).
     #[allow(clippy::too_many_arguments)]
     pub fn rope(
         &mut self,
@@ -308,9 +310,10 @@ impl<'g> Recorder<'g> {
         n: usize,
         heads: usize,
         head_dim: usize,
+        half: usize,
         half_split: bool,
     ) -> Result<(), ExecError> {
-        let total = (n * heads * head_dim / 2) as u32;
+        let total = (n * heads * half) as u32;
         let (gx, gy) = fold(total.div_ceil(64));
         let dims = AttnDims {
             n: n as u32,
@@ -319,7 +322,15 @@ impl<'g> Recorder<'g> {
             n_kv_heads: heads as u32,
             head_dim: head_dim as u32,
         };
-        let p = Self::op_params(n as u32, 0, gx, half_split as u32, Some(dims), 0.0, 0.0);
+        let p = Self::op_params(
+            n as u32,
+            half as u32,
+            gx,
+            half_split as u32,
+            Some(dims),
+            0.0,
+            0.0,
+        );
         let pipeline = self.op("rope")?;
         self.dispatch(
             pipeline,
@@ -346,8 +357,78 @@ impl<'g> Recorder<'g> {
         Ok(())
     }
 
-    /// Causal attention of `q` over the caches; writes `out` and the softmax `weights`
-    /// `[n × heads × (p0 + n)]`.
+    /// `x[i] = act(x[i])`; `gelu` picks GELU (tanh form) over SiLU.
+    pub fn act(&mut self, x: &wgpu::Buffer, total: usize, gelu: bool) -> Result<(), ExecError> {
+        let (gx, gy) = fold((total as u32).div_ceil(64));
+        let p = Self::op_params(total as u32, 0, gx, gelu as u32, None, 0.0, 0.0);
+        let pipeline = self.op("act")?;
+        self.dispatch(pipeline, vec![(0, x)], 4, &p, (gx, gy, 1));
+        Ok(())
+    }
+
+    /// `a[i] *= scale[i % len]` for `i < total` (every row's columns scaled).
+    pub fn mul(
+        &mut self,
+        a: &wgpu::Buffer,
+        scale: &wgpu::Buffer,
+        total: usize,
+        len: usize,
+    ) -> Result<(), ExecError> {
+        let (gx, gy) = fold((total as u32).div_ceil(64));
+        let p = Self::op_params(total as u32, len as u32, gx, 0, None, 0.0, 0.0);
+        let pipeline = self.op("mul")?;
+        self.dispatch(pipeline, vec![(0, a), (1, scale)], 4, &p, (gx, gy, 1));
+        Ok(())
+    }
+
+    /// `a[row] += b[row] · w[row]` over the rows of `len` of `a` and `b` (`total` floats).
+    pub fn axpy_rows(
+        &mut self,
+        a: &wgpu::Buffer,
+        b: &wgpu::Buffer,
+        w: &wgpu::Buffer,
+        total: usize,
+        len: usize,
+    ) -> Result<(), ExecError> {
+        let (gx, gy) = fold((total as u32).div_ceil(64));
+        let p = Self::op_params(total as u32, len as u32, gx, 0, None, 0.0, 0.0);
+        let pipeline = self.op("axpy_rows")?;
+        self.dispatch(pipeline, vec![(0, a), (1, b), (2, w)], 4, &p, (gx, gy, 1));
+        Ok(())
+    }
+
+    /// `out[row] = (x[row] − mean) / sqrt(var + eps) · weight + bias` over `rows` rows of
+    /// `len`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn layernorm(
+        &mut self,
+        x: &wgpu::Buffer,
+        weight: &wgpu::Buffer,
+        bias: &wgpu::Buffer,
+        rows: usize,
+        len: usize,
+        eps: f32,
+        out: &wgpu::Buffer,
+    ) -> Result<(), ExecError> {
+        if rows as u32 > MAX_GRID {
+            return Err(ExecError::Unsupported(format!(
+                "{rows} positions in one device pass"
+            )));
+        }
+        let p = Self::op_params(rows as u32, len as u32, 0, 0, None, eps, 0.0);
+        let pipeline = self.op("layernorm")?;
+        self.dispatch(
+            pipeline,
+            vec![(0, bias), (1, x), (2, weight), (3, out)],
+            4,
+            &p,
+            (rows as u32, 1, 1),
+        );
+        Ok(())
+    }
+
+    /// Causal attention of `q` over the caches under `rule` (scale, sliding window,
+    /// softcap); writes `out` and the softmax `weights` `[n × heads × (p0 + n)]`.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &mut self,
@@ -355,6 +436,7 @@ impl<'g> Recorder<'g> {
         k_cache: &wgpu::Buffer,
         v_cache: &wgpu::Buffer,
         dims: AttnDims,
+        rule: AttnRule,
         out: &wgpu::Buffer,
         weights: &wgpu::Buffer,
     ) -> Result<(), ExecError> {
@@ -364,8 +446,15 @@ impl<'g> Recorder<'g> {
                 dims.n
             )));
         }
-        let scale = 1.0 / (dims.head_dim as f32).sqrt();
-        let p = Self::op_params(dims.n, 0, 0, 0, Some(dims), 0.0, scale);
+        let p = Self::op_params(
+            dims.n,
+            rule.window as u32,
+            0,
+            0,
+            Some(dims),
+            rule.softcap,
+            rule.scale,
+        );
         let pipeline = self.op("attention")?;
         self.dispatch(
             pipeline,

@@ -37,7 +37,18 @@ pub struct Kernel {
 }
 
 /// The entry points of the ops module.
-pub const OP_ENTRIES: &[&str] = &["rmsnorm", "add", "rope", "glu", "attention", "argmax"];
+pub const OP_ENTRIES: &[&str] = &[
+    "rmsnorm",
+    "layernorm",
+    "add",
+    "mul",
+    "axpy_rows",
+    "rope",
+    "glu",
+    "act",
+    "attention",
+    "argmax",
+];
 /// The entry points of a matmul module.
 pub const MATMUL_ENTRIES: &[&str] = &["matmul", "embed"];
 

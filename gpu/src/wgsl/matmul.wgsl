@@ -1,6 +1,6 @@
 // Dequantising matrix product on encoded rows, y[t, r] = W.row(r) · x[t]: one invocation
 // per (row, input), reading the row's 32-element units straight into dot products
-// (`dot32` of the encoding); and the embedding lookup, y[t, :] = W.row(ids[t]) · scale,
+// (`dot32` of the encoding; a float row's partial last unit through `decode32`); and the embedding lookup, y[t, :] = W.row(ids[t]) · scale,
 // one workgroup per token (`decode32` of the encoding).
 
 struct MatParams {
@@ -55,6 +55,15 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
     for (var u = 0u; u < units; u++) {
         acc += dot32(base, u, x0 + u * 8u);
     }
+    // A float row's last, partial unit (quantised rows are whole units).
+    let tail = p.row_len % 32u;
+    if (tail > 0u) {
+        decode32(base, units);
+        for (var j = 0u; j < tail; j++) {
+            let k = units * 32u + j;
+            acc += blk[j] * x[x0 + k / 4u][k % 4u];
+        }
+    }
     y[t * p.rows + r] = acc;
 }
 
@@ -62,10 +71,10 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
 fn embed(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let t = wg.x;
     let base = ids[t] * p.row_bytes;
-    let units = p.row_len / 32u;
+    let units = (p.row_len + 31u) / 32u;
     for (var u = lid.x; u < units; u += WG) {
         decode32(base, u);
-        for (var j = 0u; j < 32u; j++) {
+        for (var j = 0u; j < min(32u, p.row_len - u * 32u); j++) {
             y[t * p.row_len + u * 32u + j] = blk[j] * p.scale;
         }
     }

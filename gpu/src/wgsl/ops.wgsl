@@ -1,6 +1,7 @@
-// Element-wise and row operations of the forward pass on f32 activations: RMSNorm, bias
-// and residual adds, rotary embedding, the gated activation, causal attention over the
-// key/value cache, and the softmax and arg-max of a logits row for sampling. Every entry
+// Element-wise and row operations of the forward pass on f32 activations: RMSNorm and
+// LayerNorm, bias and residual adds, per-column and per-row scales, rotary embedding, the
+// gated and plain activations, causal attention over the key/value cache (scale, sliding
+// window, softcap), and the softmax and arg-max of a logits row for sampling. Every entry
 // point reads its sizes from the uniform `p`; `a`, `b` and `c` are its buffers.
 
 struct OpParams {
@@ -76,6 +77,45 @@ fn rmsnorm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l
     }
 }
 
+// o[row] = (b[row] − mean) / sqrt(var + eps) · c (weights) + a (bias), rows of p.len; one
+// workgroup per row.
+@compute @workgroup_size(64)
+fn layernorm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let base = wg.x * p.len;
+    var s = 0.0;
+    for (var i = lid.x; i < p.len; i += WG) {
+        s += b[base + i];
+    }
+    let mean = wg_sum(s, lid.x) / f32(p.len);
+    var ss = 0.0;
+    for (var i = lid.x; i < p.len; i += WG) {
+        let v = b[base + i] - mean;
+        ss += v * v;
+    }
+    let inv = 1.0 / sqrt(wg_sum(ss, lid.x) / f32(p.len) + p.eps);
+    for (var i = lid.x; i < p.len; i += WG) {
+        o[base + i] = (b[base + i] - mean) * inv * c[i] + a[i];
+    }
+}
+
+// a[i] *= b[i % p.len] for i < p.n (each row's columns scaled).
+@compute @workgroup_size(64)
+fn mul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let i = flat(wg, lid);
+    if (i < p.n) {
+        a[i] *= b[i % p.len];
+    }
+}
+
+// a[i] += b[i] · c[i / p.len] for i < p.n (rows of p.len, each added with its row's weight).
+@compute @workgroup_size(64)
+fn axpy_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let i = flat(wg, lid);
+    if (i < p.n) {
+        a[i] += b[i] * c[i / p.len];
+    }
+}
+
 // a[i] += b[i % p.len] for i < p.n (a bias row over every position; p.len = p.n for a
 // plain element-wise add).
 @compute @workgroup_size(64)
@@ -86,12 +126,13 @@ fn add(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: 
     }
 }
 
-// Rotary embedding of a = [n × n_heads × head_dim] in place; b = cos, c = sin, each
-// [n × head_dim/2]; mode 0: adjacent pairs, 1: half-split pairs. One thread per pair.
+// Rotary embedding of a = [n × n_heads × head_dim] in place over the first 2·p.len
+// dimensions of each head; b = cos, c = sin, each [n × p.len]; mode 0: adjacent pairs,
+// 1: half-split pairs (of the rotated dimensions). One thread per pair.
 @compute @workgroup_size(64)
 fn rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let i = flat(wg, lid);
-    let half = p.head_dim / 2u;
+    let half = p.len;
     if (i >= p.n * p.n_heads * half) {
         return;
     }
@@ -116,27 +157,38 @@ fn rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     a[ib] = x0 * sn + x1 * cs;
 }
 
-// a[i] = act(a[i]) · b[i] for i < p.n; mode 0: SiLU, 1: GELU (tanh form).
+// SiLU (mode 0) or GELU, tanh form (mode 1).
+fn activation(g: f32) -> f32 {
+    if (p.mode == 0u) {
+        return g / (1.0 + exp(-g));
+    }
+    return 0.5 * g * (1.0 + tanh(0.7978846 * (g + 0.044715 * g * g * g)));
+}
+
+// a[i] = act(a[i]) · b[i] for i < p.n.
 @compute @workgroup_size(64)
 fn glu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let i = flat(wg, lid);
-    if (i >= p.n) {
-        return;
+    if (i < p.n) {
+        a[i] = activation(a[i]) * b[i];
     }
-    let g = a[i];
-    var act: f32;
-    if (p.mode == 0u) {
-        act = g / (1.0 + exp(-g));
-    } else {
-        act = 0.5 * g * (1.0 + tanh(0.7978846 * (g + 0.044715 * g * g * g)));
+}
+
+// a[i] = act(a[i]) for i < p.n (an MLP's hidden layer).
+@compute @workgroup_size(64)
+fn act(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let i = flat(wg, lid);
+    if (i < p.n) {
+        a[i] = activation(a[i]);
     }
-    a[i] = act * b[i];
 }
 
 // Causal attention for query i (workgroup y) and head h (workgroup x): b = q
 // [n × n_heads × head_dim], c = the key cache, o = out [n × n_heads × head_dim]; the value
 // cache is read from `a` (read-only here), and the softmax weights are written to the
-// `weights` binding: [n × n_heads × (p0 + n)], zero past the query's position.
+// `weights` binding: [n × n_heads × (p0 + n)], zero outside the keys the query sees
+// (p0 + i − p.len < j ≤ p0 + i with a window p.len, every j ≤ p0 + i without). Scores are
+// q·k · p.scale, then p.eps · tanh(score / p.eps) when p.eps (the softcap) is not 0.
 @group(0) @binding(5) var<storage, read_write> weights: array<f32>;
 
 @compute @workgroup_size(64)
@@ -150,15 +202,22 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     let kvd = p.n_kv_heads * hd;
     let qo = (i * p.n_heads + h) * hd;
     let srow = (i * p.n_heads + h) * total;
+    var first = 0u;
+    if (p.len > 0u && pos + 1u > p.len) {
+        first = pos + 1u - p.len;
+    }
     var mx = -3.0e38;
     for (var j = lid.x; j < total; j += WG) {
-        if (j <= pos) {
+        if (j <= pos && j >= first) {
             let ko = j * kvd + kvh * hd;
             var s = 0.0;
             for (var d = 0u; d < hd; d++) {
                 s += b[qo + d] * c[ko + d];
             }
             s *= p.scale;
+            if (p.eps != 0.0) {
+                s = p.eps * tanh(clamp(s / p.eps, -15.0, 15.0));
+            }
             weights[srow + j] = s;
             mx = max(mx, s);
         } else {
@@ -167,20 +226,20 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     }
     let m = wg_max(mx, lid.x);
     var sum = 0.0;
-    for (var j = lid.x; j <= pos; j += WG) {
+    for (var j = first + lid.x; j <= pos; j += WG) {
         let e = exp(weights[srow + j] - m);
         weights[srow + j] = e;
         sum += e;
     }
     let inv = 1.0 / wg_sum(sum, lid.x);
-    for (var j = lid.x; j <= pos; j += WG) {
+    for (var j = first + lid.x; j <= pos; j += WG) {
         weights[srow + j] *= inv;
     }
     storageBarrier();
     workgroupBarrier();
     for (var d = lid.x; d < hd; d += WG) {
         var acc = 0.0;
-        for (var j = 0u; j <= pos; j++) {
+        for (var j = first; j <= pos; j++) {
             acc += weights[srow + j] * a[j * kvd + kvh * hd + d];
         }
         o[qo + d] = acc;

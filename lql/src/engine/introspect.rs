@@ -110,7 +110,7 @@ fn show_architectures(cx: &Cx<'_>) -> Rows {
             Value::Bool(true),
             Value::Bool(true),
             Value::from(edit),
-            Value::Bool(f.plain()),
+            Value::Bool(true),
             Value::Bool(f.selection.is_some()),
         ]);
     }

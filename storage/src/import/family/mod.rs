@@ -83,8 +83,8 @@ impl Family {
         !self.experts_required && self.nominal.takes_edits()
     }
 
-    /// Whether the GPU backend and the subject write's gradient pass run this family's
-    /// block (the plain llama block, dense).
+    /// Whether the subject write's gradient pass runs this family's block (the plain llama
+    /// block, dense).
     pub fn plain(&self) -> bool {
         !self.experts_required && self.nominal.is_plain()
     }
