@@ -147,6 +147,109 @@ fn queries_agree_with_sqlite3() {
     }
 }
 
+/// LIKE patterns over the default model's `tokens` (text with `%`, `_`, spaces, bytes of
+/// every kind): each count equals sqlite3's on a copy of the table.
+const LIKE_PATTERNS: &[&str] = &[
+    " %", "%", "%%", "_", "__", "___%", "%_", "% %", "%/%", "%:%", "%_%", "a%", "A%", "%ing",
+    "%ING", " the", " The", "%e_", "_e%", "%.%", "%-%", "%''%", "%@%", "% ", " %s", "%ä%", "%é%",
+    "%中%", "_%_", "%x%y%", "t%t", "%0%", "%1_", "% % %", "%(%", "%)%", "%[%", "%#%", "%!%",
+];
+
+/// sqlite3's answer to `q` (one integer) on `db`.
+fn sqlite_count(db: &std::path::Path, q: &str) -> i64 {
+    let out = Command::new("sqlite3").arg(db).arg(q).output().unwrap();
+    assert!(out.status.success(), "sqlite3: {q}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn like_agrees_with_sqlite3_on_tokens() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let count = |q: &str| -> i64 {
+        conn.execute(q)
+            .unwrap_or_else(|e| panic!("{q}: {}", e.message))
+            .row(0)
+            .unwrap()
+            .get(0)
+            .unwrap()
+    };
+    // The query: a `%` in the text where the pattern has its wildcard.
+    let q = "SELECT count(*) FROM tokens WHERE text LIKE ' %' AND kind <> 'control'";
+    let ours = count(q);
+    if !have_sqlite3() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "sqlite3 is missing under CI=true"
+        );
+        eprintln!("note: sqlite3 is not installed; checking LQL's side only");
+        return;
+    }
+    let rows = conn.execute("SELECT id, text, kind FROM tokens").unwrap();
+    let mut script =
+        String::from("CREATE TABLE tokens(id INTEGER, text TEXT, kind TEXT);\nBEGIN;\n");
+    // Text as UTF-8 bytes in hex: the sqlite3 shell reads no byte of it as syntax.
+    let hex = |v: &Value| match v {
+        Value::Text(t) => format!(
+            "CAST(X'{}' AS TEXT)",
+            t.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+        other => sql_literal(other),
+    };
+    // sqlite reads text up to a NUL byte in LIKE (a C string); LQL keeps the whole text.
+    // The tokens holding one are left out on both sides.
+    let mut with_nul = Vec::new();
+    for r in &rows.rows {
+        if matches!(&r[1], Value::Text(t) if t.contains('\0')) {
+            with_nul.push(r[0].to_string());
+            continue;
+        }
+        let cells: Vec<String> = r.iter().map(hex).collect();
+        script.push_str(&format!(
+            "INSERT INTO tokens VALUES({});\n",
+            cells.join(",")
+        ));
+    }
+    script.push_str("COMMIT;\n");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tokens.db");
+    let mut child = Command::new("sqlite3")
+        .arg(&db)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let copied = sqlite_count(&db, "SELECT count(*) FROM tokens");
+    assert_eq!(copied + with_nul.len() as i64, rows.len() as i64);
+    assert!(with_nul.len() <= 2, "{with_nul:?}");
+    assert_eq!(ours, sqlite_count(&db, q), "{q}");
+    let but = if with_nul.is_empty() {
+        String::new()
+    } else {
+        format!(" AND id NOT IN ({})", with_nul.join(", "))
+    };
+    assert!(LIKE_PATTERNS.len() >= 30);
+    for p in LIKE_PATTERNS {
+        let lit = format!("'{}'", p.replace('\'', "''"));
+        for q in [
+            format!("SELECT count(*) FROM tokens WHERE text LIKE {lit}"),
+            format!("SELECT count(*) FROM tokens WHERE text NOT LIKE {lit}"),
+        ] {
+            assert_eq!(count(&format!("{q}{but}")), sqlite_count(&db, &q), "{q}");
+        }
+    }
+}
+
 #[test]
 fn refusals_are_semantic_errors_with_spans() {
     let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();

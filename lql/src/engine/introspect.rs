@@ -287,7 +287,9 @@ pub(crate) fn stats(cx: &mut Cx<'_>) -> Result<Rows> {
     Ok(rows)
 }
 
-/// SQL LIKE: `%` matches any run, `_` one character; ASCII case-insensitive.
+/// SQL LIKE as sqlite has it: `%` in the pattern matches any run and `_` one character,
+/// whatever the text holds at that place (a `%` or `_` in the text is no wildcard);
+/// ASCII case-insensitive.
 pub(crate) fn like(text: &str, pattern: &str) -> bool {
     let t: Vec<char> = text.chars().map(|c| c.to_ascii_lowercase()).collect();
     let p: Vec<char> = pattern.chars().map(|c| c.to_ascii_lowercase()).collect();
@@ -295,11 +297,11 @@ pub(crate) fn like(text: &str, pattern: &str) -> bool {
     let (mut ti, mut pi) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
-        if pi < p.len() && (p[pi] == '_' || p[pi] == t[ti]) {
-            ti += 1;
-            pi += 1;
-        } else if pi < p.len() && p[pi] == '%' {
+        if pi < p.len() && p[pi] == '%' {
             star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && (p[pi] == '_' || p[pi] == t[ti]) {
+            ti += 1;
             pi += 1;
         } else if let Some((sp, st)) = star {
             pi = sp + 1;
@@ -327,5 +329,10 @@ mod tests {
         assert!(!like("abc", "a_"));
         assert!(like("", "%"));
         assert!(!like("blk.1.x", "blk.0.%"));
+        // A `%` in the text where the pattern has its wildcard: still the wildcard.
+        assert!(like(" %d", " %"));
+        assert!(like("%", "%%"));
+        assert!(like("a%b", "a%"));
+        assert!(like("_x", "_x"));
     }
 }
