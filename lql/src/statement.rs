@@ -196,6 +196,16 @@ impl<'conn> Statement<'conn> {
         Ok(self.columns()?.into_iter().map(|c| c.name).collect())
     }
 
+    /// The statement's text with `params` in its placeholders: the text that runs (a
+    /// gate deciding what a statement may do decides on this, not on the placeholders).
+    pub fn bound_text<P: Params>(&self, params: P) -> Result<String> {
+        let values = params.resolve(&self.slots)?;
+        if self.plan.is_some() {
+            return Ok(self.text.clone());
+        }
+        self.text_with(&values)
+    }
+
     /// Runs the statement with `params` and returns its rows.
     pub fn query<P: Params>(&mut self, params: P) -> Result<Rows> {
         let values = params.resolve(&self.slots)?;

@@ -10,6 +10,10 @@
 //!   follow the same rule;
 //! - `GET /v1/lql` runs only statements that change nothing (no overlay edits either).
 //!
+//! With parameters the gate runs twice: on the text as sent, and on the text as it runs
+//! (each parameter in its place as a literal, `lql::Statement::bound_text`), so a path
+//! given as `?` or `:name` is checked exactly like one written in the statement.
+//!
 //! Refusals are LQL errors with code [`REFUSED_CODE`] and the statement's span.
 
 use std::path::{Component, Path, PathBuf};

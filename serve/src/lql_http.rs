@@ -220,6 +220,7 @@ async fn run_inner(
         }
     };
     let guard = InterruptOnDrop(Some(conn.interrupt_handle()));
+    let write_dir = state.write_dir.clone();
     let job = tokio::task::spawn_blocking(move || {
         let _slot = slot;
         let mut done: Vec<String> = Vec::new();
@@ -228,6 +229,18 @@ async fn run_inner(
                 let piece = &pieces[0];
                 let stmt_text = &text[piece.range()];
                 conn.prepare(&text).and_then(|mut st| {
+                    // The gate again, on the text as it runs: a path given as a parameter
+                    // is checked like one written in the statement.
+                    let bound = match &p {
+                        Params::Positional(v) => st.bound_text(v.clone()),
+                        Params::Named(n) => st.bound_text(n.clone()),
+                    }?;
+                    if let Err(why) =
+                        crate::access::check(&bound, write_dir.as_deref(), read_only, false)
+                    {
+                        return Err(lql::Error::new(lql::ErrorKind::Semantic, why)
+                            .with_code(crate::access::REFUSED_CODE));
+                    }
                     let rows = match p {
                         Params::Positional(v) => st.query(v),
                         Params::Named(n) => st.query(n),

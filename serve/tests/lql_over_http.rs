@@ -169,6 +169,77 @@ fn writes_are_refused_without_allow_writes_and_outside_its_folder() {
     assert_eq!(r.status().as_u16(), 403);
 }
 
+fn post_json(url: &str, body: serde_json::Value) -> (u16, String) {
+    let r = common::client()
+        .post(format!("{url}/v1/lql"))
+        .json(&body)
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.text().unwrap())
+}
+
+/// Every statement that opens or writes a file, with its path written in the statement, as
+/// `?` and as `:name`: the gate decides on the text as it runs, so each is refused on a
+/// server without `--allow-writes` (and with it, outside its folder), and nothing is
+/// written. `{p}` marks the path.
+#[test]
+fn paths_given_as_parameters_are_checked_like_literal_ones() {
+    let outside = tempfile::tempdir().unwrap();
+    let model = lql::quote(&common::model());
+    let statements = [
+        "USE {p}".to_string(),
+        "TRACE \"The capital\" SAVE {p}".to_string(),
+        "EXTRACT MODEL {p} INTO \"x.vindex\"".to_string(),
+        format!("EXTRACT MODEL {model} INTO {{p}}"),
+        "COMPILE CURRENT INTO GGUF {p}".to_string(),
+        format!("DIFF {model} CURRENT INTO PATCH {{p}}"),
+        "BEGIN PATCH {p}".to_string(),
+        "APPLY PATCH {p}".to_string(),
+        "REMOVE PATCH {p}".to_string(),
+        "VERIFY {p}".to_string(),
+        "INSPECT {p}".to_string(),
+        "COMPACT {p}".to_string(),
+        "SHOW COMPONENTS {p}".to_string(),
+    ];
+    let allowed = tempfile::tempdir().unwrap();
+    for allow in [None, Some(allowed.path().to_path_buf())] {
+        let mut c = common::config();
+        c.allow_writes = allow.clone();
+        let s = common::start(c);
+        for (i, stmt) in statements.iter().enumerate() {
+            let path = outside.path().join(format!("f{i}"));
+            let path = path.display().to_string();
+            for (form, body) in [
+                (
+                    "literal",
+                    json!({"statements": stmt.replace("{p}", &lql::quote(&path))}),
+                ),
+                (
+                    "?",
+                    json!({"statements": stmt.replace("{p}", "?"), "params": [path]}),
+                ),
+                (
+                    ":name",
+                    json!({"statements": stmt.replace("{p}", ":p"), "params": {":p": path}}),
+                ),
+            ] {
+                let (st, text) = post_json(&s.url(), body);
+                assert_eq!(st, 403, "{stmt} ({form}, allow-writes {allow:?}): {text}");
+                assert!(
+                    text.contains(lql_serve::access::REFUSED_CODE),
+                    "{stmt} ({form}): {text}"
+                );
+            }
+        }
+        drop(s);
+    }
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "nothing was written outside"
+    );
+}
+
 /// `--read-only`: edits and file writes over /v1/lql are refused with the library's code;
 /// reads still answer. `--offline`: an uncached catalogue name does not start a download.
 #[test]
