@@ -50,6 +50,10 @@ pub enum ExecError {
         operation: String,
         message: String,
     },
+    /// A value the forward pass produced is NaN or infinite (weights, an edit or a scale
+    /// that overflows f32).
+    #[error("{what} are not finite: the model's weights, edits or scales produce NaN or infinity")]
+    NonFinite { what: String },
     #[error("internal error (this is a bug): {0}")]
     Internal(String),
 }

@@ -203,6 +203,7 @@ impl Executor {
                 Err(ExecError::Cancelled) => return Ok(finish(out, FinishReason::Cancelled, text)),
                 Err(e) => return Err(e),
             };
+            logits.check_finite(session.position().saturating_sub(1))?;
         }
     }
 }

@@ -41,12 +41,25 @@ pub fn add_in_place(y: &mut [f32], x: &[f32]) {
     }
 }
 
+/// A norm's `1/rms` when its mean square `ms` is finite, else NaN. A row of large but
+/// finite values whose squares overflow would otherwise normalise to zeros (`1/√∞ = 0`):
+/// every logit 0, a uniform answer that looks valid. NaN instead reaches the forward pass's
+/// finiteness check, which names the layer (one comparison per row).
+#[inline(always)]
+fn overflow_to_nan(inv: f32, ms: f32) -> f32 {
+    if ms.is_finite() {
+        inv
+    } else {
+        f32::NAN
+    }
+}
+
 /// RMSNorm of every row of `x` (rows of `weight.len()` elements) into `out`.
 pub fn rmsnorm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let d = weight.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
         let ss = dot(xr, xr) / d as f32;
-        let inv = 1.0 / (ss + eps).sqrt();
+        let inv = overflow_to_nan(1.0 / (ss + eps).sqrt(), ss);
         for ((o, xi), w) in or.iter_mut().zip(xr).zip(weight) {
             *o = xi * inv * w;
         }
@@ -63,7 +76,7 @@ pub fn layernorm_rows(x: &[f32], weight: &[f32], bias: &[f32], eps: f32, out: &m
             *o = xi - mean;
         }
         let var = dot(or, or) / d as f32;
-        let inv = 1.0 / (var + eps).sqrt();
+        let inv = overflow_to_nan(1.0 / (var + eps).sqrt(), var);
         for ((o, w), b) in or.iter_mut().zip(weight).zip(bias) {
             *o = *o * inv * w + b;
         }

@@ -34,6 +34,21 @@ pub struct Logits {
 }
 
 impl Logits {
+    /// Refuses logits that hold NaN or infinity (a model, edit or scale that overflows):
+    /// sampling them would answer a token that means nothing. `position` is the position
+    /// whose next token they score.
+    pub fn check_finite(&self, position: usize) -> Result<(), crate::ExecError> {
+        match self.values.iter().position(|v| !v.is_finite()) {
+            None => Ok(()),
+            Some(token) => Err(crate::ExecError::NonFinite {
+                what: format!(
+                    "the logits after position {position} (token {token} is {})",
+                    self.values[token]
+                ),
+            }),
+        }
+    }
+
     /// The highest-scoring token (the lowest id among ties).
     pub fn argmax(&self) -> u32 {
         let mut best = 0usize;

@@ -84,6 +84,7 @@ pub const CODES: &[(&str, &str)] = &[
     ("LQL-E0301", "unsupported: not built yet, or not available for this model"),
     ("LQL-E0401", "io: reading or writing a file failed"),
     ("LQL-E0402", "device: the GPU backend failed (no adapter, a kernel that did not compile, device lost, out of device memory); the message names the adapter and the operation"),
+    ("LQL-E0403", "protected: the statement would write over a file the connection reads (the bound model or a file under its folder, an applied patch, a model the statement reads), under any alias"),
     ("LQL-E0501", "format: a malformed, hostile or inconsistent file"),
     ("LQL-E0502", "model file changed since USE: re-bind"),
     ("LQL-E0601", "interrupted: the statement was cancelled"),
@@ -489,6 +490,9 @@ impl From<lql_exec::ExecError> for Error {
             X::Shape { .. } | X::Surface(_) => Error::new(ErrorKind::Format, e.to_string()),
             X::Unsupported(_) => Error::unsupported(e.to_string()),
             X::Device { .. } => Error::new(ErrorKind::Io, e.to_string()).with_code("LQL-E0402"),
+            X::NonFinite { .. } => {
+                Error::new(ErrorKind::Format, e.to_string()).with_code("LQL-E0801")
+            }
             _ => Error::internal(e.to_string()),
         };
         base.with_source(e)

@@ -40,6 +40,9 @@ struct Redirect {
     target: PathBuf,
     /// `.once`: ends after the next statement's result.
     once: bool,
+    /// The first write that failed (a full disk): the temporary file is then discarded
+    /// and `target` is left as it was.
+    failed: Option<String>,
 }
 
 pub struct Session {
@@ -353,7 +356,10 @@ impl Session {
             return;
         }
         let result = match &mut self.redirect {
-            Some(r) => r.file.write_all(s.as_bytes()),
+            Some(r) if r.failed.is_some() => Ok(()),
+            Some(r) => r.file.write_all(s.as_bytes()).inspect_err(|e| {
+                r.failed = Some(e.to_string());
+            }),
             None => self
                 .out
                 .write_all(s.as_bytes())
@@ -389,7 +395,12 @@ impl Session {
             .suffix(".tmp")
             .tempfile_in(&dir)
             .map_err(|e| format!("{path}: cannot create a file in {}: {e}", dir.display()))?;
-        self.redirect = Some(Redirect { file, target, once });
+        self.redirect = Some(Redirect {
+            file,
+            target,
+            once,
+            failed: None,
+        });
         Ok(())
     }
 
@@ -402,22 +413,55 @@ impl Session {
         }
     }
 
-    /// Finishes the active redirection: flush, fsync, rename over the target.
+    /// Finishes the active redirection: flush, fsync, rename over the target (unless a
+    /// write failed: then the target is left as it was).
     pub fn end_redirect(&mut self) -> Result<(), String> {
         let Some(mut r) = self.redirect.take() else {
             return Ok(());
         };
         let shown = r.target.display().to_string();
+        if let Some(e) = &r.failed {
+            // Dropping the temporary file removes it; the target keeps its old content.
+            return Err(format!("{shown}: not written ({e}); the file is unchanged"));
+        }
         r.file
             .flush()
             .and_then(|_| r.file.as_file().sync_all())
-            .map_err(|e| format!("{shown}: {e}"))?;
+            .map_err(|e| format!("{shown}: not written ({e}); the file is unchanged"))?;
+        set_output_mode(r.file.as_file(), &r.target);
         r.file
             .persist(&r.target)
             .map_err(|e| format!("{shown}: {}", e.error))?;
         sync_dir(&r.target);
         Ok(())
     }
+}
+
+/// The mode the output file gets: the target's own when it exists, else what a plain
+/// create gives under the process's umask (a temporary file starts at 0600).
+fn set_output_mode(file: &std::fs::File, target: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = match std::fs::metadata(target) {
+            Ok(m) => m.permissions().mode() & 0o7777,
+            // The umask as Linux reports it (reading it through umask(2) would change it
+            // for every thread a moment); 022 where it cannot be read.
+            Err(_) => {
+                let mask = std::fs::read_to_string("/proc/self/status")
+                    .ok()
+                    .and_then(|st| {
+                        let line = st.lines().find(|l| l.starts_with("Umask:"))?;
+                        u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+                    })
+                    .unwrap_or(0o022);
+                0o666 & !mask
+            }
+        };
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
+    }
+    #[cfg(not(unix))]
+    let _ = (file, target);
 }
 
 /// Makes a rename durable by syncing the folder (best effort: not every platform can).
@@ -546,5 +590,39 @@ mod tests {
             .redirect(Some("/nonexistent-dir/x.csv"), true)
             .unwrap_err()
             .contains("/nonexistent-dir"));
+    }
+
+    /// A write that fails (a full disk) leaves the existing file as it was, and no
+    /// temporary file behind; a written file keeps the target's mode (not the temporary
+    /// file's 0600).
+    #[cfg(unix)]
+    #[test]
+    fn a_failed_write_leaves_the_target_unchanged() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("r.csv");
+        std::fs::write(&target, "old\n").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let (mut s, _, err) = session();
+        s.redirect(Some(target.to_str().unwrap()), false).unwrap();
+        // The temporary file, reopened read-only: every write fails as on a full disk.
+        let r = s.redirect.as_mut().unwrap();
+        let (_, path) =
+            std::mem::replace(&mut r.file, tempfile::NamedTempFile::new().unwrap()).into_parts();
+        let read_only = std::fs::File::open(&path).unwrap();
+        r.file = tempfile::NamedTempFile::from_parts(read_only, path);
+        s.print("a,b\n");
+        assert!(err.text().contains("writing output"), "{}", err.text());
+        let e = s.redirect(None, false).unwrap_err();
+        assert!(e.contains("unchanged"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "old\n");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+        s.redirect(Some(target.to_str().unwrap()), true).unwrap();
+        s.print("new\n");
+        s.redirect(None, false).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new\n");
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
     }
 }

@@ -56,6 +56,8 @@ pub fn classify(stmt_text: &str) -> Access {
     }
 }
 
+/// Every statement kind is named here, without a wildcard: a statement added to the
+/// grammar does not compile until it is classified, so the gate cannot fail open.
 fn classify_kind(kind: &StatementKind) -> Access {
     let mut read = Vec::new();
     let mut write = Vec::new();
@@ -70,14 +72,24 @@ fn classify_kind(kind: &StatementKind) -> Access {
         StatementKind::Set(_) => {
             return Access::Refused("SET over HTTP: the served model's backend is fixed")
         }
+        // Only the bound model, no file.
+        StatementKind::Infer(_)
+        | StatementKind::Generate(_)
+        | StatementKind::Walk(_)
+        | StatementKind::Describe(_)
+        | StatementKind::Select(_)
+        | StatementKind::Stats
+        | StatementKind::Tokenize(_)
+        | StatementKind::DescribeTable(_) => {}
         StatementKind::BeginPatch(p) => write.push(p.value.clone()),
         StatementKind::ApplyPatch(p) | StatementKind::RemovePatch(p) => read.push(p.value.clone()),
         StatementKind::Verify(v) => {
             read.extend(v.target.iter().chain(&v.against).map(|p| p.value.clone()))
         }
         StatementKind::RunStage(r) => {
-            if let lql_grammar::StageSource::File(h) = &r.input {
-                read.push(h.value.clone());
+            match &r.input {
+                lql_grammar::StageSource::File(h) => read.push(h.value.clone()),
+                lql_grammar::StageSource::Prompt(_) => {}
             }
             write.push(r.into.value.clone());
         }
@@ -102,6 +114,8 @@ fn classify_kind(kind: &StatementKind) -> Access {
         }
         StatementKind::Extract(e) => {
             read.push(e.source.value.clone());
+            // A layer package copies each projector file in: an input like the source.
+            read.extend(e.projectors.iter().map(|p| p.value.clone()));
             write.push(e.output.value.clone());
         }
         StatementKind::Artifact(a) => read.push(a.container.value.clone()),
@@ -121,8 +135,11 @@ fn classify_kind(kind: &StatementKind) -> Access {
             }
             None => write.push(c.container.value.clone()),
         },
-        StatementKind::ExplainAnalyze(inner) => return classify_kind(&inner.kind),
-        _ => {}
+        // EXPLAIN runs WALK and INFER, and plans the others (planning may open the
+        // files a statement names): each is held to its inner statement's rule.
+        StatementKind::Explain(inner)
+        | StatementKind::ExplainPlan(inner)
+        | StatementKind::ExplainAnalyze(inner) => return classify_kind(&inner.kind),
     }
     if read.is_empty() && write.is_empty() {
         Access::Read
@@ -237,6 +254,205 @@ mod tests {
             Access::Files { .. }
         ));
         assert_eq!(classify("not a statement"), Access::Read);
+    }
+
+    /// The decision for one statement of every kind, on a server without `--allow-writes`
+    /// (POST and GET) and with it (a path inside the folder).
+    #[test]
+    fn every_statement_kind_has_a_decision() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(d.path()).unwrap();
+        let p = |name: &str| format!("{:?}", dir.join(name).display().to_string());
+        // (statement, kind name, allowed without a folder (POST), allowed on GET,
+        //  allowed with the folder)
+        let cases: Vec<(String, &str, bool, bool, bool)> = vec![
+            (format!("USE {}", p("m.gguf")), "USE", false, false, false),
+            ("INFER 'a' TOP 1".into(), "INFER", true, true, true),
+            ("GENERATE 'a' MAX 1".into(), "GENERATE", true, true, true),
+            ("WALK 'a'".into(), "WALK", true, true, true),
+            ("DESCRIBE 'France'".into(), "DESCRIBE", true, true, true),
+            ("SELECT * FROM layers".into(), "SELECT", true, true, true),
+            ("TRACE 'a'".into(), "TRACE", true, true, true),
+            (
+                format!("TRACE 'a' SAVE {}", p("t.svg")),
+                "TRACE",
+                false,
+                false,
+                true,
+            ),
+            (
+                "INSERT INTO edges (entity, relation, target) VALUES ('a', 'b', 'c')".into(),
+                "INSERT",
+                true,
+                false,
+                true,
+            ),
+            (
+                "DELETE FROM edges WHERE entity = 'a'".into(),
+                "DELETE",
+                true,
+                false,
+                true,
+            ),
+            (
+                "UPDATE features SET down_scale = 2 WHERE layer = 1 AND feature = 2".into(),
+                "UPDATE",
+                true,
+                false,
+                true,
+            ),
+            (
+                format!("BEGIN PATCH {}", p("p.lqlpatch")),
+                "BEGIN PATCH",
+                false,
+                false,
+                true,
+            ),
+            ("SAVE PATCH".into(), "SAVE PATCH", false, false, true),
+            ("SET backend = 'cpu'".into(), "SET", false, false, false),
+            (
+                format!("APPLY PATCH {}", p("p.lqlpatch")),
+                "APPLY PATCH",
+                false,
+                false,
+                true,
+            ),
+            (
+                format!("REMOVE PATCH {}", p("p.lqlpatch")),
+                "REMOVE PATCH",
+                false,
+                false,
+                true,
+            ),
+            ("DIFF CURRENT".into(), "DIFF", true, true, true),
+            (
+                format!("DIFF {} CURRENT", p("a.gguf")),
+                "DIFF",
+                false,
+                false,
+                true,
+            ),
+            (
+                format!("COMPILE CURRENT INTO GGUF {}", p("o.gguf")),
+                "COMPILE",
+                false,
+                false,
+                true,
+            ),
+            (
+                format!("EXTRACT MODEL {} INTO {}", p("a.gguf"), p("o.vindex")),
+                "EXTRACT",
+                false,
+                false,
+                true,
+            ),
+            ("REPRESENT LABELS".into(), "REPRESENT", false, false, false),
+            (
+                format!("REPRESENT LABELS {}", p("c.vindex")),
+                "REPRESENT",
+                false,
+                false,
+                true,
+            ),
+            (
+                format!("INSPECT {}", p("c.vindex")),
+                "INSPECT",
+                false,
+                false,
+                true,
+            ),
+            (
+                format!("COMPACT {}", p("c.vindex")),
+                "COMPACT",
+                false,
+                false,
+                true,
+            ),
+            ("VERIFY".into(), "VERIFY", true, true, true),
+            (
+                format!("VERIFY {}", p("c.vindex")),
+                "VERIFY",
+                false,
+                false,
+                true,
+            ),
+            ("SHOW LAYERS".into(), "SHOW", true, true, true),
+            (
+                format!("SHOW COMPONENTS {}", p("c.vindex")),
+                "SHOW",
+                false,
+                false,
+                true,
+            ),
+            ("STATS".into(), "STATS", true, true, true),
+            ("TOKENIZE 'a'".into(), "TOKENIZE", true, true, true),
+            ("EXPLAIN INFER 'a'".into(), "EXPLAIN", true, true, true),
+            (
+                format!("EXPLAIN PLAN COMPILE CURRENT INTO GGUF {}", p("o.gguf")),
+                "EXPLAIN PLAN",
+                false,
+                false,
+                true,
+            ),
+            (
+                "EXPLAIN ANALYZE INFER 'a'".into(),
+                "EXPLAIN ANALYZE",
+                true,
+                true,
+                true,
+            ),
+            (
+                "DESCRIBE TABLE layers".into(),
+                "DESCRIBE TABLE",
+                true,
+                true,
+                true,
+            ),
+            (
+                format!("RUN STAGE 'a' INTO {}", p("h.bin")),
+                "RUN STAGE",
+                false,
+                false,
+                true,
+            ),
+            (
+                format!("INFER FROM {}", p("h.bin")),
+                "INFER FROM",
+                false,
+                false,
+                true,
+            ),
+        ];
+        let mut kinds = std::collections::BTreeSet::new();
+        for (text, kind, post, get, with_dir) in &cases {
+            let parsed =
+                lql_grammar::parse_statement(text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+            let name = parsed.kind.name();
+            let name = if name == "DESCRIBE OBJECT" || name == "PRECISION" {
+                "INSPECT"
+            } else {
+                name
+            };
+            assert_eq!(name, *kind, "{text}");
+            kinds.insert(name);
+            assert_eq!(
+                check(text, None, false, false).is_ok(),
+                *post,
+                "{text} (POST)"
+            );
+            assert_eq!(check(text, None, true, false).is_ok(), *get, "{text} (GET)");
+            assert_eq!(
+                check(text, Some(&dir), false, false).is_ok(),
+                *with_dir,
+                "{text} (--allow-writes)"
+            );
+        }
+        // One case per `StatementKind` variant (INSPECT stands for the three artifact forms).
+        assert_eq!(
+            kinds.len(),
+            31,
+            "a statement kind without a case: {kinds:?}"
+        );
     }
 
     #[test]

@@ -275,9 +275,15 @@ impl<'t> Scheduler<'t> {
         match result {
             Ok(logits) => {
                 for ((ai, _), l) in rows.iter().zip(logits) {
-                    if let Some(seq) = active[*ai].seq.as_mut() {
-                        seq.logits = Some(l);
+                    let a = &mut active[*ai];
+                    let Some(seq) = a.seq.as_mut() else { continue };
+                    // An overflowing model or edit ends the choice with an error, never
+                    // with a token sampled from NaN.
+                    if let Err(e) = l.check_finite(seq.session.position().saturating_sub(1)) {
+                        self.failed(a, &e);
+                        continue;
                     }
+                    seq.logits = Some(l);
                 }
             }
             Err(e) => {

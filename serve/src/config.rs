@@ -38,6 +38,16 @@ pub struct Config {
     /// Refuse every statement that writes files or edits the model state over `/v1/lql`
     /// (`LQL-E0204`), even session edits; cannot be combined with `allow_writes`.
     pub read_only: bool,
+    /// The model's name to clients (`/v1/models` ids, `/health`, responses' `model`);
+    /// `None`: [`Config::model_alias`]'s default. The path itself is never shown.
+    pub alias: Option<String>,
+    /// Most open connections; one more is answered 503 and closed at once.
+    pub max_connections: usize,
+    /// Seconds a connection gets to send a request's headers (also while idle between
+    /// requests); then it is closed.
+    pub header_timeout_s: u64,
+    /// Seconds a request gets to send its whole body; then 408.
+    pub body_timeout_s: u64,
 }
 
 impl Config {
@@ -60,6 +70,27 @@ impl Config {
             threads: 0,
             offline: false,
             read_only: false,
+            alias: None,
+            max_connections: 512,
+            header_timeout_s: 10,
+            body_timeout_s: 30,
+        }
+    }
+
+    /// The name clients see: the alias when given, else the model file's stem (a folder's
+    /// name), or the catalogue name as given. A path would tell clients where the server
+    /// keeps its files.
+    pub fn model_alias(&self) -> String {
+        if let Some(a) = &self.alias {
+            return a.clone();
+        }
+        let p = std::path::Path::new(&self.model);
+        let looks_like_path = self.model.contains(std::path::MAIN_SEPARATOR)
+            || self.model.contains('/')
+            || p.extension().is_some();
+        match p.file_stem() {
+            Some(stem) if looks_like_path => stem.to_string_lossy().into_owned(),
+            _ => self.model.clone(),
         }
     }
 
@@ -82,5 +113,23 @@ impl Config {
             return self.threads;
         }
         std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_alias_never_shows_a_path() {
+        let mut c = Config::new("/srv/models/SmolLM2-135M.Q8_0.gguf");
+        assert_eq!(c.model_alias(), "SmolLM2-135M.Q8_0");
+        c.alias = Some("smol".into());
+        assert_eq!(c.model_alias(), "smol");
+        assert_eq!(
+            Config::new("smollm2-135m-instruct").model_alias(),
+            "smollm2-135m-instruct"
+        );
+        assert_eq!(Config::new("./m/gemma.vindex").model_alias(), "gemma");
     }
 }

@@ -73,6 +73,19 @@ impl ApiError {
     }
 
     /// 413: the body is larger than the server accepts.
+    /// 408: the body did not arrive within `--body-timeout`.
+    pub fn body_timeout(after: std::time::Duration) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            "request_timeout",
+            format!(
+                "the request body did not arrive within {} s",
+                after.as_secs()
+            ),
+        )
+    }
+
     pub fn too_large(limit: usize) -> ApiError {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -105,6 +118,16 @@ impl ApiError {
     }
 
     /// 503: the server is shutting down.
+    /// 503: over `--max-connections` (answered on the raw connection, then closed).
+    pub fn too_many_connections() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "too_many_connections",
+            "the server has too many open connections; retry later",
+        )
+    }
+
     pub fn shutting_down() -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

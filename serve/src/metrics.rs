@@ -65,6 +65,7 @@ pub struct Metrics {
     requests: [AtomicU64; ROUTES.len()],
     errors: [AtomicU64; ROUTES.len()],
     rejected_busy: AtomicU64,
+    rejected_connections: AtomicU64,
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
     cancelled: AtomicU64,
@@ -93,6 +94,11 @@ impl Metrics {
 
     pub fn rejected_busy(&self) {
         self.rejected_busy.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection over `--max-connections`, answered 503 and closed.
+    pub fn rejected_connection(&self) {
+        self.rejected_connections.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn tokens(&self, prompt: usize, completion: usize) {
@@ -142,6 +148,11 @@ impl Metrics {
                 "lql_rejected_busy_total",
                 "Requests refused with 429 (queue full).",
                 &self.rejected_busy,
+            ),
+            (
+                "lql_rejected_connections_total",
+                "Connections refused with 503 (over --max-connections).",
+                &self.rejected_connections,
             ),
             (
                 "lql_prompt_tokens_total",

@@ -220,7 +220,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
             want_logprobs: logprobs.is_some(),
         })
     })();
-    run_job(state, job, t0).await
+    run_job(state, Shape::Completion, job, t0).await
 }
 
 /// Refuses what this server does not build: tool calls and schema-constrained output.
@@ -332,7 +332,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
             want_logprobs: logprobs.is_some(),
         })
     })();
-    run_job(state, job, t0).await
+    run_job(state, Shape::Chat, job, t0).await
 }
 
 /// `POST /v1/responses` (no streaming yet; no tools, no stored conversations).
@@ -419,12 +419,18 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
             want_logprobs: false,
         })
     })();
-    run_job(state, job, t0).await
+    run_job(state, Shape::Responses, job, t0).await
 }
 
 /// Takes a slot (429 when the queue is full) and runs the job, answering JSON or SSE.
-async fn run_job(state: Arc<AppState>, job: Result<Job, ApiError>, t0: Instant) -> Response {
-    let route = job.as_ref().map_or("completions", |j| j.shape.route());
+async fn run_job(
+    state: Arc<AppState>,
+    shape: Shape,
+    job: Result<Job, ApiError>,
+    t0: Instant,
+) -> Response {
+    // The route the request came in on, also when it was refused before a job was made.
+    let route = shape.route();
     let job = match job {
         Ok(j) => j,
         Err(e) => {

@@ -3,6 +3,7 @@
 //! the JSON 404 for unknown routes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
@@ -37,12 +38,18 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .extensions()
             .get::<BodyLimit>()
             .map_or(usize::MAX, |l| l.0);
-        let bytes = match Bytes::from_request(req, state).await {
-            Ok(b) => Ok(b),
-            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+        let timeout = req
+            .extensions()
+            .get::<BodyTimeout>()
+            .map_or(Duration::from_secs(86_400), |t| t.0);
+        // A client that sends its body slower than the timeout allows is answered 408.
+        let bytes = match tokio::time::timeout(timeout, Bytes::from_request(req, state)).await {
+            Err(_) => Err(ApiError::body_timeout(timeout)),
+            Ok(Ok(b)) => Ok(b),
+            Ok(Err(r)) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 Err(ApiError::too_large(limit))
             }
-            Err(r) => Err(ApiError::invalid(format!(
+            Ok(Err(r)) => Err(ApiError::invalid(format!(
                 "reading the request body: {}",
                 r.body_text()
             ))),
@@ -79,6 +86,10 @@ impl JsonBody {
 /// The body limit, for the 413 message.
 #[derive(Clone, Copy)]
 struct BodyLimit(usize);
+
+/// How long a request's body may take to arrive (`--body-timeout`).
+#[derive(Clone, Copy)]
+struct BodyTimeout(Duration);
 
 async fn health(State(state): State<Arc<AppState>>) -> Response {
     state.metrics.request("health", true, 0.0);
@@ -141,6 +152,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             crate::auth::require_key,
         ))
         .layer(axum::Extension(BodyLimit(limit)))
+        .layer(axum::Extension(BodyTimeout(Duration::from_secs(
+            state.config.body_timeout_s,
+        ))))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }

@@ -55,6 +55,19 @@ pub struct ServeArgs {
     /// Refuse statements that write files or edit the model over /v1/lql (LQL-E0204)
     #[arg(long, conflicts_with = "allow_writes")]
     pub read_only: bool,
+    /// The model's name in /v1/models, /health and responses (default: the file's stem,
+    /// or the catalogue name)
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Most open connections (one more is answered 503 and closed)
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds a client gets to send a request's headers, or to start its next request
+    #[arg(long, default_value_t = 10)]
+    pub header_timeout: u64,
+    /// Seconds a client gets to send a request's body (408 after)
+    #[arg(long, default_value_t = 30)]
+    pub body_timeout: u64,
 }
 
 impl ServeArgs {
@@ -72,11 +85,21 @@ impl ServeArgs {
         c.shutdown_grace_s = self.shutdown_grace;
         c.offline = self.offline;
         c.read_only = self.read_only;
+        c.alias = self.alias.clone().filter(|a| !a.trim().is_empty());
+        c.max_connections = self.max_connections.max(1);
+        c.header_timeout_s = self.header_timeout.max(1);
+        c.body_timeout_s = self.body_timeout.max(1);
         c
     }
 }
 
 /// Serves on `listener` until `shutdown` resolves, then drains and returns.
+///
+/// Each connection holds one of `max_connections` permits; a connection beyond them is
+/// answered 503 and closed at once, so a crowd of slow clients cannot starve `/health`
+/// or completions of sockets for long: each gets `header_timeout_s` to send its headers
+/// (and to start its next request on a kept-alive connection) and `body_timeout_s` for
+/// its body ([`crate::routes`]).
 pub async fn serve_on(
     state: Arc<AppState>,
     listener: TcpListener,
@@ -84,20 +107,89 @@ pub async fn serve_on(
 ) -> std::io::Result<()> {
     let app = crate::routes::router(state.clone());
     let grace = Duration::from_secs(state.config.shutdown_grace_s);
-    let st = state.clone();
-    let signal = async move {
-        shutdown.await;
-        st.shutting_down.store(true, Ordering::SeqCst);
-        // After the grace period, cancel whatever still decodes.
-        let st2 = st.clone();
+    let header_timeout = Duration::from_secs(state.config.header_timeout_s);
+    let permits = Arc::new(tokio::sync::Semaphore::new(state.config.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut signal = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                // Out of descriptors or a connection reset before accept: wait a moment,
+                // go on (the listener itself is fine).
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            _ = &mut signal => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            state.metrics.rejected_connection();
+            tokio::spawn(refuse_connection(stream, Refusal::TooManyConnections));
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            st2.pool.cancel_all();
+            let _permit = permit;
+            let _ = conn.await;
         });
+    }
+    state.shutting_down.store(true, Ordering::SeqCst);
+    // After the grace period, cancel whatever still decodes; the connections then end.
+    let st = state.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        st.pool.cancel_all();
+    });
+    // While in-flight requests drain, a new connection is answered 503 (not refused at
+    // connect), so clients and balancers see why.
+    let drained = graceful.shutdown();
+    let mut drained = std::pin::pin!(drained);
+    loop {
+        tokio::select! {
+            _ = &mut drained => break,
+            r = listener.accept() => {
+                if let Ok((stream, _)) = r {
+                    tokio::spawn(refuse_connection(stream, Refusal::ShuttingDown));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why a connection is answered 503 without being served.
+#[derive(Clone, Copy)]
+enum Refusal {
+    TooManyConnections,
+    ShuttingDown,
+}
+
+/// Answers a connection that is not served (over the cap, or during shutdown): 503 with
+/// the API's error shape, then closes it (within a second, whatever the client does).
+async fn refuse_connection(mut stream: tokio::net::TcpStream, why: Refusal) {
+    use tokio::io::AsyncWriteExt;
+    let error = match why {
+        Refusal::TooManyConnections => crate::error::ApiError::too_many_connections(),
+        Refusal::ShuttingDown => crate::error::ApiError::shutting_down(),
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(signal)
-        .await
+    let body = error.body().to_string();
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(reply.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
 }
 
 /// A server running on its own runtime thread (embedders and tests).

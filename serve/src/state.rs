@@ -85,7 +85,7 @@ impl AppState {
         let batcher = Batcher::start(exec, tokenizer.clone(), metrics.clone())?;
         let pool = Pool::new(config.parallel, config.queue, batcher);
         Ok(AppState {
-            model_id: config.model.clone(),
+            model_id: config.model_alias(),
             sessions: Sessions::new(config.max_sessions),
             config,
             db,

@@ -102,12 +102,7 @@ fn api_key_is_enforced() {
 }
 
 fn health(url: &str) -> serde_json::Value {
-    common::client()
-        .get(format!("{url}/health"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap()
+    common::get_json(&format!("{url}/health"))
 }
 
 /// Starts a long streaming completion and returns its connection once the first token
@@ -165,12 +160,7 @@ fn full_queue_is_429_and_a_killed_client_frees_its_slot() {
         json!({"prompt": "x", "max_tokens": 1}),
     );
     assert_eq!(st, 200);
-    let m = common::client()
-        .get(format!("{url}/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let m = common::get_text(&format!("{url}/metrics"));
     assert!(m.contains("lql_rejected_busy_total 1"), "{m}");
     assert!(m.contains("lql_cancelled_total 1"), "{m}");
     assert!(
@@ -197,4 +187,87 @@ fn unknown_routes_and_prompts_over_the_limit() {
     );
     assert_eq!(st, 400);
     assert_eq!(v["error"]["code"], "context_length_exceeded");
+}
+
+/// Reads what the server sends until it closes the connection (or 10 s pass).
+fn read_to_close(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Slow clients cannot hold the server: connections over `--max-connections` are
+/// answered 503 and closed at once; a client that does not finish its headers within
+/// `--header-timeout` is disconnected, and one that does not finish its body within
+/// `--body-timeout` is answered 408; then `/health` answers again.
+#[test]
+fn slow_clients_are_cut_off_and_counted() {
+    let mut c = common::config();
+    c.max_connections = 4;
+    c.header_timeout_s = 1;
+    c.body_timeout_s = 1;
+    let s = common::start(c);
+    // Four clients that start a request and stall mid-headers hold every connection.
+    let mut stalled: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut t = TcpStream::connect(s.addr).unwrap();
+            t.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .unwrap();
+            t
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fifth = TcpStream::connect(s.addr).unwrap();
+    let answer = read_to_close(&mut fifth);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("too_many_connections"), "{answer}");
+    // The header timeout closes each stalled connection (hyper may say 408 first).
+    for t in &mut stalled {
+        let answer = read_to_close(t);
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+            "{answer:?}"
+        );
+    }
+    // A body that never completes: 408 with the standard error shape.
+    let mut slow_body = TcpStream::connect(s.addr).unwrap();
+    slow_body
+        .write_all(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\"",
+        )
+        .unwrap();
+    let answer = read_to_close(&mut slow_body);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    // The server answers again.
+    let r = common::client()
+        .get(format!("{}/health", s.url()))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let m = common::get_text(&format!("{}/metrics", s.url()));
+    assert!(m.contains("lql_rejected_connections_total 1"), "{m}");
+}
+
+/// While in-flight connections drain after a stop, a new connection is answered 503
+/// `shutting_down` (not refused at connect).
+#[test]
+fn new_connections_during_shutdown_are_503() {
+    let mut c = common::config();
+    c.header_timeout_s = 3;
+    let s = common::start(c);
+    let addr = s.addr;
+    // A connection in the middle of its headers keeps the drain waiting.
+    let mut stalled = TcpStream::connect(addr).unwrap();
+    stalled.write_all(b"GET /health HTTP/1.1\r\nHo").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let stopping = std::thread::spawn(move || s.stop());
+    std::thread::sleep(Duration::from_millis(300));
+    let mut late = TcpStream::connect(addr).unwrap();
+    let answer = read_to_close(&mut late);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("shutting_down"), "{answer}");
+    drop(stalled);
+    stopping.join().unwrap().unwrap();
 }

@@ -181,63 +181,110 @@ fn post_json(url: &str, body: serde_json::Value) -> (u16, String) {
 /// Every statement that opens or writes a file, with its path written in the statement, as
 /// `?` and as `:name`: the gate decides on the text as it runs, so each is refused on a
 /// server without `--allow-writes` (and with it, outside its folder), and nothing is
-/// written. `{p}` marks the path.
+/// written. `{a}`, `{b}`, `{c}` mark the paths; each is tried outside the folder in turn.
 #[test]
 fn paths_given_as_parameters_are_checked_like_literal_ones() {
     let outside = tempfile::tempdir().unwrap();
-    let model = lql::quote(&common::model());
-    let statements = [
-        "USE {p}".to_string(),
-        "TRACE \"The capital\" SAVE {p}".to_string(),
-        "EXTRACT MODEL {p} INTO \"x.vindex\"".to_string(),
-        format!("EXTRACT MODEL {model} INTO {{p}}"),
-        "COMPILE CURRENT INTO GGUF {p}".to_string(),
-        format!("DIFF {model} CURRENT INTO PATCH {{p}}"),
-        "BEGIN PATCH {p}".to_string(),
-        "APPLY PATCH {p}".to_string(),
-        "REMOVE PATCH {p}".to_string(),
-        "VERIFY {p}".to_string(),
-        "INSPECT {p}".to_string(),
-        "COMPACT {p}".to_string(),
-        "SHOW COMPONENTS {p}".to_string(),
-    ];
     let allowed = tempfile::tempdir().unwrap();
-    for allow in [None, Some(allowed.path().to_path_buf())] {
+    let allowed_dir = std::fs::canonicalize(allowed.path()).unwrap();
+    // Every statement that names a file, with every path argument as a slot: each slot in
+    // turn is a file outside the allowed folder (literal, `?`, `:name`), the others lie
+    // inside it.
+    let statements = [
+        "USE {a}",
+        "TRACE \"The capital\" SAVE {a}",
+        "EXTRACT MODEL {a} INTO {b}",
+        "EXTRACT MODEL {a} INTO {b} FORMAT PACKAGE MODEL_ID \"o/r:d\" SOURCE_REVISION \"r\" PROJECTOR {c}",
+        "COMPILE CURRENT INTO GGUF {a}",
+        "COMPILE {a} INTO VINDEX {b}",
+        "DIFF {a} CURRENT INTO PATCH {b}",
+        "DIFF {a} {b}",
+        "BEGIN PATCH {a}",
+        "APPLY PATCH {a}",
+        "REMOVE PATCH {a}",
+        "VERIFY {a}",
+        "VERIFY {a} AGAINST {b}",
+        "INSPECT {a}",
+        "DESCRIBE OBJECT {a} \"L0\"",
+        "PRECISION {a}",
+        "SHOW COMPONENTS {a}",
+        "SHOW REPRESENTATIONS {a}",
+        "SHOW PROFILES {a}",
+        "REPRESENT LABELS {a}",
+        "REPRESENT ALL AS F16 INTO {a}",
+        "COMPACT {a}",
+        "COMPACT {a} INTO {b}",
+        "RUN STAGE \"The capital\" INTO {a}",
+        "RUN STAGE FROM {a} INTO {b}",
+        "INFER FROM {a}",
+        "EXPLAIN PLAN EXTRACT MODEL {a} INTO {b}",
+        "EXPLAIN ANALYZE TRACE \"The capital\" SAVE {a}",
+        "EXPLAIN COMPILE CURRENT INTO GGUF {a}",
+    ];
+    let mut cases = 0;
+    for allow in [None, Some(allowed_dir.clone())] {
         let mut c = common::config();
         c.allow_writes = allow.clone();
         let s = common::start(c);
         for (i, stmt) in statements.iter().enumerate() {
-            let path = outside.path().join(format!("f{i}"));
-            let path = path.display().to_string();
-            for (form, body) in [
-                (
-                    "literal",
-                    json!({"statements": stmt.replace("{p}", &lql::quote(&path))}),
-                ),
-                (
-                    "?",
-                    json!({"statements": stmt.replace("{p}", "?"), "params": [path]}),
-                ),
-                (
-                    ":name",
-                    json!({"statements": stmt.replace("{p}", ":p"), "params": {":p": path}}),
-                ),
-            ] {
-                let (st, text) = post_json(&s.url(), body);
-                assert_eq!(st, 403, "{stmt} ({form}, allow-writes {allow:?}): {text}");
-                assert!(
-                    text.contains(lql_serve::access::REFUSED_CODE),
-                    "{stmt} ({form}): {text}"
-                );
+            for slot in ["{a}", "{b}", "{c}"]
+                .into_iter()
+                .filter(|s| stmt.contains(*s))
+            {
+                let path = outside.path().join(format!("f{i}")).display().to_string();
+                let mut text = stmt.to_string();
+                for other in ["{a}", "{b}", "{c}"].into_iter().filter(|o| *o != slot) {
+                    let inside = allowed_dir.join(format!("in{i}{}", &other[1..2]));
+                    text = text.replace(other, &lql::quote(&inside.display().to_string()));
+                }
+                for (form, body) in [
+                    (
+                        "literal",
+                        json!({"statements": text.replace(slot, &lql::quote(&path))}),
+                    ),
+                    (
+                        "?",
+                        json!({"statements": text.replace(slot, "?"), "params": [path]}),
+                    ),
+                    (
+                        ":name",
+                        json!({"statements": text.replace(slot, ":p"), "params": {":p": path}}),
+                    ),
+                ] {
+                    let (st, answer) = post_json(&s.url(), body);
+                    let why =
+                        format!("{stmt} slot {slot} ({form}, allow-writes {allow:?}): {answer}");
+                    assert_eq!(st, 403, "{why}");
+                    assert!(answer.contains(lql_serve::access::REFUSED_CODE), "{why}");
+                    cases += 1;
+                }
             }
         }
         drop(s);
     }
+    eprintln!("{cases} refusals checked");
     assert_eq!(
         std::fs::read_dir(outside.path()).unwrap().count(),
         0,
         "nothing was written outside"
     );
+}
+
+/// The statements that read only the served model run with parameters (the gate lets
+/// them through in every form).
+#[test]
+fn statements_without_files_run_with_parameters() {
+    let s = common::start(common::config());
+    for (stmt, params) in [
+        ("TOKENIZE ?", json!(["Hello"])),
+        ("TOKENIZE :t", json!({":t": "Hello"})),
+        ("INFER ? TOP 1", json!(["The capital of France is"])),
+        ("SELECT count(*) FROM layers WHERE layer < ?", json!([3])),
+        ("EXPLAIN PLAN INFER ? TOP 1", json!(["Paris"])),
+    ] {
+        let (st, answer) = post_json(&s.url(), json!({"statements": stmt, "params": params}));
+        assert_eq!(st, 200, "{stmt}: {answer}");
+    }
 }
 
 /// `--read-only`: edits and file writes over /v1/lql are refused with the library's code;

@@ -10,15 +10,55 @@ use serde_json::json;
 #[test]
 fn models_lists_the_served_model() {
     let s = common::start(common::config());
-    let v: serde_json::Value = common::client()
-        .get(format!("{}/v1/models", s.url()))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let v: serde_json::Value = common::get_json(&format!("{}/v1/models", s.url()));
     assert_eq!(v["object"], "list");
-    assert_eq!(v["data"][0]["id"], common::model());
+    // The file's stem, never its path (that would tell clients where the server keeps
+    // its files); `--alias` names it.
+    let stem = std::path::Path::new(&common::model())
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(v["data"][0]["id"], stem.as_str());
     assert_eq!(v["data"][0]["object"], "model");
+    let health: serde_json::Value = common::get_json(&format!("{}/health", s.url()));
+    assert_eq!(health["model"], stem.as_str());
+    drop(s);
+
+    let mut c = common::config();
+    c.alias = Some("smol".into());
+    let s = common::start(c);
+    let v: serde_json::Value = common::get_json(&format!("{}/v1/models", s.url()));
+    assert_eq!(v["data"][0]["id"], "smol");
+}
+
+/// A refused chat request is counted under chat completions, as an error; not as a
+/// completion.
+#[test]
+fn failed_chat_requests_are_counted_as_chat_errors() {
+    let s = common::start(common::config());
+    let (st, v) = common::post(
+        &format!("{}/v1/chat/completions", s.url()),
+        json!({"messages": "not a list"}),
+    );
+    assert_eq!(st, 400, "{v}");
+    let m = common::get_text(&format!("{}/metrics", s.url()));
+    assert!(
+        m.contains("lql_requests_total{route=\"completions\"} 0"),
+        "{m}"
+    );
+    assert!(
+        m.contains("lql_request_errors_total{route=\"completions\"} 0"),
+        "{m}"
+    );
+    assert!(
+        m.contains("lql_requests_total{route=\"chat_completions\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("lql_request_errors_total{route=\"chat_completions\"} 1"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -256,12 +296,7 @@ fn concurrent_greedy_completions_decode_together_and_each_equals_generate() {
     for (p, got) in prompts.iter().zip(&answers) {
         assert_eq!(got, &common::generate_greedy(&conn, p, 24), "{p:?}");
     }
-    let m = common::client()
-        .get(format!("{}/metrics", s.url()))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let m = common::get_text(&format!("{}/metrics", s.url()));
     let counter = |name: &str| -> u64 {
         m.lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")))

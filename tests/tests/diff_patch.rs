@@ -205,3 +205,64 @@ fn a_changed_encoding_is_refused_naming_the_first_tensor() {
     assert!(!p.exists(), "nothing is written");
     assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
 }
+
+/// No statement writes over a file the connection reads: the bound model (by its path,
+/// a `..` alias, a symbolic link, a hard link), a model DIFF reads, or an applied patch's
+/// file. Each is refused with `LQL-E0403` and the file keeps its bytes.
+#[test]
+fn statements_never_write_over_the_files_they_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    std::fs::copy(smollm2(), &model).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&model, dir.path().join("link.gguf")).unwrap();
+    std::fs::hard_link(&model, dir.path().join("hard.gguf")).unwrap();
+    let before = sha256(&model);
+    let c = Connection::open(model.to_str().unwrap()).unwrap();
+    let patch = dir.path().join("p.lqlpatch");
+    c.execute_batch(&format!(
+        "BEGIN PATCH \"{}\"; UPDATE features SET down_scale = 0 WHERE layer = 3 AND feature = 5; SAVE PATCH",
+        q(&patch)
+    ))
+    .unwrap();
+    let patch_before = sha256(&patch);
+    let mut aliases = vec![
+        model.clone(),
+        dir.path().join("sub/../m.gguf"),
+        dir.path().join("hard.gguf"),
+    ];
+    #[cfg(unix)]
+    aliases.push(dir.path().join("link.gguf"));
+    let mut refused = 0;
+    for target in aliases.iter().chain([&patch]) {
+        let t = q(target);
+        for stmt in [
+            format!("TRACE 'The capital of France is' SAVE \"{t}\""),
+            format!("DIFF \"{}\" CURRENT INTO PATCH \"{t}\"", q(&model)),
+            format!("BEGIN PATCH \"{t}\""),
+        ] {
+            let e = c.execute(&stmt).unwrap_err();
+            assert_eq!(e.code(), "LQL-E0403", "{stmt}: {e}");
+            refused += 1;
+        }
+    }
+    // DIFF's left side is protected too, though it is not the bound model.
+    let other = dir.path().join("other.gguf");
+    std::fs::copy(&model, &other).unwrap();
+    let e = c
+        .execute(&format!(
+            "DIFF \"{}\" CURRENT INTO PATCH \"{}\"",
+            q(&other),
+            q(&other)
+        ))
+        .unwrap_err();
+    assert_eq!(e.code(), "LQL-E0403", "{e}");
+    assert_eq!(sha256(&model), before, "the model is unchanged");
+    assert_eq!(
+        sha256(&patch),
+        patch_before,
+        "the applied patch is unchanged"
+    );
+    eprintln!("{} refusals", refused + 1);
+}

@@ -11,6 +11,7 @@
 //! `layer` and `count(*)` alone label none (the plan shows `labels=early` only for the
 //! first; docs/sql-engine.md has the figures).
 
+use std::path::Path;
 use std::process::Command;
 
 use lql::{Connection, Value};
@@ -51,7 +52,7 @@ fn sql_literal(v: &Value) -> String {
 }
 
 /// A sqlite database holding `tensors` (its scalar columns).
-fn sqlite_copy(conn: &Connection, dir: &std::path::Path) -> std::path::PathBuf {
+fn sqlite_copy(conn: &Connection, dir: &Path) -> std::path::PathBuf {
     let rows = conn
         .execute("SELECT name, object, layer, role, dtype, bytes FROM tensors")
         .unwrap();
@@ -67,12 +68,18 @@ fn sqlite_copy(conn: &Connection, dir: &std::path::Path) -> std::path::PathBuf {
     }
     script.push_str("COMMIT;\n");
     let db = dir.join("t.db");
+    sqlite_load(&db, &script);
+    db
+}
+
+/// Runs `script` through the sqlite3 shell into the database file `db`.
+fn sqlite_load(db: &Path, script: &str) {
+    use std::io::Write;
     let mut child = Command::new("sqlite3")
-        .arg(&db)
+        .arg(db)
         .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    use std::io::Write;
     child
         .stdin
         .take()
@@ -80,7 +87,6 @@ fn sqlite_copy(conn: &Connection, dir: &std::path::Path) -> std::path::PathBuf {
         .write_all(script.as_bytes())
         .unwrap();
     assert!(child.wait().unwrap().success());
-    db
 }
 
 fn same_cell(ours: &Value, theirs: &serde_json::Value) -> bool {
@@ -156,7 +162,7 @@ const LIKE_PATTERNS: &[&str] = &[
 ];
 
 /// sqlite3's answer to `q` (one integer) on `db`.
-fn sqlite_count(db: &std::path::Path, q: &str) -> i64 {
+fn sqlite_count(db: &Path, q: &str) -> i64 {
     let out = Command::new("sqlite3").arg(db).arg(q).output().unwrap();
     assert!(out.status.success(), "sqlite3: {q}");
     String::from_utf8(out.stdout)
@@ -216,19 +222,7 @@ fn like_agrees_with_sqlite3_on_tokens() {
     script.push_str("COMMIT;\n");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("tokens.db");
-    let mut child = Command::new("sqlite3")
-        .arg(&db)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    sqlite_load(&db, &script);
     let copied = sqlite_count(&db, "SELECT count(*) FROM tokens");
     assert_eq!(copied + with_nul.len() as i64, rows.len() as i64);
     assert!(with_nul.len() <= 2, "{with_nul:?}");

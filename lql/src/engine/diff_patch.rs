@@ -46,6 +46,12 @@ pub(crate) fn write(
         n_layers: s.n_layers,
         edits,
     };
+    super::protect::refuse_overwrite(
+        cx,
+        path,
+        "DIFF … INTO PATCH",
+        &[a.base().path.as_path(), b.base().path.as_path()],
+    )?;
     let sha256 = pf::write(Path::new(path), &file)?;
     let added = file
         .edits

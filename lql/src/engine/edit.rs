@@ -222,6 +222,7 @@ pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
     };
     refuse_banks(cx, "INSERT")?;
     refuse_post_norm(cx)?;
+    refuse_long_text(&plan.rows)?;
     let n_layers = cx.bound()?.facts.n_layers;
     let layer = plan.layer.unwrap_or_else(|| default_layer(n_layers));
     let aim = plan.alpha.unwrap_or(DEFAULT_ALPHA) as f32;
@@ -254,6 +255,29 @@ pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
         }
     };
     Ok(status("INSERT", built, detail))
+}
+
+/// An edge's texts are kept whole in a patch file, whose fields hold at most
+/// `MAX_TEXT` bytes each: a longer one is refused here, before any work.
+fn refuse_long_text(rows: &[EdgeRow]) -> Result<()> {
+    use lql_storage::overlay::patch::MAX_TEXT;
+    for row in rows {
+        let (prompt, _) = edge_prompt(row);
+        for (field, text) in [
+            ("entity", row.entity.as_str()),
+            ("relation", row.relation.as_str()),
+            ("target", row.target.as_str()),
+            ("prompt", prompt.as_str()),
+        ] {
+            if text.len() > MAX_TEXT {
+                return Err(Error::semantic(format!(
+                    "the edge's {field} is {} bytes; a patch keeps at most {MAX_TEXT} bytes of each text",
+                    text.len()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn default_layer(n_layers: usize) -> usize {
@@ -876,6 +900,7 @@ pub(crate) fn update(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let keys = layer_features(input)?;
     let n = keys.len();
     let target = bound_mut(cx)?.edits.target();
+    let before = target.len();
     for (layer, feature) in keys {
         target.push(Edit::Scale(FeatureScale {
             layer,
@@ -884,7 +909,12 @@ pub(crate) fn update(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
             down_scale: down,
         }));
     }
-    rebuild(cx)?;
+    // A scale that composes beyond the range is refused, and the state stays as it was.
+    if let Err(e) = rebuild(cx) {
+        bound_mut(cx)?.edits.target().truncate(before);
+        rebuild(cx)?;
+        return Err(e);
+    }
     Ok(status("UPDATE", n, format!("{n} features scaled")))
 }
 

@@ -27,6 +27,7 @@ mod introspect;
 mod package;
 mod patch;
 mod persist;
+mod protect;
 mod rowexec;
 mod run;
 mod select;

@@ -195,6 +195,7 @@ pub(crate) fn stage(cx: &mut Cx<'_>, input: &PlanInput, into: Option<&str>) -> R
     match (run_stage_output(cx.engine, input)?, into) {
         ((StageOutput::Logits(l), _), None) => Ok(Datum::Logits(Logits { values: l.values })),
         ((StageOutput::Hidden(frame), span), Some(path)) => {
+            super::protect::refuse_overwrite(cx, path, "RUN STAGE … INTO", &[])?;
             frame.write(Path::new(path))?;
             let mut rows = Rows::new(super::result_columns(cx.plan));
             rows.push(vec![

@@ -20,6 +20,7 @@ pub(crate) const SESSION: &str = "(session)";
 
 /// `PatchBegin path`: later edits are recorded into a patch to be saved to `path`.
 pub(crate) fn begin(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
+    super::protect::refuse_overwrite(cx, path, "BEGIN PATCH", &[])?;
     let e = &mut bound_mut(cx)?.edits;
     if let Some((open, _)) = &e.open {
         return Err(Error::semantic(format!(
@@ -51,6 +52,8 @@ pub(crate) fn save(cx: &mut Cx<'_>) -> Result<Datum> {
         n_layers: s.n_layers,
         edits: edits.clone(),
     };
+    // Checked again as it writes: the path may have become a link to a protected file.
+    super::protect::refuse_overwrite(cx, &path, "SAVE PATCH", &[])?;
     let sha256 = pf::write(Path::new(&path), &file)?;
     let e = &mut bound_mut(cx)?.edits;
     e.open = None;

@@ -239,6 +239,7 @@ fn save_to(
     path: &str,
     text: &dyn Fn(u32) -> String,
 ) -> Result<()> {
+    super::protect::refuse_overwrite(cx, path, "TRACE … SAVE", &[])?;
     let p = Path::new(path);
     if path.to_ascii_lowercase().ends_with(".svg") {
         let lens = lens.ok_or_else(|| Error::internal("lens not computed for SVG"))?;

@@ -61,3 +61,23 @@ pub fn generate_greedy(conn: &lql::Connection, prompt: &str, max: usize) -> Stri
     let row = rows.iter().next().expect("one row");
     row.get::<_, String>("text").expect("text")
 }
+
+/// GETs `url` and returns its body as text (any status).
+pub fn get_text(url: &str) -> String {
+    client()
+        .get(url)
+        .send()
+        .expect("request")
+        .text()
+        .expect("body")
+}
+
+/// GETs `url` and returns its body as JSON (any status).
+pub fn get_json(url: &str) -> serde_json::Value {
+    client()
+        .get(url)
+        .send()
+        .expect("request")
+        .json()
+        .expect("JSON")
+}

@@ -60,10 +60,8 @@ pub fn detect(path: &Path) -> Result<SourceFormat> {
         path: path.to_path_buf(),
         offset: 0,
         field: "magic".into(),
-        message: format!(
-            "not a model LQL can open (expected a GGUF file, a Hugging Face folder or a VINDEX3 container; first bytes {:02x?})",
-            &magic[..n]
-        ),
+        // The file's bytes are not quoted: the caller may not be allowed to read them.
+        message: "not a model LQL can open (expected a GGUF file, a Hugging Face folder or a VINDEX3 container)".into(),
     })
 }
 

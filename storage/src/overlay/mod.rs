@@ -27,6 +27,13 @@ use std::sync::Arc;
 use crate::model::{Model, OperandKey, OperandSource, TensorView};
 use crate::surface::ExecutionSurface;
 
+/// The largest magnitude of a feature's gate or down scale, alone or composed over a
+/// patch stack (`UPDATE` refuses more; docs/security.md).
+pub const MAX_SCALE: f32 = 1e6;
+/// The largest magnitude of a value in an added feature's vectors and biases as a patch
+/// file holds them (edits write values many orders below; f32 overflows near 3.4e38).
+pub const MAX_VALUE: f32 = 1e9;
+
 /// The knowledge edge an added feature was inserted for (what `SELECT FROM edges` lists).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Edge {
@@ -147,7 +154,8 @@ pub struct EffectiveModel {
 }
 
 impl EffectiveModel {
-    /// Builds the state for `patches` (oldest first) over `base`. Edits naming a layer or a
+    /// Builds the state for `patches` (oldest first) over `base`. A feature's composed
+    /// scale beyond ±[`MAX_SCALE`] is refused. Edits naming a layer or a
     /// feature the model does not have, or vectors of the wrong length, are refused.
     pub fn new(base: Arc<Model>, patches: Vec<Patch>) -> Result<EffectiveModel, String> {
         let s = &base.surface;
@@ -208,11 +216,21 @@ impl EffectiveModel {
                         sc.feature, sc.layer
                     ));
                 }
-                if let Some(g) = sc.gate_scale {
-                    lo.gate_scale.get_or_insert_with(|| vec![1.0; w])[sc.feature] *= g;
-                }
-                if let Some(g) = sc.down_scale {
-                    lo.down_scale.get_or_insert_with(|| vec![1.0; w])[sc.feature] *= g;
+                for (name, given, scales) in [
+                    ("gate_scale", sc.gate_scale, &mut lo.gate_scale),
+                    ("down_scale", sc.down_scale, &mut lo.down_scale),
+                ] {
+                    let Some(g) = given else { continue };
+                    let v = &mut scales.get_or_insert_with(|| vec![1.0; w])[sc.feature];
+                    *v *= g;
+                    // Scales compose by product: a stack of in-range scales may still leave
+                    // the range a forward pass can carry without overflowing.
+                    if !(v.is_finite() && v.abs() <= MAX_SCALE) {
+                        return Err(format!(
+                            "feature {}:{}'s {name} composes to {v}, beyond ±{MAX_SCALE:e}",
+                            sc.layer, sc.feature
+                        ));
+                    }
                 }
             }
         }

@@ -26,7 +26,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use super::{AddedFeature, Edge, Edit, FeatureScale};
+use super::{AddedFeature, Edge, Edit, FeatureScale, MAX_SCALE, MAX_VALUE};
 use crate::error::{Result, StorageError};
 use crate::model::Model;
 
@@ -40,6 +40,16 @@ pub const MAX_PATCH_BYTES: u64 = 1 << 30;
 pub const MAX_TEXT: usize = 4096;
 /// The largest hidden size a patch may state.
 pub const MAX_HIDDEN: usize = 1 << 16;
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary
+/// (a text cut inside a character would not read back as UTF-8).
+fn char_floor(s: &str, max: usize) -> usize {
+    let mut n = s.len().min(max);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    n
+}
 
 /// What a patch file holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,8 +110,7 @@ pub fn encode(p: &PatchFile) -> Vec<u8> {
                     Some(ed) => {
                         out.push(1);
                         for s in [&ed.entity, &ed.relation, &ed.target, &ed.prompt] {
-                            let b = s.as_bytes();
-                            let b = &b[..b.len().min(MAX_TEXT)];
+                            let b = &s.as_bytes()[..char_floor(s, MAX_TEXT)];
                             out.extend_from_slice(&(b.len() as u32).to_le_bytes());
                             out.extend_from_slice(b);
                         }
@@ -138,6 +147,20 @@ pub fn read(path: &Path) -> Result<(PatchFile, [u8; 32])> {
     let bytes = crate::fsutil::read_capped(path, "patch file", MAX_PATCH_BYTES)?;
     let p = decode(path, &bytes)?;
     Ok((p, Sha256::digest(&bytes).into()))
+}
+
+/// A patch value is finite and at most [`MAX_VALUE`] in magnitude: a value that would
+/// overflow the forward pass is refused where it is read, naming its offset.
+fn in_range(v: f32) -> bool {
+    v.is_finite() && v.abs() <= MAX_VALUE
+}
+
+fn out_of_range(v: f32) -> String {
+    if v.is_finite() {
+        format!("{v:e} is beyond the ±{MAX_VALUE:e} a patch value may hold")
+    } else {
+        "not a finite number".into()
+    }
 }
 
 struct Cursor<'a> {
@@ -180,9 +203,9 @@ impl Cursor<'_> {
     fn f32(&mut self, field: &str) -> Result<f32> {
         let at = self.at;
         let v = f32::from_bits(self.u32(field)?);
-        if !v.is_finite() {
+        if !in_range(v) {
             self.at = at;
-            return Err(self.err(field, "not a finite number"));
+            return Err(self.err(field, out_of_range(v)));
         }
         Ok(v)
     }
@@ -194,9 +217,9 @@ impl Cursor<'_> {
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        if let Some(i) = v.iter().position(|x| !in_range(*x)) {
             self.at = at + 4 * i;
-            return Err(self.err(field, "not a finite number"));
+            return Err(self.err(field, out_of_range(v[i])));
         }
         Ok(v)
     }
@@ -336,6 +359,13 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<PatchFile> {
                         c.at -= 4;
                         return Err(c.err(field, format!("{v} is not a valid scale here")));
                     }
+                    if v.abs() > MAX_SCALE {
+                        c.at -= 4;
+                        return Err(c.err(
+                            field,
+                            format!("{v:e} is beyond the ±{MAX_SCALE:e} a scale may be"),
+                        ));
+                    }
                     Ok(v)
                 };
                 let g = scale("gate_scale", flags & 1 != 0)?;
@@ -406,6 +436,42 @@ mod tests {
         let p = sample();
         let b = encode(&p);
         assert_eq!(decode(Path::new("x"), &b).unwrap(), p);
+    }
+
+    /// A text longer than `MAX_TEXT` whose limit falls inside a character is cut before
+    /// that character, so the patch still reads back (it used to fail as "not UTF-8").
+    #[test]
+    fn a_long_text_is_cut_on_a_character_boundary() {
+        let mut p = sample();
+        let long = format!("a{}", "é".repeat(MAX_TEXT));
+        if let Edit::Add(a) = &mut p.edits[0] {
+            a.edge.as_mut().unwrap().target = long.clone();
+        }
+        let back = decode(Path::new("x"), &encode(&p)).unwrap();
+        let Edit::Add(a) = &back.edits[0] else {
+            panic!()
+        };
+        let target = &a.edge.as_ref().unwrap().target;
+        assert_eq!(target.len(), MAX_TEXT - 1);
+        assert!(long.starts_with(target.as_str()));
+    }
+
+    /// Values a forward pass cannot carry are refused where they are read: a down vector
+    /// of 3e38 and a gate scale of -1e30 (written with a valid checksum).
+    #[test]
+    fn values_beyond_the_range_are_refused() {
+        let mut p = sample();
+        if let Edit::Add(a) = &mut p.edits[0] {
+            a.down[2] = 3e38;
+        }
+        let e = decode(Path::new("d"), &encode(&p)).unwrap_err().to_string();
+        assert!(e.contains("down") && e.contains("beyond"), "{e}");
+        let mut p = sample();
+        if let Edit::Scale(s) = &mut p.edits[1] {
+            s.gate_scale = Some(-1e30);
+        }
+        let e = decode(Path::new("g"), &encode(&p)).unwrap_err().to_string();
+        assert!(e.contains("gate_scale") && e.contains("beyond"), "{e}");
     }
 
     #[test]

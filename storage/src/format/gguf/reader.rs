@@ -491,7 +491,11 @@ impl<'a> Parser<'a> {
     fn parse(&mut self) -> Result<Parsed> {
         let magic = self.take(4, "magic")?;
         if magic != MAGIC {
-            return Err(self.err(0, "magic", format!("not a GGUF file (magic {magic:02x?})")));
+            return Err(self.err(
+                0,
+                "magic",
+                "not a GGUF file (its first 4 bytes are not \"GGUF\")".to_string(),
+            ));
         }
         let version = self.u32("version")?;
         match version {

@@ -205,7 +205,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<LyrwFile> {
             path: path.to_path_buf(),
             offset: 0,
             field: "magic".into(),
-            message: format!("{magic:#010x} is not LYRW ({LYRW_MAGIC:#010x})"),
+            message: format!("not an LYRW file (its magic is not {LYRW_MAGIC:#010x})"),
         });
     }
     let version = c.u32("format_version")?;
