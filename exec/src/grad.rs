@@ -314,6 +314,34 @@ impl DenseTail {
         self.first
     }
 
+    /// The bytes its decoded f32 operands hold.
+    pub fn bytes(&self) -> usize {
+        let opt = |v: &Option<Vec<f32>>| v.as_ref().map_or(0, Vec::len);
+        let floats: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                l.attn_norm.len()
+                    + l.wq.len()
+                    + l.wk.len()
+                    + l.wv.len()
+                    + l.wo.len()
+                    + opt(&l.q_bias)
+                    + opt(&l.k_bias)
+                    + opt(&l.v_bias)
+                    + l.ffn_norm.len()
+                    + l.wg.len()
+                    + l.wu.len()
+                    + l.wd.len()
+                    + opt(&l.gate_bias)
+                    + opt(&l.up_bias)
+            })
+            .sum::<usize>()
+            + self.out_norm.len()
+            + self.head.len();
+        floats * 4
+    }
+
     /// Runs every segment with `delta` added at its position; with `grad`, the gradient
     /// of the loss with respect to `delta` too.
     pub fn evaluate(

@@ -30,6 +30,11 @@ pub(crate) struct SharedModel {
     /// The container's stored labels, read into `labels` on first use: the segment they
     /// came from (`None`: nothing stored that applies to this binding).
     stored_labels: OnceLock<std::result::Result<Option<String>, Error>>,
+    /// The f32 layers INSERT's value optimisation runs through (`DenseTail`, hundreds of
+    /// MB): one per model, shared by every connection, since it holds only base operands
+    /// (each connection's overlay is read per call). Built under the lock, so connections
+    /// that INSERT at once wait for one build instead of each making its own.
+    dense_tail: Mutex<Option<Arc<lql_exec::grad::DenseTail>>>,
 }
 
 impl SharedModel {
@@ -40,7 +45,32 @@ impl SharedModel {
             labels: Arc::new(LabelCache::new()),
             identity: OnceLock::new(),
             stored_labels: OnceLock::new(),
+            dense_tail: Mutex::new(None),
         }
+    }
+
+    /// Bytes of the shared f32 tail (0 before any INSERT).
+    pub fn dense_tail_bytes(&self) -> usize {
+        let slot = self.dense_tail.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_ref().map_or(0, |t| t.bytes())
+    }
+
+    /// The shared f32 tail from layer `first` on: the one kept when it starts there, else
+    /// `build`'s (which replaces it: one tail per model at a time).
+    pub fn dense_tail(
+        &self,
+        first: usize,
+        build: impl FnOnce() -> Result<lql_exec::grad::DenseTail>,
+    ) -> Result<Arc<lql_exec::grad::DenseTail>> {
+        let mut slot = self.dense_tail.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = slot.as_ref().filter(|t| t.first() == first) {
+            return Ok(t.clone());
+        }
+        // The old tail goes before the new one is built: never two at once.
+        *slot = None;
+        let t = Arc::new(build()?);
+        *slot = Some(t.clone());
+        Ok(t)
     }
 
     /// The label cache, seeded once from the container's stored labels segment when it
@@ -237,6 +267,19 @@ impl Database {
 /// What an embedder running its own decode loops over the database's model needs (the HTTP
 /// server's completions): the mapped model and its shared tokenizer.
 impl Database {
+    /// Bytes held in caches shared by the connections (the f32 layers INSERT optimises
+    /// through: one copy per model, whatever the number of connections that INSERT).
+    pub fn cache_bytes(&self) -> usize {
+        let all = self.inner.models.lock().unwrap_or_else(|e| e.into_inner());
+        let mut live: Vec<Arc<SharedModel>> = all.iter().filter_map(|(_, w)| w.upgrade()).collect();
+        if let Some((_, d)) = &self.inner.default {
+            if !live.iter().any(|m| Arc::ptr_eq(m, d)) {
+                live.push(d.clone());
+            }
+        }
+        live.iter().map(|m| m.dense_tail_bytes()).sum()
+    }
+
     /// The model every new connection starts bound to (`None` for [`Database::new`]).
     pub fn default_model(&self) -> Option<(String, Arc<Model>)> {
         self.inner

@@ -159,3 +159,23 @@ fn a_model_file_changed_since_use_is_refused_by_name() {
     let again = conn.execute("INFER 'The capital of France is' TOP 1");
     assert!(again.is_ok(), "{again:?}");
 }
+
+/// The f32 layers INSERT optimises through are one copy per model, shared by the
+/// connections of a database: a second connection's INSERT reuses the first's copy (each
+/// `X-LQL-Session` of a server used to keep its own, ~420 MB apiece).
+#[test]
+fn inserts_on_two_connections_share_one_optimisation_cache() {
+    let db = Database::open(MODEL).unwrap();
+    assert_eq!(db.cache_bytes(), 0);
+    let a = db.connect().unwrap();
+    a.execute(
+        "INSERT INTO edges (entity, relation, target) VALUES ('Atlantis', 'capital', 'Poseidonia')",
+    )
+    .unwrap();
+    let one = db.cache_bytes();
+    assert!(one > 100 << 20, "{one} bytes");
+    let b = db.connect().unwrap();
+    b.execute("INSERT INTO edges (entity, relation, target) VALUES ('Lemuria', 'capital', 'Mu')")
+        .unwrap();
+    assert_eq!(db.cache_bytes(), one);
+}

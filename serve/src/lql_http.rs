@@ -9,6 +9,7 @@
 //! `results` of the statements before it) with a 4xx status. Request-level failures (body
 //! size, JSON, API key, busy) use the standard error shape of [`crate::error::ApiError`].
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,7 +42,7 @@ pub struct GetQuery {
 }
 
 /// Parameters of a prepared statement.
-enum Params {
+pub enum Params {
     Positional(Vec<Value>),
     Named(NamedParams),
 }
@@ -64,7 +65,8 @@ fn to_value(v: &Json) -> Result<Value, ApiError> {
     })
 }
 
-fn params_of(v: Option<Json>) -> Result<Option<Params>, ApiError> {
+/// The `params` of a request body: a list binds `?`/`?NNN`, an object binds `:name`.
+pub fn params_of(v: Option<Json>) -> Result<Option<Params>, ApiError> {
     match v {
         None | Some(Json::Null) => Ok(None),
         Some(Json::Array(a)) => Ok(Some(Params::Positional(
@@ -186,30 +188,15 @@ async fn run_inner(
             Err(e) => return ApiError::internal(e.to_string()).into_response(),
         },
     };
-    // Check every statement before running any.
-    let pieces = lql::split_statements(&text);
-    for piece in &pieces {
-        let r = piece.range();
-        if let Err(why) = crate::access::check(
-            &text[r.clone()],
-            state.write_dir.as_deref(),
-            read_only,
-            params.is_some(),
-        ) {
-            let e = lql::Error::new(lql::ErrorKind::Semantic, why)
-                .with_code(crate::access::REFUSED_CODE)
-                .with_span(r);
-            return lql_error(&e, &[]);
-        }
-    }
-    if params.is_some() && pieces.len() != 1 {
-        let e = lql::Error::semantic(format!(
-            "params need exactly one statement; the text holds {}",
-            pieces.len()
-        ))
-        .with_code("LQL-E0701");
+    if let Err(e) = check_statements(
+        &text,
+        state.write_dir.as_deref(),
+        read_only,
+        params.is_some(),
+    ) {
         return lql_error(&e, &[]);
     }
+    let pieces = lql::split_statements(&text);
     let slot = match state.pool.acquire().await {
         Ok(s) => s,
         Err(e) => {
@@ -229,18 +216,7 @@ async fn run_inner(
                 let piece = &pieces[0];
                 let stmt_text = &text[piece.range()];
                 conn.prepare(&text).and_then(|mut st| {
-                    // The gate again, on the text as it runs: a path given as a parameter
-                    // is checked like one written in the statement.
-                    let bound = match &p {
-                        Params::Positional(v) => st.bound_text(v.clone()),
-                        Params::Named(n) => st.bound_text(n.clone()),
-                    }?;
-                    if let Err(why) =
-                        crate::access::check(&bound, write_dir.as_deref(), read_only, false)
-                    {
-                        return Err(lql::Error::new(lql::ErrorKind::Semantic, why)
-                            .with_code(crate::access::REFUSED_CODE));
-                    }
+                    check_bound(&st, &p, write_dir.as_deref(), read_only)?;
                     let rows = match p {
                         Params::Positional(v) => st.query(v),
                         Params::Named(n) => st.query(n),
@@ -279,6 +255,52 @@ async fn run_inner(
 }
 
 /// The CLI's error object, with the results of the statements that ran before it.
+/// The gate on a request's text as sent: every statement is checked before any runs, and
+/// parameters (`with_params`) bind exactly one statement. The error is the refusal, with
+/// its span. With parameters [`check_bound`] decides again on the text as it runs.
+pub fn check_statements(
+    text: &str,
+    write_dir: Option<&Path>,
+    read_only: bool,
+    with_params: bool,
+) -> Result<(), lql::Error> {
+    let pieces = lql::split_statements(text);
+    for piece in &pieces {
+        let r = piece.range();
+        if let Err(why) = crate::access::check(&text[r.clone()], write_dir, read_only) {
+            return Err(lql::Error::new(lql::ErrorKind::Semantic, why)
+                .with_code(crate::access::REFUSED_CODE)
+                .with_span(r));
+        }
+    }
+    if with_params && pieces.len() != 1 {
+        return Err(lql::Error::semantic(format!(
+            "params need exactly one statement; the text holds {}",
+            pieces.len()
+        ))
+        .with_code("LQL-E0701"));
+    }
+    Ok(())
+}
+
+/// The gate again, on the prepared statement as it will run (each parameter in its place,
+/// `lql::Statement::bound_text`): a path given as a parameter is checked like one written
+/// in the statement.
+pub fn check_bound(
+    st: &lql::Statement<'_>,
+    params: &Params,
+    write_dir: Option<&Path>,
+    read_only: bool,
+) -> Result<(), lql::Error> {
+    let bound = match params {
+        Params::Positional(v) => st.bound_text(v.clone()),
+        Params::Named(n) => st.bound_text(n.clone()),
+    }?;
+    crate::access::check(&bound, write_dir, read_only).map_err(|why| {
+        lql::Error::new(lql::ErrorKind::Semantic, why).with_code(crate::access::REFUSED_CODE)
+    })
+}
+
 fn lql_error(e: &lql::Error, done: &[String]) -> Response {
     let mut body = e.to_json().to_string();
     body.pop(); // the closing brace

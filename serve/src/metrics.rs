@@ -125,7 +125,14 @@ impl Metrics {
     }
 
     /// Prometheus text exposition.
-    pub fn render(&self, busy: usize, waiting: usize, parallel: usize, sessions: usize) -> String {
+    pub fn render(
+        &self,
+        busy: usize,
+        waiting: usize,
+        parallel: usize,
+        sessions: usize,
+        cache_bytes: usize,
+    ) -> String {
         let mut s = String::new();
         s.push_str("# HELP lql_requests_total Requests answered, by route.\n# TYPE lql_requests_total counter\n");
         for (i, r) in ROUTES.iter().enumerate() {
@@ -192,6 +199,11 @@ impl Metrics {
             ("lql_slots_total", "Decoding slots (--parallel).", parallel),
             ("lql_queue_depth", "Requests waiting for a slot.", waiting),
             ("lql_sessions", "X-LQL-Session sessions held.", sessions),
+            (
+                "lql_edit_cache_bytes",
+                "Bytes of the f32 layers INSERT optimises through, one copy shared by every session.",
+                cache_bytes,
+            ),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");

@@ -117,6 +117,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         state.pool.waiting(),
         state.pool.parallel(),
         state.sessions.len(),
+        state.db.cache_bytes(),
     );
     (
         [(

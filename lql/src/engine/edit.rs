@@ -88,8 +88,6 @@ pub(crate) struct Edits {
     /// Last-token normed FFN inputs by (layer, prompt), with the fingerprint of the edits
     /// below the layer that can reach the prompt when they were computed.
     last_rows: HashMap<(usize, String), FingerprintedRow>,
-    /// The f32 layers the subject write's value optimisation runs through.
-    tail: Option<Arc<lql_exec::grad::DenseTail>>,
     /// Per-layer normed FFN inputs of single-token texts (the subject write's first-token
     /// keys are calibrated on them).
     first_rows: HashMap<usize, Arc<Vec<f32>>>,

@@ -404,20 +404,13 @@ fn mean_row(rows: &[f32], d: usize) -> Vec<f32> {
     m
 }
 
-/// The binding's f32 copy of the layers from `first` on (built once per binding and layer).
+/// The model's f32 copy of the layers from `first` on, shared by every connection of the
+/// database (`SharedModel::dense_tail`).
 fn dense_tail(cx: &mut Cx<'_>, first: usize) -> Result<Arc<DenseTail>> {
-    if let Some(t) = cx
-        .bound()?
-        .edits
-        .tail
-        .as_ref()
-        .filter(|t| t.first() == first)
-    {
-        return Ok(t.clone());
-    }
     let exec = cx.executor()?;
-    let base: Arc<dyn lql_storage::OperandSource> = cx.bound()?.model().clone();
-    let t = Arc::new(DenseTail::new(base.as_ref(), exec.plan(), first)?);
-    bound_mut(cx)?.edits.tail = Some(t.clone());
-    Ok(t)
+    let shared = cx.bound()?.shared.clone();
+    let base: Arc<dyn lql_storage::OperandSource> = shared.model.clone();
+    shared.dense_tail(first, || {
+        Ok(DenseTail::new(base.as_ref(), exec.plan(), first)?)
+    })
 }
