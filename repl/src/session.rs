@@ -315,7 +315,11 @@ impl Session {
         let s = if self.mode.json_errors() {
             format!("{}\n", e.to_json())
         } else {
-            e.render(source_name, text, self.color)
+            // The message may quote text from a file (an edge's text): no escape sequence
+            // of its own reaches the terminal.
+            let mut shown = e.clone();
+            shown.message = crate::render::terminal_safe(&e.message).into_owned();
+            shown.render(source_name, text, self.color)
         };
         let _ = self.err.write_all(s.as_bytes());
         let _ = self.err.flush();
@@ -330,7 +334,7 @@ impl Session {
                 serde_json::json!({"error": {"kind": "semantic", "code": "LQL-E0201", "message": msg, "span": null}})
             )
         } else {
-            format!("Error: {msg}\n")
+            format!("Error: {}\n", crate::render::terminal_safe(msg))
         };
         let _ = self.err.write_all(s.as_bytes());
         let _ = self.err.flush();
@@ -390,9 +394,16 @@ impl Session {
             .ok_or_else(|| format!("{path}: not a file name"))?
             .to_string_lossy()
             .into_owned();
-        let file = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".tmp")
+        let prefix = format!(".{name}.");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".tmp");
+        // Mode 0666 less the umask, like any new file (not the temporary file's 0600).
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            builder.permissions(std::fs::Permissions::from_mode(0o666));
+        }
+        let file = builder
             .tempfile_in(&dir)
             .map_err(|e| format!("{path}: cannot create a file in {}: {e}", dir.display()))?;
         self.redirect = Some(Redirect {
@@ -437,31 +448,11 @@ impl Session {
     }
 }
 
-/// The mode the output file gets: the target's own when it exists, else what a plain
-/// create gives under the process's umask (a temporary file starts at 0600).
+/// An existing target keeps its mode (a new one has 0666 less the umask from creation).
 fn set_output_mode(file: &std::fs::File, target: &std::path::Path) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = match std::fs::metadata(target) {
-            Ok(m) => m.permissions().mode() & 0o7777,
-            // The umask as Linux reports it (reading it through umask(2) would change it
-            // for every thread a moment); 022 where it cannot be read.
-            Err(_) => {
-                let mask = std::fs::read_to_string("/proc/self/status")
-                    .ok()
-                    .and_then(|st| {
-                        let line = st.lines().find(|l| l.starts_with("Umask:"))?;
-                        u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
-                    })
-                    .unwrap_or(0o022);
-                0o666 & !mask
-            }
-        };
-        let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
+    if let Ok(m) = std::fs::metadata(target) {
+        let _ = file.set_permissions(m.permissions());
     }
-    #[cfg(not(unix))]
-    let _ = (file, target);
 }
 
 /// Makes a rename durable by syncing the folder (best effort: not every platform can).

@@ -55,6 +55,18 @@ fn compare(a: &Value, b: &Value) -> Option<Ordering> {
     }
 }
 
+/// [`compare`] of a value with a literal, without building the literal's value.
+fn compare_lit(a: &Value, l: &Lit) -> Option<Ordering> {
+    match (a, l) {
+        (Value::Int(x), Lit::Int(y)) => Some(x.cmp(y)),
+        (Value::Text(x), Lit::String(y)) => Some(x.as_bytes().cmp(y.as_bytes())),
+        (Value::Bool(x), Lit::Bool(y)) => Some(x.cmp(y)),
+        (_, Lit::Null) | (Value::Null, _) => None,
+        (_, Lit::String(_)) | (Value::Text(_), _) => None,
+        _ => compare(a, &lit(l)),
+    }
+}
+
 /// Evaluates `e` on one row (already type-checked).
 pub(crate) fn eval(e: &Expr, cols: &[Column], row: &[Value]) -> Result<Value> {
     let b = |o: Option<bool>| o.map_or(Value::Null, Value::Bool);
@@ -95,8 +107,13 @@ pub(crate) fn eval(e: &Expr, cols: &[Column], row: &[Value]) -> Result<Value> {
             let mut unknown = false;
             let mut found = false;
             for item in list {
-                let y = eval(item, cols, row)?;
-                match compare(&x, &y) {
+                // A literal is compared where it stands (a long IN list of literals then
+                // costs no allocation per row and item).
+                let order = match &item.kind {
+                    ExprKind::Literal(l) => compare_lit(&x, l),
+                    _ => compare(&x, &eval(item, cols, row)?),
+                };
+                match order {
                     Some(Ordering::Equal) => {
                         found = true;
                         break;

@@ -1,5 +1,6 @@
 //! Line mode (sqlite3's `.mode line`): one `column = value` line per cell, names
-//! right-aligned to the widest (at least 5, as sqlite3 does), a blank line between rows.
+//! right-aligned to the widest (at least 5, as sqlite3 does), a blank line between rows;
+//! control characters other than newline and tab escaped (`render::terminal_safe`).
 
 use lql::Rows;
 
@@ -22,7 +23,7 @@ pub fn render(rows: &Rows, o: &RenderOptions<'_>) -> String {
             s.push_str(&format!(
                 "{:>w$} = {}\n",
                 c.name,
-                format_cell(v, o.nullvalue)
+                super::terminal_safe(&format_cell(v, o.nullvalue))
             ));
         }
     }

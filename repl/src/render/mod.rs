@@ -163,10 +163,35 @@ pub fn format_cell(v: &Value, nullvalue: Option<&str>) -> String {
     }
 }
 
+/// Text safe to print on a terminal: control characters other than newline and tab
+/// (escape sequences, carriage returns, backspaces) escaped as `\u{1b}`, so a cell from a
+/// file (an edge's text in a patch) cannot move the cursor or rewrite the screen.
+pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use lql::{Column, ValueType};
+
+    #[test]
+    fn escape_sequences_are_printed_escaped() {
+        assert_eq!(terminal_safe("Rome"), "Rome");
+        assert_eq!(terminal_safe("a\u{1b}[2Jb\r"), "a\\u{1b}[2Jb\\u{d}");
+        assert_eq!(terminal_safe("two\nlines\tok"), "two\nlines\tok");
+    }
 
     pub(crate) fn sample() -> Rows {
         let mut rows = Rows::new(vec![

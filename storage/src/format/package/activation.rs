@@ -101,10 +101,12 @@ impl ActivationFrame {
         })
     }
 
-    /// Read `path`, checking magic, header and sizes against the file's length.
+    /// Read `path`, checking magic, header and sizes against the file's length. Only a
+    /// regular file is read: a FIFO or a device is refused before a byte is read (it
+    /// would block, or never end).
     pub fn read(path: &Path) -> Result<ActivationFrame> {
-        let mut f = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
-        let len = f.metadata().map_err(|e| StorageError::io(path, e))?.len();
+        let (mut f, meta) = crate::fsutil::open_regular(path, "activation file")?;
+        let len = meta.len();
         let mut head = [0u8; 12];
         f.read_exact(&mut head)
             .map_err(|_| bad(path, "shorter than an activation header"))?;
@@ -190,5 +192,22 @@ impl ActivationFrame {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(all(test, unix))]
+mod fifo_tests {
+    use super::*;
+
+    /// A FIFO given as an activation file is refused at once, not read forever.
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("h.bin");
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates a file system entry.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = ActivationFrame::read(&p).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }

@@ -291,8 +291,11 @@ pub(crate) fn write_exclusive(
     let path = dir.join(rel);
     let parent = path.parent().unwrap_or(dir);
     let run = || -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::Builder::new()
             .prefix(".partial-")
+            // Mode 0666 less the umask, like any new file (not the temporary file's 0600).
+            .permissions(std::fs::Permissions::from_mode(0o666))
             .tempfile_in(parent)?;
         {
             let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file());
