@@ -27,6 +27,61 @@ fn columns_table(out: &mut String, cols: &[ColumnDef]) {
     out.push('\n');
 }
 
+/// The shell's `HELP <statement>`: the grammar, notes, example and result columns of the
+/// statements whose name is `name` or starts with it (`EXPLAIN` gives all three EXPLAIN
+/// forms); `None` when no statement matches. Without a name, the list of statements.
+pub fn statement_help(name: &str) -> Result<Option<String>, String> {
+    let docs = statement_docs()?;
+    let want = name
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_uppercase();
+    let mut out = String::new();
+    if want.is_empty() {
+        out.push_str("Statements (HELP <statement> for one):\n");
+        for d in &docs {
+            let _ = writeln!(out, "  {}", d.grammar);
+        }
+        return Ok(Some(out));
+    }
+    for d in docs
+        .iter()
+        .filter(|d| d.name == want || d.name.starts_with(&format!("{want} ")))
+    {
+        let _ = writeln!(out, "{}\n\n  {}\n", d.name, d.grammar);
+        for line in textwrap_words(&d.notes, 88) {
+            let _ = writeln!(out, "  {line}");
+        }
+        let _ = writeln!(out, "\n  Example: {}", d.example);
+        if !d.columns.is_empty() {
+            let cols: Vec<&str> = d.columns.iter().map(|c| c.name.as_str()).collect();
+            let _ = writeln!(out, "  Columns: {}", cols.join(", "));
+        }
+        out.push('\n');
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
+/// `text` in lines of at most `width` characters, broken between words.
+fn textwrap_words(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for w in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + w.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(w);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
 /// docs/reference.md, as the code defines it now (an error names a statement example that
 /// no longer binds).
 pub fn reference_markdown() -> Result<String, String> {

@@ -281,11 +281,13 @@ impl PhysicalPlan {
             } = &n.op
             {
                 if e.labels_everything {
+                    // The advice first: a narrow table cuts the end of a long line.
                     out.push(format!(
-                        "warning: this scan labels all {} features ({:.1e} multiply-adds): a label \
-                         column (top_token, top_token_id, c_score, down_tokens) is read before \
-                         LIMIT with no layer bound; add `layer = n` or `layer BETWEEN a AND b` \
-                         to WHERE to scan fewer",
+                        "warning: add `layer = n` or `layer BETWEEN a AND b` to WHERE, or store \
+                         the labels once (EXTRACT MODEL \"m.gguf\" INTO \"m.vindex\" WITH LABELS, \
+                         then USE \"m.vindex\"): this scan labels all {} features ({:.1e} \
+                         multiply-adds), since a label column (top_token, top_token_id, c_score, \
+                         down_tokens) is read before LIMIT with no layer bound",
                         e.labels, e.label_macs as f64
                     ));
                 }

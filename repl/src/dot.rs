@@ -33,8 +33,8 @@ pub struct DotCommand {
 pub const COMMANDS: &[DotCommand] = &[
     DotCommand {
         name: "help",
-        args: "",
-        help: "Show this list of commands",
+        args: "[STATEMENT]",
+        help: "Show this list of commands, or a statement's grammar (.help EXTRACT)",
         handler: help,
     },
     DotCommand {
@@ -192,7 +192,7 @@ pub fn help_text() -> String {
     for (syn, c) in synopsis.iter().zip(COMMANDS) {
         s.push_str(&format!("{syn:<w$}  {}\n", c.help));
     }
-    s.push_str("Statements end with ';' and may span lines. Ctrl-C cancels a running statement; Ctrl-D leaves.\n");
+    s.push_str("Statements end with ';' and may span lines; HELP <statement> shows one's grammar. Ctrl-C cancels a running statement; Ctrl-D leaves.\n");
     s
 }
 
@@ -265,9 +265,22 @@ fn on_off(args: &[String], name: &str) -> Result<bool, String> {
 }
 
 fn help(s: &mut Session, args: &[String]) -> Result<Flow, String> {
-    no_args(args, "help")?;
-    s.print(&help_text());
+    if args.is_empty() {
+        s.print(&help_text());
+    } else {
+        s.print(&statement_help(&args.join(" "))?);
+    }
     Ok(Flow::Continue)
+}
+
+/// A statement's help (`.help X`, `HELP X`), or an error listing the statements.
+pub fn statement_help(name: &str) -> Result<String, String> {
+    match lql::reference::statement_help(name)? {
+        Some(text) => Ok(text),
+        None => Err(format!(
+            "no statement {name:?}; HELP with no name lists them"
+        )),
+    }
 }
 
 fn mode(s: &mut Session, args: &[String]) -> Result<Flow, String> {
@@ -335,14 +348,14 @@ fn once(s: &mut Session, args: &[String]) -> Result<Flow, String> {
 }
 
 /// The virtual tables that answer SELECT, from the engine's one schema source (`SHOW TABLES`).
-fn table_names(s: &Session) -> Result<Vec<String>, lql::Error> {
+pub(crate) fn table_names(s: &Session) -> Result<Vec<String>, lql::Error> {
     let rows = s.conn.execute("SHOW TABLES;")?;
     Ok(rows.rows.iter().map(|r| r[0].to_string()).collect())
 }
 
 /// The columns of `table` from the engine's one schema source (`DESCRIBE TABLE`), as
 /// (name, type) pairs.
-fn table_columns(s: &Session, table: &str) -> Result<Vec<(String, String)>, lql::Error> {
+pub(crate) fn table_columns(s: &Session, table: &str) -> Result<Vec<(String, String)>, lql::Error> {
     let rows = s.conn.execute(&format!("DESCRIBE TABLE {table};"))?;
     Ok(rows
         .rows

@@ -1,8 +1,8 @@
 //! Progress on stderr: bars (indicatif) for the connection's progress reports (model
 //! downloads, EXTRACT, COMPILE), and in the interactive shell a spinner with the elapsed
 //! time for any statement that runs longer than a second without reports of its own.
-//! When stderr is not a terminal a bar is hidden and each task is announced by one plain
-//! line instead, so logs still say what took the time; in the JSON modes nothing is
+//! When stderr is not a terminal a bar is hidden and each task is announced by a plain
+//! line, then one at each tenth done (`task: 40% (4/10)`), so logs say what took the time; in the JSON modes nothing is
 //! printed, so stderr carries only the one-line JSON errors.
 
 use std::io::IsTerminal;
@@ -26,6 +26,8 @@ pub fn handler_with(
     busy: Arc<AtomicBool>,
 ) -> impl Fn(&Progress) + Send + Sync + 'static {
     let bar: Mutex<Option<(String, ProgressBar)>> = Mutex::new(None);
+    // Without a terminal: the tenths of the current task already announced.
+    let tenths = Mutex::new(0u64);
     move |p: &Progress| {
         if quiet.load(Ordering::SeqCst) {
             return;
@@ -39,6 +41,9 @@ pub fn handler_with(
             }
             if !std::io::stderr().is_terminal() {
                 eprintln!("{} …", p.task);
+                if let Ok(mut t) = tenths.lock() {
+                    *t = 0;
+                }
             }
             let pb = ProgressBar::with_draw_target(p.total, ProgressDrawTarget::stderr());
             let template = match (p.unit, p.total.is_some()) {
@@ -54,6 +59,16 @@ pub fn handler_with(
             }
             pb.set_message(p.task.clone());
             *slot = Some((p.task.clone(), pb));
+        }
+        // Logs and scripts get a plain line at each tenth of a task that knows its total.
+        if let (false, Some(total), Ok(mut t)) =
+            (std::io::stderr().is_terminal(), p.total, tenths.lock())
+        {
+            let now = p.done.saturating_mul(10) / total.max(1);
+            if now > *t && !p.finished {
+                *t = now;
+                eprintln!("{}: {}% ({}/{})", p.task, now * 10, p.done, total);
+            }
         }
         if let Some((_, pb)) = &*slot {
             if let Some(t) = p.total {

@@ -1,6 +1,8 @@
-//! The interactive shell: rustyline with history, multi-line statements (Enter inserts a
-//! line break until the statements end with `;`), keyword and dot-command completion,
-//! Ctrl-C to clear the line (or cancel a running statement), Ctrl-D to leave.
+//! The interactive shell: rustyline with history, multi-line statements (each line until
+//! the statements end with `;` is read under the continuation prompt ` ..> `), a banner
+//! naming the bound model, keyword, dot-command, column-name and file-path completion,
+//! `HELP <statement>`, Ctrl-C to clear the statement (or cancel a running one), Ctrl-D to
+//! leave.
 
 use std::borrow::Cow;
 
@@ -9,16 +11,41 @@ use rustyline::error::ReadlineError;
 use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::history::DefaultHistory;
-use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::validate::Validator;
 use rustyline::{CompletionType, Config, Context, Editor, Helper};
 
 use crate::dot::COMMANDS;
 use crate::session::{Outcome, Session};
 
 const PROMPT: &str = "lql> ";
+/// The prompt of each further line of a statement not yet ended by `;` (sqlite3's
+/// `   ...> `, aligned with [`PROMPT`]).
+const CONTINUE: &str = " ..> ";
 
-/// Completion and multi-line validation for the editor.
-struct LqlHelper;
+/// Completion for the editor: keywords, the tables' names and columns, dot-commands,
+/// and file paths inside a string.
+struct LqlHelper {
+    /// Table and column names, sorted, without repeats.
+    names: Vec<String>,
+    files: rustyline::completion::FilenameCompleter,
+}
+
+impl LqlHelper {
+    fn new(session: &Session) -> LqlHelper {
+        let mut names = crate::dot::table_names(session).unwrap_or_default();
+        for t in names.clone() {
+            if let Ok(cols) = crate::dot::table_columns(session, &t) {
+                names.extend(cols.into_iter().map(|(c, _)| c));
+            }
+        }
+        names.sort();
+        names.dedup();
+        LqlHelper {
+            names,
+            files: rustyline::completion::FilenameCompleter::new(),
+        }
+    }
+}
 
 impl Completer for LqlHelper {
     type Candidate = Pair;
@@ -27,9 +54,17 @@ impl Completer for LqlHelper {
         &self,
         line: &str,
         pos: usize,
-        _ctx: &Context<'_>,
+        ctx: &Context<'_>,
     ) -> rustyline::Result<(usize, Vec<Pair>)> {
         let before = &line[..pos];
+        // Inside a string: a file path (USE "…", APPLY PATCH "…", EXTRACT … INTO "…").
+        if !before.trim_start().starts_with('.')
+            && lql::split_statements(before)
+                .last()
+                .is_some_and(|p| in_string(&before[p.range()]))
+        {
+            return self.files.complete(line, pos, ctx);
+        }
         let start = before
             .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
             .map_or(0, |i| i + 1);
@@ -52,13 +87,6 @@ impl Completer for LqlHelper {
             }
             return Ok((pos, Vec::new()));
         }
-        // Inside a string nothing is completed.
-        if lql::split_statements(before)
-            .last()
-            .is_some_and(|p| in_string(&before[p.range()]))
-        {
-            return Ok((pos, Vec::new()));
-        }
         let upper = word.to_ascii_uppercase();
         let lower_typed = word.chars().all(|c| !c.is_ascii_uppercase());
         let pairs = lql::KEYWORDS
@@ -75,6 +103,16 @@ impl Completer for LqlHelper {
                     replacement: format!("{text} "),
                 }
             })
+            .chain(
+                self.names
+                    .iter()
+                    .filter(|n| n.starts_with(&word.to_ascii_lowercase()))
+                    .filter(|n| !lql::KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(n)))
+                    .map(|n| Pair {
+                        display: n.clone(),
+                        replacement: n.clone(),
+                    }),
+            )
             .collect();
         Ok((start, pairs))
     }
@@ -111,19 +149,9 @@ impl Highlighter for LqlHelper {
     }
 }
 
-impl Validator for LqlHelper {
-    fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
-        let input = ctx.input();
-        let t = input.trim_start();
-        // Dot-commands, empty input and comment-only input submit at once.
-        if t.starts_with('.') || lql::split_statements(input).is_empty() || lql::is_complete(input)
-        {
-            Ok(ValidationResult::Valid(None))
-        } else {
-            Ok(ValidationResult::Incomplete)
-        }
-    }
-}
+// Statements are gathered line by line (each further line under the continuation
+// prompt), so the editor itself submits every line as typed.
+impl Validator for LqlHelper {}
 
 impl Helper for LqlHelper {}
 
@@ -136,7 +164,7 @@ pub fn run(session: &mut Session) -> rustyline::Result<()> {
         .max_history_size(10_000)?
         .build();
     let mut rl: Editor<LqlHelper, DefaultHistory> = Editor::with_config(config)?;
-    rl.set_helper(Some(LqlHelper));
+    rl.set_helper(Some(LqlHelper::new(session)));
     // After the editor exists: creating it installs rustyline's own SIGINT handler (which
     // it restores only when dropped). While a line is read, the terminal is in raw mode and
     // Ctrl-C arrives as a key, so this handler only sees Ctrl-C while a statement runs.
@@ -159,31 +187,73 @@ pub fn run(session: &mut Session) -> rustyline::Result<()> {
         // A missing history file is normal on first use.
         let _ = rl.load_history(p);
     }
+    let bound = match session.conn.bound_model() {
+        Some(m) => format!("connected to {m}"),
+        None => "no model bound (USE \"file\" or USE MODEL \"name\")".to_string(),
+    };
     session.print(&format!(
-        "lql {} — enter .help for commands, statements end with ';'\n",
+        "lql {} — {bound}\nEnter .help for commands, HELP <statement> for a statement; statements end with ';'\n",
         env!("CARGO_PKG_VERSION")
     ));
+    // The statement being typed, over as many lines as it takes.
+    let mut pending = String::new();
     loop {
-        match rl.readline(PROMPT) {
+        let prompt = if pending.is_empty() { PROMPT } else { CONTINUE };
+        match rl.readline(prompt) {
             Ok(line) => {
-                if line.trim().is_empty() {
+                if pending.is_empty() {
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                } else {
+                    pending.push('\n');
+                }
+                pending.push_str(&line);
+                if !submits(&pending) {
                     continue;
                 }
-                let _ = rl.add_history_entry(line.as_str());
+                let input = std::mem::take(&mut pending);
+                let _ = rl.add_history_entry(input.as_str());
                 if let Some(p) = &history {
                     save_history(&mut rl, p);
                 }
                 session.cancelled = false;
-                if session.run_script(&line, "input") == Outcome::Quit {
+                if session.run_script(&input, "input") == Outcome::Quit {
                     break;
                 }
             }
-            Err(ReadlineError::Interrupted) => continue,
-            Err(ReadlineError::Eof) => break,
+            // Ctrl-C drops the line and any statement begun on earlier lines.
+            Err(ReadlineError::Interrupted) => pending.clear(),
+            Err(ReadlineError::Eof) if pending.trim().is_empty() => break,
+            // Ctrl-D inside a statement: it is incomplete, as sqlite3 says.
+            Err(ReadlineError::Eof) => {
+                session.report_message(&format!(
+                    "incomplete statement (no ';' before the end of input): {}",
+                    pending.trim()
+                ));
+                break;
+            }
             Err(e) => return Err(e),
         }
     }
     Ok(())
+}
+
+/// Whether the lines typed so far are submitted: a dot-command, a comment-only text, or
+/// statements ended by `;` (outside strings and comments).
+fn submits(input: &str) -> bool {
+    input.trim_start().starts_with('.')
+        || lql::split_statements(input).is_empty()
+        || lql::is_complete(input)
+        || help_line(input)
+}
+
+/// `HELP [statement]` is the shell's: it needs no `;`.
+fn help_line(input: &str) -> bool {
+    let t = input.trim_start();
+    t.get(..4).is_some_and(|h| h.eq_ignore_ascii_case("HELP"))
+        && t[4..].chars().next().is_none_or(char::is_whitespace)
+        && !t.contains('\n')
 }
 
 fn save_history(rl: &mut Editor<LqlHelper, DefaultHistory>, path: &std::path::Path) {
@@ -196,6 +266,18 @@ fn save_history(rl: &mut Editor<LqlHelper, DefaultHistory>, path: &std::path::Pa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_are_gathered_until_the_statement_ends() {
+        assert!(!submits("SHOW LAYERS"));
+        assert!(submits("SHOW LAYERS\n  LIKE '1_';"));
+        assert!(!submits("INFER 'a;"));
+        assert!(submits(".mode csv"));
+        assert!(submits("-- a comment"));
+        assert!(submits("HELP extract"));
+        assert!(submits("help"));
+        assert!(!submits("HELPFUL"));
+    }
 
     #[test]
     fn open_strings_are_detected() {

@@ -151,6 +151,17 @@ impl Session {
                 if t.is_empty() || t.starts_with("--") {
                     continue;
                 }
+                // `HELP [statement]` on a line of its own needs no `;`, as a dot-command.
+                if help_request(t).is_some() && !t.contains(';') {
+                    let lo = line_start + (line.len() - line.trim_start().len());
+                    if self.run_one(text, lo..lo + t.len(), source_name) == Outcome::Failed {
+                        if self.bail {
+                            return Outcome::Failed;
+                        }
+                        result = Outcome::Failed;
+                    }
+                    continue;
+                }
                 if t.starts_with('.') {
                     if self.echo {
                         self.print(&format!("{t}\n"));
@@ -216,6 +227,19 @@ impl Session {
     /// Runs one statement, `text[range]`.
     fn run_one(&mut self, text: &str, range: std::ops::Range<usize>, source_name: &str) -> Outcome {
         let stmt = &text[range.clone()];
+        // `HELP [statement]` is the shell's, as in psql: the statement's grammar and notes.
+        if let Some(rest) = help_request(stmt) {
+            return match crate::dot::statement_help(rest) {
+                Ok(help) => {
+                    self.print(&help);
+                    Outcome::Ok
+                }
+                Err(msg) => {
+                    self.report_message(&msg);
+                    Outcome::Failed
+                }
+            };
+        }
         self.statements += 1;
         if self.echo {
             self.print(&format!("{};\n", stmt.trim_end().trim_end_matches(';')));
@@ -228,6 +252,7 @@ impl Session {
         self.progress_quiet
             .store(self.mode.json_errors(), Ordering::SeqCst);
         let started = Instant::now();
+        let cpu_before = cpu_times();
         let result = {
             let _spinner = self.interactive.then(|| {
                 let mut quiet = vec![self.progress_busy.clone()];
@@ -244,8 +269,7 @@ impl Session {
                     self.show(&r.text, &r.rows);
                 }
                 if self.timer {
-                    let secs = started.elapsed().as_secs_f64();
-                    let _ = writeln!(self.err, "Run Time: {secs:.3}s");
+                    self.report_time(started, cpu_before);
                 }
                 if self.faults > faults {
                     Outcome::Failed
@@ -255,6 +279,14 @@ impl Session {
             }
             Err(e) => {
                 self.cancelled |= e.kind == lql::ErrorKind::Interrupted;
+                // What an interrupted statement made before it stopped (GENERATE's text so
+                // far) is shown in every mode, then the error.
+                if let Some(rows) = e.partial_rows() {
+                    self.show(stmt, rows);
+                }
+                if self.timer {
+                    self.report_time(started, cpu_before);
+                }
                 let e = e.offset_spans(range.start);
                 self.report_error(&e, source_name, text);
                 Outcome::Failed
@@ -307,6 +339,19 @@ impl Session {
             let _ = self.err.write_all(b"\n");
             let _ = self.err.flush();
         }
+    }
+
+    /// `.timer`: sqlite3's line, the wall time and the process's user and system CPU time
+    /// the statement took (every thread counted), on stderr.
+    fn report_time(&mut self, started: Instant, cpu_before: (f64, f64)) {
+        let real = started.elapsed().as_secs_f64();
+        let (user, sys) = cpu_times();
+        let _ = writeln!(
+            self.err,
+            "Run Time: real {real:.3} user {:.6} sys {:.6}",
+            (user - cpu_before.0).max(0.0),
+            (sys - cpu_before.1).max(0.0)
+        );
     }
 
     /// Prints an error: one JSON line in the JSON modes, an ariadne report otherwise.
@@ -453,6 +498,31 @@ fn set_output_mode(file: &std::fs::File, target: &std::path::Path) {
     if let Ok(m) = std::fs::metadata(target) {
         let _ = file.set_permissions(m.permissions());
     }
+}
+
+/// The statement name after a leading `HELP` keyword (`Some("")` for a bare `HELP`).
+fn help_request(stmt: &str) -> Option<&str> {
+    let t = stmt.trim().trim_end_matches(';').trim_end();
+    let head = t.get(..4)?;
+    if !head.eq_ignore_ascii_case("HELP") {
+        return None;
+    }
+    let rest = &t[4..];
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
+}
+
+/// The process's (user, system) CPU seconds so far (zeros where they cannot be read).
+fn cpu_times() -> (f64, f64) {
+    #[cfg(unix)]
+    {
+        // SAFETY: getrusage writes one rusage struct into the zeroed value given.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } == 0 {
+            let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            return (secs(u.ru_utime), secs(u.ru_stime));
+        }
+    }
+    (0.0, 0.0)
 }
 
 /// Makes a rename durable by syncing the folder (best effort: not every platform can).

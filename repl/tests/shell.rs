@@ -171,6 +171,32 @@ fn tables_and_schema_list_what_answers() {
     assert!(stderr(&o).contains("no model is bound"), "{}", stderr(&o));
 }
 
+/// `HELP <statement>` (no `;` needed on a line of its own) and `.help <statement>` print
+/// the statement's grammar; `.timer` prints sqlite3's line with user and system time.
+#[test]
+fn help_for_a_statement_and_the_timer() {
+    let o = lql_stdin(&[], b"HELP extract\n.help trace\n.timer on\nSHOW MODELS;\n");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("EXTRACT MODEL \"source\" INTO \"out\""),
+        "{out}"
+    );
+    assert!(out.contains("TRACE \"prompt\""), "{out}");
+    let err = stderr(&o);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("Run Time:"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("real ") && line.contains(" user ") && line.contains(" sys "),
+        "{err}"
+    );
+    let o = lql_stdin(&[], b"HELP nothing\n");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no statement"), "{}", stderr(&o));
+}
+
 #[test]
 fn bail_stops_at_the_first_error() {
     let script = "SHOW MODELS;\nFROB;\nSHOW MODELS;\n";

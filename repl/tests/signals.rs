@@ -10,6 +10,12 @@ const MODEL: &str = "smollm2-135m-instruct";
 /// Runs `lql` with `args`, sends SIGINT after `delay`, and returns
 /// (exit code, stderr).
 fn interrupt_after(args: &[&str], delay: Duration) -> (Option<i32>, String) {
+    let (code, _, err) = interrupt_after_with_stdout(args, delay);
+    (code, err)
+}
+
+/// [`interrupt_after`], with stdout too: (exit code, stdout, stderr).
+fn interrupt_after_with_stdout(args: &[&str], delay: Duration) -> (Option<i32>, String, String) {
     let child = Command::new(env!("CARGO_BIN_EXE_lql"))
         .args(args)
         .env("NO_COLOR", "1")
@@ -31,8 +37,21 @@ fn interrupt_after(args: &[&str], delay: Duration) -> (Option<i32>, String) {
     );
     (
         out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// An interrupted GENERATE prints the text it made before the error, in every mode (csv
+/// here: its row, with `interrupted` as the finish reason).
+#[test]
+fn an_interrupted_generate_prints_its_partial_rows() {
+    let script = format!("USE MODEL '{MODEL}'; GENERATE 'Once upon a time' MAX 4000;");
+    let (code, out, err) =
+        interrupt_after_with_stdout(&["--format", "csv", "-c", &script], Duration::from_secs(4));
+    assert_eq!(code, Some(1), "stderr: {err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(out.contains("interrupted"), "the partial row: {out:?}");
 }
 
 #[test]

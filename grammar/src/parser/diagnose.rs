@@ -257,6 +257,21 @@ pub(super) fn convert_error(e: pest::error::Error<Rule>, src: &str) -> SyntaxErr
             err.help = Some(format!("did you mean {s}?"));
         }
     }
+    // `DESCRIBE features`: a table named where DESCRIBE wants TABLE or a quoted entity.
+    if err.help.is_none() && words.iter().any(|w| w == "TABLE") {
+        if let Some(w) = &found_word {
+            if crate::ast::Table::ALL
+                .iter()
+                .any(|t| t.name().eq_ignore_ascii_case(w))
+            {
+                err.help = Some(format!(
+                    "did you mean DESCRIBE TABLE {w}? (its columns; DESCRIBE \"{w}\" describes the word)"
+                ));
+            } else if words.iter().any(|x| x == "a string") {
+                err.help = Some(format!("quote the entity: DESCRIBE \"{w}\""));
+            }
+        }
+    }
     if err.help.is_none() && found == "end of input" && words.iter().any(|w| w != "`;`") {
         err.help = Some("the statement is incomplete".into());
     }
@@ -272,6 +287,24 @@ pub(super) fn convert_error(e: pest::error::Error<Rule>, src: &str) -> SyntaxErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn describe_of_a_table_name_suggests_describe_table() {
+        let e = crate::parse("DESCRIBE features").unwrap_err();
+        assert!(
+            e.help
+                .as_deref()
+                .is_some_and(|h| h.contains("DESCRIBE TABLE features")),
+            "{e:?}"
+        );
+        let e = crate::parse("DESCRIBE France").unwrap_err();
+        assert!(
+            e.help
+                .as_deref()
+                .is_some_and(|h| h.contains("DESCRIBE \"France\"")),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn keyword_rules_are_listed() {

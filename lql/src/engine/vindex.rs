@@ -55,6 +55,8 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         // Refused before anything is written, so no container without its labels appears.
         return Err(Error::not_supported_yet(MOE_STORED_LABELS));
     }
+    // The statement's own duration: the container and, WITH LABELS, its labels.
+    let started = std::time::Instant::now();
     let task = format!("extract {}", plan.output);
     let handler = cx.engine.progress.clone();
     let cancel = cx.cancel.clone();
@@ -104,7 +106,7 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         Value::from(report.tensors),
         Value::from(report.payload_bytes),
         Value::from(report.encoding.name()),
-        Value::from(report.seconds),
+        Value::from(started.elapsed().as_secs_f64()),
     ]);
     Ok(Datum::Rows(rows))
 }

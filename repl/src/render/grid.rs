@@ -25,10 +25,21 @@ const MIN_FIT: usize = 6;
 pub fn render(style: Style, rows: &Rows, o: &RenderOptions<'_>) -> String {
     let n = rows.columns.len();
     let headers: Vec<String> = rows.columns.iter().map(|c| visible(&c.name)).collect();
+    // EXPLAIN's `plan` column is an indented tree: its leading spaces are layout, shown
+    // as spaces, not as the `␣` that marks a token's own edge spaces.
+    let layout: Vec<bool> = rows.columns.iter().map(|c| c.name == "plan").collect();
     let cells: Vec<Vec<String>> = rows
         .rows
         .iter()
-        .map(|r| r.iter().map(|v| cell_text(v, o.nullvalue)).collect())
+        .map(|r| {
+            r.iter()
+                .zip(&layout)
+                .map(|(v, &tree)| match (v, tree) {
+                    (Value::Text(t), true) => escaped(t, false),
+                    _ => cell_text(v, o.nullvalue),
+                })
+                .collect()
+        })
         .collect();
     let numeric: Vec<bool> = rows.columns.iter().map(|c| c.ty.is_numeric()).collect();
 
@@ -183,6 +194,11 @@ fn cell_text(v: &Value, nullvalue: Option<&str>) -> String {
 /// Text made unambiguous on one line: control characters escaped (`\n`, `\t`, `\u{7}`),
 /// leading and trailing spaces shown as `␣` (inner spaces stay).
 pub fn visible(s: &str) -> String {
+    escaped(s, true)
+}
+
+/// [`visible`], with the edge spaces marked (`mark_edges`) or kept as spaces.
+fn escaped(s: &str, mark_edges: bool) -> String {
     let mut out = String::with_capacity(s.len() + 4);
     let chars: Vec<char> = s.chars().collect();
     let lead = chars.iter().take_while(|c| **c == ' ').count();
@@ -193,7 +209,7 @@ pub fn visible(s: &str) -> String {
     };
     for (i, &c) in chars.iter().enumerate() {
         match c {
-            ' ' if i < lead || i >= chars.len() - trail => out.push('␣'),
+            ' ' if mark_edges && (i < lead || i >= chars.len() - trail) => out.push('␣'),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
