@@ -376,8 +376,12 @@ impl Binder {
     fn tokenizer(&self) -> Result<&ModelFacts> {
         let m = self.model()?;
         if !m.can_tokenize {
+            let why = m
+                .tokenizer_problem
+                .as_deref()
+                .map_or(String::new(), |w| format!(": {w}"));
             return Err(PlanError::semantic(
-                format!("{} has no tokenizer", m.name),
+                format!("{} has no tokenizer{why}", m.name),
                 self.stmt_span,
             )
             .with_help("bind a model whose file carries tokenizer metadata or a tokenizer.json"));

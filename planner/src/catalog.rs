@@ -55,6 +55,9 @@ pub struct ModelFacts {
     pub missing_for_browse: Vec<String>,
     /// A tokenizer is available.
     pub can_tokenize: bool,
+    /// Why not, when it is not (the capability file that failed its checks, or what the
+    /// file lacks).
+    pub tokenizer_problem: Option<String>,
     /// Encoding of the FFN gate rows (e.g. "Q4_1"), for EXPLAIN.
     pub gate_encoding: Option<String>,
     /// Bytes of gate rows read per layer by a full gate scan, for EXPLAIN.

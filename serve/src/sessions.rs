@@ -1,6 +1,8 @@
 //! `X-LQL-Session`: named LQL sessions, one connection each, so that a client's overlays
 //! (INSERT/DELETE/UPDATE, patches) persist across its requests and never reach another
-//! client. Bounded in number: the least recently used session is dropped past the limit.
+//! client. Bounded in number: past the limit the least recently used idle session is
+//! dropped (never one whose statement is running: with every session busy, a new one is
+//! answered 503).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -50,12 +52,29 @@ impl Sessions {
             return Ok(c.clone());
         }
         if map.len() >= self.limit {
-            if let Some(oldest) = map
+            // The least recently used session that no request is using: a session whose
+            // statement is running (its connection held by that request too) is never
+            // dropped under it. When every session is busy, the new one is refused.
+            let idle = map
                 .iter()
+                .filter(|(_, (c, _))| Arc::strong_count(c) == 1)
                 .min_by_key(|(_, (_, t))| *t)
-                .map(|(k, _)| k.clone())
-            {
-                map.remove(&oldest);
+                .map(|(k, _)| k.clone());
+            match idle {
+                Some(oldest) => {
+                    map.remove(&oldest);
+                }
+                None => {
+                    return Err(ApiError::new(
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        "server_error",
+                        "sessions_busy",
+                        format!(
+                            "all {} sessions are running statements; retry when one ends",
+                            self.limit
+                        ),
+                    ))
+                }
             }
         }
         let conn = Arc::new(
@@ -72,5 +91,29 @@ impl Sessions {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session held by a running request is not evicted; with every session busy a new
+    /// one is refused, and once a request ends its session can make room.
+    #[test]
+    fn a_busy_session_is_never_evicted() {
+        let db = Database::new();
+        let s = Sessions::new(2);
+        let a = s.get(&db, "a").unwrap();
+        let b = s.get(&db, "b").unwrap();
+        let Err(e) = s.get(&db, "c") else {
+            panic!("a third session while both are busy");
+        };
+        assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        drop(a);
+        let _c = s.get(&db, "c").unwrap();
+        // "b" (still held) survived; "a" made room.
+        assert!(Arc::ptr_eq(&b, &s.get(&db, "b").unwrap()));
+        assert_eq!(s.len(), 2);
     }
 }

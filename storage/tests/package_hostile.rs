@@ -327,3 +327,68 @@ fn an_invalid_generation_map_is_refused_at_load() {
     );
     assert_refused(&dir, "missing_speculative_default_strategy");
 }
+
+/// The writer's own target: a symbolic link is refused (never written through); a
+/// failing write leaves neither the target nor a staging folder; a staging folder left by
+/// a writer that died (its process gone) is removed and the write succeeds; files get
+/// 0666 less the umask, not a temporary file's 0600.
+#[test]
+fn the_writer_publishes_whole_packages_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("tiny.gguf");
+    TinyModel {
+        layers: 2,
+        ..TinyModel::llama()
+    }
+    .write(&src)
+    .unwrap();
+    let opts = |out: &Path, source: &Path| WriteOptions {
+        source: source.to_path_buf(),
+        out_dir: out.to_path_buf(),
+        model_id: "lql/tiny-llama:F32".into(),
+        source_revision: "test-rev".into(),
+        projectors: vec![],
+    };
+    #[cfg(unix)]
+    {
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.path().join("link")).unwrap();
+        let e = write_package(&opts(&dir.path().join("link"), &src)).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+    // A source that is not a GGUF: nothing is left behind.
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a gguf").unwrap();
+    let out = dir.path().join("pkg");
+    assert!(write_package(&opts(&out, &junk)).is_err());
+    let names = |d: &Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert!(!out.exists());
+    assert!(
+        !names(dir.path()).iter().any(|n| n.contains("staging")),
+        "{:?}",
+        names(dir.path())
+    );
+    // A dead writer's staging folder (pid 2^22 + 1 is beyond Linux's pid_max default).
+    let stale = dir.path().join(".pkg.staging-4194305");
+    std::fs::create_dir_all(stale.join("layers")).unwrap();
+    std::fs::write(stale.join("layers/partial.gguf"), vec![0u8; 1024]).unwrap();
+    write_package(&opts(&out, &src)).unwrap();
+    assert!(!stale.exists());
+    assert!(open_package(&out, None, &VerifyMode::Sha256 { cache_dir: None }).is_ok());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(out.join(MANIFEST_NAME))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_ne!(mode & 0o777, 0o600, "{mode:o}");
+    }
+}

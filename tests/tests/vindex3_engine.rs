@@ -136,6 +136,19 @@ fn extract_use_infer_verify_show() {
         .as_str()
         .unwrap()
         .contains("segments/text.embedding.bin"));
+
+    // A tokenizer capability that fails its checks: the refusal names the cause (the
+    // file and what is wrong), not only "has no tokenizer".
+    let tok = out.join("tokenizer_spec.json");
+    let mut b = std::fs::read(&tok).unwrap();
+    b[10] ^= 1;
+    std::fs::write(&tok, &b).unwrap();
+    let c2 = Connection::open_in_memory().unwrap();
+    let e = match c2.execute(&format!("USE \"{}\";", q(&out))) {
+        Err(e) => e,
+        Ok(_) => c2.execute("TOKENIZE 'x';").unwrap_err(),
+    };
+    assert!(e.to_string().contains("tokenizer_spec"), "{e}");
 }
 
 #[test]

@@ -58,9 +58,15 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         missing_exec.push(what);
     }
     let (gate, ffn, gate_bytes) = browse_width(model);
-    let can_tokenize = model
-        .tokenizer_spec()
-        .is_ok_and(|t| !matches!(*t, lql_storage::tokenizer_spec::TokenizerSpec::None));
+    // A tokenizer that fails its checks is named with its cause, not only as absent.
+    let (can_tokenize, tokenizer_problem) = match model.tokenizer_spec() {
+        Ok(t) if matches!(*t, lql_storage::tokenizer_spec::TokenizerSpec::None) => (
+            false,
+            Some("the model carries no tokenizer (no tokenizer.ggml.* metadata, tokenizer.json or tokenizer capability)".to_string()),
+        ),
+        Ok(_) => (true, None),
+        Err(e) => (false, Some(e.to_string())),
+    };
     ModelFacts {
         name: name.to_string(),
         source: match model.kind {
@@ -80,6 +86,7 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         can_browse: missing_browse.is_empty(),
         missing_for_browse: missing_browse,
         can_tokenize,
+        tokenizer_problem,
         gate_encoding: gate.map(|g| g.dtype.name().to_string()),
         gate_bytes_per_layer: gate_bytes,
         stored_labels: stored_labels(model),

@@ -90,17 +90,119 @@ pub fn write_package(opts: &WriteOptions) -> Result<Written> {
             ));
         }
     }
-    let out = &opts.out_dir;
-    if out.exists() {
-        let mut it = std::fs::read_dir(out).map_err(|e| StorageError::io(out, e))?;
-        if it.next().is_some() {
+    let target = &opts.out_dir;
+    match std::fs::symlink_metadata(target) {
+        Ok(m) if m.file_type().is_symlink() => {
             return Err(invalid(
                 "out_dir",
-                format!("{} exists and is not empty", out.display()),
-            ));
+                format!(
+                    "{} is a symbolic link; refusing to write a package through it",
+                    target.display()
+                ),
+            ))
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(invalid(
+                "out_dir",
+                format!("{} exists and is not a folder", target.display()),
+            ))
+        }
+        Ok(_) => {
+            let mut it = std::fs::read_dir(target).map_err(|e| StorageError::io(target, e))?;
+            if it.next().is_some() {
+                return Err(invalid(
+                    "out_dir",
+                    format!("{} exists and is not empty", target.display()),
+                ));
+            }
+        }
+        Err(_) => {}
+    }
+    // Everything is written into a staging folder beside the target, renamed into place
+    // last: a write that fails or is killed never leaves a partial package at the target
+    // (a retry is not blocked), and the staging folders of writers that died are removed.
+    let staging = staging_dir(target)?;
+    let written = src_open(opts)
+        .and_then(|src| write_into(opts, &staging, &src, repo, dist))
+        .and_then(|w| {
+            if target.exists() {
+                // The empty folder the caller made: the package replaces it.
+                std::fs::remove_dir(target).map_err(|e| StorageError::io(target, e))?;
+            }
+            std::fs::rename(&staging, target).map_err(|e| StorageError::io(target, e))?;
+            if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+                if let Ok(d) = std::fs::File::open(parent) {
+                    let _ = d.sync_all();
+                }
+            }
+            Ok(w)
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    written
+}
+
+fn src_open(opts: &WriteOptions) -> Result<GgufFile> {
+    GgufFile::open(&opts.source)
+}
+
+/// A fresh staging folder beside `target` (`.NAME.staging-PID`), created exclusively, after
+/// removing those left by writers of the same target that are no longer running.
+fn staging_dir(target: &Path) -> Result<PathBuf> {
+    let parent = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = target
+        .file_name()
+        .ok_or_else(|| {
+            invalid(
+                "out_dir",
+                format!("{} has no folder name", target.display()),
+            )
+        })?
+        .to_string_lossy()
+        .into_owned();
+    let prefix = format!(".{name}.staging-");
+    // The target's folders are made as needed, as a plain create of the target would.
+    std::fs::create_dir_all(&parent).map_err(|e| StorageError::io(&parent, e))?;
+    if let Ok(entries) = std::fs::read_dir(&parent) {
+        for e in entries.flatten() {
+            let file_name = e.file_name();
+            let Some(pid) = file_name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // SAFETY: signal 0 sends nothing; it asks whether the process exists.
+            let gone = pid != std::process::id() as i32
+                && unsafe { libc::kill(pid, 0) } != 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+            if gone {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
         }
     }
-    let src = GgufFile::open(&opts.source)?;
+    let staging = parent.join(format!("{prefix}{}", std::process::id()));
+    if staging.exists() {
+        // This process's own leftover (a write that failed before cleaning up).
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    std::fs::create_dir(&staging).map_err(|e| StorageError::io(&staging, e))?;
+    Ok(staging)
+}
+
+/// Writes the package's files into `out` (the staging folder).
+fn write_into(
+    opts: &WriteOptions,
+    out: &Path,
+    src: &GgufFile,
+    repo: String,
+    dist: Option<String>,
+) -> Result<Written> {
     let layer_count = src
         .tensors()
         .iter()
@@ -114,7 +216,7 @@ pub fn write_package(opts: &WriteOptions) -> Result<Written> {
         std::fs::create_dir_all(out.join(d)).map_err(|e| StorageError::io(out.join(d), e))?;
     }
 
-    let frag = |rel: &str, slice: Slice| write_fragment(&src, slice, out, rel);
+    let frag = |rel: &str, slice: Slice| write_fragment(src, slice, out, rel);
     let metadata = frag(
         "shared/metadata.gguf",
         Slice {
@@ -226,7 +328,7 @@ pub fn write_package(opts: &WriteOptions) -> Result<Written> {
             embeddings,
             output,
         },
-        generation: native_mtp_generation(&src),
+        generation: native_mtp_generation(src),
         layers,
         projectors,
         skippy_abi_version: runtime_abi_string(),
