@@ -392,3 +392,15 @@ fn the_writer_publishes_whole_packages_only() {
         assert_ne!(mode & 0o777, 0o600, "{mode:o}");
     }
 }
+
+/// A manifest that repeats a key is refused naming it (not read as its last value).
+#[test]
+fn duplicate_manifest_keys_are_refused() {
+    let (_t, dir) = package(false);
+    let text = std::fs::read_to_string(dir.join(MANIFEST_NAME)).unwrap();
+    let doubled = text.replacen("{", "{\"model_id\": \"evil/other:F32\",", 1);
+    std::fs::write(dir.join(MANIFEST_NAME), doubled).unwrap();
+    let (check, message) = refused(&dir);
+    assert_eq!(check, "manifest_json", "{message}");
+    assert!(message.contains("duplicate key \"model_id\""), "{message}");
+}

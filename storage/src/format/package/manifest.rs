@@ -176,7 +176,9 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest> {
         ));
     }
     check_depth(bytes)?;
-    let value: serde_json::Value = serde_json::from_slice(bytes)
+    // A repeated key is refused (serde_json would keep the last one silently, so two
+    // readers could see two manifests).
+    let value: serde_json::Value = crate::json_strict::parse(bytes)
         .map_err(|e| refuse("manifest_json", MANIFEST_NAME, format!("not JSON: {e}")))?;
     let obj = value.as_object().ok_or_else(|| {
         refuse(
