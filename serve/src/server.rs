@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// or the catalogue name)
     #[arg(long)]
     pub alias: Option<String>,
+    /// Most X-LQL-Session sessions kept (past it the least recently used idle one is
+    /// dropped; with all busy, 503)
+    #[arg(long, default_value_t = 64)]
+    pub max_sessions: usize,
     /// Most open connections (one more is answered 503 and closed)
     #[arg(long, default_value_t = 512)]
     pub max_connections: usize,
@@ -87,6 +91,7 @@ impl ServeArgs {
         c.read_only = self.read_only;
         c.alias = self.alias.clone().filter(|a| !a.trim().is_empty());
         c.max_connections = self.max_connections.max(1);
+        c.max_sessions = self.max_sessions.max(1);
         c.header_timeout_s = self.header_timeout.max(1);
         c.body_timeout_s = self.body_timeout.max(1);
         c
