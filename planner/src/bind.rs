@@ -390,6 +390,7 @@ impl Binder {
     }
 
     fn executable(&self, span: Span, what: &str) -> Result<&ModelFacts> {
+        self.runnable(span)?;
         let m = self.tokenizer()?;
         if !m.can_execute {
             let missing = if m.missing_for_execute.is_empty() {
@@ -407,7 +408,20 @@ impl Binder {
         Ok(m)
     }
 
+    /// The bound model, refused by name when its architecture cannot run (opened for
+    /// inspection only).
+    fn runnable(&self, span: Span) -> Result<&ModelFacts> {
+        let m = self.model()?;
+        if let Some(why) = &m.unsupported {
+            return Err(PlanError::unsupported(why.clone(), span).with_help(
+                "SHOW TENSORS, SELECT FROM tensors and STATS inspect it without running it",
+            ));
+        }
+        Ok(m)
+    }
+
     fn browsable(&self, span: Span, what: &str) -> Result<&ModelFacts> {
+        self.runnable(span)?;
         let m = self.tokenizer()?;
         if !m.can_browse {
             let missing = if m.missing_for_browse.is_empty() {

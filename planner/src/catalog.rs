@@ -58,6 +58,9 @@ pub struct ModelFacts {
     /// Why not, when it is not (the capability file that failed its checks, or what the
     /// file lacks).
     pub tokenizer_problem: Option<String>,
+    /// Set when the model's architecture cannot run at all (the file opened for
+    /// inspection): why, naming the supported architectures.
+    pub unsupported: Option<String>,
     /// Encoding of the FFN gate rows (e.g. "Q4_1"), for EXPLAIN.
     pub gate_encoding: Option<String>,
     /// Bytes of gate rows read per layer by a full gate scan, for EXPLAIN.

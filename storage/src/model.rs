@@ -328,6 +328,20 @@ pub enum SourceKind {
     Vindex3,
 }
 
+/// A model file whose architecture LQL cannot run yet, opened for inspection: its tensor
+/// table as stored. Statements that need the forward pass or the FFN gates refuse it,
+/// naming the architecture and the supported ones; SHOW TENSORS, SELECT FROM tensors and
+/// STATS read its tensors.
+#[derive(Debug, Clone)]
+pub struct Uninterpreted {
+    /// `general.architecture` as the file states it.
+    pub architecture: String,
+    /// Why it cannot run, with the supported architectures.
+    pub reason: String,
+    /// Every tensor as stored (no role: LQL does not know what this family's names mean).
+    pub tensors: Vec<Operand>,
+}
+
 /// A model ready to execute or browse: surface, tokenizer, operands.
 #[derive(Debug, Clone)]
 pub struct Model {
@@ -345,6 +359,9 @@ pub struct Model {
     /// A compiled overlay stored with the model (per layer; empty for a plain model),
     /// built from its overlay operands at open (`crate::overlay::stored::attach`).
     pub overlays: BTreeMap<usize, crate::overlay::LayerOverlay>,
+    /// Set for a file of an architecture LQL cannot run: then `operands` is empty and
+    /// `surface` holds only what the metadata states (zeros where it states nothing).
+    pub uninterpreted: Option<Uninterpreted>,
 }
 
 /// The effective-state seam: anything the executor can read operands from.

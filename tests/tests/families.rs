@@ -318,3 +318,52 @@ fn the_gpu_runs_every_family_as_the_cpu_does() {
         assert_eq!(active, ["gpu"], "{family}: the edited state's backend");
     }
 }
+
+/// A well-formed GGUF of an architecture LQL cannot run opens for inspection: STATS,
+/// SHOW TENSORS and SELECT FROM tensors read it; every statement that needs the forward
+/// pass or the gates is refused naming the architecture and the supported ones.
+#[test]
+fn an_unsupported_architecture_opens_for_inspection() {
+    use lql_storage::format::gguf::{GgufFile, GgufWriter, MetaValue};
+    let src = lql_tests::repo_root().join("tests/fixtures/families/qwen3/model.gguf");
+    let file = GgufFile::open(&src).unwrap();
+    let mut w = GgufWriter::from_file(&file).unwrap();
+    w.set_kv("general.architecture", MetaValue::Str("mamba".into()))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mamba.gguf");
+    w.write(&path).unwrap();
+    let n_tensors = file.tensors().len() as i64;
+
+    let c = Connection::open(path.to_str().unwrap()).unwrap();
+    let stats = c.execute("STATS").unwrap();
+    let get = |k: &str| {
+        stats
+            .iter()
+            .find(|r| r.get::<_, String>("key").unwrap() == k)
+            .map(|r| r.values()[1].clone())
+            .unwrap_or_else(|| panic!("no {k}"))
+    };
+    assert_eq!(get("architecture"), Value::from("mamba"));
+    assert_eq!(get("tensors"), Value::from(n_tensors));
+    assert_eq!(get("can_execute"), Value::Bool(false));
+    let tensors = c.execute("SHOW TENSORS").unwrap();
+    assert_eq!(tensors.len() as i64, n_tensors);
+    let layer0 = c
+        .execute("SELECT count(*) FROM tensors WHERE layer = 0")
+        .unwrap();
+    assert!(layer0.row(0).unwrap().get::<_, i64>(0).unwrap() > 0);
+    for stmt in [
+        "INFER 'The capital' TOP 1",
+        "GENERATE 'The capital' MAX 2",
+        "WALK 'The capital' TOP 1",
+        "TRACE 'The capital'",
+    ] {
+        let e = c.execute(stmt).unwrap_err();
+        assert_eq!(e.code(), "LQL-E0301", "{stmt}: {e}");
+        assert!(
+            e.message.contains("`mamba`") && e.message.contains("llama"),
+            "{stmt}: {e}"
+        );
+    }
+}

@@ -87,6 +87,7 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         missing_for_browse: missing_browse,
         can_tokenize,
         tokenizer_problem,
+        unsupported: model.uninterpreted.as_ref().map(|u| u.reason.clone()),
         gate_encoding: gate.map(|g| g.dtype.name().to_string()),
         gate_bytes_per_layer: gate_bytes,
         stored_labels: stored_labels(model),

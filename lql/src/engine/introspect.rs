@@ -196,21 +196,9 @@ fn show_layers(cx: &Cx<'_>) -> Result<Rows> {
 }
 
 fn show_tensors(cx: &Cx<'_>) -> Result<Rows> {
-    let b = cx.bound()?;
     let mut rows = Rows::new(super::result_columns(cx.plan));
-    // Global operands first (embedding, final norm, head), then layer by layer.
-    let mut ops: Vec<_> = b.model().operands.iter().collect();
-    ops.sort_by_key(|(k, _)| (k.layer.map_or(0, |l| l + 1), k.role));
-    for (k, op) in ops {
-        rows.push(vec![
-            Value::from(op.source_name.as_str()),
-            Value::from(k.role.object()),
-            Value::from(k.layer),
-            Value::from(k.role.name()),
-            Value::from(op.dtype.name()),
-            Value::List(op.shape.iter().map(|&d| Value::from(d)).collect()),
-            Value::from(op.len),
-        ]);
+    for r in super::select::tensor_rows(cx.bound()?.model()) {
+        rows.push(r);
     }
     Ok(rows)
 }
@@ -266,12 +254,17 @@ pub(crate) fn stats(cx: &mut Cx<'_>) -> Result<Rows> {
     let mut params: u64 = 0;
     let mut bytes: u64 = 0;
     let mut by_dtype: BTreeMap<&'static str, usize> = BTreeMap::new();
-    for op in m.operands.values() {
+    // An architecture LQL cannot run counts its tensors as stored.
+    let ops: Vec<&lql_storage::model::Operand> = match &m.uninterpreted {
+        Some(u) => u.tensors.iter().collect(),
+        None => m.operands.values().collect(),
+    };
+    for op in &ops {
         params += op.shape.iter().map(|&d| d as u64).product::<u64>();
         bytes += op.len as u64;
         *by_dtype.entry(op.dtype.name()).or_default() += 1;
     }
-    kv("tensors", Value::from(m.operands.len()));
+    kv("tensors", Value::from(ops.len()));
     kv("parameters", Value::from(params));
     kv("tensor_bytes", Value::from(bytes));
     let file_bytes = std::fs::metadata(&m.path)
@@ -284,6 +277,9 @@ pub(crate) fn stats(cx: &mut Cx<'_>) -> Result<Rows> {
     kv("can_execute", Value::Bool(b.facts.can_execute));
     kv("can_browse", Value::Bool(b.facts.can_browse));
     kv("can_tokenize", Value::Bool(b.facts.can_tokenize));
+    if let Some(u) = &m.uninterpreted {
+        kv("runs", Value::from(u.reason.as_str()));
+    }
     Ok(rows)
 }
 

@@ -91,6 +91,14 @@ pub(crate) fn diff_operands(
         None => right.base(),
     };
     let b: &dyn MaterialSource = right.as_ref();
+    for m in [a.base(), b.base()] {
+        if let Some(u) = &m.uninterpreted {
+            return Err(Error::not_supported_yet(&format!(
+                "DIFF of a model whose architecture LQL cannot run ({})",
+                u.reason
+            )));
+        }
+    }
     if let Some(path) = into_patch {
         return super::diff_patch::write(cx, a, b, path).map(Datum::Rows);
     }

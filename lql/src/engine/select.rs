@@ -305,22 +305,50 @@ fn tokens_rows(cx: &mut Cx<'_>) -> Result<Vec<Vec<Value>>> {
 
 /// The rows of `tensors` (also SHOW TENSORS).
 pub(crate) fn tensors_rows(cx: &mut Cx<'_>) -> Result<Vec<Vec<Value>>> {
-    let model = cx.model()?;
-    Ok(model
-        .operands
-        .iter()
+    Ok(tensor_rows(cx.model()?.as_ref()))
+}
+
+/// One row per tensor of `model`: global operands first (embedding, final norm, head),
+/// then layer by layer. A model of an architecture LQL cannot run lists its tensors as
+/// stored, their layer read from a `blk.N.` name, with no object or role.
+pub(crate) fn tensor_rows(model: &lql_storage::Model) -> Vec<Vec<Value>> {
+    let row = |op: &lql_storage::model::Operand, object: Value, layer: Value, role: Value| {
+        vec![
+            Value::from(op.source_name.as_str()),
+            object,
+            layer,
+            role,
+            Value::from(op.dtype.name()),
+            Value::List(op.shape.iter().map(|&d| Value::from(d)).collect()),
+            Value::from(op.len),
+        ]
+    };
+    if let Some(u) = &model.uninterpreted {
+        return u
+            .tensors
+            .iter()
+            .map(|op| {
+                let layer = op
+                    .source_name
+                    .strip_prefix("blk.")
+                    .and_then(|r| r.split('.').next())
+                    .and_then(|n| n.parse::<usize>().ok());
+                row(op, Value::Null, layer.into(), Value::Null)
+            })
+            .collect();
+    }
+    let mut ops: Vec<_> = model.operands.iter().collect();
+    ops.sort_by_key(|(k, _)| (k.layer.map_or(0, |l| l + 1), k.role));
+    ops.into_iter()
         .map(|(k, op)| {
-            vec![
-                Value::from(op.source_name.as_str()),
+            row(
+                op,
                 Value::from(k.role.object()),
                 k.layer.into(),
                 Value::from(k.role.name()),
-                Value::from(op.dtype.name()),
-                Value::List(op.shape.iter().map(|&d| Value::from(d)).collect()),
-                Value::from(op.len),
-            ]
+            )
         })
-        .collect())
+        .collect()
 }
 
 /// `TableScan routes prompt='…'`: one forward pass over the prompt (with BOS when the

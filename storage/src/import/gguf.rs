@@ -145,13 +145,19 @@ pub fn from_parts(
         .get_str("general.architecture")?
         .ok_or_else(|| missing(file, "general.architecture"))?
         .to_string();
-    let family = family::find(&arch).ok_or_else(|| {
-        StorageError::Unsupported(format!(
+    let Some(family) = family::find(&arch) else {
+        let reason = format!(
             "not supported yet: running architecture `{arch}` ({}); supported GGUF architectures: {}",
             path.display(),
             family::names()
-        ))
-    })?;
+        );
+        // A whole file opens for inspection (its tensor table, metadata and tokenizer);
+        // a package stage must be runnable.
+        return match span {
+            None => uninterpreted(file, parts, path, &arch, reason),
+            Some(_) => Err(StorageError::Unsupported(reason)),
+        };
+    };
     let k = |s: &str| format!("{arch}.{s}");
 
     if let Some(n) = file.get_u64("split.count")? {
@@ -335,9 +341,93 @@ pub fn from_parts(
         backings: parts.iter().map(|p| p.backing().clone()).collect(),
         absent: Default::default(),
         overlays: Default::default(),
+        uninterpreted: None,
     };
     crate::overlay::stored::attach(&mut model)?;
     Ok(model)
+}
+
+/// A file of an architecture LQL cannot run, opened for inspection: every tensor as stored
+/// (no roles), the sizes its metadata states (zeros where it states none) and its
+/// tokenizer when it carries a usable one.
+fn uninterpreted(
+    file: &GgufFile,
+    parts: &[GgufFile],
+    path: std::path::PathBuf,
+    arch: &str,
+    reason: String,
+) -> Result<Model> {
+    let k = |s: &str| format!("{arch}.{s}");
+    // Sizes as stated; a key of another type (an array per layer) reads as absent.
+    let size = |key: &str| opt_usize(file, &k(key)).ok().flatten().unwrap_or(0);
+    let n_heads = size("attention.head_count");
+    let hidden = size("embedding_length");
+    let mut tensors = Vec::new();
+    for (backing, part) in parts.iter().enumerate() {
+        for t in part.tensors() {
+            let range = part.byte_range(t);
+            tensors.push(Operand {
+                source_name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                backing,
+                offset: range.start,
+                len: range.len(),
+            });
+        }
+    }
+    let vocab = file
+        .get_array("tokenizer.ggml.tokens")
+        .ok()
+        .flatten()
+        .map_or(0, |a| a.len());
+    // A tokenizer the file states badly is left out (TOKENIZE then names the reason).
+    let (special, slot) = tokenizer(file, vocab).unwrap_or_else(|_| {
+        (
+            SpecialTokens::default(),
+            TokenizerSlot::ready(TokenizerSpec::None),
+        )
+    });
+    let surface = ExecutionSurface {
+        source_architecture: arch.to_string(),
+        n_layers: size("block_count"),
+        hidden,
+        ffn: size("feed_forward_length"),
+        n_heads,
+        n_kv_heads: size("attention.head_count_kv"),
+        head_dim: hidden.checked_div(n_heads).unwrap_or(0),
+        vocab,
+        context_length: size("context_length"),
+        rope_theta: file
+            .get_f32(&k("rope.freq_base"))
+            .ok()
+            .flatten()
+            .unwrap_or(0.0),
+        rope_pairing: crate::surface::RopePairing::Adjacent,
+        norm_eps: 0.0,
+        activation: crate::surface::Activation::Silu,
+        tied_head: false,
+        attn_bias: false,
+        embedding_scale: 1.0,
+        special,
+        moe: None,
+        block: Default::default(),
+    };
+    Ok(Model {
+        path,
+        kind: SourceKind::Gguf,
+        surface,
+        tokenizer: slot,
+        operands: BTreeMap::new(),
+        backings: parts.iter().map(|p| p.backing().clone()).collect(),
+        absent: Default::default(),
+        overlays: Default::default(),
+        uninterpreted: Some(crate::model::Uninterpreted {
+            architecture: arch.to_string(),
+            reason,
+            tensors,
+        }),
+    })
 }
 
 /// The family's judgement on experts: `None` for a dense model, else the bank's facts from

@@ -238,6 +238,7 @@ pub fn open(dir: &Path) -> Result<Model> {
         backings: folder.backings,
         absent: Default::default(),
         overlays: Default::default(),
+        uninterpreted: None,
     };
     crate::overlay::stored::attach(&mut model)?;
     Ok(model)

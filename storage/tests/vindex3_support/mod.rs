@@ -175,6 +175,7 @@ pub fn synthetic(g: Geometry) -> Model {
         backings: vec![Backing::Owned(Arc::new(buf))],
         absent: Default::default(),
         overlays: Default::default(),
+        uninterpreted: None,
     }
 }
 

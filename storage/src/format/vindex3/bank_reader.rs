@@ -353,6 +353,7 @@ pub fn open(c: &Container) -> Result<Model> {
         backings,
         absent,
         overlays: Default::default(),
+        uninterpreted: None,
     })
 }
 

@@ -445,6 +445,7 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
         backings,
         absent: Default::default(),
         overlays: Default::default(),
+        uninterpreted: None,
     };
     crate::overlay::stored::attach(&mut model)?;
     Ok(model)
