@@ -48,6 +48,9 @@ pub struct Config {
     pub header_timeout_s: u64,
     /// Seconds a request gets to send its whole body; then 408.
     pub body_timeout_s: u64,
+    /// Resident memory at which requests that run the model, and new sessions, are
+    /// answered 503 (`None`: no bound).
+    pub max_memory: Option<u64>,
 }
 
 impl Config {
@@ -74,6 +77,7 @@ impl Config {
             max_connections: 512,
             header_timeout_s: 10,
             body_timeout_s: 30,
+            max_memory: None,
         }
     }
 

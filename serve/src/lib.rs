@@ -23,6 +23,7 @@ pub mod config;
 pub mod error;
 pub mod generate;
 pub mod lql_http;
+pub mod memory;
 pub mod metrics;
 pub mod openai;
 pub mod pool;

@@ -18,6 +18,8 @@ pub struct Pool {
     queue: usize,
     parallel: usize,
     batcher: Batcher,
+    /// `--max-memory`: no slot is handed out at or above it ([`crate::memory`]).
+    max_memory: Option<u64>,
 }
 
 /// A held slot, freed when dropped.
@@ -36,7 +38,7 @@ impl Drop for Waiting<'_> {
 
 impl Pool {
     /// `parallel` slots, `queue` places to wait, feeding `batcher`.
-    pub fn new(parallel: usize, queue: usize, batcher: Batcher) -> Pool {
+    pub fn new(parallel: usize, queue: usize, batcher: Batcher, max_memory: Option<u64>) -> Pool {
         let parallel = parallel.max(1);
         Pool {
             slots: Arc::new(Semaphore::new(parallel)),
@@ -44,6 +46,7 @@ impl Pool {
             queue,
             parallel,
             batcher,
+            max_memory,
         }
     }
 
@@ -52,8 +55,10 @@ impl Pool {
         &self.batcher
     }
 
-    /// A slot, waiting in the queue if every slot is busy; 429 when the queue is full.
+    /// A slot, waiting in the queue if every slot is busy; 429 when the queue is full, 503
+    /// at or above the memory bound.
     pub async fn acquire(self: &Arc<Self>) -> Result<Slot, ApiError> {
+        crate::memory::check(self.max_memory)?;
         let permit = match self.slots.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {

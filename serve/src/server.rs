@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// Seconds a client gets to send a request's headers, or to start its next request
     #[arg(long, default_value_t = 10)]
     pub header_timeout: u64,
+    /// Resident memory (bytes, or with K, M, G) at which requests that run the model and
+    /// new sessions are answered 503
+    #[arg(long, value_parser = crate::memory::parse_size)]
+    pub max_memory: Option<u64>,
     /// Seconds a client gets to send a request's body (408 after)
     #[arg(long, default_value_t = 30)]
     pub body_timeout: u64,
@@ -92,6 +96,7 @@ impl ServeArgs {
         c.alias = self.alias.clone().filter(|a| !a.trim().is_empty());
         c.max_connections = self.max_connections.max(1);
         c.max_sessions = self.max_sessions.max(1);
+        c.max_memory = self.max_memory;
         c.header_timeout_s = self.header_timeout.max(1);
         c.body_timeout_s = self.body_timeout.max(1);
         c

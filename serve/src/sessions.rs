@@ -16,6 +16,8 @@ use crate::error::ApiError;
 pub struct Sessions {
     map: Mutex<HashMap<String, (Arc<Connection>, Instant)>>,
     limit: usize,
+    /// `--max-memory`: no new session at or above it.
+    max_memory: Option<u64>,
 }
 
 /// Whether `id` is an acceptable session name: 1–64 of `A-Z a-z 0-9 _ - .`.
@@ -28,10 +30,11 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 impl Sessions {
-    pub fn new(limit: usize) -> Sessions {
+    pub fn new(limit: usize, max_memory: Option<u64>) -> Sessions {
         Sessions {
             map: Mutex::new(HashMap::new()),
             limit: limit.max(1),
+            max_memory,
         }
     }
 
@@ -51,6 +54,7 @@ impl Sessions {
             *t = Instant::now();
             return Ok(c.clone());
         }
+        crate::memory::check(self.max_memory)?;
         if map.len() >= self.limit {
             // The least recently used session that no request is using: a session whose
             // statement is running (its connection held by that request too) is never
@@ -103,7 +107,7 @@ mod tests {
     #[test]
     fn a_busy_session_is_never_evicted() {
         let db = Database::new();
-        let s = Sessions::new(2);
+        let s = Sessions::new(2, None);
         let a = s.get(&db, "a").unwrap();
         let b = s.get(&db, "b").unwrap();
         let Err(e) = s.get(&db, "c") else {

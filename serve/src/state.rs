@@ -83,10 +83,10 @@ impl AppState {
             Arc::new(CpuBackend::new(config.decode_threads()).map_err(|e| e.to_string())?);
         let exec = Executor::with_backend(source, backend).map_err(|e| e.to_string())?;
         let batcher = Batcher::start(exec, tokenizer.clone(), metrics.clone())?;
-        let pool = Pool::new(config.parallel, config.queue, batcher);
+        let pool = Pool::new(config.parallel, config.queue, batcher, config.max_memory);
         Ok(AppState {
             model_id: config.model_alias(),
-            sessions: Sessions::new(config.max_sessions),
+            sessions: Sessions::new(config.max_sessions, config.max_memory),
             config,
             db,
             model,

@@ -271,3 +271,34 @@ fn new_connections_during_shutdown_are_503() {
     drop(stalled);
     stopping.join().unwrap().unwrap();
 }
+
+/// `--max-memory`: at the bound, a request that would run the model and a new session are
+/// answered 503 `memory_limit`; `/health` and `/v1/models` still answer.
+#[test]
+fn requests_at_the_memory_bound_are_503() {
+    let mut c = common::config();
+    c.max_memory = Some(1 << 20);
+    let s = common::start(c);
+    let (st, v) = common::post(
+        &format!("{}/v1/completions", s.url()),
+        json!({"prompt": "x", "max_tokens": 1}),
+    );
+    assert_eq!(st, 503, "{v}");
+    assert_eq!(v["error"]["code"], "memory_limit", "{v}");
+    let r = common::client()
+        .post(format!("{}/v1/lql", s.url()))
+        .header("X-LQL-Session", "new")
+        .header("content-type", "text/plain")
+        .body("TOKENIZE 'x'")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(
+        common::get_json(&format!("{}/health", s.url()))["status"],
+        "ok"
+    );
+    assert_eq!(
+        common::get_json(&format!("{}/v1/models", s.url()))["object"],
+        "list"
+    );
+}
