@@ -58,6 +58,12 @@ pub struct PhysicalRow {
     pub key: OperandKey,
     pub object: &'static str,
     pub change: Change,
+    pub sides: ByteSides,
+}
+
+/// What PHYSICAL reports of one tensor's two sides (`None` for a side that lacks it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByteSides {
     pub left_encoding: Option<String>,
     pub right_encoding: Option<String>,
     pub left_bytes: Option<u64>,
@@ -252,15 +258,111 @@ pub fn diff_physical(
                 key,
                 object: key.role.object(),
                 change,
-                left_encoding: va.map(|v| v.dtype.to_string()),
-                right_encoding: vb.map(|v| v.dtype.to_string()),
-                left_bytes: va.map(|v| v.bytes.len() as u64),
-                right_bytes: vb.map(|v| v.bytes.len() as u64),
-                rows_differing,
-                left_sha256: va.map(|v| sha256_hex(v.bytes)),
-                right_sha256: vb.map(|v| sha256_hex(v.bytes)),
+                sides: ByteSides {
+                    left_encoding: va.map(|v| v.dtype.to_string()),
+                    right_encoding: vb.map(|v| v.dtype.to_string()),
+                    left_bytes: va.map(|v| v.bytes.len() as u64),
+                    right_bytes: vb.map(|v| v.bytes.len() as u64),
+                    rows_differing,
+                    left_sha256: va.map(|v| sha256_hex(v.bytes)),
+                    right_sha256: vb.map(|v| sha256_hex(v.bytes)),
+                },
             }))
         })
         .collect::<Result<_>>()?;
     Ok(rows.into_iter().flatten().collect())
+}
+
+/// One PHYSICAL row of two models opened for inspection only (architectures LQL cannot
+/// run): tensors are matched by their names as stored, having no roles.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedPhysicalRow {
+    pub name: String,
+    /// The layer read from a `blk.N.` name.
+    pub layer: Option<usize>,
+    pub change: Change,
+    pub sides: ByteSides,
+}
+
+/// DIFF … PHYSICAL of two models opened for inspection: every tensor name of either side
+/// whose bytes, encoding or shape differ (in name order), with `layer` keeping one layer.
+/// `None` when either model is interpreted (their operands are compared by role instead).
+pub fn diff_uninterpreted(
+    a: &crate::Model,
+    b: &crate::Model,
+    layer: Option<usize>,
+    cancel: &AtomicBool,
+) -> Option<Result<Vec<NamedPhysicalRow>>> {
+    let (ua, ub) = (a.uninterpreted.as_ref()?, b.uninterpreted.as_ref()?);
+    let bytes = |m: &crate::Model, op: &crate::model::Operand| -> Option<Vec<u8>> {
+        m.backings
+            .get(op.backing)?
+            .bytes()
+            .get(op.offset..op.offset.checked_add(op.len)?)
+            .map(<[u8]>::to_vec)
+    };
+    let layer_of = |name: &str| {
+        name.strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|n| n.parse::<usize>().ok())
+    };
+    let by_name = |ts: &[crate::model::Operand]| -> std::collections::BTreeMap<String, crate::model::Operand> {
+        ts.iter().map(|t| (t.source_name.clone(), t.clone())).collect()
+    };
+    let (ta, tb) = (by_name(&ua.tensors), by_name(&ub.tensors));
+    let names: std::collections::BTreeSet<&String> = ta.keys().chain(tb.keys()).collect();
+    let mut out = Vec::new();
+    for name in names {
+        if cancel.load(Ordering::Relaxed) {
+            return Some(Err(interrupted()));
+        }
+        let l = layer_of(name);
+        if layer.is_some() && l != layer {
+            continue;
+        }
+        let (x, y) = (ta.get(name), tb.get(name));
+        let bx = x.and_then(|o| bytes(a, o));
+        let by = y.and_then(|o| bytes(b, o));
+        let change = match (x, y) {
+            (None, None) => continue,
+            (Some(_), None) => Change::Removed,
+            (None, Some(_)) => Change::Added,
+            (Some(p), Some(q)) => {
+                if p.dtype == q.dtype && p.shape == q.shape && bx == by {
+                    continue;
+                }
+                Change::Changed
+            }
+        };
+        // Rows of the stored encoding: `len / rows` bytes each, rows = product of the
+        // dimensions after the first.
+        let rows_differing = match (x, y, &bx, &by) {
+            (Some(p), Some(q), Some(u), Some(v)) if p.dtype == q.dtype && p.shape == q.shape => {
+                let rows: usize = p.shape.iter().skip(1).product::<usize>().max(1);
+                let row = u.len() / rows;
+                (row > 0).then(|| {
+                    u.chunks(row)
+                        .zip(v.chunks(row))
+                        .filter(|(r, s)| r != s)
+                        .count() as u64
+                })
+            }
+            _ => None,
+        };
+        out.push(NamedPhysicalRow {
+            name: name.clone(),
+            layer: l,
+            change,
+            sides: ByteSides {
+                left_encoding: x.map(|o| o.dtype.to_string()),
+                right_encoding: y.map(|o| o.dtype.to_string()),
+                left_bytes: x.map(|o| o.len as u64),
+                right_bytes: y.map(|o| o.len as u64),
+                rows_differing,
+                left_sha256: bx.as_deref().map(sha256_hex),
+                right_sha256: by.as_deref().map(sha256_hex),
+            },
+        });
+    }
+    Some(Ok(out))
 }

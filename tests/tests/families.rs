@@ -366,4 +366,34 @@ fn an_unsupported_architecture_opens_for_inspection() {
             "{stmt}: {e}"
         );
     }
+
+    // DIFF … PHYSICAL of two such files matches tensors by name, byte for byte: one byte
+    // flipped in one tensor is one changed row with one differing row.
+    let flipped = dir.path().join("mamba2.gguf");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (name, at) = {
+        let g = GgufFile::open(&path).unwrap();
+        let t = g
+            .tensors()
+            .iter()
+            .find(|t| t.name.starts_with("blk.0."))
+            .unwrap();
+        (t.name.clone(), (g.data_start() + t.offset) as usize)
+    };
+    bytes[at] ^= 0x40;
+    std::fs::write(&flipped, &bytes).unwrap();
+    let q = |p: &std::path::Path| lql::quote(&p.to_string_lossy());
+    let d = c
+        .execute(&format!("DIFF {} {} PHYSICAL", q(&path), q(&flipped)))
+        .unwrap();
+    assert_eq!(d.len(), 1, "{:?}", d.to_json());
+    let row = d.row(0).unwrap();
+    assert_eq!(row.get::<_, String>("role").unwrap(), name);
+    assert_eq!(row.get::<_, String>("change").unwrap(), "changed");
+    assert_eq!(row.get::<_, i64>("rows_differing").unwrap(), 1);
+    let e = c
+        .execute(&format!("DIFF {} {}", q(&path), q(&flipped)))
+        .unwrap_err();
+    assert_eq!(e.code(), "LQL-E0301", "{e}");
+    assert!(e.message.contains("PHYSICAL"), "{e}");
 }

@@ -61,6 +61,29 @@ fn material(d: Datum, op: &str) -> Result<Arc<dyn MaterialSource>> {
     }
 }
 
+/// One PHYSICAL row in DIFF's columns.
+fn physical_values(
+    object: Value,
+    layer: Value,
+    role: Value,
+    change: diff::Change,
+    s: diff::ByteSides,
+) -> Vec<Value> {
+    vec![
+        object,
+        layer,
+        role,
+        Value::from(change.name()),
+        Value::from(s.left_encoding),
+        Value::from(s.right_encoding),
+        Value::from(s.left_bytes),
+        Value::from(s.right_bytes),
+        Value::from(s.rows_differing),
+        Value::from(s.left_sha256),
+        Value::from(s.right_sha256),
+    ]
+}
+
 fn layer_value(l: Option<usize>) -> Value {
     l.map_or(Value::Null, Value::from)
 }
@@ -91,10 +114,27 @@ pub(crate) fn diff_operands(
         None => right.base(),
     };
     let b: &dyn MaterialSource = right.as_ref();
+    // Models opened for inspection only compare by tensor name, byte for byte (PHYSICAL);
+    // their values cannot be read without knowing the family.
+    if physical && into_patch.is_none() {
+        if let Some(found) = diff::diff_uninterpreted(a.base(), b.base(), layer, cx.cancel) {
+            let mut rows = Rows::new(super::result_columns(cx.plan));
+            for r in found?.into_iter().take(limit.unwrap_or(usize::MAX)) {
+                rows.push(physical_values(
+                    Value::Null,
+                    layer_value(r.layer),
+                    Value::from(r.name),
+                    r.change,
+                    r.sides,
+                ));
+            }
+            return Ok(Datum::Rows(rows));
+        }
+    }
     for m in [a.base(), b.base()] {
         if let Some(u) = &m.uninterpreted {
             return Err(Error::not_supported_yet(&format!(
-                "DIFF of a model whose architecture LQL cannot run ({})",
+                "DIFF of values or INTO PATCH for a model whose architecture LQL cannot run ({}); DIFF … PHYSICAL between two such files compares their tensors byte for byte",
                 u.reason
             )));
         }
@@ -134,19 +174,13 @@ pub(crate) fn diff_operands(
             .into_iter()
             .take(take)
         {
-            rows.push(vec![
+            rows.push(physical_values(
                 Value::from(r.object),
                 layer_value(r.key.layer),
                 Value::from(r.key.role.name()),
-                Value::from(r.change.name()),
-                Value::from(r.left_encoding),
-                Value::from(r.right_encoding),
-                Value::from(r.left_bytes),
-                Value::from(r.right_bytes),
-                Value::from(r.rows_differing),
-                Value::from(r.left_sha256),
-                Value::from(r.right_sha256),
-            ]);
+                r.change,
+                r.sides,
+            ));
         }
     } else {
         for r in diff::diff(a, b, scope, &cancel)
