@@ -294,18 +294,12 @@ pub fn diff_uninterpreted(
     cancel: &AtomicBool,
 ) -> Option<Result<Vec<NamedPhysicalRow>>> {
     let (ua, ub) = (a.uninterpreted.as_ref()?, b.uninterpreted.as_ref()?);
-    let bytes = |m: &crate::Model, op: &crate::model::Operand| -> Option<Vec<u8>> {
+    fn bytes<'m>(m: &'m crate::Model, op: &crate::model::Operand) -> Option<&'m [u8]> {
         m.backings
             .get(op.backing)?
             .bytes()
             .get(op.offset..op.offset.checked_add(op.len)?)
-            .map(<[u8]>::to_vec)
-    };
-    let layer_of = |name: &str| {
-        name.strip_prefix("blk.")
-            .and_then(|r| r.split('.').next())
-            .and_then(|n| n.parse::<usize>().ok())
-    };
+    }
     let by_name = |ts: &[crate::model::Operand]| -> std::collections::BTreeMap<String, crate::model::Operand> {
         ts.iter().map(|t| (t.source_name.clone(), t.clone())).collect()
     };
@@ -316,7 +310,7 @@ pub fn diff_uninterpreted(
         if cancel.load(Ordering::Relaxed) {
             return Some(Err(interrupted()));
         }
-        let l = layer_of(name);
+        let l = tensor_layer(name);
         if layer.is_some() && l != layer {
             continue;
         }
@@ -336,7 +330,7 @@ pub fn diff_uninterpreted(
         };
         // Rows of the stored encoding: `len / rows` bytes each, rows = product of the
         // dimensions after the first.
-        let rows_differing = match (x, y, &bx, &by) {
+        let rows_differing = match (x, y, bx, by) {
             (Some(p), Some(q), Some(u), Some(v)) if p.dtype == q.dtype && p.shape == q.shape => {
                 let rows: usize = p.shape.iter().skip(1).product::<usize>().max(1);
                 let row = u.len() / rows;
@@ -359,10 +353,15 @@ pub fn diff_uninterpreted(
                 left_bytes: x.map(|o| o.len as u64),
                 right_bytes: y.map(|o| o.len as u64),
                 rows_differing,
-                left_sha256: bx.as_deref().map(sha256_hex),
-                right_sha256: by.as_deref().map(sha256_hex),
+                left_sha256: bx.map(sha256_hex),
+                right_sha256: by.map(sha256_hex),
             },
         });
     }
     Some(Ok(out))
+}
+
+/// The layer a stored tensor's name gives (`blk.N.…`, as the package slicer reads it).
+pub fn tensor_layer(name: &str) -> Option<usize> {
+    crate::format::package::classify::layer_index(name).and_then(|l| usize::try_from(l).ok())
 }

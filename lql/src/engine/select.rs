@@ -328,11 +328,7 @@ pub(crate) fn tensor_rows(model: &lql_storage::Model) -> Vec<Vec<Value>> {
             .tensors
             .iter()
             .map(|op| {
-                let layer = op
-                    .source_name
-                    .strip_prefix("blk.")
-                    .and_then(|r| r.split('.').next())
-                    .and_then(|n| n.parse::<usize>().ok());
+                let layer = lql_storage::diff::tensor_layer(&op.source_name);
                 row(op, Value::Null, layer.into(), Value::Null)
             })
             .collect();

@@ -237,26 +237,16 @@ pub fn from_parts(
 
     // Operands.
     let mut operands = BTreeMap::new();
-    for (backing, part) in parts.iter().enumerate() {
-        for t in part.tensors() {
-            let range = part.byte_range(t);
-            let stored = Operand {
-                source_name: t.name.clone(),
-                dtype: t.dtype,
-                shape: t.shape.clone(),
-                backing,
-                offset: range.start,
-                len: range.len(),
-            };
-            if let Some(pieces) = fused.split(&path, n_layers, stored.clone())? {
-                for (key, op) in pieces {
-                    operands.entry(key).or_insert(op);
-                }
-                continue;
+    for stored in stored_tensors(parts) {
+        if let Some(pieces) = fused.split(&path, n_layers, stored.clone())? {
+            for (key, op) in pieces {
+                operands.entry(key).or_insert(op);
             }
-            let key = operand_table::tensor_key(&path, &t.name, &arch, n_layers, operand_key)?;
-            operands.entry(key).or_insert(stored);
+            continue;
         }
+        let key =
+            operand_table::tensor_key(&path, &stored.source_name, &arch, n_layers, operand_key)?;
+        operands.entry(key).or_insert(stored);
     }
     let vocab = match operand_table::embedding_vocab(&operands) {
         Some(v) => v,
@@ -347,6 +337,23 @@ pub fn from_parts(
     Ok(model)
 }
 
+/// Every tensor of `parts` as stored, in order (backing `i` is part `i`).
+fn stored_tensors(parts: &[GgufFile]) -> impl Iterator<Item = Operand> + '_ {
+    parts.iter().enumerate().flat_map(|(backing, part)| {
+        part.tensors().iter().map(move |t| {
+            let range = part.byte_range(t);
+            Operand {
+                source_name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                backing,
+                offset: range.start,
+                len: range.len(),
+            }
+        })
+    })
+}
+
 /// A file of an architecture LQL cannot run, opened for inspection: every tensor as stored
 /// (no roles), the sizes its metadata states (zeros where it states none) and its
 /// tokenizer when it carries a usable one.
@@ -362,20 +369,7 @@ fn uninterpreted(
     let size = |key: &str| opt_usize(file, &k(key)).ok().flatten().unwrap_or(0);
     let n_heads = size("attention.head_count");
     let hidden = size("embedding_length");
-    let mut tensors = Vec::new();
-    for (backing, part) in parts.iter().enumerate() {
-        for t in part.tensors() {
-            let range = part.byte_range(t);
-            tensors.push(Operand {
-                source_name: t.name.clone(),
-                dtype: t.dtype,
-                shape: t.shape.clone(),
-                backing,
-                offset: range.start,
-                len: range.len(),
-            });
-        }
-    }
+    let tensors: Vec<Operand> = stored_tensors(parts).collect();
     let vocab = file
         .get_array("tokenizer.ggml.tokens")
         .ok()

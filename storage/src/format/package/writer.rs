@@ -122,7 +122,7 @@ pub fn write_package(opts: &WriteOptions) -> Result<Written> {
     // last: a write that fails or is killed never leaves a partial package at the target
     // (a retry is not blocked), and the staging folders of writers that died are removed.
     let staging = staging_dir(target)?;
-    let written = src_open(opts)
+    let written = GgufFile::open(&opts.source)
         .and_then(|src| write_into(opts, &staging, &src, repo, dist))
         .and_then(|w| {
             if target.exists() {
@@ -143,12 +143,9 @@ pub fn write_package(opts: &WriteOptions) -> Result<Written> {
     written
 }
 
-fn src_open(opts: &WriteOptions) -> Result<GgufFile> {
-    GgufFile::open(&opts.source)
-}
-
-/// A fresh staging folder beside `target` (`.NAME.staging-PID`), created exclusively, after
-/// removing those left by writers of the same target that are no longer running.
+/// A fresh staging folder beside `target` (`.NAME.staging-PID-NANOS`), created
+/// exclusively, after removing those left by writers of the same target that are no
+/// longer running.
 fn staging_dir(target: &Path) -> Result<PathBuf> {
     let parent = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -170,9 +167,11 @@ fn staging_dir(target: &Path) -> Result<PathBuf> {
     if let Ok(entries) = std::fs::read_dir(&parent) {
         for e in entries.flatten() {
             let file_name = e.file_name();
+            // `{prefix}{pid}-{nanos}` (`vindex3::compact::sibling`'s staging names).
             let Some(pid) = file_name
                 .to_str()
                 .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|rest| rest.split('-').next())
                 .and_then(|p| p.parse::<i32>().ok())
             else {
                 continue;
@@ -186,11 +185,8 @@ fn staging_dir(target: &Path) -> Result<PathBuf> {
             }
         }
     }
-    let staging = parent.join(format!("{prefix}{}", std::process::id()));
-    if staging.exists() {
-        // This process's own leftover (a write that failed before cleaning up).
-        let _ = std::fs::remove_dir_all(&staging);
-    }
+    // Unique to this process and moment, as COMPACT's and COMPILE's staging folders.
+    let staging = crate::format::vindex3::compact::sibling(target, "staging")?;
     std::fs::create_dir(&staging).map_err(|e| StorageError::io(&staging, e))?;
     Ok(staging)
 }
