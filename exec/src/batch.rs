@@ -17,7 +17,7 @@ use std::sync::Arc;
 use lql_storage::model::OperandSource;
 
 use crate::backend::Backend;
-use crate::block::{self, Block, BlockBuffers, Seq};
+use crate::block::{self, Block, BlockBuffers, Seq, Taps};
 use crate::error::{ExecError, Result};
 #[cfg(test)]
 use crate::kernels::RopeTable;
@@ -174,7 +174,7 @@ impl Step<'_> {
             if cancel.load(Ordering::Relaxed) {
                 return Err(ExecError::Cancelled);
             }
-            layer.run(lp, kl, &mut x, &x_seqs, kvs, &mut buf, None, None)?;
+            layer.run(lp, kl, &mut x, &x_seqs, kvs, &mut buf, Taps::default())?;
         }
         for (kv, t) in kvs.iter_mut().zip(seqs) {
             kv.commit(t.len());

@@ -9,13 +9,14 @@
 //! [`Step`] is implemented once, in [`Block::run`].
 
 use lql_storage::model::{OperandKey, OperandSource, TensorView};
-use lql_storage::surface::{ExecutionSurface, NormKind};
+use lql_storage::surface::{ExecutionSurface, NormKind, NormPlacement};
 
 use crate::backend::{encoded, AttnGeometry, AttnRule, AttnStep, Backend};
 use crate::error::{ExecError, Result};
 use crate::ffn::{self, FfnBuffers, FfnCtx};
 use crate::kernels::{self, add_in_place, RopeTable};
 use crate::kv::KvCache;
+use crate::observer::{Observer, Site};
 use crate::plan::{LayerPlan, Plan};
 use crate::program::{Step, Sub};
 
@@ -154,6 +155,18 @@ impl BlockBuffers {
     }
 }
 
+/// What a pass asks of a layer beyond its result.
+#[derive(Default)]
+pub(crate) struct Taps<'a, 'o> {
+    /// The FFN keeps what observers read, positions from this one.
+    pub observe: Option<usize>,
+    /// Attention weights `[m × n_heads × keys]` are written here (one sequence only).
+    pub weights: Option<&'a mut [f32]>,
+    /// Called at each [`Site`] with the rows of the new positions (one sequence only),
+    /// which it may replace.
+    pub sites: Option<&'a mut (dyn Observer + 'o)>,
+}
+
 /// What one layer reads.
 pub(crate) struct Block<'a> {
     pub source: &'a dyn OperandSource,
@@ -166,9 +179,8 @@ pub(crate) struct Block<'a> {
 impl Block<'_> {
     /// Runs layer `lp` (the `kl`-th layer of its cache) over the rows of `x`, step by step
     /// ([`LayerPlan::steps`]); `kvs[i]` is sequence `seqs[i]`'s cache (appended to, not
-    /// committed). With `observe`, the FFN keeps what observers read (positions from
-    /// `observe`); with `weights` (`[m × n_heads × keys]`, one sequence only) the
-    /// attention weights are written too.
+    /// committed). `taps` says what else the layer exposes (observed FFN values, attention
+    /// weights, site calls).
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
@@ -178,15 +190,27 @@ impl Block<'_> {
         seqs: &[Seq],
         kvs: &mut [&mut KvCache],
         buf: &mut BlockBuffers,
-        observe: Option<usize>,
-        mut weights: Option<&mut [f32]>,
+        taps: Taps<'_, '_>,
     ) -> Result<()> {
+        let Taps {
+            observe,
+            mut weights,
+            mut sites,
+        } = taps;
         let plan = self.plan;
         let s = &plan.surface;
         let be = self.backend;
         let m = x.len() / s.hidden;
         let (qd, kvd) = (plan.q_dim, plan.kv_dim);
         let e = &lp.extra;
+        let p0 = seqs.first().map_or(0, |q| q.p0);
+        let parallel = s.block.placement == NormPlacement::Parallel;
+        let mut tap = |site: Site, rows: &mut [f32]| {
+            if let Some(o) = sites.as_deref_mut() {
+                o.at_site(site, lp.index, p0..p0 + m, rows);
+            }
+        };
+        tap(Site::ResidPre, x);
         for step in &lp.steps {
             match *step {
                 Step::Norm(Sub::Attn) => norm(
@@ -259,6 +283,7 @@ impl Block<'_> {
                             weights.as_deref_mut(),
                         );
                     }
+                    tap(Site::HeadOutputs, &mut buf.att);
                 }
                 Step::Output => {
                     be.matmul(&view(self.source, lp.o)?, &buf.att, m, &mut buf.attn_delta)?;
@@ -289,8 +314,17 @@ impl Block<'_> {
                         &mut buf.ffn_delta,
                     )?;
                 }
-                Step::Residual(Sub::Attn) => add_in_place(x, &buf.attn_delta),
-                Step::Residual(Sub::Ffn) => add_in_place(x, &buf.ffn_delta),
+                Step::Residual(Sub::Attn) => {
+                    tap(Site::AttnOut, &mut buf.attn_delta);
+                    add_in_place(x, &buf.attn_delta);
+                    if !parallel {
+                        tap(Site::ResidMid, x);
+                    }
+                }
+                Step::Residual(Sub::Ffn) => {
+                    tap(Site::MlpOut, &mut buf.ffn_delta);
+                    add_in_place(x, &buf.ffn_delta);
+                }
             }
         }
         Ok(())

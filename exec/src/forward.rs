@@ -8,7 +8,7 @@ use lql_storage::model::OperandSource;
 
 use crate::backend::device::DeviceModel;
 use crate::backend::Backend;
-use crate::block::{self, view, Block, BlockBuffers, Seq};
+use crate::block::{self, view, Block, BlockBuffers, Seq, Taps};
 use crate::error::{ExecError, Result};
 use crate::kv::KvCache;
 use crate::observer::{LayerRecord, Observer};
@@ -75,6 +75,11 @@ impl Pass<'_> {
         observer: Option<&mut dyn Observer>,
     ) -> Result<Vec<f32>> {
         if let Some(dev) = self.device {
+            if observer.as_deref().is_some_and(|o| o.wants_sites()) {
+                return Err(ExecError::Unsupported(
+                    "interventions inside the layers (activation patching, noise, steering) on the GPU backend; USE the model with BACKEND cpu for them".into(),
+                ));
+            }
             return dev.run(kv, input, want, observer, self.last_layer, self.cancel);
         }
         let start = kv.len();
@@ -146,8 +151,14 @@ impl Pass<'_> {
                 &seqs,
                 &mut [&mut *kv],
                 &mut buf,
-                obs.is_some().then_some(p0),
-                want_attn.then_some(&mut weights[..]),
+                Taps {
+                    observe: obs.is_some().then_some(p0),
+                    weights: want_attn.then_some(&mut weights[..]),
+                    sites: match obs {
+                        Some(ref mut o) if o.wants_sites() => Some(&mut **o),
+                        _ => None,
+                    },
+                },
             )?;
             if let Some(o) = obs.as_deref_mut() {
                 o.on_layer(&LayerRecord {

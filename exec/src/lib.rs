@@ -18,6 +18,7 @@
 //! - [`kv`]: the key/value cache.
 //! - [`bench`]: the throughput benchmark behind `lql bench`.
 
+pub mod activation_patch;
 pub mod backend;
 pub mod batch;
 pub mod bench;
@@ -47,7 +48,7 @@ pub use error::{DeviceFault, ExecError, Result};
 pub use ffn::select as select_experts;
 pub use forward::{LogitsWanted, PassInput};
 pub use generate::{Control, FinishReason, GenerateOptions, Generation, TokenDecoder};
-pub use observer::{LayerRecord, Observer, Route};
+pub use observer::{LayerRecord, Observer, Route, Site};
 pub use plan::{Plan, StageRange};
 pub use sample::{Sampler, Sampling};
 pub use session::{Executor, Logits, Session, TopToken};

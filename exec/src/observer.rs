@@ -51,6 +51,46 @@ pub struct Route {
     pub weight: f32,
 }
 
+/// A place in a layer where an observer may read and replace the activations
+/// ([`Observer::at_site`]); the names are TransformerLens' hook names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Site {
+    /// The residual stream entering the layer (`[n × hidden]`; layer 0's is the embedding).
+    ResidPre,
+    /// The attention heads' outputs before the output projection, `[n × n_heads·head_dim]`
+    /// (head `h` is columns `h·head_dim ..`): TransformerLens' `z`.
+    HeadOutputs,
+    /// What the attention sub-block adds to the residual stream (after its post-norm where
+    /// the block has one), `[n × hidden]`.
+    AttnOut,
+    /// The residual stream between the attention and FFN sub-blocks (sequential blocks
+    /// only), `[n × hidden]`.
+    ResidMid,
+    /// What the FFN sub-block adds to the residual stream, `[n × hidden]`.
+    MlpOut,
+}
+
+impl Site {
+    pub const ALL: [Site; 5] = [
+        Site::ResidPre,
+        Site::HeadOutputs,
+        Site::AttnOut,
+        Site::ResidMid,
+        Site::MlpOut,
+    ];
+
+    /// The name used in LQL and in TransformerLens (`resid_pre`, `z`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Site::ResidPre => "resid_pre",
+            Site::HeadOutputs => "z",
+            Site::AttnOut => "attn_out",
+            Site::ResidMid => "resid_mid",
+            Site::MlpOut => "mlp_out",
+        }
+    }
+}
+
 /// Hooks called during a forward pass (on the backend's worker thread, hence `Send`).
 /// All methods have empty defaults.
 pub trait Observer: Send {
@@ -65,4 +105,13 @@ pub trait Observer: Send {
     /// The final-normed hidden states of the positions whose logits are computed
     /// (`[m × hidden]`, `positions` says which).
     fn on_final_norm(&mut self, _positions: Range<usize>, _normed: &[f32]) {}
+    /// Whether to call [`Observer::at_site`] (a pass without it makes no site calls).
+    fn wants_sites(&self) -> bool {
+        false
+    }
+    /// Called at each [`Site`] of each layer with the rows of the new positions, which the
+    /// observer may read or replace (activation patching, steering, noise): the pass goes
+    /// on from what it leaves there.
+    fn at_site(&mut self, _site: Site, _layer: usize, _positions: Range<usize>, _rows: &mut [f32]) {
+    }
 }

@@ -82,6 +82,7 @@ pub enum StatementKind {
     Describe(Describe),
     Select(Select),
     Trace(Trace),
+    Patch(Patch),
     Insert(Insert),
     Delete(Delete),
     Update(Update),
@@ -139,6 +140,7 @@ impl StatementKind {
             StatementKind::Describe(_) => "DESCRIBE",
             StatementKind::Select(_) => "SELECT",
             StatementKind::Trace(_) => "TRACE",
+            StatementKind::Patch(_) => "PATCH",
             StatementKind::Insert(_) => "INSERT",
             StatementKind::Delete(_) => "DELETE",
             StatementKind::Update(_) => "UPDATE",
@@ -418,6 +420,69 @@ pub struct Trace {
 pub enum Positions {
     Last,
     All,
+}
+
+/// `PATCH "corrupted" FROM "clean" | NOISE ON "subject" [SCALE s] [SEED n]
+/// [LAYERS a-b | AT LAYER l] [POSITIONS ALL|LAST|TOGETHER | POSITION p]
+/// [COMPONENT resid_pre|resid_mid|attn_out|mlp_out|head [h]] [METRIC f("tok"[, "tok"])]
+/// [SAVE "map.svg"]`:
+/// activation patching (AT LAYER l is LAYERS l).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Patch {
+    /// The corrupted run's prompt (with NOISE, the prompt both runs share).
+    pub prompt: Spanned<String>,
+    pub corruption: Spanned<Corruption>,
+    pub layers: Option<Spanned<LayerSpec>>,
+    pub positions: Option<Spanned<PatchPositions>>,
+    pub component: Option<Spanned<PatchComponent>>,
+    pub metric: Option<Spanned<PatchMetric>>,
+    /// SAVE "file.svg": the fraction recovered drawn as a heat map.
+    pub save: Option<Spanned<String>>,
+}
+
+/// How the corrupted run differs from the clean one.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum Corruption {
+    /// `FROM "clean prompt"`: the clean run is another prompt of the same length.
+    Prompt(Spanned<String>),
+    /// `NOISE ON "subject" [SCALE s] [SEED n]`: Gaussian noise on the subject's tokens.
+    Noise {
+        subject: Spanned<String>,
+        scale: Option<Spanned<f64>>,
+        seed: Option<Spanned<i64>>,
+    },
+}
+
+/// Which positions a patching grid restores, one cell each (or all together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum PatchPositions {
+    All,
+    Last,
+    /// Every position in one cell.
+    Together,
+    One(u64),
+}
+
+/// The activation a cell restores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum PatchComponent {
+    ResidPre,
+    ResidMid,
+    AttnOut,
+    MlpOut,
+    /// Attention heads' outputs (`z`): one head, or each head a cell.
+    Head(Option<u64>),
+}
+
+/// What a run is scored by (on the last position's logits).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum PatchMetric {
+    /// `LOGIT_DIFF("a", "b")`: logit(a) − logit(b).
+    LogitDiff(String, String),
+    /// `LOGIT("a")`
+    Logit(String),
+    /// `PROB("a")`: softmax probability.
+    Prob(String),
 }
 
 /// `INSERT INTO table (c, …) VALUES (v, …)[, (…)] [AT LAYER n] [ALPHA a] [CONFIDENCE c]`
@@ -915,6 +980,9 @@ leaf!(
     Table,
     SortDirection,
     Positions,
+    PatchPositions,
+    PatchComponent,
+    PatchMetric,
     ModelRef,
     CompileTarget,
     ExtractFormat,
@@ -1024,6 +1092,15 @@ fields!(Trace {
     positions,
     save
 });
+fields!(Patch {
+    prompt,
+    corruption,
+    layers,
+    positions,
+    component,
+    metric,
+    save
+});
 fields!(Insert {
     table,
     columns,
@@ -1098,6 +1175,22 @@ impl SpanVisit for UseSource {
         }
     }
 }
+impl SpanVisit for Corruption {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        match self {
+            Corruption::Prompt(s) => s.visit_spans(f),
+            Corruption::Noise {
+                subject,
+                scale,
+                seed,
+            } => {
+                subject.visit_spans(f);
+                scale.visit_spans(f);
+                seed.visit_spans(f);
+            }
+        }
+    }
+}
 impl SpanVisit for StageSource {
     fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
         match self {
@@ -1122,6 +1215,7 @@ impl SpanVisit for StatementKind {
             StatementKind::Describe(s) => s.visit_spans(f),
             StatementKind::Select(s) => s.visit_spans(f),
             StatementKind::Trace(s) => s.visit_spans(f),
+            StatementKind::Patch(s) => s.visit_spans(f),
             StatementKind::Insert(s) => s.visit_spans(f),
             StatementKind::Delete(s) => s.visit_spans(f),
             StatementKind::Update(s) => s.visit_spans(f),

@@ -97,6 +97,19 @@ impl Display for Table {
         f.write_str(self.name())
     }
 }
+impl Display for PatchComponent {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            PatchComponent::ResidPre => f.write_str("resid_pre"),
+            PatchComponent::ResidMid => f.write_str("resid_mid"),
+            PatchComponent::AttnOut => f.write_str("attn_out"),
+            PatchComponent::MlpOut => f.write_str("mlp_out"),
+            PatchComponent::Head(None) => f.write_str("head"),
+            PatchComponent::Head(Some(h)) => write!(f, "head {h}"),
+        }
+    }
+}
+
 impl Display for Positions {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -474,6 +487,41 @@ impl Display for StatementKind {
                     write!(f, " POSITIONS {}", p.value)?;
                 }
                 opt_str(f, "SAVE", &t.save)
+            }
+            StatementKind::Patch(p) => {
+                write!(f, "PATCH {}", Q(&p.prompt.value))?;
+                match &p.corruption.value {
+                    Corruption::Prompt(clean) => write!(f, " FROM {}", Q(&clean.value))?,
+                    Corruption::Noise {
+                        subject,
+                        scale,
+                        seed,
+                    } => {
+                        write!(f, " NOISE ON {}", Q(&subject.value))?;
+                        opt_float(f, "SCALE", scale)?;
+                        opt_int(f, "SEED", seed)?;
+                    }
+                }
+                layers(f, &p.layers)?;
+                match p.positions.as_ref().map(|x| x.value) {
+                    None => {}
+                    Some(PatchPositions::One(n)) => write!(f, " POSITION {n}")?,
+                    Some(PatchPositions::All) => f.write_str(" POSITIONS ALL")?,
+                    Some(PatchPositions::Last) => f.write_str(" POSITIONS LAST")?,
+                    Some(PatchPositions::Together) => f.write_str(" POSITIONS TOGETHER")?,
+                }
+                if let Some(c) = &p.component {
+                    write!(f, " COMPONENT {}", c.value)?;
+                }
+                match p.metric.as_ref().map(|m| &m.value) {
+                    None => {}
+                    Some(PatchMetric::LogitDiff(a, b)) => {
+                        write!(f, " METRIC LOGIT_DIFF({}, {})", Q(a), Q(b))?
+                    }
+                    Some(PatchMetric::Logit(a)) => write!(f, " METRIC LOGIT({})", Q(a))?,
+                    Some(PatchMetric::Prob(a)) => write!(f, " METRIC PROB({})", Q(a))?,
+                }
+                opt_str(f, "SAVE", &p.save)
             }
             StatementKind::Insert(i) => {
                 write!(f, "INSERT INTO {} (", i.table.value)?;

@@ -110,6 +110,14 @@ fn duplicate_clauses_point_at_second() {
     );
     check("TRACE 'x' DECOMPOSE «DECOMPOSE»", "duplicate DECOMPOSE");
     check(
+        "PATCH 'a' FROM 'b' AT LAYER 1 «LAYERS 2»",
+        "duplicate LAYERS",
+    );
+    check(
+        "PATCH 'a' FROM 'b' POSITIONS ALL «POSITION 2»",
+        "duplicate POSITIONS",
+    );
+    check(
         "SELECT * FROM edges LIMIT 1 WHERE a = 1 «LIMIT 2»",
         "duplicate LIMIT",
     );
@@ -135,6 +143,33 @@ fn unknown_choice_words() {
         "unknown encoding",
     );
     check("TRACE 'x' POSITIONS «FIRST»", "expected LAST or ALL");
+    check(
+        "PATCH 'a' FROM 'b' COMPONENT «resid_post»",
+        "unknown component",
+    );
+    check("PATCH 'a' FROM 'b' METRIC «logits»(' x')", "unknown metric");
+}
+
+#[test]
+fn patch_clauses_that_contradict() {
+    check("«PATCH 'a' LAYERS 1»", "PATCH needs a corruption");
+    check(
+        "PATCH 'a' FROM 'b' «NOISE ON 'a'»",
+        "PATCH takes one corruption",
+    );
+    check("PATCH 'a' FROM 'b' «SCALE 3»", "SCALE and SEED shape NOISE");
+    check(
+        "PATCH 'a' FROM 'b' COMPONENT mlp_out «2»",
+        "only a head takes a number",
+    );
+    check(
+        "PATCH 'a' FROM 'b' «METRIC LOGIT_DIFF(' x')»",
+        "LOGIT_DIFF takes 2 tokens, not 1",
+    );
+    check(
+        "PATCH 'a' FROM 'b' «METRIC PROB(' x', ' y')»",
+        "PROB takes 1 token, not 2",
+    );
 }
 
 #[test]

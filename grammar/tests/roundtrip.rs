@@ -53,6 +53,13 @@ const EXAMPLES: &[&str] = &[
     r#"TRACE "The capital of France is""#,
     r#"TRACE "The capital of France is" FOR "Paris" DECOMPOSE LAYERS 0-29 POSITIONS ALL SAVE "t.trace""#,
     r#"TRACE "p" POSITIONS LAST FOR " Paris""#,
+    r#"PATCH "a b" FROM "a c""#,
+    r#"PATCH "a b" FROM "a c" AT LAYER 3 POSITION 1 COMPONENT attn_out METRIC LOGIT_DIFF(" x", " y")"#,
+    r#"PATCH "a b" FROM "a c" LAYERS 0-4 POSITIONS TOGETHER COMPONENT head METRIC PROB(" x")"#,
+    r#"PATCH "a b" FROM "a c" COMPONENT head 3 POSITIONS LAST METRIC logit(" x")"#,
+    r#"PATCH "The Space Needle is in" NOISE ON "Space Needle" SCALE 3 SEED 7 LAYERS ALL COMPONENT mlp_out"#,
+    r#"patch 'x y' noise on 'x' positions all component resid_mid"#,
+    r#"PATCH "a b" FROM "a c" SAVE "grid.svg" LAYERS 1-2"#,
     r#"EXPLAIN INFER "The capital of France is" TOP 3"#,
     // edit
     r#"INSERT INTO edges (entity, relation, target) VALUES ("Atlantis", "capital", "Poseidonia")"#,

@@ -61,6 +61,7 @@ impl Binder {
             K::Describe(d) => self.describe(d)?,
             K::Select(s) => self.select(s)?,
             K::Trace(t) => self.trace(t)?,
+            K::Patch(p) => self.patch(p)?,
             K::Insert(i) => self.insert(i)?,
             K::Delete(d) => self.delete(d)?,
             K::Update(u) => self.update(u)?,
@@ -784,6 +785,104 @@ impl Binder {
             forward: self.layers(m, None)?,
             positions: t.positions.as_ref().map_or(Positions::Last, |p| p.value),
             save,
+        }))
+    }
+
+    fn patch(&self, p: &g::Patch) -> Result<LogicalPlan> {
+        let m = self.executable(self.stmt_span, "PATCH")?;
+        let layers = self.layers(m, p.layers.as_ref())?;
+        let component = p
+            .component
+            .as_ref()
+            .map_or(PatchComponent::ResidPre, |c| c.value);
+        if let (PatchComponent::Head(Some(h)), Some(c)) = (component, &p.component) {
+            if m.n_heads > 0 && h >= m.n_heads as u64 {
+                return Err(PlanError::semantic(
+                    format!(
+                        "head {h} does not exist: {} has {} heads per layer (0-{})",
+                        m.name,
+                        m.n_heads,
+                        m.n_heads - 1
+                    ),
+                    c.span,
+                )
+                .with_label(c.span, format!("heads run 0-{}", m.n_heads - 1)));
+            }
+        }
+        let non_empty = |s: &Spanned<String>, what: &str| -> Result<String> {
+            if s.value.is_empty() {
+                return Err(PlanError::semantic(format!("{what} is empty"), s.span)
+                    .with_label(s.span, "needs at least one token"));
+            }
+            Ok(s.value.clone())
+        };
+        let corruption = match &p.corruption.value {
+            g::Corruption::Prompt(clean) => PatchCorruption::Prompt {
+                clean: non_empty(clean, "the clean prompt")?,
+            },
+            g::Corruption::Noise {
+                subject,
+                scale,
+                seed,
+            } => {
+                let scale_v = scale.as_ref().map_or(DEFAULT_NOISE_SCALE, |s| s.value);
+                if let Some(s) = scale.as_ref().filter(|s| s.value <= 0.0) {
+                    return Err(PlanError::semantic(
+                        format!("SCALE {} gives no noise", s.value),
+                        s.span,
+                    )
+                    .with_label(s.span, "a positive multiple of the embeddings' deviation")
+                    .with_help("ROME's causal tracing uses SCALE 3 (the default)"));
+                }
+                let seed_v = match seed {
+                    Some(s) if s.value < 0 => {
+                        return Err(PlanError::semantic("SEED must be 0 or more", s.span)
+                            .with_label(s.span, "negative"))
+                    }
+                    Some(s) => s.value as u64,
+                    None => 0,
+                };
+                PatchCorruption::Noise {
+                    subject: non_empty(subject, "NOISE ON's subject")?,
+                    scale: scale_v,
+                    seed: seed_v,
+                }
+            }
+        };
+        if let Some(metric) = &p.metric {
+            let tokens = match &metric.value {
+                PatchMetric::LogitDiff(a, b) => vec![a, b],
+                PatchMetric::Logit(a) | PatchMetric::Prob(a) => vec![a],
+            };
+            if tokens.iter().any(|t| t.is_empty()) {
+                return Err(PlanError::semantic("a METRIC token is empty", metric.span)
+                    .with_label(metric.span, "name one token, e.g. \" Paris\""));
+            }
+        }
+        Ok(LogicalPlan::Patch(PatchPlan {
+            corrupted: non_empty(&p.prompt, "the prompt")?,
+            corruption,
+            layers,
+            positions: p
+                .positions
+                .as_ref()
+                .map_or(PatchPositions::All, |x| x.value),
+            component,
+            metric: p.metric.as_ref().map(|m| m.value.clone()),
+            save: p
+                .save
+                .as_ref()
+                .map(|s| {
+                    if !s.value.to_ascii_lowercase().ends_with(".svg") {
+                        return Err(PlanError::semantic(
+                            "PATCH saves its grid as an SVG heat map",
+                            s.span,
+                        )
+                        .with_label(s.span, "name a .svg file"));
+                    }
+                    path(s, "heat map file")
+                })
+                .transpose()?,
         }))
     }
 

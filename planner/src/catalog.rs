@@ -43,6 +43,8 @@ pub struct ModelFacts {
     pub vocab: usize,
     pub hidden: usize,
     pub ffn: usize,
+    /// Attention heads per layer (0: unknown; PATCH's head is then checked when it runs).
+    pub n_heads: usize,
     /// Longest sequence the model supports, when known.
     pub context_length: Option<usize>,
     /// All operands for a forward pass are present.

@@ -5,8 +5,8 @@
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
     ArtifactWhat, BackendChoice, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind,
-    ExtractFormat, ExtractShape, ModelRef, Positions, RepresentTarget, Setting, ShowWhat, Table,
-    Value, WalkMode,
+    ExtractFormat, ExtractShape, ModelRef, PatchComponent, PatchMetric, PatchPositions, Positions,
+    RepresentTarget, Setting, ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
 
@@ -317,6 +317,42 @@ pub struct TracePlan {
     pub save: Option<String>,
 }
 
+/// PATCH: activation patching. A clean run records `component` at every layer and
+/// position; the corrupted run then runs once per cell (layer × position, × head for
+/// heads) with that cell restored from the clean run, scored by `metric`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PatchPlan {
+    /// The corrupted run's prompt (with noise, both runs' prompt).
+    pub corrupted: String,
+    pub corruption: PatchCorruption,
+    pub layers: LayerRange,
+    /// Default ALL (each position a cell).
+    pub positions: PatchPositions,
+    /// Default resid_pre.
+    pub component: PatchComponent,
+    /// None: the probability of the clean run's top token.
+    pub metric: Option<PatchMetric>,
+    /// SAVE: an SVG heat map of the fraction recovered.
+    pub save: Option<String>,
+}
+
+/// How PATCH's corrupted run differs from its clean run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum PatchCorruption {
+    /// Another prompt (the clean one), of the same token count.
+    Prompt { clean: String },
+    /// Gaussian noise of `scale` × the embeddings' standard deviation on the tokens of the
+    /// prompt's first occurrence of `subject`, drawn from `seed`.
+    Noise {
+        subject: String,
+        scale: f64,
+        seed: u64,
+    },
+}
+
+/// Default NOISE SCALE: ROME's 3× the embeddings' standard deviation.
+pub const DEFAULT_NOISE_SCALE: f64 = 3.0;
+
 /// One edge to insert.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EdgeRow {
@@ -425,6 +461,7 @@ pub enum LogicalPlan {
     Describe(DescribePlan),
     Select(Box<SelectPlan>),
     Trace(TracePlan),
+    Patch(PatchPlan),
     Insert(InsertPlan),
     Delete(DeletePlan),
     Update(UpdatePlan),
@@ -531,6 +568,7 @@ impl LogicalPlan {
             LogicalPlan::Describe(_) => "DESCRIBE",
             LogicalPlan::Select(_) => "SELECT",
             LogicalPlan::Trace(_) => "TRACE",
+            LogicalPlan::Patch(_) => "PATCH",
             LogicalPlan::Insert(_) => "INSERT",
             LogicalPlan::Delete(_) => "DELETE",
             LogicalPlan::Update(_) => "UPDATE",

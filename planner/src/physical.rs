@@ -58,6 +58,17 @@ pub enum Operator {
     },
     /// Final norm + output head on the last position.
     Head,
+    /// PATCH: a clean run recording `component` at every layer and position, a corrupted
+    /// run, then one corrupted run per cell with the cell restored from the clean run, each
+    /// scored by `metric` on the last position. Inputs: the clean prompt's tokens, then the
+    /// corrupted prompt's (with noise, the one prompt's tokens, noised in the corrupted runs).
+    ActivationPatch {
+        corruption: PatchCorruption,
+        layers: LayerRange,
+        positions: PatchPositions,
+        component: PatchComponent,
+        metric: Option<PatchMetric>,
+    },
     /// Softmax over the vocabulary, then the `k` most likely tokens.
     TopK {
         k: usize,
@@ -97,6 +108,11 @@ pub enum Operator {
     /// Splits each layer's update into attention and FFN parts.
     Decompose,
     SaveTrace {
+        path: String,
+    },
+    /// Draws the rows' `recovered` as an SVG heat map (layers × cells) at `path` and passes
+    /// the rows on (PATCH … SAVE).
+    SaveHeatmap {
         path: String,
     },
     /// Reads a virtual table. For `features`, only `layers` × `features` (the pushdown of
@@ -498,6 +514,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             }
             ops
         }
+        LogicalPlan::Patch(p) => return patch_plan(p, plan),
         LogicalPlan::Trace(t) => {
             let mut capture = vec![Capture::Residual];
             if t.decompose {
@@ -704,6 +721,53 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
     }
 }
 
+/// PATCH's tree: the patching node over the prompts it runs (two leaves, or one with noise).
+fn patch_plan(p: &PatchPlan, plan: &LogicalPlan) -> PhysicalPlan {
+    let leaf = |text: &str| PlanNode {
+        op: tokenize(text),
+        inputs: Vec::new(),
+    };
+    let inputs = match &p.corruption {
+        PatchCorruption::Prompt { clean } => vec![leaf(clean), leaf(&p.corrupted)],
+        PatchCorruption::Noise { .. } => vec![leaf(&p.corrupted)],
+    };
+    let mut patch = PlanNode {
+        op: Operator::ActivationPatch {
+            corruption: p.corruption.clone(),
+            layers: p.layers,
+            positions: p.positions,
+            component: p.component,
+            metric: p.metric.clone(),
+        },
+        inputs,
+    };
+    if let Some(path) = &p.save {
+        patch = PlanNode {
+            op: Operator::SaveHeatmap { path: path.clone() },
+            inputs: vec![patch],
+        };
+    }
+    PhysicalPlan {
+        statement: plan.name(),
+        root: PlanNode {
+            op: Operator::Rows {
+                columns: statement_columns(plan),
+            },
+            inputs: vec![patch],
+        },
+    }
+}
+
+/// How PATCH's metric reads in EXPLAIN.
+fn metric_text(m: &Option<PatchMetric>) -> String {
+    match m {
+        None => "prob(clean top-1)".into(),
+        Some(PatchMetric::LogitDiff(a, b)) => format!("logit_diff({}, {})", quote(a), quote(b)),
+        Some(PatchMetric::Logit(a)) => format!("logit({})", quote(a)),
+        Some(PatchMetric::Prob(a)) => format!("prob({})", quote(a)),
+    }
+}
+
 /// Reference words DESCRIBE contrasts an entity against (the executor's list has this
 /// many; a test keeps them equal).
 pub const REFERENCE_WORDS: usize = 8;
@@ -829,8 +893,50 @@ impl fmt::Display for Operator {
                 }
                 Ok(())
             }
+            O::ActivationPatch {
+                corruption,
+                layers,
+                positions,
+                component,
+                metric,
+            } => {
+                write!(f, "ActivationPatch")?;
+                if let PatchCorruption::Noise {
+                    subject,
+                    scale,
+                    seed,
+                } = corruption
+                {
+                    write!(f, " noise={scale}σ on={} seed={seed}", quote(subject))?;
+                }
+                let per = match positions {
+                    PatchPositions::All => "each position",
+                    PatchPositions::Last => "the last position",
+                    PatchPositions::Together => "all positions together",
+                    PatchPositions::One(_) => "one position",
+                };
+                write!(f, " layers={layers} positions=")?;
+                match positions {
+                    PatchPositions::One(p) => write!(f, "{p}")?,
+                    PatchPositions::All => f.write_str("all")?,
+                    PatchPositions::Last => f.write_str("last")?,
+                    PatchPositions::Together => f.write_str("together")?,
+                }
+                let heads = match component {
+                    PatchComponent::Head(None) => " × each head",
+                    _ => "",
+                };
+                write!(
+                    f,
+                    " component={component} metric={} runs=clean + corrupted + one per cell ({} layer{} × {per}{heads})",
+                    metric_text(metric),
+                    layers.len(),
+                    if layers.len() == 1 { "" } else { "s" }
+                )
+            }
             O::Decompose => f.write_str("Decompose attn/ffn"),
             O::SaveTrace { path } => write!(f, "SaveTrace {}", quote(path)),
+            O::SaveHeatmap { path } => write!(f, "SaveHeatmap {} value=recovered", quote(path)),
             O::TableScan {
                 table,
                 layers,

@@ -449,6 +449,33 @@ const TOKENIZE: Spec = &[
     ("token", Text, "token text"),
 ];
 const PLAN: Spec = &[("plan", Text, "one line of the operator tree")];
+const PATCH: Spec = &[
+    ("layer", Int, "the layer whose activation the cell restores"),
+    (
+        "position",
+        Int,
+        "the prompt position restored; NULL when POSITIONS TOGETHER restores every position",
+    ),
+    (
+        "token",
+        Text,
+        "the corrupted prompt's token at that position (NULL with POSITIONS TOGETHER)",
+    ),
+    (
+        "component",
+        Text,
+        "what is restored: resid_pre, resid_mid, attn_out, mlp_out or head",
+    ),
+    ("head", Int, "the attention head restored (NULL unless COMPONENT head)"),
+    ("clean", Float, "the metric on the clean run"),
+    ("corrupted", Float, "the metric on the corrupted run"),
+    ("patched", Float, "the metric on the corrupted run with this cell restored"),
+    (
+        "recovered",
+        Float,
+        "(patched − corrupted) / (clean − corrupted): 1 when the cell restores the clean metric, 0 when it changes nothing; NULL when clean = corrupted",
+    ),
+];
 const EXPLAIN_INFER: Spec = &[
     (
         "section",
@@ -767,6 +794,7 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         LogicalPlan::Describe(_) => defs(DESCRIBE),
         LogicalPlan::Select(s) => s.columns.clone(),
         LogicalPlan::Trace(t) => trace_columns(t),
+        LogicalPlan::Patch(_) => defs(PATCH),
         LogicalPlan::Extract(_) => defs(EXTRACT),
         LogicalPlan::Represent(r) => match r.target {
             lql_grammar::RepresentTarget::Labels => defs(REPRESENT_LABELS),
@@ -851,6 +879,7 @@ pub fn reference_facts() -> crate::ModelFacts {
         vocab: 49152,
         hidden: 576,
         ffn: 1536,
+        n_heads: 9,
         context_length: Some(8192),
         can_execute: true,
         can_browse: true,
@@ -918,6 +947,9 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("TRACE", r#"TRACE "prompt" [FOR "token"] [DECOMPOSE] [LAYERS a-b] [POSITIONS LAST|ALL] [SAVE "file"]"#,
           "Per-layer logit lens of the prompt (docs/trace.md). The columns depend on FOR, DECOMPOSE and POSITIONS; the default form's are listed.".into(),
           r#"TRACE "The capital of France is" FOR " Paris""#, Vary),
+        d("PATCH", r#"PATCH "corrupted" FROM "clean" | NOISE ON "subject" [SCALE s] [SEED n] [LAYERS a-b|ALL | AT LAYER l] [POSITIONS ALL|LAST|TOGETHER | POSITION p] [COMPONENT resid_pre|resid_mid|attn_out|mlp_out|head [h]] [METRIC LOGIT_DIFF("a", "b")|LOGIT("a")|PROB("a")] [SAVE "map.svg"]"#,
+          "Activation patching (docs/interpretability.md): runs the clean prompt once recording the component, the corrupted prompt once, then the corrupted prompt once per cell (layer × position, × head for `head`) with that cell restored from the clean run; one row per cell with the metric on the clean, corrupted and patched runs and the fraction recovered. FROM pairs two prompts of the same token count; NOISE ON adds seeded Gaussian noise of SCALE (default 3) × the embeddings' standard deviation to the subject's tokens (ROME's causal tracing; SEED default 0). Defaults: every layer, each position, resid_pre, and the probability of the clean run's top token. POSITIONS TOGETHER restores every position in one cell. SAVE draws the fraction recovered as an SVG heat map (layers up, cells across). CPU backend.".into(),
+          r#"PATCH "When Mary and John went out, Mary gave a drink to" FROM "When Mary and John went out, John gave a drink to" AT LAYER 10 METRIC LOGIT_DIFF(" Mary", " John")"#, OfExample),
         d("INSERT", "INSERT INTO edges (entity, relation, target) VALUES (…), … [AT LAYER n] [ALPHA a] [CONFIDENCE c]",
           "A knowledge edit: an added gated FFN feature per row in the connection's effective state (never the base files); optional prompt column, AT LAYER, ALPHA (docs/editing.md).".into(),
           r#"INSERT INTO edges (entity, relation, target) VALUES ("A", "r", "B")"#, OfExample),

@@ -24,6 +24,7 @@ pub fn writes(plan: &LogicalPlan) -> Option<&'static str> {
         LogicalPlan::Represent(_) => Some("adds a segment to a container"),
         LogicalPlan::RunStage { .. } => Some("writes an activation file"),
         LogicalPlan::Trace(t) if t.save.is_some() => Some("writes a trace file"),
+        LogicalPlan::Patch(p) if p.save.is_some() => Some("writes a heat map"),
         LogicalPlan::Explain(e) => match e.mode {
             ExplainMode::Plan => None,
             ExplainMode::Analyze | ExplainMode::Trace => writes(&e.inner),
@@ -35,6 +36,7 @@ pub fn writes(plan: &LogicalPlan) -> Option<&'static str> {
         | LogicalPlan::Describe(_)
         | LogicalPlan::Select(_)
         | LogicalPlan::Trace(_)
+        | LogicalPlan::Patch(_)
         | LogicalPlan::Diff(_)
         | LogicalPlan::Verify { .. }
         | LogicalPlan::InferFrom { .. }

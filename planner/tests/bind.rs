@@ -604,3 +604,51 @@ fn a_where_clause_has_a_size_cap() {
     let e = bind(&lql_grammar::parse_statement(&src).unwrap(), &m).unwrap_err();
     assert!(e.message.contains("terms"), "{e:?}");
 }
+
+#[test]
+fn patch_defaults_and_refusals() {
+    let LogicalPlan::Patch(p) = plan("PATCH 'a' FROM 'b'", &smollm()) else {
+        panic!("not a PATCH plan")
+    };
+    assert_eq!(p.layers, LayerRange::new(0, 29));
+    assert_eq!(p.positions, PatchPositions::All);
+    assert_eq!(p.component, PatchComponent::ResidPre);
+    assert_eq!(p.metric, None);
+    let LogicalPlan::Patch(p) = plan("PATCH 'a b' NOISE ON 'a'", &smollm()) else {
+        panic!("not a PATCH plan")
+    };
+    assert_eq!(
+        p.corruption,
+        PatchCorruption::Noise {
+            subject: "a".into(),
+            scale: 3.0,
+            seed: 0
+        }
+    );
+    refuse(
+        "PATCH 'a' FROM 'b' «LAYERS 30»",
+        &smollm(),
+        "layer 30 out of range",
+    );
+    refuse(
+        "PATCH 'a' FROM 'b' «COMPONENT head 9»",
+        &smollm(),
+        "head 9 does not exist: smollm2 has 9 heads per layer (0-8)",
+    );
+    refuse(
+        "PATCH 'a' NOISE ON 'a' «SCALE 0»",
+        &smollm(),
+        "SCALE 0 gives no noise",
+    );
+    refuse(
+        "PATCH 'a' «FROM ''»",
+        &smollm(),
+        "the clean prompt is empty",
+    );
+    refuse(
+        "PATCH 'a' FROM 'b' «METRIC PROB('')»",
+        &smollm(),
+        "a METRIC token is empty",
+    );
+    refuse("«PATCH 'a' FROM 'b'»", &browse_only(), "PATCH");
+}

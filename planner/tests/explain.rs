@@ -249,3 +249,26 @@ fn every_statement_can_be_explained() {
         );
     }
 }
+
+#[test]
+fn patch_shows_its_runs() {
+    snap(
+        "EXPLAIN PATCH 'a c' FROM 'a b' METRIC LOGIT_DIFF(' x', ' y')",
+        r#"
+Rows [layer, position, token, component, head, clean, corrupted, patched, recovered]
+  ActivationPatch layers=0-29 positions=all component=resid_pre metric=logit_diff(" x", " y") runs=clean + corrupted + one per cell (30 layers × each position)
+    Tokenize "a b"
+    Tokenize "a c"
+"#
+        .trim_start(),
+    );
+    snap(
+        "EXPLAIN PATCH 'The Space Needle is in' NOISE ON 'Space Needle' SEED 2 AT LAYER 5 COMPONENT head POSITIONS TOGETHER",
+        r#"
+Rows [layer, position, token, component, head, clean, corrupted, patched, recovered]
+  ActivationPatch noise=3σ on="Space Needle" seed=2 layers=5 positions=together component=head metric=prob(clean top-1) runs=clean + corrupted + one per cell (1 layer × all positions together × each head)
+    Tokenize "The Space Needle is in"
+"#
+        .trim_start(),
+    );
+}

@@ -81,6 +81,11 @@ fn classify_kind(kind: &StatementKind) -> Access {
         | StatementKind::Stats
         | StatementKind::Tokenize(_)
         | StatementKind::DescribeTable(_) => {}
+        StatementKind::Patch(p) => {
+            if let Some(s) = &p.save {
+                write.push(s.value.clone());
+            }
+        }
         StatementKind::BeginPatch(p) => write.push(p.value.clone()),
         StatementKind::ApplyPatch(p) | StatementKind::RemovePatch(p) => read.push(p.value.clone()),
         StatementKind::Verify(v) => {

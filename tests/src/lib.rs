@@ -18,6 +18,17 @@ pub fn default_model_path() -> PathBuf {
         .unwrap_or_else(|e| panic!("the default model is needed by this test: {e}"))
 }
 
+/// A connection with the default model bound (`LQL_TEST_MODEL` when set).
+pub fn connect_default() -> Connection {
+    let conn = Connection::open_in_memory().expect("connection");
+    match std::env::var("LQL_TEST_MODEL") {
+        Ok(p) => conn.execute(&format!("USE {}", lql::quote(&p))),
+        Err(_) => conn.execute(&format!("USE MODEL {}", lql::quote(DEFAULT_MODEL))),
+    }
+    .expect("bind the default model");
+    conn
+}
+
 /// Whether SHOW BACKENDS lists a GPU adapter; without one the reason to skip is printed,
 /// or with `LQL_REQUIRE_GPU=1` (CI, which installs lavapipe) the test fails.
 pub fn has_gpu(conn: &Connection) -> bool {

@@ -16,6 +16,7 @@ fn name_of(k: &K) -> &'static str {
         | K::Describe(_)
         | K::Select(_)
         | K::Trace(_)
+        | K::Patch(_)
         | K::Insert(_)
         | K::Delete(_)
         | K::Update(_)
@@ -51,6 +52,7 @@ const ALL: &[&str] = &[
     "DESCRIBE",
     "SELECT",
     "TRACE",
+    "PATCH",
     "INSERT",
     "DELETE",
     "UPDATE",

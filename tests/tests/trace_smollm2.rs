@@ -14,13 +14,7 @@ use lql_storage::model::OperandSource;
 use serde_json::Value as Json;
 
 fn connect() -> Connection {
-    let conn = Connection::open_in_memory().expect("connection");
-    match std::env::var("LQL_TEST_MODEL") {
-        Ok(p) => conn.execute(&format!("USE {}", lql::quote(&p))),
-        Err(_) => conn.execute("USE MODEL \"smollm2-135m-instruct\""),
-    }
-    .expect("bind the default model");
-    conn
+    lql_tests::connect_default()
 }
 
 fn executor() -> Executor {

@@ -254,7 +254,14 @@ def gelu_ggml(x, layer=None, flips=None, probe=None):
 F = np.float64  # the activations' precision (weights are the file's values, as f32)
 
 
-def forward(cfg, T, ids, trace=None):
+def forward(cfg, T, ids, trace=None, hook=None):
+    """Logits [S, vocab] of `ids`. `trace` (a dict) receives the residual stream and each
+    layer's deltas; `hook(site, layer, value)` may replace the activation at each site of
+    each layer (TransformerLens' names: resid_pre, z [S, n_head*hd_v] before attn_output,
+    attn_out, resid_mid (not on parallel blocks), mlp_out) and returns what the pass goes
+    on with (activation patching)."""
+    if hook is None:
+        hook = lambda site, layer, value: value  # noqa: E731
     arch, d, hd, hd_v, nh, nkv, eps = (cfg[k] for k in ("arch", "d", "hd", "hd_v", "n_head", "n_kv", "eps"))
     n_rot = cfg["n_rot"]
 
@@ -340,7 +347,7 @@ def forward(cfg, T, ids, trace=None):
         att = att + (windowed if is_swa else causal)
         att = np.exp(att - att.max(-1, keepdims=True))
         att /= att.sum(-1, keepdims=True)
-        o = np.einsum("hst,thd->shd", att, v).reshape(S, nh * hd_v)
+        o = hook("z", l, np.einsum("hst,thd->shd", att, v).reshape(S, nh * hd_v))
         return linear(o, p + "attn_output").astype(F)
 
     def ffn(h, l, p, trace_l):
@@ -395,26 +402,29 @@ def forward(cfg, T, ids, trace=None):
     for l in range(cfg["n_layer"]):
         p = f"blk.{l}."
         place = cfg["placement"]
+        x = hook("resid_pre", l, x)
         if place == "post":  # olmo2
-            attn_delta = norm(attention(x, l, p), p + "post_attention_norm")
-            x = x + attn_delta
+            attn_delta = hook("attn_out", l, norm(attention(x, l, p), p + "post_attention_norm"))
+            x = hook("resid_mid", l, x + attn_delta)
             h = x
-            ffn_delta = norm(ffn(h, l, p, trace), p + "post_ffw_norm")
+            ffn_delta = hook("mlp_out", l, norm(ffn(h, l, p, trace), p + "post_ffw_norm"))
             x = x + ffn_delta
         elif place == "parallel":  # gptneox
-            attn_delta = attention(norm(x, p + "attn_norm"), l, p)
+            attn_delta = hook("attn_out", l, attention(norm(x, p + "attn_norm"), l, p))
             h = norm(x, p + "ffn_norm")
-            ffn_delta = ffn(h, l, p, trace)
+            ffn_delta = hook("mlp_out", l, ffn(h, l, p, trace))
             x = x + attn_delta + ffn_delta
         else:
             attn_delta = attention(norm(x, p + "attn_norm"), l, p)
             if place == "sandwich":
                 attn_delta = norm(attn_delta, p + "post_attention_norm")
-            x = x + attn_delta
+            attn_delta = hook("attn_out", l, attn_delta)
+            x = hook("resid_mid", l, x + attn_delta)
             h = norm(x, p + "ffn_norm")
             ffn_delta = ffn(h, l, p, trace)
             if place == "sandwich":
                 ffn_delta = norm(ffn_delta, p + "post_ffw_norm")
+            ffn_delta = hook("mlp_out", l, ffn_delta)
             x = x + ffn_delta
         x = x.astype(F)
         if trace is not None:

@@ -27,4 +27,4 @@ pub use lens::{
     decompose, logit_lens, target_trajectory, who, Decomposition, LensCell, LogitLens, TargetStep,
     Trajectory,
 };
-pub use svg::write_heatmap_svg;
+pub use svg::{write_heatmap_svg, write_svg, HeatCell, Heatmap};

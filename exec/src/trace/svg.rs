@@ -1,7 +1,9 @@
-//! The logit-lens heatmap: one row per stage (the embedding, then each layer, the last
-//! layer at the top), one column per kept position; each cell is labelled with the lens's
-//! top-1 token and shaded by its probability (white at 0, deep blue at 1). Drawn with
-//! `plotters`' SVG backend into memory, then written beside the target and renamed.
+//! Heat maps as SVG: a grid of labelled cells with row labels on the left and column labels
+//! below, each cell shaded by a value in [-1, 1] (white at 0, deep blue at 1, deep red at
+//! -1) and captioned with a short text. The logit lens (TRACE … SAVE "x.svg": one row per
+//! stage, the last layer at the top, each cell the lens's top-1 token shaded by its
+//! probability) and PATCH … SAVE (the fraction recovered per cell) are drawn with it. Drawn
+//! with `plotters`' SVG backend into memory, then written beside the target and renamed.
 
 use std::path::Path;
 
@@ -40,23 +42,44 @@ pub fn cell_label(text: &str) -> String {
     out
 }
 
-/// The fill of a cell of probability `p`: white → blue.
-fn shade(p: f32) -> RGBColor {
-    let p = p.clamp(0.0, 1.0);
+/// The fill of a cell of value `v`: white → blue for positive, white → red for negative.
+fn shade(v: f32) -> RGBColor {
+    let p = v.abs().clamp(0.0, 1.0);
     let mix = |a: f32, b: f32| (a + (b - a) * p).round() as u8;
-    RGBColor(mix(255.0, 8.0), mix(255.0, 48.0), mix(255.0, 160.0))
+    if v >= 0.0 {
+        RGBColor(mix(255.0, 8.0), mix(255.0, 48.0), mix(255.0, 160.0))
+    } else {
+        RGBColor(mix(255.0, 170.0), mix(255.0, 20.0), mix(255.0, 30.0))
+    }
 }
 
-/// Renders the heatmap as SVG text. `token_text(id)` names a token; `column_labels` (one
-/// per kept position) head the columns; `title` is drawn above.
-pub fn heatmap_svg(
-    lens: &LogitLens,
-    token_text: &dyn Fn(u32) -> String,
-    column_labels: &[String],
-    title: &str,
-) -> Result<String> {
-    let cols = lens.positions.len() as u32;
-    let rows = lens.stages as u32;
+/// One cell: its caption and its value in [-1, 1] (clamped).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeatCell {
+    pub text: String,
+    pub value: f32,
+}
+
+/// A grid to draw: `cells` row-major, row 0 drawn at the bottom.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heatmap {
+    pub title: String,
+    /// One per row, bottom row first.
+    pub row_labels: Vec<String>,
+    pub column_labels: Vec<String>,
+    pub cells: Vec<HeatCell>,
+}
+
+/// Renders a heat map as SVG text.
+pub fn render(map: &Heatmap) -> Result<String> {
+    let cols = map.column_labels.len() as u32;
+    let rows = map.row_labels.len() as u32;
+    if map.cells.len() != (rows * cols) as usize {
+        return Err(TraceError::Internal(format!(
+            "a heat map of {rows} × {cols} has {} cells",
+            map.cells.len()
+        )));
+    }
     let w = LEFT + cols.max(1) * CELL_W + RIGHT;
     let h = TOP + rows * CELL_H + BOTTOM;
     let mut buf = String::new();
@@ -67,23 +90,18 @@ pub fn heatmap_svg(
         let font = |size: u32| ("sans-serif", size).into_font();
         let centre = Pos::new(HPos::Center, VPos::Center);
         root.draw(&Text::new(
-            cell_label_title(title),
+            cell_label_title(&map.title),
             (LEFT as i32, (TOP / 2) as i32),
             font(13)
                 .color(&BLACK)
                 .pos(Pos::new(HPos::Left, VPos::Center)),
         ))
         .map_err(|e| draw_err(&e))?;
-        for st in 0..rows {
-            // The last layer at the top, the embedding at the bottom.
-            let y0 = (TOP + (rows - 1 - st) * CELL_H) as i32;
-            let name = if st == 0 {
-                "emb".to_string()
-            } else {
-                format!("L{}", st - 1)
-            };
+        for (r, name) in map.row_labels.iter().enumerate() {
+            let r = r as u32;
+            let y0 = (TOP + (rows - 1 - r) * CELL_H) as i32;
             root.draw(&Text::new(
-                name,
+                name.clone(),
                 ((LEFT - 4) as i32, y0 + CELL_H as i32 / 2),
                 font(11)
                     .color(&BLACK)
@@ -91,17 +109,20 @@ pub fn heatmap_svg(
             ))
             .map_err(|e| draw_err(&e))?;
             for c in 0..cols {
-                let cell = lens.cell(st as usize, c as usize);
+                let cell = &map.cells[(r * cols + c) as usize];
                 let x0 = (LEFT + c * CELL_W) as i32;
-                let fill = shade(cell.top_prob);
                 root.draw(&Rectangle::new(
                     [(x0, y0), (x0 + CELL_W as i32 - 1, y0 + CELL_H as i32 - 1)],
-                    fill.filled(),
+                    shade(cell.value).filled(),
                 ))
                 .map_err(|e| draw_err(&e))?;
-                let ink = if cell.top_prob > 0.55 { &WHITE } else { &BLACK };
+                let ink = if cell.value.abs() > 0.55 {
+                    &WHITE
+                } else {
+                    &BLACK
+                };
                 root.draw(&Text::new(
-                    cell_label(&token_text(cell.top_id)),
+                    cell_label(&cell.text),
                     (x0 + CELL_W as i32 / 2, y0 + CELL_H as i32 / 2),
                     font(11).color(ink).pos(centre),
                 ))
@@ -109,7 +130,7 @@ pub fn heatmap_svg(
             }
         }
         let yl = (TOP + rows * CELL_H + BOTTOM / 2) as i32;
-        for (c, label) in column_labels.iter().enumerate().take(cols as usize) {
+        for (c, label) in map.column_labels.iter().enumerate() {
             let x = (LEFT + c as u32 * CELL_W + CELL_W / 2) as i32;
             root.draw(&Text::new(
                 cell_label(label),
@@ -121,6 +142,52 @@ pub fn heatmap_svg(
         root.present().map_err(|e| draw_err(&e))?;
     }
     Ok(buf)
+}
+
+/// The logit lens as a heat map: one row per stage (`emb`, then `L0`, …, the last layer
+/// at the top), one column per kept position; each cell the top-1 token, shaded by its
+/// probability. `token_text(id)` names a token; `column_labels` head the columns.
+pub fn lens_heatmap(
+    lens: &LogitLens,
+    token_text: &dyn Fn(u32) -> String,
+    column_labels: &[String],
+    title: &str,
+) -> Heatmap {
+    let cols = lens.positions.len();
+    let mut cells = Vec::with_capacity(lens.stages * cols);
+    for st in 0..lens.stages {
+        for c in 0..cols {
+            let cell = lens.cell(st, c);
+            cells.push(HeatCell {
+                text: token_text(cell.top_id),
+                value: cell.top_prob,
+            });
+        }
+    }
+    Heatmap {
+        title: title.to_string(),
+        row_labels: (0..lens.stages)
+            .map(|st| {
+                if st == 0 {
+                    "emb".to_string()
+                } else {
+                    format!("L{}", st - 1)
+                }
+            })
+            .collect(),
+        column_labels: column_labels.iter().take(cols).cloned().collect(),
+        cells,
+    }
+}
+
+/// Renders the logit-lens heat map as SVG text ([`lens_heatmap`]).
+pub fn heatmap_svg(
+    lens: &LogitLens,
+    token_text: &dyn Fn(u32) -> String,
+    column_labels: &[String],
+    title: &str,
+) -> Result<String> {
+    render(&lens_heatmap(lens, token_text, column_labels, title))
 }
 
 fn cell_label_title(t: &str) -> String {
@@ -135,7 +202,16 @@ fn cell_label_title(t: &str) -> String {
     }
 }
 
-/// Renders the heatmap and writes it to `path` safely (temporary name, sync, rename).
+/// Renders a heat map and writes it to `path` safely (temporary name, sync, rename).
+pub fn write_svg(path: &Path, map: &Heatmap) -> Result<()> {
+    let svg = render(map).map_err(|e| TraceError::Draw {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    write_atomically(path, svg.as_bytes())
+}
+
+/// Renders the logit-lens heat map and writes it to `path` safely.
 pub fn write_heatmap_svg(
     path: &Path,
     lens: &LogitLens,
@@ -143,12 +219,7 @@ pub fn write_heatmap_svg(
     column_labels: &[String],
     title: &str,
 ) -> Result<()> {
-    let svg =
-        heatmap_svg(lens, token_text, column_labels, title).map_err(|e| TraceError::Draw {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-    write_atomically(path, svg.as_bytes())
+    write_svg(path, &lens_heatmap(lens, token_text, column_labels, title))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 mod diagnose;
 mod expr;
+mod patch;
 
 use diagnose::convert_error;
 use expr::{expr, literal};
@@ -292,6 +293,7 @@ fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
         Rule::describe_stmt => describe_stmt(p)?,
         Rule::select_stmt => select_stmt(p)?,
         Rule::trace_stmt => trace_stmt(p)?,
+        Rule::patch_stmt => patch::patch_stmt(p)?,
         Rule::insert_stmt => insert_stmt(p)?,
         Rule::delete_stmt => delete_stmt(p)?,
         Rule::update_stmt => update_stmt(p)?,

@@ -78,6 +78,7 @@ pub(crate) fn facts(name: &str, model: &Model) -> ModelFacts {
         stage: None,
         vocab: s.vocab,
         hidden: s.hidden,
+        n_heads: s.n_heads,
         // Features per layer as browsed: a stored overlay's added features follow the base's.
         ffn: widest(ffn, model.overlays.values()),
         context_length: (s.context_length > 0).then_some(s.context_length),

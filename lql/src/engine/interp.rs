@@ -10,8 +10,8 @@ use lql_planner::{Operator, PhysicalPlan, PlanNode};
 
 use super::datum::Datum;
 use super::{
-    bind, describe, edit, explain, introspect, package, patch, persist, run, select, trace, vindex,
-    walk, Cx,
+    activation_patch, bind, describe, edit, explain, introspect, package, patch, persist, run,
+    select, trace, vindex, walk, Cx,
 };
 use crate::error::{Error, Result};
 use crate::rows::Rows;
@@ -194,7 +194,28 @@ fn operator(
             trace::logit_lens(cx, one(inputs, "LogitLens")?, target.as_deref())
         }
         O::Decompose => trace::decompose(one(inputs, "Decompose")?),
+        O::ActivationPatch {
+            corruption,
+            layers,
+            positions,
+            component,
+            metric,
+        } => activation_patch::activation_patch(
+            cx,
+            inputs,
+            activation_patch::PatchSpec {
+                corruption,
+                layers: *layers,
+                positions: *positions,
+                component: *component,
+                metric: metric.as_ref(),
+            },
+            cost,
+        ),
         O::SaveTrace { path } => trace::save(cx, one(inputs, "SaveTrace")?, path),
+        O::SaveHeatmap { path } => {
+            activation_patch::save_heatmap(cx, one(inputs, "SaveHeatmap")?, path)
+        }
         O::TableScan {
             table: lql_grammar::Table::Routes,
             prompt,

@@ -9,10 +9,11 @@
 //! Every statement runs through [`interp`]: it executes the nodes of the lowered tree,
 //! leaves first, each operator in the file of its family (`run.rs` for Forward / Head /
 //! TopK / DecodeLoop / Detokenize, `walk.rs` for EmbedLookup / GateScan / FeatureLabels,
-//! `select.rs` for the table pipeline, `trace.rs`, `describe.rs`, `introspect.rs`, `bind.rs`
+//! `select.rs` for the table pipeline, `trace.rs`, `activation_patch.rs` for PATCH, `describe.rs`, `introspect.rs`, `bind.rs`
 //! for Open, `vindex.rs`, `explain.rs`). No family re-decides what the binder decided:
 //! modes, layer ranges and pushdown arrive as operator parameters.
 
+mod activation_patch;
 mod aggregate;
 mod backend;
 mod bind;

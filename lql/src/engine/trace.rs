@@ -41,8 +41,13 @@ pub(crate) fn trace_err(e: TraceError) -> Error {
     }
 }
 
-/// The single token `text` stands for, or an error naming its pieces.
-fn target_token(tok: &lql_exec::tokenizer::Tokenizer, text: &str) -> Result<u32> {
+/// The single token `text` stands for, or an error naming its pieces (`clause`: where the
+/// text was given, e.g. `FOR`).
+pub(crate) fn single_token(
+    tok: &lql_exec::tokenizer::Tokenizer,
+    text: &str,
+    clause: &str,
+) -> Result<u32> {
     let ids = tok.encode(text, false)?;
     if let [id] = ids[..] {
         return Ok(id);
@@ -57,7 +62,7 @@ fn target_token(tok: &lql_exec::tokenizer::Tokenizer, text: &str) -> Result<u32>
         })
         .collect();
     let mut e = Error::semantic(format!(
-        "FOR {text:?} is {} tokens ({}); it must be exactly one token",
+        "{clause} {text:?} is {} tokens ({}); it must be exactly one token",
         ids.len(),
         if pieces.is_empty() {
             "none".to_string()
@@ -71,7 +76,7 @@ fn target_token(tok: &lql_exec::tokenizer::Tokenizer, text: &str) -> Result<u32>
             "{spaced:?} (with a leading space, as the word appears after another) is one token"
         ));
     } else {
-        e = e.with_help("trace one of the pieces, e.g. the first");
+        e = e.with_help("name one of the pieces, e.g. the first");
     }
     Err(e)
 }
@@ -87,7 +92,7 @@ pub(crate) fn logit_lens(cx: &mut Cx<'_>, input: Datum, target: Option<&str>) ->
     };
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
-    let target = target.map(|t| target_token(&tok, t)).transpose()?;
+    let target = target.map(|t| single_token(&tok, t, "FOR")).transpose()?;
     let lens = lens::logit_lens(&exec, &trace, target).map_err(trace_err)?;
     Ok(Datum::Trace {
         trace,
@@ -153,7 +158,7 @@ pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Resul
     let target = plan
         .target
         .as_deref()
-        .map(|t| target_token(&tok, t))
+        .map(|t| single_token(&tok, t, "FOR"))
         .transpose()?;
     let text = |id: u32| tok.token_text(id).unwrap_or_else(|| format!("<{id}>"));
     let need_lens = || Error::internal("TRACE rows need the logit lens");

@@ -11,6 +11,7 @@ pub fn smollm() -> ModelFacts {
         vocab: 49152,
         hidden: 576,
         ffn: 1536,
+        n_heads: 9,
         context_length: Some(8192),
         can_execute: true,
         can_browse: true,
