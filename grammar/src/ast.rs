@@ -332,6 +332,12 @@ pub enum Table {
     /// The router's choices over a prompt (`WHERE prompt = '…'`): one row per layer,
     /// position and chosen expert.
     Routes,
+    /// Attention patterns over a prompt (`WHERE prompt = '…'`): one row per layer, head,
+    /// query and key.
+    Attention,
+    /// Attention heads over a prompt (`WHERE prompt = '…'`): scores and direct logit
+    /// contributions, one row per layer and head.
+    Heads,
 }
 
 impl Table {
@@ -343,6 +349,8 @@ impl Table {
         Table::Tensors,
         Table::Representations,
         Table::Routes,
+        Table::Attention,
+        Table::Heads,
     ];
     pub fn name(&self) -> &'static str {
         match self {
@@ -353,6 +361,8 @@ impl Table {
             Table::Tensors => "tensors",
             Table::Representations => "representations",
             Table::Routes => "routes",
+            Table::Attention => "attention",
+            Table::Heads => "heads",
         }
     }
 }

@@ -177,4 +177,7 @@ pub const KEYWORDS: &[&str] = &[
     "FEATURES",
     "EDGES",
     "TOKENS",
+    "ROUTES",
+    "ATTENTION",
+    "HEADS",
 ];

@@ -1146,6 +1146,7 @@ pub(crate) fn pushdown(
             label_set: LabelSet::default(),
             estimate: None,
             prompt: None,
+            token: None,
         };
     }
     let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
@@ -1194,6 +1195,7 @@ pub(crate) fn pushdown(
         label_set,
         estimate,
         prompt: None,
+        token: None,
     }
 }
 

@@ -273,8 +273,11 @@ pub struct ScanSpec {
     pub label_set: LabelSet,
     /// The work of a `features` scan (`None` for the other tables).
     pub estimate: Option<ScanEstimate>,
-    /// The prompt a `routes` scan runs (from `WHERE prompt = '…'`).
+    /// The prompt a `routes`, `attention` or `heads` scan runs (from `WHERE prompt = '…'`).
     pub prompt: Option<String>,
+    /// The token a `heads` scan attributes to (from `WHERE token = '…'`; default: the
+    /// prompt's top prediction).
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

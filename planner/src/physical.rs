@@ -125,8 +125,10 @@ pub enum Operator {
         /// The label columns filled (the others are not read).
         label_set: LabelSet,
         estimate: Option<ScanEstimate>,
-        /// The prompt a `routes` scan runs.
+        /// The prompt a `routes`, `attention` or `heads` scan runs.
         prompt: Option<String>,
+        /// The token a `heads` scan attributes to.
+        token: Option<String>,
     },
     Filter {
         predicate: Expr,
@@ -470,6 +472,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 label_set: s.scan.label_set,
                 estimate: s.scan.estimate,
                 prompt: s.scan.prompt.clone(),
+                token: s.scan.token.clone(),
             }];
             if let Some(f) = &s.filter {
                 ops.push(O::Filter {
@@ -563,6 +566,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 label_set: LabelSet::default(),
                 estimate: None,
                 prompt: None,
+                token: None,
             },
             O::Filter {
                 predicate: d.filter.clone(),
@@ -578,6 +582,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 label_set: LabelSet::default(),
                 estimate: None,
                 prompt: None,
+                token: None,
             },
             O::Filter {
                 predicate: u.filter.clone(),
@@ -944,11 +949,15 @@ impl fmt::Display for Operator {
                 labels,
                 estimate,
                 prompt,
+                token,
                 ..
             } => {
                 write!(f, "TableScan {table}")?;
                 if let Some(p) = prompt {
                     write!(f, " prompt={}", quote(p))?;
+                }
+                if let Some(t) = token {
+                    write!(f, " token={}", quote(t))?;
                 }
                 if let Some(l) = layers {
                     write!(f, " layers={}", list_text(l))?;

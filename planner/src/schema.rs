@@ -110,6 +110,58 @@ const TOKENS: Spec = &[
         "normal, control, byte, unused or user-defined",
     ),
 ];
+const ATTENTION: Spec = &[
+    (
+        "prompt",
+        Text,
+        "the prompt run (WHERE prompt = '…' chooses it; required)",
+    ),
+    ("layer", Int, "layer"),
+    ("head", Int, "attention head (query head)"),
+    ("query", Int, "the attending position"),
+    ("query_token", Text, "its token"),
+    ("key", Int, "the attended position (0 ≤ key ≤ query)"),
+    ("key_token", Text, "its token"),
+    (
+        "weight",
+        Float,
+        "the attention weight (after softmax; a row sums to 1)",
+    ),
+];
+const HEADS: Spec = &[
+    (
+        "prompt",
+        Text,
+        "the prompt run (WHERE prompt = '…' chooses it; required)",
+    ),
+    ("layer", Int, "layer"),
+    ("head", Int, "attention head; NULL on the row of the attention output's bias (families with one)"),
+    (
+        "token",
+        Text,
+        "the token the contributions are to (WHERE token = '…' chooses it; default: the prompt's top prediction)",
+    ),
+    (
+        "contrib",
+        Float,
+        "the head's direct contribution to that token's logit at the last position; a layer's rows add up to TRACE … FOR's attn_contrib",
+    ),
+    (
+        "prev_token",
+        Float,
+        "mean weight each position puts on the one before it",
+    ),
+    (
+        "duplicate_token",
+        Float,
+        "mean weight on earlier occurrences of the query's own token (over the positions whose token repeats; NULL when none does)",
+    ),
+    (
+        "induction",
+        Float,
+        "mean weight on the position right after an earlier occurrence of the query's token (NULL when none); high on a repeated sequence for induction heads",
+    ),
+];
 const ROUTES: Spec = &[
     (
         "prompt",
@@ -195,13 +247,15 @@ const PATCHES: Spec = &[
 
 /// The virtual tables that answer `SELECT`, in the order `SHOW TABLES` lists them
 /// (`routes` only on a model with a router: see [`table_requires`]).
-pub const QUERYABLE_TABLES: [Table; 6] = [
+pub const QUERYABLE_TABLES: [Table; 8] = [
     Table::Features,
     Table::Layers,
     Table::Tokens,
     Table::Tensors,
     Table::Edges,
     Table::Routes,
+    Table::Attention,
+    Table::Heads,
 ];
 
 /// The predicate a table's SELECT needs before it can answer, or `None` when `SELECT *`
@@ -209,6 +263,7 @@ pub const QUERYABLE_TABLES: [Table; 6] = [
 pub fn table_requires(table: Table) -> Option<&'static str> {
     match table {
         Table::Routes => Some("WHERE prompt = '…' (a mixture-of-experts model)"),
+        Table::Attention | Table::Heads => Some("WHERE prompt = '…'"),
         _ => None,
     }
 }
@@ -222,6 +277,8 @@ pub fn table_columns(table: Table) -> Option<Vec<ColumnDef>> {
         Table::Tensors => TENSORS,
         Table::Edges => EDGES,
         Table::Routes => ROUTES,
+        Table::Attention => ATTENTION,
+        Table::Heads => HEADS,
         Table::Representations => return None,
     }))
 }

@@ -176,18 +176,29 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
         early.append(&mut late);
     }
     let mut scan = pushdown(m, table, filter.as_ref(), &early, &late);
-    if table == g::Table::Routes {
+    if matches!(
+        table,
+        g::Table::Routes | g::Table::Attention | g::Table::Heads
+    ) {
         scan.prompt = Some(
             filter
                 .as_ref()
                 .and_then(|f| crate::pushdown::text_equal(f, "prompt"))
                 .ok_or_else(|| {
                     PlanError::semantic(
-                        "SELECT FROM routes runs a prompt: add WHERE prompt = '…'",
+                        format!(
+                            "SELECT FROM {} runs a prompt: add WHERE prompt = '…'",
+                            table.name()
+                        ),
                         s.table.span,
                     )
                 })?,
         );
+    }
+    if table == g::Table::Heads {
+        scan.token = filter
+            .as_ref()
+            .and_then(|f| crate::pushdown::text_equal(f, "token"));
     }
     if let (Some(e), LabelTiming::Late) = (scan.estimate.as_mut(), scan.labels) {
         // Late labels: only the rows that survive LIMIT (at most) are labelled.

@@ -450,11 +450,11 @@ fn every_schema_comes_from_the_planner() {
         .help
         .as_deref()
         .unwrap_or("")
-        .contains("features, layers, tokens, tensors, edges, routes"));
+        .contains("features, layers, tokens, tensors, edges, routes, attention, heads"));
     for t in QUERYABLE_TABLES {
         let cols = table_columns(t).unwrap();
         // `routes` runs a prompt, which WHERE names.
-        let filter = if t == Table::Routes {
+        let filter = if matches!(t, Table::Routes | Table::Attention | Table::Heads) {
             " WHERE prompt = 'x'"
         } else {
             ""

@@ -347,6 +347,8 @@ def forward(cfg, T, ids, trace=None, hook=None):
         att = att + (windowed if is_swa else causal)
         att = np.exp(att - att.max(-1, keepdims=True))
         att /= att.sum(-1, keepdims=True)
+        if trace is not None:
+            trace[f"att_{l}"] = att.copy()  # [heads, queries, keys]
         o = hook("z", l, np.einsum("hst,thd->shd", att, v).reshape(S, nh * hd_v))
         return linear(o, p + "attn_output").astype(F)
 

@@ -209,6 +209,79 @@ pub fn unembedding_row(exec: &Executor, token: u32) -> Result<Vec<f32>> {
     Ok(u)
 }
 
+/// The final norm and head toward one token, linearised at a final residual: the norm's
+/// scale (1 / RMS of the residual, after centring for a LayerNorm) is held fixed, so a
+/// vector's direct contribution to the token's logit is linear in it. TRACE's
+/// contributions and the per-head terms read vectors through it.
+#[derive(Debug, Clone)]
+pub struct LogitDirection {
+    /// Per dimension: `w_i · u_i / rms`.
+    coef: Vec<f64>,
+    /// A LayerNorm centres each vector first.
+    centre: bool,
+    /// What the final norm's bias adds (`b · u`; 0 without one).
+    pub bias_term: f64,
+    /// The final residual's RMS.
+    pub rms: f64,
+}
+
+impl LogitDirection {
+    /// The direction of `token` at final residual `x_final` (`[hidden]`).
+    pub fn new(exec: &Executor, x_final: &[f32], token: u32) -> Result<LogitDirection> {
+        let plan = exec.plan();
+        let eps = plan.surface.norm_eps as f64;
+        let d = x_final.len();
+        let u = unembedding_row(exec, token)?;
+        let layer_norm = plan.output_norm_bias.as_ref();
+        let centre = layer_norm.is_some();
+        let mu = if centre {
+            x_final.iter().map(|&a| a as f64).sum::<f64>() / d as f64
+        } else {
+            0.0
+        };
+        let ms = x_final
+            .iter()
+            .map(|&v| (v as f64 - mu) * (v as f64 - mu))
+            .sum::<f64>()
+            / d as f64;
+        let rms = (ms + eps).sqrt();
+        let coef = plan
+            .output_norm
+            .iter()
+            .zip(&u)
+            .map(|(&wi, &ui)| wi as f64 * ui as f64 / rms)
+            .collect();
+        let bias_term = layer_norm.map_or(0.0, |b| {
+            b.iter()
+                .zip(&u)
+                .map(|(&bi, &ui)| bi as f64 * ui as f64)
+                .sum()
+        });
+        Ok(LogitDirection {
+            coef,
+            centre,
+            bias_term,
+            rms,
+        })
+    }
+
+    /// The direct contribution of `v` (`[hidden]`) to the token's logit.
+    pub fn apply(&self, v: &[f32]) -> f64 {
+        let wide: Vec<f64> = v.iter().map(|&a| a as f64).collect();
+        self.apply_f64(&wide)
+    }
+
+    /// [`LogitDirection::apply`] of a vector held in f64.
+    pub fn apply_f64(&self, v: &[f64]) -> f64 {
+        let m = if self.centre {
+            v.iter().sum::<f64>() / v.len() as f64
+        } else {
+            0.0
+        };
+        v.iter().zip(&self.coef).map(|(&a, &b)| (a - m) * b).sum()
+    }
+}
+
 /// The answer trajectory of `token` at kept `slot`, from a lens computed with that target.
 pub fn target_trajectory(
     exec: &Executor,
@@ -217,47 +290,14 @@ pub fn target_trajectory(
     token: u32,
     slot: usize,
 ) -> Result<Trajectory> {
-    let plan = exec.plan();
-    let eps = plan.surface.norm_eps as f64;
     let d = trace.hidden;
-    let u = unembedding_row(exec, token)?;
-    let w = &plan.output_norm;
     let x_final = trace
         .final_residual(slot)
         .ok_or_else(|| TraceError::Invalid(format!("no kept position at slot {slot}")))?;
-    // A LayerNorm centres each row first: a contribution is its own centred part, and
-    // the norm's bias adds `b · u` (counted with the embedding, the first stage).
-    let layer_norm = plan.output_norm_bias.as_ref();
-    let mean = |v: &[f32]| -> f64 {
-        if layer_norm.is_some() {
-            v.iter().map(|&a| a as f64).sum::<f64>() / d as f64
-        } else {
-            0.0
-        }
-    };
-    let mu = mean(x_final);
-    let ms = x_final
-        .iter()
-        .map(|&v| (v as f64 - mu) * (v as f64 - mu))
-        .sum::<f64>()
-        / d as f64;
-    let rms = (ms + eps).sqrt();
-    // Per-dimension weight of a contribution: w_i · u_i / rms.
-    let coef: Vec<f64> = w
-        .iter()
-        .zip(&u)
-        .map(|(&wi, &ui)| wi as f64 * ui as f64 / rms)
-        .collect();
-    let bias_term: f64 = layer_norm.map_or(0.0, |b| {
-        b.iter()
-            .zip(&u)
-            .map(|(&bi, &ui)| bi as f64 * ui as f64)
-            .sum()
-    });
-    let c = |v: &[f32]| -> f64 {
-        let m = mean(v);
-        v.iter().zip(&coef).map(|(&a, &b)| (a as f64 - m) * b).sum()
-    };
+    let dir = LogitDirection::new(exec, x_final, token)?;
+    let c = |v: &[f32]| dir.apply(v);
+    let bias_term = dir.bias_term;
+    let rms = dir.rms;
     let mut steps = Vec::with_capacity(lens.stages);
     for st in 0..lens.stages {
         let cell = lens.cell(st, slot);

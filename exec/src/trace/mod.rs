@@ -17,6 +17,7 @@
 pub mod capture;
 pub mod error;
 pub mod file;
+pub mod heads;
 pub mod lens;
 pub mod svg;
 

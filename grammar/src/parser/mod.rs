@@ -645,6 +645,8 @@ const TABLES: &[(&str, Table)] = &[
     ("tensors", Table::Tensors),
     ("representations", Table::Representations),
     ("routes", Table::Routes),
+    ("attention", Table::Attention),
+    ("heads", Table::Heads),
 ];
 
 fn table(p: Pair<Rule>) -> Result<Spanned<Table>> {

@@ -10,8 +10,8 @@ use lql_planner::{Operator, PhysicalPlan, PlanNode};
 
 use super::datum::Datum;
 use super::{
-    activation_patch, bind, describe, edit, explain, introspect, package, patch, persist, run,
-    select, trace, vindex, walk, Cx,
+    activation_patch, bind, describe, edit, explain, heads, introspect, package, patch, persist,
+    run, select, trace, vindex, walk, Cx,
 };
 use crate::error::{Error, Result};
 use crate::rows::Rows;
@@ -221,6 +221,17 @@ fn operator(
             prompt,
             ..
         } => select::routes_scan(cx, prompt.as_deref()),
+        O::TableScan {
+            table: lql_grammar::Table::Attention,
+            prompt,
+            ..
+        } => heads::attention_scan(cx, prompt.as_deref()),
+        O::TableScan {
+            table: lql_grammar::Table::Heads,
+            prompt,
+            token,
+            ..
+        } => heads::heads_scan(cx, prompt.as_deref(), token.as_deref()),
         O::TableScan {
             table,
             layers,

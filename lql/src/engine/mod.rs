@@ -23,6 +23,7 @@ mod describe;
 mod diff_patch;
 mod edit;
 mod explain;
+mod heads;
 mod interp;
 mod introspect;
 mod package;

@@ -54,7 +54,7 @@ pub(crate) fn table_scan(
         Table::Tokens => tokens_rows(cx)?,
         Table::Tensors => tensors_rows(cx)?,
         Table::Edges => super::edit::edges_rows(cx)?,
-        Table::Representations | Table::Routes => {
+        Table::Representations | Table::Routes | Table::Attention | Table::Heads => {
             return Err(Error::not_supported_yet(&format!(
                 "SELECT FROM {}",
                 table.name()
