@@ -24,6 +24,7 @@ use crate::kernels::RopeTable;
 use crate::kv::KvCache;
 use crate::plan::Plan;
 use crate::session::{Executor, Logits, Session};
+use crate::steer::Steering;
 
 impl Executor {
     /// Runs one new token for each session (`ids[i]` after the tokens `sessions[i]` holds,
@@ -71,11 +72,18 @@ impl Executor {
             )));
         }
         let starts: Vec<usize> = sessions.iter().map(|s| s.position()).collect();
+        // Each sequence is steered by its own session's executor.
+        let steers: Vec<Option<Arc<Steering>>> = sessions
+            .iter()
+            .map(|s| s.executor().steering().cloned())
+            .collect();
+        let steering: Vec<Option<&Steering>> = steers.iter().map(|s| s.as_deref()).collect();
         let mut kvs: Vec<&mut KvCache> = sessions.iter_mut().map(|s| s.kv_mut()).collect();
         let step = Step {
             source: self.source().as_ref(),
             plan,
             backend: self.backend(),
+            steering: &steering,
         };
         let mut result = Err(ExecError::Internal("batched step did not run".into()));
         let cancel = self.cancel_flag();
@@ -110,6 +118,8 @@ struct Step<'a> {
     source: &'a dyn OperandSource,
     plan: &'a Plan,
     backend: &'a dyn Backend,
+    /// Per sequence, its executor's steering.
+    steering: &'a [Option<&'a Steering>],
 }
 
 impl Step<'_> {
@@ -168,6 +178,7 @@ impl Step<'_> {
             plan,
             backend: be,
             tables: &tables,
+            steering: self.steering,
         };
         let mut buf = BlockBuffers::new(plan, b);
         for (kl, lp) in plan.layers.iter().enumerate() {

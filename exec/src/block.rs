@@ -19,6 +19,7 @@ use crate::kv::KvCache;
 use crate::observer::{Observer, Site};
 use crate::plan::{LayerPlan, Plan};
 use crate::program::{Step, Sub};
+use crate::steer::Steering;
 
 /// One sequence's rows in a block's input: rows `row .. row + n`, at positions
 /// `p0 .. p0 + n` of its own cache.
@@ -174,6 +175,9 @@ pub(crate) struct Block<'a> {
     pub backend: &'a dyn Backend,
     /// One table per [`Plan::ropes`] entry over the rows' positions.
     pub tables: &'a [RopeTable],
+    /// Per sequence (as `seqs` in [`Block::run`]), the steering added to its rows after
+    /// each layer ([`crate::steer`]); shorter than `seqs` means none for the rest.
+    pub steering: &'a [Option<&'a Steering>],
 }
 
 impl Block<'_> {
@@ -324,6 +328,15 @@ impl Block<'_> {
                 Step::Residual(Sub::Ffn) => {
                     tap(Site::MlpOut, &mut buf.ffn_delta);
                     add_in_place(x, &buf.ffn_delta);
+                }
+            }
+        }
+        // Steering: llama.cpp's control-vector point, after the layer's last residual add.
+        for (seq, steer) in seqs.iter().zip(self.steering) {
+            if let Some(v) = steer.and_then(|s| s.at(lp.index)) {
+                let d = s.hidden;
+                for row in x[seq.row * d..(seq.row + seq.n) * d].chunks_exact_mut(d) {
+                    add_in_place(row, v);
                 }
             }
         }

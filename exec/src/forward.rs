@@ -13,6 +13,7 @@ use crate::error::{ExecError, Result};
 use crate::kv::KvCache;
 use crate::observer::{LayerRecord, Observer};
 use crate::plan::Plan;
+use crate::steer::Steering;
 
 /// Which positions' logits a pass computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +52,8 @@ pub(crate) struct Pass<'a> {
     pub last_layer: usize,
     /// The model resident on the backend's device, when it has one: the pass runs there.
     pub device: Option<&'a dyn DeviceModel>,
+    /// Vectors added to the residual stream leaving each layer.
+    pub steering: Option<&'a Steering>,
 }
 
 impl Pass<'_> {
@@ -75,6 +78,11 @@ impl Pass<'_> {
         observer: Option<&mut dyn Observer>,
     ) -> Result<Vec<f32>> {
         if let Some(dev) = self.device {
+            if self.steering.is_some() {
+                return Err(ExecError::Unsupported(
+                    "not supported yet: steering on the GPU backend; USE the model with BACKEND cpu to steer it".into(),
+                ));
+            }
             if observer.as_deref().is_some_and(|o| o.wants_sites()) {
                 return Err(ExecError::Unsupported(
                     "interventions inside the layers (activation patching, noise, steering) on the GPU backend; USE the model with BACKEND cpu for them".into(),
@@ -123,11 +131,13 @@ impl Pass<'_> {
         };
 
         let tables = block::rope_tables(plan, &positions);
+        let steer = [self.steering];
         let layer = Block {
             source: self.source,
             plan,
             backend: be,
             tables: &tables,
+            steering: &steer,
         };
         let want_attn = obs.as_deref().is_some_and(|o| o.wants_attention());
         let total = p0 + n;

@@ -93,6 +93,48 @@ pub struct Frozen {
     kv: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
 }
 
+/// ∂metric/∂activation at one layer, every position (`[T × width]` each): what
+/// [`DenseTail::site_gradients`] returns per layer.
+#[derive(Debug, Clone, Default)]
+pub struct LayerGradients {
+    pub layer: usize,
+    /// The residual stream entering the layer.
+    pub resid_pre: Vec<f32>,
+    /// The attention heads' outputs before the output projection (`z`).
+    pub head_outputs: Vec<f32>,
+    /// The residual stream between attention and FFN — also the gradient of the attention
+    /// sub-block's output, which it is the sum of.
+    pub resid_mid: Vec<f32>,
+    /// The residual stream leaving the layer — also the gradient of the FFN's output.
+    pub resid_post: Vec<f32>,
+}
+
+impl LayerGradients {
+    fn parts(&mut self) -> [&mut Vec<f32>; 4] {
+        [
+            &mut self.resid_pre,
+            &mut self.head_outputs,
+            &mut self.resid_mid,
+            &mut self.resid_post,
+        ]
+    }
+
+    /// Adds another pass's gradients at the same layer.
+    pub fn add(&mut self, other: &LayerGradients) {
+        let mut o = other.clone();
+        for (a, b) in self.parts().into_iter().zip(o.parts()) {
+            a.iter_mut().zip(b.iter()).for_each(|(x, y)| *x += y);
+        }
+    }
+
+    /// Multiplies every gradient by `k`.
+    pub fn scale(&mut self, k: f32) {
+        for a in self.parts() {
+            a.iter_mut().for_each(|x| *x *= k);
+        }
+    }
+}
+
 /// One segment's rows in a pass: `len` rows at absolute positions `p0 ..`, from row `row`.
 #[derive(Debug, Clone, Copy)]
 struct Span {
@@ -524,6 +566,7 @@ impl DenseTail {
                     prefix,
                     table: &table,
                 },
+                None,
             );
         }
         let mut g = vec![0.0f32; d];
@@ -538,6 +581,72 @@ impl DenseTail {
             grad: g,
             steps: 0,
         })
+    }
+
+    /// The gradient of a function of one prompt's last-position logits with respect to
+    /// the activations of every layer and position: `start` is the prompt's residual
+    /// stream entering layer `first` (`[T × hidden]`), `dmetric` gives ∂metric/∂logits
+    /// from the logits this pass computes. What attribution patching multiplies the
+    /// difference of two runs' activations by.
+    pub fn site_gradients(
+        &self,
+        source: &dyn OperandSource,
+        start: &[f32],
+        dmetric: &dyn Fn(&[f32]) -> Vec<f32>,
+    ) -> Result<Vec<LayerGradients>> {
+        let d = self.hidden;
+        let t = start.len() / d;
+        if t == 0 || start.len() != t * d {
+            return Err(ExecError::Internal(
+                "the prompt's rows are not whole".into(),
+            ));
+        }
+        let spans = [Span {
+            row: 0,
+            len: t,
+            p0: 0,
+        }];
+        let table = self.table(&spans);
+        let rows = Rows {
+            spans: &spans,
+            prefix: None,
+            table: &table,
+        };
+        let mut x = start.to_vec();
+        let mut saved = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let ov = source.ffn_overlay(layer.index);
+            let (next, sv) = self.layer_forward(layer, ov, x, rows);
+            x = next;
+            saved.push(sv);
+        }
+        let last = &x[(t - 1) * d..];
+        let mut z = vec![0.0f32; d];
+        let inv = rmsnorm(last, &self.out_norm, self.eps, &mut z);
+        let mut logits = vec![0.0f32; self.vocab];
+        xwt(&z, &self.head, 1, self.vocab, d, &mut logits, false);
+        let dlogits = dmetric(&logits);
+        if dlogits.len() != self.vocab {
+            return Err(ExecError::Internal(
+                "∂metric/∂logits is not one vocabulary row".into(),
+            ));
+        }
+        let mut dz = vec![0.0f32; d];
+        xw(&dlogits, &self.head, 1, self.vocab, d, &mut dz, false);
+        let mut dx = vec![0.0f32; t * d];
+        rmsnorm_back(last, &inv, &self.out_norm, &dz, &mut dx[(t - 1) * d..]);
+        let mut out: Vec<LayerGradients> = Vec::with_capacity(self.layers.len());
+        for (layer, sv) in self.layers.iter().zip(&saved).rev() {
+            let ov = source.ffn_overlay(layer.index);
+            let mut g = LayerGradients {
+                layer: layer.index,
+                ..LayerGradients::default()
+            };
+            dx = self.layer_backward(layer, ov, sv, dx, rows, Some(&mut g));
+            out.push(g);
+        }
+        out.reverse();
+        Ok(out)
     }
 
     fn layer_forward(
@@ -694,6 +803,7 @@ impl DenseTail {
         s: &Saved,
         dout: Vec<f32>,
         at: Rows<'_>,
+        mut taps: Option<&mut LayerGradients>,
     ) -> Vec<f32> {
         let Rows {
             spans,
@@ -739,11 +849,18 @@ impl DenseTail {
             xw(&dga, &o.gate, rows, kk, d, &mut dh2, true);
             xw(&daa, &o.up, rows, kk, d, &mut dh2, true);
         }
+        if let Some(t) = taps.as_deref_mut() {
+            t.resid_post = dout.clone();
+        }
         let mut dx2 = dout;
         rmsnorm_back(&s.x2, &s.inv2, &l.ffn_norm, &dh2, &mut dx2);
         // Attention block.
         let mut datt = vec![0.0f32; rows * qd];
         xw(&dx2, &l.wo, rows, d, qd, &mut datt, false);
+        if let Some(t) = taps.as_deref_mut() {
+            t.resid_mid = dx2.clone();
+            t.head_outputs = datt.clone();
+        }
         let group = self.n_heads / self.n_kv_heads.max(1);
         let scale = 1.0 / (hd as f32).sqrt();
         let mut dq = vec![0.0f32; rows * qd];
@@ -825,6 +942,9 @@ impl DenseTail {
         xw(&dv, &l.wv, rows, kvd, d, &mut dh, true);
         let mut dx = dx2;
         rmsnorm_back(&s.x, &s.inv1, &l.attn_norm, &dh, &mut dx);
+        if let Some(t) = taps {
+            t.resid_pre = dx.clone();
+        }
         dx
     }
 }

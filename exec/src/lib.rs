@@ -19,6 +19,7 @@
 //! - [`bench`]: the throughput benchmark behind `lql bench`.
 
 pub mod activation_patch;
+pub mod attribution_patch;
 pub mod backend;
 pub mod batch;
 pub mod bench;
@@ -39,6 +40,7 @@ pub mod program;
 pub mod sample;
 pub mod session;
 pub mod stage;
+pub mod steer;
 pub mod tokenizer;
 pub mod trace;
 

@@ -15,6 +15,7 @@ use crate::forward::{LogitsWanted, Pass, PassInput};
 use crate::kv::KvCache;
 use crate::observer::Observer;
 use crate::plan::{Plan, StageRange};
+use crate::steer::Steering;
 
 /// One ranked next-token candidate.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,6 +99,8 @@ pub struct Executor {
     /// The model resident on the backend's device (a device backend only).
     device: Option<Arc<dyn DeviceModel>>,
     cancel: Arc<AtomicBool>,
+    /// Vectors every pass adds to the residual stream (none: the model as it is).
+    steering: Option<Arc<Steering>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -143,6 +146,7 @@ impl Executor {
             backend,
             device,
             cancel: Arc::new(AtomicBool::new(false)),
+            steering: None,
         })
     }
 
@@ -157,6 +161,7 @@ impl Executor {
             backend: self.backend.clone(),
             device,
             cancel: self.cancel.clone(),
+            steering: None,
         })
     }
 
@@ -180,6 +185,7 @@ impl Executor {
             backend: self.backend.clone(),
             device: None,
             cancel: self.cancel.clone(),
+            steering: None,
         })
     }
 
@@ -199,6 +205,7 @@ impl Executor {
             backend,
             device: None,
             cancel: Arc::new(AtomicBool::new(false)),
+            steering: None,
         })
     }
 
@@ -212,6 +219,26 @@ impl Executor {
     pub fn with_cancel_flag(mut self, flag: Arc<AtomicBool>) -> Executor {
         self.cancel = flag;
         self
+    }
+
+    /// This executor with `steering` added in every pass (none: unsteered). Refused on a
+    /// device backend and for vectors of another model's shape.
+    pub fn with_steering(mut self, steering: Option<Arc<Steering>>) -> Result<Executor> {
+        if let Some(s) = &steering {
+            s.check(&self.plan.surface)?;
+            if self.device.is_some() {
+                return Err(ExecError::Unsupported(
+                    "not supported yet: steering on the GPU backend; USE the model with BACKEND cpu to steer it".into(),
+                ));
+            }
+        }
+        self.steering = steering.filter(|s| !s.is_empty());
+        Ok(self)
+    }
+
+    /// The steering every pass adds, if any.
+    pub fn steering(&self) -> Option<&Arc<Steering>> {
+        self.steering.as_ref()
     }
 
     /// The cancellation flag.
@@ -406,6 +433,7 @@ impl Session {
             cancel: &self.exec.cancel,
             last_layer: self.last_layer(),
             device: self.exec.device.as_deref(),
+            steering: self.exec.steering.as_deref(),
         };
         let out = pass.run_from(&mut self.kv, input, want, None)?;
         if let PassInput::Tokens(ids) = input {
@@ -428,6 +456,7 @@ impl Session {
             cancel: &self.exec.cancel,
             last_layer,
             device: self.exec.device.as_deref(),
+            steering: self.exec.steering.as_deref(),
         };
         let flat = pass.run(&mut self.kv, ids, want, observer)?;
         self.tokens.extend_from_slice(ids);

@@ -92,6 +92,16 @@ pub enum StatementKind {
     SavePatch,
     /// `SET name = value`: a session setting.
     Set(Spanned<Setting>),
+    /// `SET STEERING = spec | OFF`: the connection's steering (None: off).
+    SetSteering(Option<Spanned<SteeringSpec>>),
+    /// `SAVE STEERING "file.gguf"`: the connection's steering as a llama.cpp control vector.
+    SaveSteering(Spanned<String>),
+    /// `WITH STEERING spec statement`: the statement's passes steered (the connection's
+    /// steering set aside for it).
+    Steered {
+        steering: Spanned<SteeringSpec>,
+        statement: Box<Statement>,
+    },
     /// `APPLY PATCH "file"`
     ApplyPatch(Spanned<String>),
     /// `REMOVE PATCH "file"`
@@ -146,6 +156,9 @@ impl StatementKind {
             StatementKind::Update(_) => "UPDATE",
             StatementKind::BeginPatch(_) => "BEGIN PATCH",
             StatementKind::SavePatch => "SAVE PATCH",
+            StatementKind::SetSteering(_) => "SET STEERING",
+            StatementKind::SaveSteering(_) => "SAVE STEERING",
+            StatementKind::Steered { .. } => "WITH STEERING",
             StatementKind::Set(_) => "SET",
             StatementKind::ApplyPatch(_) => "APPLY PATCH",
             StatementKind::RemovePatch(_) => "REMOVE PATCH",
@@ -214,6 +227,29 @@ impl BackendChoice {
             BackendChoice::Auto => "auto",
         }
     }
+}
+
+/// What steers: a control-vector file or activation addition, scaled, on some layers.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SteeringSpec {
+    pub source: SteeringSource,
+    /// SCALE s (default 1).
+    pub scale: Option<Spanned<f64>>,
+    /// LAYERS a-b | AT LAYER l: the layers steered (a file: a filter of its layers;
+    /// activation addition: the layers a difference is taken and added at).
+    pub layers: Option<Spanned<LayerSpec>>,
+}
+
+/// Where steering vectors come from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum SteeringSource {
+    /// A llama.cpp control-vector GGUF.
+    File(Spanned<String>),
+    /// `("a", …) MINUS ("b", …)`: the mean residual of the first texts minus the second's.
+    Difference {
+        positive: Vec<Spanned<String>>,
+        negative: Vec<Spanned<String>>,
+    },
 }
 
 /// A session setting (`SET name = value`).
@@ -435,7 +471,7 @@ pub enum Positions {
 /// `PATCH "corrupted" FROM "clean" | NOISE ON "subject" [SCALE s] [SEED n]
 /// [LAYERS a-b | AT LAYER l] [POSITIONS ALL|LAST|TOGETHER | POSITION p]
 /// [COMPONENT resid_pre|resid_mid|attn_out|mlp_out|head [h]] [METRIC f("tok"[, "tok"])]
-/// [SAVE "map.svg"]`:
+/// [BY RUNS|ATTRIBUTION] [SAVE "map.svg"]`:
 /// activation patching (AT LAYER l is LAYERS l).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Patch {
@@ -446,6 +482,8 @@ pub struct Patch {
     pub positions: Option<Spanned<PatchPositions>>,
     pub component: Option<Spanned<PatchComponent>>,
     pub metric: Option<Spanned<PatchMetric>>,
+    /// BY RUNS | BY ATTRIBUTION: how each cell's effect is found (runs when absent).
+    pub method: Option<Spanned<PatchMethod>>,
     /// SAVE "file.svg": the fraction recovered drawn as a heat map.
     pub save: Option<Spanned<String>>,
 }
@@ -461,6 +499,28 @@ pub enum Corruption {
         scale: Option<Spanned<f64>>,
         seed: Option<Spanned<i64>>,
     },
+}
+
+/// How PATCH finds each cell's effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum PatchMethod {
+    /// `BY RUNS`: one corrupted run per cell with the cell restored (exact).
+    Runs,
+    /// `BY ATTRIBUTION [STEPS n]`: one clean, one corrupted and one backward pass for the
+    /// whole grid, each cell (clean − corrupted) · ∂metric/∂activation (a first-order
+    /// estimate); with STEPS n the gradient is averaged over n runs whose input moves from
+    /// the corrupted prompt's to the clean one's (integrated gradients).
+    Attribution(Option<u64>),
+}
+
+impl std::fmt::Display for PatchMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PatchMethod::Runs => f.write_str("runs"),
+            PatchMethod::Attribution(None) => f.write_str("attribution"),
+            PatchMethod::Attribution(Some(n)) => write!(f, "attribution steps {n}"),
+        }
+    }
 }
 
 /// Which positions a patching grid restores, one cell each (or all together).
@@ -690,6 +750,8 @@ pub enum ShowWhat {
     Package,
     /// The bound model's FFN programmes and the maturity rung of each (seed 002 §10–11).
     Capabilities,
+    /// The connection's steering vectors, per layer.
+    Steering,
 }
 
 /// A literal value.
@@ -993,6 +1055,7 @@ leaf!(
     PatchPositions,
     PatchComponent,
     PatchMetric,
+    PatchMethod,
     ModelRef,
     CompileTarget,
     ExtractFormat,
@@ -1109,6 +1172,7 @@ fields!(Patch {
     positions,
     component,
     metric,
+    method,
     save
 });
 fields!(Insert {
@@ -1201,6 +1265,22 @@ impl SpanVisit for Corruption {
         }
     }
 }
+fields!(SteeringSpec {
+    source,
+    scale,
+    layers
+});
+impl SpanVisit for SteeringSource {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        match self {
+            SteeringSource::File(s) => s.visit_spans(f),
+            SteeringSource::Difference { positive, negative } => {
+                positive.visit_spans(f);
+                negative.visit_spans(f);
+            }
+        }
+    }
+}
 impl SpanVisit for StageSource {
     fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
         match self {
@@ -1248,6 +1328,15 @@ impl SpanVisit for StatementKind {
             StatementKind::RunStage(s) => s.visit_spans(f),
             StatementKind::InferFrom(s) => s.visit_spans(f),
             StatementKind::Set(s) => s.visit_spans(f),
+            StatementKind::SetSteering(s) => s.visit_spans(f),
+            StatementKind::SaveSteering(s) => s.visit_spans(f),
+            StatementKind::Steered {
+                steering,
+                statement,
+            } => {
+                steering.visit_spans(f);
+                statement.visit_spans(f);
+            }
             StatementKind::SavePatch | StatementKind::Stats => {}
         }
     }

@@ -178,6 +178,7 @@ impl Display for ShowWhat {
             ShowWhat::Tables => "TABLES",
             ShowWhat::Package => "PACKAGE",
             ShowWhat::Capabilities => "CAPABILITIES",
+            ShowWhat::Steering => "STEERING",
         })
     }
 }
@@ -325,6 +326,29 @@ impl Display for Expr {
             }
         }
     }
+}
+
+fn steering(f: &mut Formatter<'_>, s: &SteeringSpec) -> fmt::Result {
+    let list = |f: &mut Formatter<'_>, v: &[Spanned<String>]| -> fmt::Result {
+        f.write_str("(")?;
+        for (i, t) in v.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}", Q(&t.value))?;
+        }
+        f.write_str(")")
+    };
+    match &s.source {
+        SteeringSource::File(p) => write!(f, "{}", Q(&p.value))?,
+        SteeringSource::Difference { positive, negative } => {
+            list(f, positive)?;
+            f.write_str(" MINUS ")?;
+            list(f, negative)?;
+        }
+    }
+    opt_float(f, "SCALE", &s.scale)?;
+    layers(f, &s.layers)
 }
 
 fn layers(f: &mut Formatter<'_>, l: &Option<Spanned<LayerSpec>>) -> fmt::Result {
@@ -521,6 +545,9 @@ impl Display for StatementKind {
                     Some(PatchMetric::Logit(a)) => write!(f, " METRIC LOGIT({})", Q(a))?,
                     Some(PatchMetric::Prob(a)) => write!(f, " METRIC PROB({})", Q(a))?,
                 }
+                if let Some(m) = &p.method {
+                    write!(f, " BY {}", m.value.to_string().to_uppercase())?;
+                }
                 opt_str(f, "SAVE", &p.save)
             }
             StatementKind::Insert(i) => {
@@ -565,6 +592,20 @@ impl Display for StatementKind {
             StatementKind::Set(s) => match s.value {
                 Setting::Backend(b) => write!(f, "SET backend = {}", Q(b.name())),
             },
+            StatementKind::SetSteering(None) => f.write_str("SET STEERING = OFF"),
+            StatementKind::SetSteering(Some(s)) => {
+                f.write_str("SET STEERING = ")?;
+                steering(f, &s.value)
+            }
+            StatementKind::SaveSteering(p) => write!(f, "SAVE STEERING {}", Q(&p.value)),
+            StatementKind::Steered {
+                steering: s,
+                statement,
+            } => {
+                f.write_str("WITH STEERING ")?;
+                steering(f, &s.value)?;
+                write!(f, " {statement}")
+            }
             StatementKind::ApplyPatch(p) => write!(f, "APPLY PATCH {}", Q(&p.value)),
             StatementKind::RemovePatch(p) => write!(f, "REMOVE PATCH {}", Q(&p.value)),
             StatementKind::Diff(d) => {

@@ -148,6 +148,22 @@ fn unknown_choice_words() {
         "unknown component",
     );
     check("PATCH 'a' FROM 'b' METRIC «logits»(' x')", "unknown metric");
+    check(
+        "PATCH 'a' FROM 'b' BY «gradient»",
+        "unknown patching method",
+    );
+    check(
+        "SET STEERING = 'a.gguf' SCALE 2 «SCALE 3»",
+        "duplicate SCALE",
+    );
+    check(
+        "PATCH 'a' FROM 'b' BY RUNS STEPS «3»",
+        "only attribution takes STEPS",
+    );
+    check(
+        "PATCH 'a' FROM 'b' BY RUNS «BY ATTRIBUTION»",
+        "duplicate BY",
+    );
 }
 
 #[test]
@@ -182,7 +198,7 @@ fn structural_mistakes() {
     check("SELECT * FROM edges WHERE a «5»", "a comparison operator");
     check("SELECT * FROM edges WHERE a IN «)»", "expected `(`");
     check("WALK 'x' «'y'»", "found a string");
-    check("SAVE «'p'»", "expected PATCH");
+    check("SAVE «'p'»", "expected STEERING or PATCH");
 }
 
 #[test]

@@ -8,6 +8,7 @@ use crate::pushdown::{expr_size, int_domain};
 use crate::schema::{self, ColumnDef};
 use lql_grammar::{
     self as g, suggest, Ident, LayerSpec, Span, Spanned, StageSource, Statement, StatementKind,
+    SteeringSource, SteeringSpec,
 };
 
 type Result<T> = std::result::Result<T, PlanError>;
@@ -20,6 +21,9 @@ pub const DEFAULT_WALK_TOP: usize = 10;
 pub const DEFAULT_MAX_TOKENS: usize = 64;
 /// Most nodes (columns, literals, operators) a WHERE clause may have.
 pub const MAX_WHERE_NODES: usize = 10_000;
+/// Most interpolation steps `PATCH … BY ATTRIBUTION STEPS n` takes (each one forward and
+/// one backward pass).
+pub const MAX_ATTRIBUTION_STEPS: u64 = 256;
 
 /// Refuses a WHERE clause larger than [`MAX_WHERE_NODES`].
 pub(crate) fn check_where_size(f: &Spanned<Expr>) -> Result<()> {
@@ -43,6 +47,16 @@ pub fn bind(stmt: &Statement, catalog: &dyn Catalog) -> Result<LogicalPlan> {
         stmt_span: stmt.span,
     }
     .statement(stmt)
+}
+
+/// Binds a `WITH STEERING` spec against the catalog (the engine builds the steering before
+/// its statement runs).
+pub fn bind_steering(spec: &Spanned<SteeringSpec>, catalog: &dyn Catalog) -> Result<SteeringPlan> {
+    Binder {
+        facts: catalog.bound(),
+        stmt_span: spec.span,
+    }
+    .steering(spec)
 }
 
 struct Binder {
@@ -76,6 +90,23 @@ impl Binder {
                 LogicalPlan::SavePatch
             }
             K::Set(s) => LogicalPlan::Set(s.value),
+            K::SetSteering(s) => LogicalPlan::SetSteering(match s {
+                None => None,
+                Some(s) => Some(self.steering(s)?),
+            }),
+            K::SaveSteering(p) => {
+                self.model()?;
+                LogicalPlan::SaveSteering {
+                    path: path(p, "control-vector file")?,
+                }
+            }
+            K::Steered {
+                steering,
+                statement,
+            } => {
+                self.steering(steering)?;
+                self.statement(statement)?
+            }
             K::ApplyPatch(p) => {
                 self.model()?;
                 LogicalPlan::ApplyPatch {
@@ -456,6 +487,59 @@ impl Binder {
             }
             ModelRef::Path(_) => Ok(()),
         }
+    }
+
+    // ---- steering -----------------------------------------------------------------------
+
+    /// Binds a steering spec against the bound model (its layers, a finite scale; activation
+    /// addition needs the layers it works at and texts on both sides).
+    fn steering(&self, s: &Spanned<SteeringSpec>) -> Result<SteeringPlan> {
+        let m = self.model()?.clone();
+        let scale = match &s.value.scale {
+            Some(v) if !v.value.is_finite() => {
+                return Err(PlanError::semantic("SCALE must be a finite number", v.span))
+            }
+            Some(v) => v.value,
+            None => 1.0,
+        };
+        let layers = match &s.value.layers {
+            None => None,
+            Some(l) => Some(self.layers(&m, Some(l))?),
+        };
+        let source = match &s.value.source {
+            SteeringSource::File(p) => SteeringPlanSource::File(path(p, "control-vector file")?),
+            SteeringSource::Difference { positive, negative } => {
+                if layers.is_none() {
+                    return Err(PlanError::semantic(
+                        "activation addition needs the layer it works at",
+                        s.span,
+                    )
+                    .with_help(
+                        "add AT LAYER l (or LAYERS a-b): the difference is taken and added there",
+                    ));
+                }
+                let texts = |v: &[Spanned<String>]| -> Result<Vec<String>> {
+                    v.iter()
+                        .map(|t| {
+                            if t.value.is_empty() {
+                                Err(PlanError::semantic("a steering text is empty", t.span))
+                            } else {
+                                Ok(t.value.clone())
+                            }
+                        })
+                        .collect()
+                };
+                SteeringPlanSource::Difference {
+                    positive: texts(positive)?,
+                    negative: texts(negative)?,
+                }
+            }
+        };
+        Ok(SteeringPlan {
+            source,
+            scale,
+            layers,
+        })
     }
 
     // ---- layer ranges -----------------------------------------------------------------
@@ -869,6 +953,24 @@ impl Binder {
                 .map_or(PatchPositions::All, |x| x.value),
             component,
             metric: p.metric.as_ref().map(|m| m.value.clone()),
+            method: match &p.method {
+                None => PatchMethod::Runs,
+                Some(m) => match m.value {
+                    PatchMethod::Attribution(Some(n))
+                        if !(1..=MAX_ATTRIBUTION_STEPS).contains(&n) =>
+                    {
+                        return Err(PlanError::semantic(
+                            format!("STEPS {n} is out of range"),
+                            m.span,
+                        )
+                        .with_label(
+                            m.span,
+                            format!("1 to {MAX_ATTRIBUTION_STEPS} interpolation steps"),
+                        ))
+                    }
+                    v => v,
+                },
+            },
             save: p
                 .save
                 .as_ref()

@@ -35,7 +35,9 @@ mod typecheck;
 mod unbuilt;
 mod writes;
 
-pub use bind::{bind, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP, MAX_WHERE_NODES};
+pub use bind::{
+    bind, bind_steering, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP, MAX_WHERE_NODES,
+};
 pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
 pub use error::{PlanError, PlanErrorKind};
 pub use logical::*;

@@ -5,8 +5,8 @@
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
     ArtifactWhat, BackendChoice, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind,
-    ExtractFormat, ExtractShape, ModelRef, PatchComponent, PatchMetric, PatchPositions, Positions,
-    RepresentTarget, Setting, ShowWhat, Table, Value, WalkMode,
+    ExtractFormat, ExtractShape, ModelRef, PatchComponent, PatchMethod, PatchMetric,
+    PatchPositions, Positions, RepresentTarget, Setting, ShowWhat, Table, Value, WalkMode,
 };
 use std::fmt;
 
@@ -335,8 +335,54 @@ pub struct PatchPlan {
     pub component: PatchComponent,
     /// None: the probability of the clean run's top token.
     pub metric: Option<PatchMetric>,
+    /// Default runs (exact).
+    pub method: PatchMethod,
     /// SAVE: an SVG heat map of the fraction recovered.
     pub save: Option<String>,
+}
+
+/// A bound steering (SET STEERING, WITH STEERING): where its vectors come from, their scale
+/// and the layers they go on.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SteeringPlan {
+    pub source: SteeringPlanSource,
+    /// Default 1.
+    pub scale: f64,
+    /// A file: the layers of it kept (all when None). Activation addition: the layers a
+    /// difference is taken and added at (always given).
+    pub layers: Option<LayerRange>,
+}
+
+/// Where a steering's vectors come from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum SteeringPlanSource {
+    /// A llama.cpp control-vector GGUF.
+    File(String),
+    /// The mean residual of `positive` minus that of `negative`, per layer.
+    Difference {
+        positive: Vec<String>,
+        negative: Vec<String>,
+    },
+}
+
+impl std::fmt::Display for SteeringPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.source {
+            SteeringPlanSource::File(p) => write!(f, "file={p:?}")?,
+            SteeringPlanSource::Difference { positive, negative } => write!(
+                f,
+                "difference of {} text{} minus {}",
+                positive.len(),
+                if positive.len() == 1 { "" } else { "s" },
+                negative.len()
+            )?,
+        }
+        write!(f, " scale={}", self.scale)?;
+        if let Some(l) = self.layers {
+            write!(f, " layers={l}")?;
+        }
+        Ok(())
+    }
 }
 
 /// How PATCH's corrupted run differs from its clean run.
@@ -472,6 +518,12 @@ pub enum LogicalPlan {
         path: String,
     },
     SavePatch,
+    /// SET STEERING = spec | OFF (None).
+    SetSteering(Option<SteeringPlan>),
+    /// SAVE STEERING "file.gguf".
+    SaveSteering {
+        path: String,
+    },
     /// `SET name = value`: a session setting.
     Set(Setting),
     ApplyPatch {
@@ -577,6 +629,8 @@ impl LogicalPlan {
             LogicalPlan::Update(_) => "UPDATE",
             LogicalPlan::BeginPatch { .. } => "BEGIN PATCH",
             LogicalPlan::SavePatch => "SAVE PATCH",
+            LogicalPlan::SetSteering(_) => "SET STEERING",
+            LogicalPlan::SaveSteering { .. } => "SAVE STEERING",
             LogicalPlan::Set(_) => "SET",
             LogicalPlan::ApplyPatch { .. } => "APPLY PATCH",
             LogicalPlan::RemovePatch { .. } => "REMOVE PATCH",
@@ -616,6 +670,7 @@ impl LogicalPlan {
                 | LogicalPlan::BeginPatch { .. }
                 | LogicalPlan::SavePatch
                 | LogicalPlan::Set(_)
+                | LogicalPlan::SetSteering(_)
                 | LogicalPlan::ApplyPatch { .. }
                 | LogicalPlan::RemovePatch { .. }
         )

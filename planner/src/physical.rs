@@ -68,6 +68,8 @@ pub enum Operator {
         positions: PatchPositions,
         component: PatchComponent,
         metric: Option<PatchMetric>,
+        /// Runs per cell, or one attribution pass for the grid.
+        method: PatchMethod,
     },
     /// Softmax over the vocabulary, then the `k` most likely tokens.
     TopK {
@@ -180,6 +182,14 @@ pub enum Operator {
     SetSetting {
         name: String,
         value: String,
+    },
+    /// `SET STEERING`: build the connection's steering (None: remove it).
+    SetSteering {
+        steering: Option<SteeringPlan>,
+    },
+    /// `SAVE STEERING`: write the connection's steering as a llama.cpp control vector.
+    SaveSteering {
+        path: String,
     },
     PatchApply {
         path: String,
@@ -594,6 +604,10 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
         ],
         LogicalPlan::BeginPatch { path } => vec![O::PatchBegin { path: path.clone() }],
         LogicalPlan::SavePatch => vec![O::PatchSave],
+        LogicalPlan::SetSteering(s) => vec![O::SetSteering {
+            steering: s.clone(),
+        }],
+        LogicalPlan::SaveSteering { path } => vec![O::SaveSteering { path: path.clone() }],
         LogicalPlan::Set(s) => vec![match s {
             crate::logical::Setting::Backend(b) => O::SetSetting {
                 name: "backend".into(),
@@ -743,6 +757,7 @@ fn patch_plan(p: &PatchPlan, plan: &LogicalPlan) -> PhysicalPlan {
             positions: p.positions,
             component: p.component,
             metric: p.metric.clone(),
+            method: p.method,
         },
         inputs,
     };
@@ -904,6 +919,7 @@ impl fmt::Display for Operator {
                 positions,
                 component,
                 metric,
+                method,
             } => {
                 write!(f, "ActivationPatch")?;
                 if let PatchCorruption::Noise {
@@ -931,13 +947,26 @@ impl fmt::Display for Operator {
                     PatchComponent::Head(None) => " × each head",
                     _ => "",
                 };
-                write!(
-                    f,
-                    " component={component} metric={} runs=clean + corrupted + one per cell ({} layer{} × {per}{heads})",
-                    metric_text(metric),
+                write!(f, " component={component} metric={}", metric_text(metric))?;
+                let grid = format!(
+                    "{} layer{} × {per}{heads}",
                     layers.len(),
                     if layers.len() == 1 { "" } else { "s" }
-                )
+                );
+                match method {
+                    PatchMethod::Runs => write!(
+                        f,
+                        " runs=clean + corrupted + one per cell ({grid})"
+                    ),
+                    PatchMethod::Attribution(None) => write!(
+                        f,
+                        " method=attribution runs=clean + corrupted + one backward pass (estimates {grid})"
+                    ),
+                    PatchMethod::Attribution(Some(n)) => write!(
+                        f,
+                        " method=attribution steps={n} runs=clean + corrupted + {n} interpolated forward and backward passes (estimates {grid})"
+                    ),
+                }
             }
             O::Decompose => f.write_str("Decompose attn/ffn"),
             O::SaveTrace { path } => write!(f, "SaveTrace {}", quote(path)),
@@ -1045,6 +1074,13 @@ impl fmt::Display for Operator {
             O::PatchBegin { path } => write!(f, "PatchBegin {}", quote(path)),
             O::PatchSave => f.write_str("PatchSave"),
             O::SetSetting { name, value } => write!(f, "SetSetting {name}={}", quote(value)),
+            O::SetSteering { steering: None } => f.write_str("SetSteering off"),
+            O::SetSteering { steering: Some(s) } => write!(f, "SetSteering {s}"),
+            O::SaveSteering { path } => write!(
+                f,
+                "SaveSteering {} format=llama.cpp-control-vector",
+                quote(path)
+            ),
             O::PatchApply { path } => write!(f, "PatchApply {}", quote(path)),
             O::PatchRemove { path } => write!(f, "PatchRemove {}", quote(path)),
             O::Open {

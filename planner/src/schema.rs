@@ -590,6 +590,25 @@ const SHOW_BACKENDS: Spec = &[
         "the backend this session's forward passes run on",
     ),
 ];
+const STEERING: Spec = &[
+    (
+        "layer",
+        Int,
+        "layer whose output the vector is added to (llama.cpp's direction.N)",
+    ),
+    ("norm", Float, "L2 norm of the vector added (after SCALE)"),
+    (
+        "source",
+        Text,
+        "the control-vector file, or the texts of activation addition",
+    ),
+    ("scale", Float, "the SCALE its vectors were multiplied by"),
+];
+const SAVE_STEERING: Spec = &[
+    ("path", Text, "the control-vector GGUF written"),
+    ("layers", Int, "layers it steers"),
+    ("bytes", Int, "file size"),
+];
 const SET: Spec = &[
     ("setting", Text, "the setting's name"),
     ("value", Text, "its new value"),
@@ -778,6 +797,7 @@ pub fn show_columns(what: ShowWhat) -> Vec<ColumnDef> {
         ShowWhat::Package => SHOW_PACKAGE,
         ShowWhat::Profiles => SHOW_PROFILES,
         ShowWhat::Patches => PATCHES,
+        ShowWhat::Steering => STEERING,
         ShowWhat::Capabilities => SHOW_CAPABILITIES,
     })
 }
@@ -869,6 +889,8 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         LogicalPlan::Show(s) => show_columns(s.what),
         LogicalPlan::Stats => defs(STATS),
         LogicalPlan::Set(_) => defs(SET),
+        LogicalPlan::SetSteering(_) => defs(STEERING),
+        LogicalPlan::SaveSteering { .. } => defs(SAVE_STEERING),
         LogicalPlan::Tokenize { .. } => defs(TOKENIZE),
         LogicalPlan::DescribeTable { .. } => defs(DESCRIBE_TABLE),
         LogicalPlan::Explain(e) => match (e.mode, e.inner.as_ref()) {
@@ -1004,8 +1026,8 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("TRACE", r#"TRACE "prompt" [FOR "token"] [DECOMPOSE] [LAYERS a-b] [POSITIONS LAST|ALL] [SAVE "file"]"#,
           "Per-layer logit lens of the prompt (docs/trace.md). The columns depend on FOR, DECOMPOSE and POSITIONS; the default form's are listed.".into(),
           r#"TRACE "The capital of France is" FOR " Paris""#, Vary),
-        d("PATCH", r#"PATCH "corrupted" FROM "clean" | NOISE ON "subject" [SCALE s] [SEED n] [LAYERS a-b|ALL | AT LAYER l] [POSITIONS ALL|LAST|TOGETHER | POSITION p] [COMPONENT resid_pre|resid_mid|attn_out|mlp_out|head [h]] [METRIC LOGIT_DIFF("a", "b")|LOGIT("a")|PROB("a")] [SAVE "map.svg"]"#,
-          "Activation patching (docs/interpretability.md): runs the clean prompt once recording the component, the corrupted prompt once, then the corrupted prompt once per cell (layer × position, × head for `head`) with that cell restored from the clean run; one row per cell with the metric on the clean, corrupted and patched runs and the fraction recovered. FROM pairs two prompts of the same token count; NOISE ON adds seeded Gaussian noise of SCALE (default 3) × the embeddings' standard deviation to the subject's tokens (ROME's causal tracing; SEED default 0). Defaults: every layer, each position, resid_pre, and the probability of the clean run's top token. POSITIONS TOGETHER restores every position in one cell. SAVE draws the fraction recovered as an SVG heat map (layers up, cells across). CPU backend.".into(),
+        d("PATCH", r#"PATCH "corrupted" FROM "clean" | NOISE ON "subject" [SCALE s] [SEED n] [LAYERS a-b|ALL | AT LAYER l] [POSITIONS ALL|LAST|TOGETHER | POSITION p] [COMPONENT resid_pre|resid_mid|attn_out|mlp_out|head [h]] [METRIC LOGIT_DIFF("a", "b")|LOGIT("a")|PROB("a")] [BY RUNS|ATTRIBUTION [STEPS n]] [SAVE "map.svg"]"#,
+          "Activation patching (docs/interpretability.md): runs the clean prompt once recording the component, the corrupted prompt once, then the corrupted prompt once per cell (layer × position, × head for `head`) with that cell restored from the clean run; one row per cell with the metric on the clean, corrupted and patched runs and the fraction recovered. FROM pairs two prompts of the same token count; NOISE ON adds seeded Gaussian noise of SCALE (default 3) × the embeddings' standard deviation to the subject's tokens (ROME's causal tracing; SEED default 0). Defaults: every layer, each position, resid_pre, and the probability of the clean run's top token. POSITIONS TOGETHER restores every position in one cell. BY ATTRIBUTION estimates every cell from the clean run, the corrupted run and one backward pass ((clean − corrupted) · ∂metric/∂activation; pre-norm RMSNorm blocks with dense FFNs); STEPS n averages the gradient over n runs interpolated from the corrupted input to the clean one. SAVE draws the fraction recovered as an SVG heat map (layers up, cells across). CPU backend.".into(),
           r#"PATCH "When Mary and John went out, Mary gave a drink to" FROM "When Mary and John went out, John gave a drink to" AT LAYER 10 METRIC LOGIT_DIFF(" Mary", " John")"#, OfExample),
         d("INSERT", "INSERT INTO edges (entity, relation, target) VALUES (…), … [AT LAYER n] [ALPHA a] [CONFIDENCE c]",
           "A knowledge edit: an added gated FFN feature per row in the connection's effective state (never the base files); optional prompt column, AT LAYER, ALPHA (docs/editing.md).".into(),
@@ -1056,7 +1078,16 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("SET", "SET backend = 'cpu'|'gpu'|'auto'",
           "A session setting. `backend`: where later forward passes run, for the bound model and the next USE (`gpu` fails without an adapter that can run the model; `auto` falls back to the CPU).".into(),
           "SET backend = 'cpu'", OfExample),
-        d("SHOW", r#"SHOW MODELS|BACKENDS|ARCHITECTURES|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|TABLES|PACKAGE [LIKE "pattern"] | SHOW COMPONENTS|REPRESENTATIONS|PROFILES "container""#,
+        d("SET STEERING", r#"SET STEERING = "vector.gguf" | ("text", …) MINUS ("text", …) [SCALE s] [LAYERS a-b | AT LAYER l] | SET STEERING = OFF"#,
+          "The connection's steering (docs/interpretability.md): vectors added to the residual stream leaving layers, in every pass of INFER, GENERATE, TRACE, WALK and PATCH until OFF. A file is a llama.cpp control vector (direction.N added after layer N; LAYERS keeps those inside); the texts are activation addition: at each layer named, the mean residual of the first texts minus the second's. SCALE multiplies (default 1). Refused: another family's or width's vector, a layer the model lacks, a value that is not finite. OFF restores every logit bit for bit. CPU backend.".into(),
+          r#"SET STEERING = ("I love this") MINUS ("I hate this") AT LAYER 8 SCALE 4"#, OfExample),
+        d("SAVE STEERING", r#"SAVE STEERING "vector.gguf""#,
+          "Writes the steering in force as a llama.cpp control vector (what is added, SCALE included; llama.cpp reads it with --control-vector). Written to a temporary name and renamed.".into(),
+          r#"SAVE STEERING "love.gguf""#, OfExample),
+        d("WITH STEERING", r#"WITH STEERING "vector.gguf" | ("text", …) MINUS ("text", …) [SCALE s] [LAYERS a-b | AT LAYER l] statement"#,
+          "Runs one statement steered, in place of the connection's steering; the result is the statement's.".into(),
+          r#"WITH STEERING "calm.gguf" SCALE 2 GENERATE "Hello" MAX 16"#, Vary),
+        d("SHOW", r#"SHOW MODELS|BACKENDS|ARCHITECTURES|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES|STEERING|TABLES|PACKAGE [LIKE "pattern"] | SHOW COMPONENTS|REPRESENTATIONS|PROFILES "container""#,
           "Introspection; the columns of each target are listed below. With a container path, COMPONENTS, REPRESENTATIONS and PROFILES answer from that container's artifact alone (no binding).".into(),
           "SHOW TABLES", Vary),
         d("STATS", "STATS", "Key/value statistics of the bound model.".into(), "STATS", OfExample),
@@ -1088,6 +1119,7 @@ pub fn show_docs() -> Vec<(&'static str, Vec<ColumnDef>)> {
         ("TENSORS", ShowWhat::Tensors),
         ("PROFILES", ShowWhat::Profiles),
         ("PATCHES", ShowWhat::Patches),
+        ("STEERING", ShowWhat::Steering),
         ("TABLES", ShowWhat::Tables),
         ("PACKAGE", ShowWhat::Package),
         ("CAPABILITIES", ShowWhat::Capabilities),

@@ -23,6 +23,7 @@ pub fn writes(plan: &LogicalPlan) -> Option<&'static str> {
         LogicalPlan::Compact { .. } => Some("rewrites a container"),
         LogicalPlan::Represent(_) => Some("adds a segment to a container"),
         LogicalPlan::RunStage { .. } => Some("writes an activation file"),
+        LogicalPlan::SaveSteering { .. } => Some("writes a control-vector file"),
         LogicalPlan::Trace(t) if t.save.is_some() => Some("writes a trace file"),
         LogicalPlan::Patch(p) if p.save.is_some() => Some("writes a heat map"),
         LogicalPlan::Explain(e) => match e.mode {
@@ -45,7 +46,8 @@ pub fn writes(plan: &LogicalPlan) -> Option<&'static str> {
         | LogicalPlan::Tokenize { .. }
         | LogicalPlan::DescribeTable { .. }
         | LogicalPlan::Artifact { .. }
-        | LogicalPlan::Set(_) => None,
+        | LogicalPlan::Set(_)
+        | LogicalPlan::SetSteering(_) => None,
     }
 }
 

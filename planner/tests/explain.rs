@@ -241,6 +241,19 @@ fn every_statement_can_be_explained() {
         if d.name.starts_with("EXPLAIN") {
             continue;
         }
+        // A prefix of any statement, EXPLAIN included: WITH STEERING … EXPLAIN PLAN ….
+        if d.name == "WITH STEERING" {
+            let text = "WITH STEERING \"v.gguf\" EXPLAIN PLAN GENERATE \"Hello\" MAX 16";
+            let s = lql_grammar::parse_statement(text).unwrap();
+            let lql_grammar::StatementKind::Steered { statement, .. } = s.kind else {
+                panic!("{text}");
+            };
+            assert!(matches!(
+                statement.kind,
+                lql_grammar::StatementKind::ExplainPlan(_)
+            ));
+            continue;
+        }
         let text = format!("EXPLAIN PLAN {}", d.example);
         let s = lql_grammar::parse_statement(&text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
         assert!(

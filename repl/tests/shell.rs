@@ -146,7 +146,10 @@ fn offline_refuses_a_model_that_is_not_cached() {
 fn tables_and_schema_list_what_answers() {
     let o = lql(&[MODEL, ".tables"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o), "features  layers  tokens  tensors  edges\n");
+    assert_eq!(
+        stdout(&o),
+        "features  layers  tokens  tensors  edges  attention  heads\n"
+    );
     // `routes` answers only on a model with a router: the schema source still has it.
     let o = lql(&[MODEL, ".schema routes"]);
     assert!(

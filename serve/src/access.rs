@@ -69,6 +69,33 @@ fn classify_kind(kind: &StatementKind) -> Access {
             return Access::Session
         }
         StatementKind::SavePatch => return Access::SavePatch,
+        // Steering is the connection's state, like an edit; a control-vector file is read.
+        StatementKind::SetSteering(s) => match steering_file(s.as_ref()) {
+            None => return Access::Session,
+            Some(f) => read.push(f),
+        },
+        StatementKind::SaveSteering(p) => write.push(p.value.clone()),
+        // One statement steered: its own rule, plus the control-vector file it reads.
+        StatementKind::Steered {
+            steering,
+            statement,
+        } => {
+            let inner = classify_kind(&statement.kind);
+            return match (steering_file(Some(steering)), inner) {
+                (None, inner) => inner,
+                (Some(f), Access::Read) => Access::Files {
+                    read: vec![f],
+                    write: Vec::new(),
+                },
+                (Some(f), Access::Files { mut read, write }) => {
+                    read.push(f);
+                    Access::Files { read, write }
+                }
+                (Some(_), _) => Access::Refused(
+                    "WITH STEERING from a file before an edit or SAVE PATCH over HTTP",
+                ),
+            };
+        }
         StatementKind::Set(_) => {
             return Access::Refused("SET over HTTP: the served model's backend is fixed")
         }
@@ -150,6 +177,13 @@ fn classify_kind(kind: &StatementKind) -> Access {
         Access::Read
     } else {
         Access::Files { read, write }
+    }
+}
+
+fn steering_file(s: Option<&lql_grammar::Spanned<lql_grammar::SteeringSpec>>) -> Option<String> {
+    match &s?.value.source {
+        lql_grammar::SteeringSource::File(f) => Some(f.value.clone()),
+        lql_grammar::SteeringSource::Difference { .. } => None,
     }
 }
 
@@ -238,6 +272,29 @@ mod tests {
     fn statements_are_classified() {
         assert_eq!(classify("INFER 'a' TOP 3"), Access::Read);
         assert_eq!(classify("SHOW LAYERS"), Access::Read);
+        assert_eq!(classify("SET STEERING = OFF"), Access::Session);
+        assert_eq!(
+            classify("SET STEERING = ('a') MINUS ('b') AT LAYER 3"),
+            Access::Session
+        );
+        let files = |read: &[&str], write: &[&str]| Access::Files {
+            read: read.iter().map(|s| s.to_string()).collect(),
+            write: write.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(classify("SET STEERING = 'v.gguf'"), files(&["v.gguf"], &[]));
+        assert_eq!(classify("SAVE STEERING 'o.gguf'"), files(&[], &["o.gguf"]));
+        assert_eq!(
+            classify("WITH STEERING 'v.gguf' TRACE 'x' SAVE 't.json'"),
+            files(&["v.gguf"], &["t.json"])
+        );
+        assert_eq!(
+            classify("WITH STEERING ('a') MINUS ('b') AT LAYER 2 INFER 'x'"),
+            Access::Read
+        );
+        assert!(matches!(
+            classify("WITH STEERING 'v.gguf' INSERT INTO edges (subject, relation, target) VALUES ('a', 'b', 'c')"),
+            Access::Refused(_)
+        ));
         assert!(matches!(classify("USE \"x.gguf\""), Access::Refused(_)));
         assert_eq!(
             classify("EXTRACT MODEL \"a.gguf\" INTO \"out.vindex\""),

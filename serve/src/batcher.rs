@@ -205,8 +205,16 @@ impl<'t> Scheduler<'t> {
                 self.finished(a, outcome);
                 continue;
             }
+            // A steered request decodes on its own steering (still in the shared batch).
+            let session = match &req.steering {
+                None => self.exec.session(),
+                Some(s) => match self.exec.clone().with_steering(Some(s.clone())) {
+                    Ok(e) => e.session(),
+                    Err(e) => return self.failed(a, &e),
+                },
+            };
             a.seq = Some(Seq {
-                session: self.exec.session(),
+                session,
                 dec,
                 logits: None,
             });

@@ -16,6 +16,8 @@ pub struct Request {
     pub stop: Vec<String>,
     /// Report log-probabilities, with this many alternatives per token.
     pub logprobs: Option<usize>,
+    /// Vectors added to the residual stream in this request's passes only.
+    pub steering: Option<std::sync::Arc<lql_exec::steer::Steering>>,
 }
 
 /// One alternative token and its log-probability.

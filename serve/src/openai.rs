@@ -199,6 +199,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
                 ))
             }
         };
+        let steering = steering(&state, &req.sampling)?;
         let mut reqs = Vec::new();
         for ids in &prompts {
             for i in 0..n {
@@ -208,6 +209,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
                     sampling: wire::sampling(&req.sampling, i)?,
                     stop: stop.clone(),
                     logprobs,
+                    steering: steering.clone(),
                 });
             }
         }
@@ -221,6 +223,49 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
         })
     })();
     run_job(state, Shape::Completion, job, t0).await
+}
+
+/// The request's `steering`: a control vector read from under `--allow-writes` (as
+/// `/v1/lql` reads files) and checked against the served model.
+fn steering(
+    state: &AppState,
+    f: &wire::SamplingFields,
+) -> Result<Option<Arc<lql_exec::steer::Steering>>, ApiError> {
+    let Some(s) = &f.steering else {
+        return Ok(None);
+    };
+    let bad = |m: String| ApiError::invalid_param("steering", m);
+    let Some(dir) = state.write_dir.as_deref() else {
+        return Err(bad(
+            "steering reads a control-vector file: start the server with --allow-writes DIR and put it under DIR".into(),
+        ));
+    };
+    if let Some(why) = crate::access::outside(dir, &s.vector) {
+        return Err(bad(format!(
+            "{why}; files are read only under --allow-writes"
+        )));
+    }
+    let scale = s.scale.unwrap_or(1.0);
+    if !scale.is_finite() {
+        return Err(bad(format!("scale {scale} is not finite")));
+    }
+    let layers = match s.layers {
+        Some([a, b]) if a > b => return Err(bad(format!("layers [{a}, {b}] run backwards"))),
+        Some([a, b]) => Some(a..=b),
+        None => None,
+    };
+    let cv =
+        lql_storage::format::control_vector::ControlVector::read(std::path::Path::new(&s.vector))
+            .map_err(|e| bad(e.to_string()))?;
+    let st = lql_exec::steer::Steering::from_control_vector(
+        &state.model.surface,
+        &cv,
+        scale as f32,
+        layers,
+        s.vector.as_str(),
+    )
+    .map_err(|e| bad(e.to_string()))?;
+    Ok(Some(Arc::new(st)))
 }
 
 /// Refuses what this server does not build: tool calls and schema-constrained output.
@@ -313,6 +358,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
                 ))
             }
         };
+        let steering = steering(&state, &req.sampling)?;
         let mut reqs = Vec::new();
         for i in 0..n {
             reqs.push(generate::Request {
@@ -321,6 +367,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
                 sampling: wire::sampling(&req.sampling, i)?,
                 stop: stop.clone(),
                 logprobs,
+                steering: steering.clone(),
             });
         }
         Ok(Job {
@@ -411,6 +458,7 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
                 sampling: wire::sampling(&req.sampling, 0)?,
                 stop: Vec::new(),
                 logprobs: None,
+                steering: steering(&state, &req.sampling)?,
             }],
             prompt_tokens: ids.len(),
             stream: false,

@@ -24,7 +24,7 @@ impl OneOrMany {
     }
 }
 
-/// Sampling fields shared by every generating route.
+/// Sampling fields shared by every generating route (and LQL's steering extension).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct SamplingFields {
     pub temperature: Option<f64>,
@@ -32,6 +32,18 @@ pub struct SamplingFields {
     /// Not OpenAI's, but llama.cpp's and vLLM's.
     pub top_k: Option<i64>,
     pub seed: Option<i64>,
+    /// Not OpenAI's: a llama.cpp control vector added in this request's passes only.
+    pub steering: Option<SteeringField>,
+}
+
+/// `"steering": {"vector": "file.gguf", "scale": 0.8, "layers": [10, 20]}`: a control
+/// vector under `--allow-writes DIR`, its scale (1) and the layers of it kept (all).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SteeringField {
+    pub vector: String,
+    pub scale: Option<f64>,
+    pub layers: Option<[usize; 2]>,
 }
 
 /// `stream_options`.

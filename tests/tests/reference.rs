@@ -23,6 +23,9 @@ fn name_of(k: &K) -> &'static str {
         | K::BeginPatch(_)
         | K::SavePatch
         | K::Set(_)
+        | K::SetSteering(_)
+        | K::SaveSteering(_)
+        | K::Steered { .. }
         | K::ApplyPatch(_)
         | K::RemovePatch(_)
         | K::Diff(_)
@@ -59,6 +62,9 @@ const ALL: &[&str] = &[
     "BEGIN PATCH",
     "SAVE PATCH",
     "SET",
+    "SET STEERING",
+    "SAVE STEERING",
+    "WITH STEERING",
     "APPLY PATCH",
     "REMOVE PATCH",
     "DIFF",

@@ -5,6 +5,7 @@
 mod diagnose;
 mod expr;
 mod patch;
+mod steering;
 
 use diagnose::convert_error;
 use expr::{expr, literal};
@@ -256,12 +257,40 @@ fn first_string(p: Pair<Rule>) -> Result<Spanned<String>> {
 
 fn statement(p: Pair<Rule>) -> Result<Statement> {
     let sp = span(&p);
-    let inner = p
-        .into_inner()
-        .next()
-        .ok_or_else(|| SyntaxError::new("internal parser error: empty statement", sp))?;
+    let mut steering = None;
+    let mut inner = None;
+    let mut inner_span = sp;
+    for q in p.into_inner() {
+        match q.as_rule() {
+            Rule::with_steering => {
+                let spec = q
+                    .into_inner()
+                    .find(|r| r.as_rule() == Rule::steering_spec)
+                    .ok_or_else(|| SyntaxError::new("WITH STEERING needs a steering", sp))?;
+                steering = Some(steering::steering_spec(spec)?);
+            }
+            _ => {
+                inner_span = span(&q);
+                inner = Some(q)
+            }
+        }
+    }
+    let inner =
+        inner.ok_or_else(|| SyntaxError::new("internal parser error: empty statement", sp))?;
     let kind = statement_kind(inner)?;
-    Ok(Statement { kind, span: sp })
+    Ok(match steering {
+        None => Statement { kind, span: sp },
+        Some(steering) => Statement {
+            kind: StatementKind::Steered {
+                steering,
+                statement: Box::new(Statement {
+                    kind,
+                    span: inner_span,
+                }),
+            },
+            span: sp,
+        },
+    })
 }
 
 fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
@@ -299,6 +328,7 @@ fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
         Rule::update_stmt => update_stmt(p)?,
         Rule::begin_patch_stmt => StatementKind::BeginPatch(first_string(p)?),
         Rule::save_patch_stmt => StatementKind::SavePatch,
+        Rule::save_steering_stmt => StatementKind::SaveSteering(first_string(p)?),
         Rule::set_stmt => set_stmt(p)?,
         Rule::apply_patch_stmt => StatementKind::ApplyPatch(first_string(p)?),
         Rule::remove_patch_stmt => StatementKind::RemovePatch(first_string(p)?),
@@ -408,6 +438,13 @@ fn backend_choice(p: &Pair<Rule>) -> Result<Spanned<BackendChoice>> {
 /// `SET name = value` (a word or a string).
 fn set_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let sp = span(&p);
+    if let Some(s) = p
+        .clone()
+        .into_inner()
+        .find(|q| q.as_rule() == Rule::set_steering)
+    {
+        return steering::set_steering(s);
+    }
     let mut parts = p
         .into_inner()
         .filter(|q| !matches!(q.as_rule(), Rule::kw_set | Rule::eq));
@@ -1136,6 +1173,7 @@ fn show_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                         ("TABLES", ShowWhat::Tables),
                         ("PACKAGE", ShowWhat::Package),
                         ("CAPABILITIES", ShowWhat::Capabilities),
+                        ("STEERING", ShowWhat::Steering),
                     ],
                 )?)
             }

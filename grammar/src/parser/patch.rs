@@ -20,6 +20,7 @@ pub(super) fn patch_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut positions = None;
     let mut component = None;
     let mut metric = None;
+    let mut method = None;
     let mut save = None;
     for q in p.into_inner() {
         match q.as_rule() {
@@ -52,6 +53,41 @@ pub(super) fn patch_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             }
             Rule::component_clause => set(&mut component, component_clause(q)?, "COMPONENT")?,
             Rule::metric_clause => set(&mut metric, metric_clause(q)?, "METRIC")?,
+            Rule::patch_method => {
+                let at = span(&q);
+                let mut word = None;
+                let mut steps = None;
+                for r in q.into_inner() {
+                    match r.as_rule() {
+                        Rule::kw_by | Rule::kw_steps => {}
+                        Rule::word => word = Some(r),
+                        Rule::unsigned => steps = Some(unsigned(r)?),
+                        _ => return Err(internal(&r)),
+                    }
+                }
+                let word = word.ok_or_else(|| SyntaxError::new("expected a method", at))?;
+                let m = choose(
+                    &word,
+                    "patching method",
+                    &[
+                        ("runs", PatchMethod::Runs),
+                        ("attribution", PatchMethod::Attribution(None)),
+                    ],
+                )?
+                .value;
+                let m = match (m, steps) {
+                    (PatchMethod::Attribution(_), s) => {
+                        PatchMethod::Attribution(s.map(|s| s.value))
+                    }
+                    (m, None) => m,
+                    (_, Some(s)) => {
+                        return Err(SyntaxError::new("only attribution takes STEPS", s.span)
+                            .with_label(s.span, "runs restore each cell exactly")
+                            .with_help("BY ATTRIBUTION STEPS 8 averages the gradient over 8 runs"))
+                    }
+                };
+                set(&mut method, Spanned::new(m, at), "BY")?
+            }
             Rule::save_clause => set(&mut save, clause_str(q)?, "SAVE")?,
             _ => return Err(internal(&q)),
         }
@@ -98,6 +134,7 @@ pub(super) fn patch_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         positions,
         component,
         metric,
+        method,
         save,
     }))
 }

@@ -5,14 +5,19 @@
 //! corrupted prompt once per cell — layer × position (× head) — with that cell's
 //! activation restored from the clean run, and scores every run by the metric on the last
 //! position's logits. One row per cell: the clean, corrupted and patched metric and the
-//! fraction recovered. The runs are `lql_exec::activation_patch`'s; this module resolves
-//! the statement's words (tokens, the subject's positions, the metric) and builds the rows.
+//! fraction recovered. `BY ATTRIBUTION` estimates every cell from the clean run, the
+//! corrupted run and one backward pass instead (`lql_exec::attribution_patch`), with the
+//! same columns. The runs are `lql_exec::activation_patch`'s; this module resolves the
+//! statement's words (tokens, the subject's positions, the metric) and builds the rows.
 
 use lql_exec::activation_patch::{self as ap, Cell, Noise};
+use lql_exec::attribution_patch;
 use lql_exec::tokenizer::Tokenizer;
 use lql_exec::trace::{self, HeatCell, Heatmap};
 use lql_exec::{Logits, Site};
-use lql_planner::{LayerRange, PatchComponent, PatchCorruption, PatchMetric, PatchPositions};
+use lql_planner::{
+    LayerRange, PatchComponent, PatchCorruption, PatchMethod, PatchMetric, PatchPositions,
+};
 use lql_storage::surface::NormPlacement;
 
 use super::datum::Datum;
@@ -31,6 +36,7 @@ pub(crate) struct PatchSpec<'a> {
     pub positions: PatchPositions,
     pub component: PatchComponent,
     pub metric: Option<&'a PatchMetric>,
+    pub method: PatchMethod,
 }
 
 /// A metric resolved to token ids.
@@ -52,6 +58,32 @@ impl Metric {
                 ((v[a as usize] - max) as f64).exp() / sum
             }
         }
+    }
+}
+
+impl Metric {
+    /// ∂metric/∂logits at `logits` (one vocabulary row).
+    fn gradient(&self, logits: &[f32]) -> Vec<f32> {
+        let mut g = vec![0.0f32; logits.len()];
+        match *self {
+            Metric::LogitDiff(a, b) => {
+                g[a as usize] += 1.0;
+                g[b as usize] -= 1.0;
+            }
+            Metric::Logit(a) => g[a as usize] = 1.0,
+            Metric::Prob(a) => {
+                // ∂p_a/∂z_j = p_a (δ_aj − p_j)
+                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let sum: f64 = logits.iter().map(|&x| ((x - max) as f64).exp()).sum();
+                let p = |j: usize| ((logits[j] - max) as f64).exp() / sum;
+                let pa = p(a as usize);
+                for (j, gj) in g.iter_mut().enumerate() {
+                    *gj = (-pa * p(j)) as f32;
+                }
+                g[a as usize] += pa as f32;
+            }
+        }
+        g
     }
 }
 
@@ -213,11 +245,15 @@ pub(crate) fn activation_patch(
         }
     };
 
-    let (clean_logits, recording) = ap::record(&exec, clean_ids, None, &[site])?;
-    let (corrupt_logits, _) = ap::record(&exec, corrupt_ids, noise.as_ref(), &[])?;
+    // Attribution interpolates from the corrupted input to the clean one: it records that
+    // too.
+    let clean_sites = match spec.method {
+        PatchMethod::Runs => vec![site],
+        PatchMethod::Attribution(_) => vec![site, Site::ResidPre],
+    };
+    let (clean_logits, recording) = ap::record(&exec, clean_ids, None, &clean_sites)?;
     let metric = resolve_metric(&tok, spec.metric, &clean_logits)?;
     let clean = metric.score(&clean_logits);
-    let corrupted = metric.score(&corrupt_logits);
 
     let cells: Vec<Cell> = spec
         .layers
@@ -234,9 +270,34 @@ pub(crate) fn activation_patch(
             })
         })
         .collect();
-    // Every run reads every layer: ANALYZE's read= and layers_run= count all of them.
+    // Exact: the corrupted run, then one per cell. Attribution: the corrupted run with its
+    // backward pass, and each cell's estimate.
+    let (corrupted, estimates) = match spec.method {
+        PatchMethod::Runs => {
+            let (logits, _) = ap::record(&exec, corrupt_ids, noise.as_ref(), &[])?;
+            (metric.score(&logits), None)
+        }
+        PatchMethod::Attribution(steps) => {
+            let grad = |l: &[f32]| metric.gradient(l);
+            let a = attribution_patch::attribute(
+                &exec,
+                corrupt_ids,
+                noise.as_ref(),
+                &recording,
+                &cells,
+                steps.unwrap_or(1) as usize,
+                &grad,
+            )?;
+            (metric.score(&a.corrupt_logits), Some(a.estimates))
+        }
+    };
+    // Every run reads every layer: ANALYZE's read= and layers_run= count all of them (the
+    // backward pass as one more).
     let model = cx.model()?;
-    let runs = cells.len() + 2;
+    let runs = match spec.method {
+        PatchMethod::Runs => cells.len() + 2,
+        PatchMethod::Attribution(steps) => 2 + 2 * steps.unwrap_or(1) as usize,
+    };
     super::run::layer_cost(&model, LayerRange::new(0, surface.n_layers - 1), cost);
     cost.weight_bytes = cost.weight_bytes.saturating_mul(runs as u64);
     cost.layers_run = runs * surface.n_layers;
@@ -261,8 +322,16 @@ pub(crate) fn activation_patch(
     let mut rows = Rows::new(columns_of(&lql_planner::statement_columns(cx.plan)));
     for (i, &cell) in cells.iter().enumerate() {
         cx.check_cancel()?;
-        let logits = ap::run_patched(&exec, corrupt_ids, noise.as_ref(), &recording, cell)?;
-        let patched = metric.score(&logits);
+        let patched = match &estimates {
+            Some(e) => corrupted + e[i],
+            None => metric.score(&ap::run_patched(
+                &exec,
+                corrupt_ids,
+                noise.as_ref(),
+                &recording,
+                cell,
+            )?),
+        };
         let gap = clean - corrupted;
         rows.push(vec![
             Value::from(cell.layer),

@@ -200,6 +200,7 @@ fn operator(
             positions,
             component,
             metric,
+            method,
         } => activation_patch::activation_patch(
             cx,
             inputs,
@@ -209,6 +210,7 @@ fn operator(
                 positions: *positions,
                 component: *component,
                 metric: metric.as_ref(),
+                method: *method,
             },
             cost,
         ),
@@ -282,6 +284,8 @@ fn operator(
         O::PatchBegin { path } => patch::begin(cx, path),
         O::PatchSave => patch::save(cx),
         O::SetSetting { name, value } => super::backend::set(cx, name, value),
+        O::SetSteering { steering } => super::steering::set(cx, steering.as_ref()),
+        O::SaveSteering { path } => super::steering::save(cx, path),
         O::PatchApply { path } => patch::apply(cx, path),
         O::PatchRemove { path } => patch::remove(cx, path),
     }

@@ -42,6 +42,7 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
         }
         ShowWhat::Patches => super::patch::show(cx)?,
         ShowWhat::Capabilities => super::vindex::show_capabilities(cx)?,
+        ShowWhat::Steering => super::steering::show(cx)?,
     };
     if let Some(pattern) = &plan.like {
         rows.rows

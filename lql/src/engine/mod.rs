@@ -33,6 +33,7 @@ mod protect;
 mod rowexec;
 mod run;
 mod select;
+mod steering;
 mod trace;
 mod vindex;
 mod walk;
@@ -69,6 +70,10 @@ pub(crate) struct Bound {
     pub edits: edit::Edits,
     /// Where its forward passes run (`USE … BACKEND`, `SET backend`).
     pub backend: lql_grammar::BackendChoice,
+    /// The connection's steering (`SET STEERING`), added in every pass.
+    pub steering: Option<Arc<lql_exec::steer::Steering>>,
+    /// The running statement's steering (`WITH STEERING`), in place of the connection's.
+    pub statement_steering: Option<Arc<lql_exec::steer::Steering>>,
 }
 
 impl Bound {
@@ -82,6 +87,8 @@ impl Bound {
             stage: None,
             edits: edit::Edits::default(),
             backend: lql_grammar::BackendChoice::Cpu,
+            steering: None,
+            statement_steering: None,
         }
     }
 
@@ -123,6 +130,15 @@ impl Cx<'_> {
                 .with_span(0..self.text.len())
                 .with_help("bind one first: USE MODEL \"smollm2-135m-instruct\" or USE \"path/to/model.gguf\"")
         })
+    }
+
+    /// The bound model, to change the connection's state of it.
+    pub fn bound_mut(&mut self) -> Result<&mut Bound> {
+        self.bound()?;
+        self.engine
+            .bound
+            .as_mut()
+            .ok_or_else(|| Error::internal("bound model vanished"))
     }
 
     /// The bound model.
@@ -179,9 +195,12 @@ impl Cx<'_> {
             };
             b.executor = Some(backend::executor(source, b.backend)?.with_cancel_flag(cancel));
         }
-        b.executor
+        let steering = b.statement_steering.clone().or_else(|| b.steering.clone());
+        let exec = b
+            .executor
             .clone()
-            .ok_or_else(|| Error::internal("executor not built"))
+            .ok_or_else(|| Error::internal("executor not built"))?;
+        Ok(exec.with_steering(steering)?)
     }
 
     /// The bound model's tokenizer (shared by every connection of the database).
@@ -234,7 +253,7 @@ fn reads_bound_model(plan: &LogicalPlan) -> bool {
                         | ShowWhat::Architectures
                 )
         }
-        LogicalPlan::Set(_) => false,
+        LogicalPlan::Set(_) | LogicalPlan::SetSteering(None) => false,
         LogicalPlan::Explain(e) => e.mode != ExplainMode::Plan && reads_bound_model(&e.inner),
         _ => true,
     }
@@ -350,15 +369,35 @@ impl Engine {
         }
         // Storage loops over file-declared counts poll this statement's interrupt flag.
         let _interruptible = lql_storage::interrupt::Scope::new(cancel);
+        // WITH STEERING: the statement runs as its inner statement, steered.
+        let (stmt, steering) = match &p.stmt.kind {
+            lql_grammar::StatementKind::Steered {
+                steering,
+                statement,
+            } => (statement.as_ref(), Some(steering)),
+            _ => (&p.stmt, None),
+        };
         let mut cx = Cx {
             engine: self,
             cancel,
             text,
-            stmt: &p.stmt,
+            stmt,
             plan: &p.logical,
         };
-        let out =
-            interp::run(&mut cx, &p.physical, interp::Mode::Plain).map_err(|e| e.or_span(span))?;
-        Ok(out.rows)
+        if let Some(spec) = steering {
+            let plan = {
+                let catalog = EngineCatalog::new(cx.engine.bound.as_ref());
+                lql_planner::bind_steering(spec, &catalog)?
+            };
+            let s = steering::build(&mut cx, &plan).map_err(|e| e.or_span(span.clone()))?;
+            cx.bound_mut()?.statement_steering = Some(s);
+        }
+        let out = interp::run(&mut cx, &p.physical, interp::Mode::Plain);
+        if steering.is_some() {
+            if let Some(b) = cx.engine.bound.as_mut() {
+                b.statement_steering = None;
+            }
+        }
+        Ok(out.map_err(|e| e.or_span(span))?.rows)
     }
 }

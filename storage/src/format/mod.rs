@@ -1,5 +1,6 @@
 //! File formats.
 
+pub mod control_vector;
 pub mod gguf;
 pub mod package;
 pub mod safetensors;
