@@ -83,6 +83,19 @@ pub struct Cell {
     pub position: Option<usize>,
     /// One attention head ([`Site::HeadOutputs`] only): its `head_dim` columns.
     pub head: Option<usize>,
+    /// Layers restored together, centred on `layer` as ROME's window is (1: `layer` alone).
+    pub window: usize,
+}
+
+impl Cell {
+    /// The layers the cell restores: `window` of them around `layer` (ROME's
+    /// `max(0, l − w/2) .. min(n, l + ⌈w/2⌉)`), within the model's `n_layers`.
+    pub fn layers(&self, n_layers: usize) -> Range<usize> {
+        let w = self.window.max(1);
+        let lo = self.layer.saturating_sub(w / 2);
+        let hi = (self.layer + w - w / 2).min(n_layers);
+        lo..hi.max(lo)
+    }
 }
 
 /// The activations of one run at the sites asked for, every layer and position.
@@ -104,6 +117,8 @@ struct Intervention<'a> {
     noise: Option<&'a Noise>,
     record: Option<&'a mut Recording>,
     restore: Option<(&'a Recording, Cell)>,
+    /// The layers `restore`'s cell covers.
+    restore_layers: Range<usize>,
     head_dim: usize,
     first_layer: usize,
 }
@@ -140,7 +155,7 @@ impl Observer for Intervention<'_> {
             }
         }
         if let Some((clean, cell)) = self.restore {
-            if cell.site != site || cell.layer != layer {
+            if cell.site != site || !self.restore_layers.contains(&layer) {
                 return;
             }
             let Some(from) = clean.rows(site, layer) else {
@@ -227,15 +242,25 @@ fn check_cell(exec: &Executor, n: usize, clean: &Recording, cell: Cell) -> Resul
             )));
         }
     }
-    match clean.rows(cell.site, cell.layer) {
-        Some(r) if !r.is_empty() && r.len() % n == 0 => Ok(()),
-        _ => Err(ExecError::InvalidOption(format!(
-            "the clean run has no {} at layer {} (a sequential block's resid_mid only; the \
-             recording must cover the prompt's {n} positions)",
-            cell.site.name(),
-            cell.layer
-        ))),
+    if cell.window == 0 || cell.window > s.n_layers {
+        return Err(ExecError::InvalidOption(format!(
+            "a window of {} layers: the model has {} (1 restores one layer)",
+            cell.window, s.n_layers
+        )));
     }
+    for layer in cell.layers(s.n_layers) {
+        match clean.rows(cell.site, layer) {
+            Some(r) if !r.is_empty() && r.len() % n == 0 => {}
+            _ => {
+                return Err(ExecError::InvalidOption(format!(
+                    "the clean run has no {} at layer {layer} (a sequential block's resid_mid \
+                     only; the recording must cover the prompt's {n} positions)",
+                    cell.site.name(),
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 fn run(
@@ -267,10 +292,12 @@ fn run(
             )));
         }
     }
+    let restore_layers = restore.map_or(0..0, |(_, c)| c.layers(plan.surface.n_layers));
     let mut obs = Intervention {
         noise,
         record,
         restore,
+        restore_layers,
         head_dim: plan.surface.head_dim,
         first_layer: plan.stage.first,
     };

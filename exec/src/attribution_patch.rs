@@ -115,48 +115,59 @@ pub fn attribute(
     let estimates = cells
         .iter()
         .map(|&cell| {
-            let g = grads
-                .iter()
-                .find(|g| g.layer == cell.layer)
-                .ok_or_else(|| {
-                    ExecError::Internal(format!("no gradient at layer {}", cell.layer))
-                })?;
-            let g = gradient_at(g, cell.site);
-            let (a, b) = match (
-                clean.rows(cell.site, cell.layer),
-                corrupt.rows(cell.site, cell.layer),
-            ) {
-                (Some(a), Some(b)) if a.len() == b.len() && a.len() == g.len() && n > 0 => (a, b),
-                _ => {
-                    return Err(ExecError::InvalidOption(format!(
-                        "no {} recorded at layer {} for both runs",
-                        cell.site.name(),
-                        cell.layer
-                    )))
-                }
-            };
-            let width = a.len() / n;
-            let cols = match cell.head {
-                Some(h) => h * head_dim..(h + 1) * head_dim,
-                None => 0..width,
-            };
-            let mut sum = 0.0f64;
-            for p in 0..n {
-                if cell.position.is_some_and(|q| q != p) {
-                    continue;
-                }
-                for c in cols.clone() {
-                    let i = p * width + c;
-                    sum += (a[i] as f64 - b[i] as f64) * g[i] as f64;
-                }
-            }
-            Ok(sum)
+            // A window's estimate is the sum of its layers' (first order).
+            cell.layers(s.n_layers)
+                .map(|layer| estimate(&grads, clean, &corrupt, cell, layer, n, head_dim))
+                .sum::<Result<f64>>()
         })
         .collect::<Result<Vec<f64>>>()?;
     Ok(Attribution {
         corrupt_logits,
         estimates,
     })
+}
+
+/// One layer's term of a cell's estimate: Σ (clean − corrupted) · ∂metric/∂activation over
+/// the cell's rows and columns at `layer`.
+fn estimate(
+    grads: &[LayerGradients],
+    clean: &Recording,
+    corrupt: &Recording,
+    cell: Cell,
+    layer: usize,
+    n: usize,
+    head_dim: usize,
+) -> Result<f64> {
+    let g = grads
+        .iter()
+        .find(|g| g.layer == layer)
+        .ok_or_else(|| ExecError::Internal(format!("no gradient at layer {layer}")))?;
+    let g = gradient_at(g, cell.site);
+    let (a, b) = match (clean.rows(cell.site, layer), corrupt.rows(cell.site, layer)) {
+        (Some(a), Some(b)) if a.len() == b.len() && a.len() == g.len() && n > 0 => (a, b),
+        _ => {
+            return Err(ExecError::InvalidOption(format!(
+                "no {} recorded at layer {layer} for both runs",
+                cell.site.name(),
+            )))
+        }
+    };
+    let width = a.len() / n;
+    let cols = match cell.head {
+        Some(h) => h * head_dim..(h + 1) * head_dim,
+        None => 0..width,
+    };
+    let mut sum = 0.0f64;
+    for p in 0..n {
+        if cell.position.is_some_and(|q| q != p) {
+            continue;
+        }
+        for c in cols.clone() {
+            let i = p * width + c;
+            sum += (a[i] as f64 - b[i] as f64) * g[i] as f64;
+        }
+    }
+    Ok(sum)
 }
 
 /// The gradient of a site: the attention sub-block's output adds to the residual stream

@@ -471,7 +471,7 @@ pub enum Positions {
 /// `PATCH "corrupted" FROM "clean" | NOISE ON "subject" [SCALE s] [SEED n]
 /// [LAYERS a-b | AT LAYER l] [POSITIONS ALL|LAST|TOGETHER | POSITION p]
 /// [COMPONENT resid_pre|resid_mid|attn_out|mlp_out|head [h]] [METRIC f("tok"[, "tok"])]
-/// [BY RUNS|ATTRIBUTION] [SAVE "map.svg"]`:
+/// [BY RUNS|ATTRIBUTION [STEPS n]] [WINDOW n] [SAVE "map.svg"]`:
 /// activation patching (AT LAYER l is LAYERS l).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Patch {
@@ -484,6 +484,8 @@ pub struct Patch {
     pub metric: Option<Spanned<PatchMetric>>,
     /// BY RUNS | BY ATTRIBUTION: how each cell's effect is found (runs when absent).
     pub method: Option<Spanned<PatchMethod>>,
+    /// WINDOW n: each cell restores n layers around its layer (ROME's window).
+    pub window: Option<Spanned<u64>>,
     /// SAVE "file.svg": the fraction recovered drawn as a heat map.
     pub save: Option<Spanned<String>>,
 }
@@ -1173,6 +1175,7 @@ fields!(Patch {
     component,
     metric,
     method,
+    window,
     save
 });
 fields!(Insert {

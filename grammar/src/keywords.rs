@@ -100,6 +100,7 @@ pub const KEYWORDS: &[&str] = &[
     "UPDATE",
     "SET",
     "STEPS",
+    "WINDOW",
     "STEERING",
     "MINUS",
     "OFF",

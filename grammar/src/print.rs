@@ -548,6 +548,9 @@ impl Display for StatementKind {
                 if let Some(m) = &p.method {
                     write!(f, " BY {}", m.value.to_string().to_uppercase())?;
                 }
+                if let Some(w) = &p.window {
+                    write!(f, " WINDOW {}", w.value)?;
+                }
                 opt_str(f, "SAVE", &p.save)
             }
             StatementKind::Insert(i) => {

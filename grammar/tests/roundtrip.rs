@@ -63,6 +63,7 @@ const EXAMPLES: &[&str] = &[
     r#"PATCH "a b" FROM "a c" BY ATTRIBUTION METRIC LOGIT_DIFF(" x", " y")"#,
     r#"PATCH "a b" NOISE ON "a" by runs COMPONENT head"#,
     r#"PATCH "a b" FROM "a c" BY ATTRIBUTION STEPS 8"#,
+    r#"PATCH "The Space Needle is in" NOISE ON "Space Needle" COMPONENT mlp_out WINDOW 10"#,
     r#"SET STEERING = "calm.gguf""#,
     r#"SET steering = "calm.gguf" SCALE -0.5 LAYERS 3-9"#,
     r#"SET STEERING = ("I love it", "great") MINUS ("I hate it", "awful") AT LAYER 6 SCALE 4"#,

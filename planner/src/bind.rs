@@ -953,6 +953,20 @@ impl Binder {
                 .map_or(PatchPositions::All, |x| x.value),
             component,
             metric: p.metric.as_ref().map(|m| m.value.clone()),
+            window: match &p.window {
+                None => 1,
+                Some(w) if w.value == 0 || w.value > m.n_layers as u64 => {
+                    return Err(PlanError::semantic(
+                        format!("WINDOW {} is out of range", w.value),
+                        w.span,
+                    )
+                    .with_label(
+                        w.span,
+                        format!("1 to {} layers (the model's count)", m.n_layers),
+                    ))
+                }
+                Some(w) => w.value as usize,
+            },
             method: match &p.method {
                 None => PatchMethod::Runs,
                 Some(m) => match m.value {

@@ -337,6 +337,8 @@ pub struct PatchPlan {
     pub metric: Option<PatchMetric>,
     /// Default runs (exact).
     pub method: PatchMethod,
+    /// Layers each cell restores, centred on its layer (default 1).
+    pub window: usize,
     /// SAVE: an SVG heat map of the fraction recovered.
     pub save: Option<String>,
 }

@@ -70,6 +70,8 @@ pub enum Operator {
         metric: Option<PatchMetric>,
         /// Runs per cell, or one attribution pass for the grid.
         method: PatchMethod,
+        /// Layers each cell restores, centred on its layer.
+        window: usize,
     },
     /// Softmax over the vocabulary, then the `k` most likely tokens.
     TopK {
@@ -758,6 +760,7 @@ fn patch_plan(p: &PatchPlan, plan: &LogicalPlan) -> PhysicalPlan {
             component: p.component,
             metric: p.metric.clone(),
             method: p.method,
+            window: p.window,
         },
         inputs,
     };
@@ -920,6 +923,7 @@ impl fmt::Display for Operator {
                 component,
                 metric,
                 method,
+                window,
             } => {
                 write!(f, "ActivationPatch")?;
                 if let PatchCorruption::Noise {
@@ -948,6 +952,9 @@ impl fmt::Display for Operator {
                     _ => "",
                 };
                 write!(f, " component={component} metric={}", metric_text(metric))?;
+                if *window > 1 {
+                    write!(f, " window={window}")?;
+                }
                 let grid = format!(
                     "{} layer{} × {per}{heads}",
                     layers.len(),

@@ -164,7 +164,7 @@ fn tables_and_schema_list_what_answers() {
          gate_encoding TEXT,\n  bytes INTEGER\n);\n"
     );
     let o = lql(&[MODEL, ".schema"]);
-    assert_eq!(stdout(&o).matches("CREATE TABLE").count(), 5);
+    assert_eq!(stdout(&o).matches("CREATE TABLE").count(), 7);
     // A table that does not answer is an error naming it; no model is one too.
     let o = lql(&[MODEL, ".schema nosuch"]);
     assert_eq!(o.status.code(), Some(1));

@@ -82,6 +82,7 @@ fn self_patching_changes_no_logit_on_any_family() {
                         site,
                         position,
                         head,
+                        window: 1 + layer % 3,
                     };
                     let got = ap::run_patched(&exec, &ids, None, &rec, cell).unwrap();
                     assert_eq!(got.values, plain, "{name}: {cell:?} changed the logits");
@@ -225,6 +226,36 @@ fn noise_is_seeded_and_restoring_the_embedding_undoes_it() {
         corrupted,
         "another seed, other noise"
     );
+}
+
+/// WINDOW n restores n layers around each cell's layer (ROME's window): restoring the
+/// residual stream at every position over a window makes the run clean from the window's
+/// first layer, so every cell gives the clean metric exactly; WINDOW 1 is the plain grid.
+#[test]
+fn windows_restore_layers_around_the_cell() {
+    let conn = connect();
+    let q = "PATCH \"The Eiffel Tower is in the city of\" NOISE ON \"Eiffel Tower\" LAYERS 2-8 POSITIONS TOGETHER";
+    let rows = conn.execute(&format!("{q} WINDOW 5")).unwrap();
+    for r in rows.iter() {
+        assert_eq!(
+            r.get::<_, f64>("patched").unwrap(),
+            r.get::<_, f64>("clean").unwrap()
+        );
+    }
+    let one = conn
+        .execute(&format!("{q} COMPONENT mlp_out WINDOW 1"))
+        .unwrap();
+    let plain = conn.execute(&format!("{q} COMPONENT mlp_out")).unwrap();
+    assert_eq!(one, plain);
+    // A window of MLP outputs restores more than one layer's.
+    let wide = conn
+        .execute(&format!("{q} COMPONENT mlp_out WINDOW 6"))
+        .unwrap();
+    assert_ne!(col(&wide, "patched"), col(&plain, "patched"));
+    let plan = conn.execute(&format!("EXPLAIN {q} WINDOW 6")).unwrap();
+    let text: Vec<String> = plan.iter().map(|r| r.get("plan").unwrap()).collect();
+    assert!(text.join("\n").contains("window=6"), "{text:?}");
+    assert!(err(&conn, &format!("{q} WINDOW 31")).contains("WINDOW 31 is out of range"));
 }
 
 #[test]

@@ -21,6 +21,7 @@ pub(super) fn patch_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut component = None;
     let mut metric = None;
     let mut method = None;
+    let mut window = None;
     let mut save = None;
     for q in p.into_inner() {
         match q.as_rule() {
@@ -88,6 +89,11 @@ pub(super) fn patch_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                 };
                 set(&mut method, Spanned::new(m, at), "BY")?
             }
+            Rule::window_clause => {
+                let at = span(&q);
+                let n = unsigned(last_child(q)?)?.value;
+                set(&mut window, Spanned::new(n, at), "WINDOW")?
+            }
             Rule::save_clause => set(&mut save, clause_str(q)?, "SAVE")?,
             _ => return Err(internal(&q)),
         }
@@ -135,6 +141,7 @@ pub(super) fn patch_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         component,
         metric,
         method,
+        window,
         save,
     }))
 }

@@ -37,6 +37,7 @@ pub(crate) struct PatchSpec<'a> {
     pub component: PatchComponent,
     pub metric: Option<&'a PatchMetric>,
     pub method: PatchMethod,
+    pub window: usize,
 }
 
 /// A metric resolved to token ids.
@@ -255,6 +256,7 @@ pub(crate) fn activation_patch(
     let metric = resolve_metric(&tok, spec.metric, &clean_logits)?;
     let clean = metric.score(&clean_logits);
 
+    let window = spec.window;
     let cells: Vec<Cell> = spec
         .layers
         .iter()
@@ -266,6 +268,7 @@ pub(crate) fn activation_patch(
                     site,
                     position,
                     head,
+                    window,
                 })
             })
         })

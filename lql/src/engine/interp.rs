@@ -201,6 +201,7 @@ fn operator(
             component,
             metric,
             method,
+            window,
         } => activation_patch::activation_patch(
             cx,
             inputs,
@@ -211,6 +212,7 @@ fn operator(
                 component: *component,
                 metric: metric.as_ref(),
                 method: *method,
+                window: *window,
             },
             cost,
         ),
