@@ -26,6 +26,7 @@ pub mod bench;
 pub mod block;
 pub mod browse;
 pub mod edit;
+pub mod embedding;
 pub mod error;
 mod ffn;
 pub mod forward;

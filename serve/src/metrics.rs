@@ -49,12 +49,15 @@ impl Histogram {
 }
 
 /// The routes requests are counted under.
-pub const ROUTES: [&str; 7] = [
+pub const ROUTES: [&str; 10] = [
     "models",
     "completions",
     "chat_completions",
     "responses",
     "lql",
+    "embeddings",
+    "tokenize",
+    "detokenize",
     "health",
     "metrics",
 ];

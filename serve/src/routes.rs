@@ -143,6 +143,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(crate::openai::completions))
         .route("/v1/chat/completions", post(crate::openai::chat))
         .route("/v1/responses", post(crate::openai::responses))
+        .route("/v1/embeddings", post(crate::embeddings::embeddings))
+        .route("/tokenize", post(crate::embeddings::tokenize))
+        .route("/detokenize", post(crate::embeddings::detokenize))
         .route(
             "/v1/lql",
             post(crate::lql_http::post).get(crate::lql_http::get),

@@ -28,6 +28,8 @@ pub struct AppState {
     /// `None` when the model has no chat template (chat routes then answer 400).
     pub template: Option<ChatTemplate>,
     pub pool: Arc<Pool>,
+    /// What `/v1/embeddings` runs (the decode executor's model and backend).
+    pub embedder: Executor,
     pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
     /// Unix seconds at start (`created` of the model object).
@@ -82,6 +84,8 @@ impl AppState {
         let backend =
             Arc::new(CpuBackend::new(config.decode_threads()).map_err(|e| e.to_string())?);
         let exec = Executor::with_backend(source, backend).map_err(|e| e.to_string())?;
+        // Embeddings run beside the decode thread, on the same backend.
+        let embedder = exec.clone();
         let batcher = Batcher::start(exec, tokenizer.clone(), metrics.clone())?;
         let pool = Pool::new(config.parallel, config.queue, batcher, config.max_memory);
         Ok(AppState {
@@ -93,6 +97,7 @@ impl AppState {
             tokenizer,
             template,
             pool: Arc::new(pool),
+            embedder,
             metrics,
             started: now_secs(),
             write_dir,
