@@ -75,7 +75,7 @@ pub fn attribute(
     }
     let mut sites: Vec<Site> = cells.iter().map(|c| c.site).collect();
     sites.push(Site::ResidPre);
-    sites.sort_by_key(|s| *s as usize);
+    sites.sort();
     sites.dedup();
     let (corrupt_logits, corrupt) = ap::record(exec, ids, noise, &sites)?;
     let start = corrupt

@@ -121,9 +121,14 @@ impl LayerGradients {
 
     /// Adds another pass's gradients at the same layer.
     pub fn add(&mut self, other: &LayerGradients) {
-        let mut o = other.clone();
-        for (a, b) in self.parts().into_iter().zip(o.parts()) {
-            a.iter_mut().zip(b.iter()).for_each(|(x, y)| *x += y);
+        let theirs = [
+            &other.resid_pre,
+            &other.head_outputs,
+            &other.resid_mid,
+            &other.resid_post,
+        ];
+        for (a, b) in self.parts().into_iter().zip(theirs) {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
         }
     }
 

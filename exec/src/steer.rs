@@ -96,6 +96,17 @@ impl Steering {
         Ok(s)
     }
 
+    /// [`Steering::from_control_vector`] of the control-vector file at `path` (its source).
+    pub fn read_control_vector(
+        surface: &ExecutionSurface,
+        path: &str,
+        scale: f32,
+        layers: Option<std::ops::RangeInclusive<usize>>,
+    ) -> Result<Steering> {
+        let cv = ControlVector::read(std::path::Path::new(path))?;
+        Steering::from_control_vector(surface, &cv, scale, layers, path)
+    }
+
     /// Adds `scale · v` to layer `layer`'s vector.
     pub fn add(&mut self, layer: usize, v: &[f32], scale: f32) -> Result<()> {
         check_row(v, self.hidden, &format!("the vector for layer {layer}"))?;

@@ -254,15 +254,11 @@ fn steering(
         Some([a, b]) => Some(a..=b),
         None => None,
     };
-    let cv =
-        lql_storage::format::control_vector::ControlVector::read(std::path::Path::new(&s.vector))
-            .map_err(|e| bad(e.to_string()))?;
-    let st = lql_exec::steer::Steering::from_control_vector(
+    let st = lql_exec::steer::Steering::read_control_vector(
         &state.model.surface,
-        &cv,
+        &s.vector,
         scale as f32,
         layers,
-        s.vector.as_str(),
     )
     .map_err(|e| bad(e.to_string()))?;
     Ok(Some(Arc::new(st)))

@@ -119,3 +119,31 @@ pub fn insert_facts(c: &Connection, facts: &[(String, String, String, String)]) 
         .unwrap();
     }
 }
+
+/// A Python that imports every module of `modules` (comma-separated, as `import` takes
+/// them), for the peer checks against llama.cpp: `LQL_LLAMACPP_PYTHON`, else the tools'
+/// and CI's venvs under `~/.cache`, else `python3`; or why there is none.
+pub fn python_with(modules: &str) -> Result<PathBuf, String> {
+    let mut candidates = Vec::new();
+    if let Some(p) = std::env::var_os("LQL_LLAMACPP_PYTHON") {
+        candidates.push(PathBuf::from(p));
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        let h = PathBuf::from(h);
+        candidates.push(h.join(".cache/lql-tools/venv/bin/python"));
+        candidates.push(h.join(".cache/lql-ci/venv/bin/python"));
+    }
+    candidates.push(PathBuf::from("python3"));
+    for c in &candidates {
+        let ok = std::process::Command::new(c)
+            .args(["-c", &format!("import {modules}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Ok(c.clone());
+        }
+    }
+    Err(format!(
+        "no Python with {modules} among {candidates:?} (set LQL_LLAMACPP_PYTHON)"
+    ))
+}

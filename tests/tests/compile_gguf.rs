@@ -108,28 +108,9 @@ fn vindex_source_into_gguf_is_refused_as_unbuilt() {
     assert!(!t.path().join("x.gguf").exists());
 }
 
-/// A Python that imports `llama_cpp`, or why there is none.
+/// A Python that imports `llama_cpp` and `numpy`, or why there is none.
 fn llamacpp_python() -> Result<PathBuf, String> {
-    let mut candidates = Vec::new();
-    if let Some(p) = std::env::var_os("LQL_LLAMACPP_PYTHON") {
-        candidates.push(PathBuf::from(p));
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        candidates.push(PathBuf::from(h).join(".cache/lql-tools/venv/bin/python"));
-    }
-    candidates.push(PathBuf::from("python3"));
-    for c in &candidates {
-        let ok = Command::new(c)
-            .args(["-c", "import llama_cpp, numpy"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Ok(c.clone());
-        }
-    }
-    Err(format!(
-        "no Python with llama_cpp and numpy among {candidates:?} (set LQL_LLAMACPP_PYTHON)"
-    ))
+    lql_tests::python_with("llama_cpp, numpy")
 }
 
 struct Peer {

@@ -77,26 +77,7 @@ fn f32_model() -> &'static Path {
 
 /// A Python that imports `llama_cpp`, `gguf` and `numpy`, or why there is none.
 fn python() -> Result<PathBuf, String> {
-    let mut candidates = Vec::new();
-    if let Some(p) = std::env::var_os("LQL_LLAMACPP_PYTHON") {
-        candidates.push(PathBuf::from(p));
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        candidates.push(PathBuf::from(h).join(".cache/lql-ci/venv/bin/python"));
-    }
-    candidates.push(PathBuf::from("python3"));
-    for c in &candidates {
-        let ok = Command::new(c)
-            .args(["-c", "import llama_cpp, gguf, numpy"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Ok(c.clone());
-        }
-    }
-    Err(format!(
-        "no Python with llama_cpp, gguf and numpy among {candidates:?} (set LQL_LLAMACPP_PYTHON)"
-    ))
+    lql_tests::python_with("llama_cpp, gguf, numpy")
 }
 
 fn require_peer() -> bool {

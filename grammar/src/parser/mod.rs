@@ -203,6 +203,13 @@ fn ident(p: Pair<Rule>) -> Ident {
     }
 }
 
+/// `AT LAYER l` as the one-layer range `LAYERS l-l`, spanning the clause.
+fn at_layer_spec(p: Pair<Rule>) -> Result<Spanned<LayerSpec>> {
+    let at = span(&p);
+    let l = unsigned(last_child(p)?)?.value;
+    Ok(Spanned::new(LayerSpec::Range { first: l, last: l }, at))
+}
+
 fn layer_spec(p: Pair<Rule>) -> Result<Spanned<LayerSpec>> {
     // p: layers_clause = kw_layers ~ (kw_all | layer_range)
     let sp = span(&p);

@@ -2,8 +2,8 @@
 //! one corruption (FROM a clean prompt, or NOISE ON a subject).
 
 use super::{
-    choose, clause_float, clause_int, clause_str, internal, last_child, layer_spec, need_prompt,
-    set, span, string, unsigned, Result, Rule,
+    at_layer_spec, choose, clause_float, clause_int, clause_str, internal, last_child, layer_spec,
+    need_prompt, set, span, string, unsigned, Result, Rule,
 };
 use crate::ast::*;
 use crate::error::SyntaxError;
@@ -32,12 +32,7 @@ pub(super) fn patch_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             Rule::scale_clause => set(&mut scale, clause_float(q)?, "SCALE")?,
             Rule::seed_clause => set(&mut seed, clause_int(q)?, "SEED")?,
             Rule::layers_clause => set(&mut layers, layer_spec(q)?, "LAYERS")?,
-            Rule::at_layer_clause => {
-                let at = span(&q);
-                let l = unsigned(last_child(q)?)?.value;
-                let spec = LayerSpec::Range { first: l, last: l };
-                set(&mut layers, Spanned::new(spec, at), "LAYERS")?
-            }
+            Rule::at_layer_clause => set(&mut layers, at_layer_spec(q)?, "LAYERS")?,
             Rule::patch_positions => {
                 let at = span(&q);
                 let v = match last_child(q)?.as_rule() {

@@ -2,9 +2,7 @@
 //! spec is a control-vector file or `("a", …) MINUS ("b", …)`, with SCALE and LAYERS / AT
 //! LAYER each at most once.
 
-use super::{
-    clause_float, internal, last_child, layer_spec, set, span, string, unsigned, Result, Rule,
-};
+use super::{at_layer_spec, clause_float, internal, layer_spec, set, span, string, Result, Rule};
 use crate::ast::*;
 use crate::error::SyntaxError;
 use pest::iterators::Pair;
@@ -44,12 +42,7 @@ pub(super) fn steering_spec(p: Pair<Rule>) -> Result<Spanned<SteeringSpec>> {
             Rule::kw_minus => {}
             Rule::scale_clause => set(&mut scale, clause_float(q)?, "SCALE")?,
             Rule::layers_clause => set(&mut layers, layer_spec(q)?, "LAYERS")?,
-            Rule::at_layer_clause => {
-                let at = span(&q);
-                let l = unsigned(last_child(q)?)?.value;
-                let spec = LayerSpec::Range { first: l, last: l };
-                set(&mut layers, Spanned::new(spec, at), "LAYERS")?
-            }
+            Rule::at_layer_clause => set(&mut layers, at_layer_spec(q)?, "LAYERS")?,
             _ => return Err(internal(&q)),
         }
     }

@@ -21,13 +21,7 @@ use crate::value::Value;
 fn run(cx: &mut Cx<'_>, table: Table, prompt: Option<&str>) -> Result<(HeadsCapture, Vec<Value>)> {
     let prompt =
         prompt.ok_or_else(|| Error::internal(format!("{} scan without a prompt", table.name())))?;
-    let tok = cx.tokenizer()?;
-    let ids = tok.encode(prompt, true)?;
-    if ids.is_empty() {
-        return Err(Error::semantic(
-            "the prompt is empty: at least one token is needed",
-        ));
-    }
+    let (tok, ids) = super::select::prompt_ids(cx, prompt)?;
     let exec = cx.executor()?;
     let cap = heads::capture(&exec, &ids).map_err(trace_err)?;
     let texts = ids.iter().map(|&i| tok.token_text(i).into()).collect();

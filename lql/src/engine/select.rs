@@ -347,6 +347,22 @@ pub(crate) fn tensor_rows(model: &lql_storage::Model) -> Vec<Vec<Value>> {
         .collect()
 }
 
+/// The tokens of a table scan's prompt (with BOS when the tokenizer adds one), refusing a
+/// prompt of none; the tokenizer too, for the rows' token texts.
+pub(crate) fn prompt_ids(
+    cx: &mut Cx<'_>,
+    prompt: &str,
+) -> Result<(Arc<lql_exec::tokenizer::Tokenizer>, Vec<u32>)> {
+    let tok = cx.tokenizer()?;
+    let ids = tok.encode(prompt, true)?;
+    if ids.is_empty() {
+        return Err(Error::semantic(
+            "the prompt is empty: at least one token is needed",
+        ));
+    }
+    Ok((tok, ids))
+}
+
 /// `TableScan routes prompt='…'`: one forward pass over the prompt (with BOS when the
 /// tokenizer adds one) with an observer copying each bank layer's routes: one row per
 /// (layer, position, chosen expert), best first. A model whose FFNs are dense has no router
@@ -362,13 +378,7 @@ pub(crate) fn routes_scan(cx: &mut Cx<'_>, prompt: Option<&str>) -> Result<Datum
             "SELECT FROM routes: the bound model's FFNs are dense; it has no router to choose experts",
         ));
     }
-    let tok = cx.tokenizer()?;
-    let ids = tok.encode(prompt, true)?;
-    if ids.is_empty() {
-        return Err(Error::semantic(
-            "the prompt is empty: at least one token is needed",
-        ));
-    }
+    let (tok, ids) = prompt_ids(cx, prompt)?;
     let exec = cx.executor()?;
     struct Capture(Vec<(usize, Vec<lql_exec::Route>)>);
     impl lql_exec::Observer for Capture {

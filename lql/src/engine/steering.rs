@@ -15,7 +15,6 @@ use std::sync::Arc;
 use lql_exec::steer::Steering;
 use lql_exec::{LayerRecord, Observer};
 use lql_planner::{SteeringPlan, SteeringPlanSource};
-use lql_storage::format::control_vector::ControlVector;
 
 use super::datum::Datum;
 use super::Cx;
@@ -31,13 +30,19 @@ pub(crate) fn build(cx: &mut Cx<'_>, spec: &SteeringPlan) -> Result<Arc<Steering
     let layers = spec.layers.map(|l| l.first..=l.last);
     let steering = match &spec.source {
         SteeringPlanSource::File(path) => {
-            let cv = ControlVector::read(Path::new(path)).map_err(|e| {
-                Error::from(e).with_help(
-                    "a control vector is a GGUF made for llama.cpp (--control-vector): \
-                     general.architecture = controlvector, tensors direction.N",
-                )
-            })?;
-            Steering::from_control_vector(&surface, &cv, scale, layers, path.as_str())?
+            Steering::read_control_vector(&surface, path, scale, layers).map_err(|e| {
+                // A file that is not a readable control vector gets the format's shape.
+                let unreadable = matches!(e, lql_exec::ExecError::Storage(_));
+                let e = Error::from(e);
+                if unreadable {
+                    e.with_help(
+                        "a control vector is a GGUF made for llama.cpp (--control-vector): \
+                         general.architecture = controlvector, tensors direction.N",
+                    )
+                } else {
+                    e
+                }
+            })?
         }
         SteeringPlanSource::Difference { positive, negative } => {
             let range = layers.ok_or_else(|| {
