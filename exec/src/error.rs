@@ -41,6 +41,10 @@ pub enum ExecError {
     Cancelled,
     #[error("not supported yet: {0}")]
     Unsupported(String),
+    /// A grammar or JSON schema for constrained decoding that does not compile, or a
+    /// generation it cannot continue.
+    #[error("{kind}: {message}")]
+    Grammar { kind: String, message: String },
     /// A device backend failed: no adapter, a kernel that did not compile, the device
     /// lost, out of device memory.
     #[error("{kind} on {adapter} during {operation}: {message}")]

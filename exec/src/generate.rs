@@ -1,10 +1,11 @@
 //! GENERATE: prefill, then sample and decode one token at a time until a stop condition
 //! (max tokens, end of sequence, a stop string, the context limit, the callback or the
-//! cancellation flag).
+//! cancellation flag), optionally within a grammar ([`crate::constrain`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::constrain::{Allowed, Grammar};
 use crate::error::{ExecError, Result};
 use crate::sample::{Sampler, Sampling};
 use crate::session::{Executor, Logits, Session};
@@ -64,6 +65,9 @@ pub struct GenerateOptions {
     pub stop_ids: Vec<u32>,
     /// Detokenizer used to match stop strings and fill [`Generation::text`].
     pub decoder: Option<Arc<dyn TokenDecoder>>,
+    /// The text must be in this grammar's language: tokens it does not allow next are
+    /// never sampled, and generation ends when the text is complete and nothing may follow.
+    pub grammar: Option<Arc<Grammar>>,
 }
 
 impl std::fmt::Debug for GenerateOptions {
@@ -75,6 +79,7 @@ impl std::fmt::Debug for GenerateOptions {
             .field("stop_at_eos", &self.stop_at_eos)
             .field("stop_ids", &self.stop_ids)
             .field("decoder", &self.decoder.is_some())
+            .field("grammar", &self.grammar)
             .finish()
     }
 }
@@ -88,6 +93,7 @@ impl Default for GenerateOptions {
             stop_at_eos: true,
             stop_ids: Vec::new(),
             decoder: None,
+            grammar: None,
         }
     }
 }
@@ -167,10 +173,19 @@ impl Executor {
             end_ids.extend(special.eot.iter().copied());
         }
         let cancel = self.cancel_flag();
+        let mut constraint = opts.grammar.as_ref().map(|g| g.start());
         loop {
+            if let Some(c) = constraint.as_mut() {
+                if c.mask(&mut logits.values, &end_ids)? == Allowed::EndOnly {
+                    return Ok(finish(out, FinishReason::EndOfSequence, text));
+                }
+            }
             let tok = sampler.sample(&logits.values);
             if end_ids.contains(&tok) {
                 return Ok(finish(out, FinishReason::EndOfSequence, text));
+            }
+            if let Some(c) = constraint.as_mut() {
+                c.commit(tok, &end_ids)?;
             }
             out.push(tok);
             let control = on_token(tok);

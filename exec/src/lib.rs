@@ -13,6 +13,7 @@
 //! - [`session`]: `Executor`, `Session`, `Logits`, INFER.
 //! - [`batch`]: one decode step over several sequences (`Executor::decode_batch`).
 //! - [`generate`]: GENERATE with stop conditions and streaming.
+//! - [`constrain`]: constrained decoding (JSON schema, GBNF, Lark) through token masks.
 //! - [`sample`]: greedy / temperature / top-k / top-p sampling with a seeded PRNG.
 //! - [`observer`]: hooks for TRACE, EXPLAIN INFER, WALK RESIDUAL.
 //! - [`kv`]: the key/value cache.
@@ -25,6 +26,7 @@ pub mod batch;
 pub mod bench;
 pub mod block;
 pub mod browse;
+pub mod constrain;
 pub mod edit;
 pub mod embedding;
 pub mod error;

@@ -136,7 +136,10 @@ impl Sampler {
             }
             u -= p;
         }
-        idx[probs.len() - 1]
+        // Rounding left `u` past the end: the last token with any probability (never one a
+        // grammar masked to −∞).
+        let last = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
+        idx[last]
     }
 }
 

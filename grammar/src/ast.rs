@@ -306,7 +306,8 @@ pub struct InferFrom {
     pub top: Option<Spanned<i64>>,
 }
 
-/// `GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "…", …]`
+/// `GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "…", …]
+/// [SCHEMA 'json schema' | GRAMMAR 'gbnf']`
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Generate {
     pub prompt: Spanned<String>,
@@ -316,6 +317,17 @@ pub struct Generate {
     pub top_p: Option<Spanned<f64>>,
     pub seed: Option<Spanned<i64>>,
     pub stop: Option<Spanned<Vec<String>>>,
+    /// The text the generation must produce.
+    pub constraint: Option<Spanned<OutputConstraint>>,
+}
+
+/// GENERATE's `SCHEMA` or `GRAMMAR` clause, as written.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum OutputConstraint {
+    /// `SCHEMA '…'`: JSON valid against this JSON schema.
+    Schema(String),
+    /// `GRAMMAR '…'`: text in this GBNF grammar (llama.cpp's format).
+    Grammar(String),
 }
 
 /// `WALK "prompt" [TOP k] [LAYERS a-b] [MODE EMBEDDING|RESIDUAL]`
@@ -1043,6 +1055,7 @@ macro_rules! leaf {
 }
 leaf!(
     String,
+    OutputConstraint,
     i64,
     u64,
     f64,
@@ -1134,7 +1147,8 @@ fields!(Generate {
     top_k,
     top_p,
     seed,
-    stop
+    stop,
+    constraint
 });
 fields!(Walk {
     prompt,

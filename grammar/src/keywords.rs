@@ -102,6 +102,8 @@ pub const KEYWORDS: &[&str] = &[
     "STEPS",
     "WINDOW",
     "STEERING",
+    "SCHEMA",
+    "GRAMMAR",
     "MINUS",
     "OFF",
     "BEGIN",

@@ -428,6 +428,11 @@ impl Display for StatementKind {
                         write!(f, "{}", Q(s))?;
                     }
                 }
+                match g.constraint.as_ref().map(|c| &c.value) {
+                    Some(OutputConstraint::Schema(s)) => write!(f, " SCHEMA {}", Q(s))?,
+                    Some(OutputConstraint::Grammar(s)) => write!(f, " GRAMMAR {}", Q(s))?,
+                    None => {}
+                }
                 Ok(())
             }
             StatementKind::Walk(w) => {

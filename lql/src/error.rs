@@ -486,7 +486,8 @@ impl From<lql_exec::ExecError> for Error {
             | X::EmptyPrompt
             | X::ContextOverflow { .. }
             | X::TokenOutOfRange { .. }
-            | X::InvalidOption(_) => Error::semantic(e.to_string()),
+            | X::InvalidOption(_)
+            | X::Grammar { .. } => Error::semantic(e.to_string()),
             X::Shape { .. } | X::Surface(_) => Error::new(ErrorKind::Format, e.to_string()),
             X::Unsupported(_) => Error::unsupported(e.to_string()),
             X::Device { .. } => Error::new(ErrorKind::Io, e.to_string()).with_code("LQL-E0402"),

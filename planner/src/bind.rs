@@ -638,6 +638,7 @@ impl Binder {
                 max_tokens,
                 sampling: Sampling::greedy(),
                 stop: Vec::new(),
+                constraint: None,
             }));
         }
         let top = match &i.top {
@@ -754,6 +755,10 @@ impl Binder {
             Some(s) => s.value.clone(),
             None => Vec::new(),
         };
+        let constraint = match &gen.constraint {
+            Some(c) => Some(output_constraint(c)?),
+            None => None,
+        };
         Ok(LogicalPlan::Generate(GeneratePlan {
             prompt: gen.prompt.value.clone(),
             layers: self.layers(m, None)?,
@@ -765,6 +770,7 @@ impl Binder {
                 seed,
             },
             stop,
+            constraint,
         }))
     }
 
@@ -1417,4 +1423,27 @@ pub(crate) fn resolve_expr(schema: &[ColumnDef], table: Table, e: &Expr) -> Resu
         other => other.try_map_children(&mut |x| resolve_expr(schema, table, x))?,
     };
     Ok(Expr { kind, span: e.span })
+}
+
+/// GENERATE's SCHEMA or GRAMMAR clause, checked as far as binding can: a schema must be
+/// JSON, an object or a boolean (the grammar itself compiles when the statement runs).
+fn output_constraint(c: &Spanned<OutputConstraint>) -> Result<OutputConstraint> {
+    match &c.value {
+        OutputConstraint::Schema(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(v) if v.is_object() || v.is_boolean() => Ok(c.value.clone()),
+            Ok(_) => Err(PlanError::semantic(
+                "SCHEMA must be a JSON schema: a JSON object (or true/false)",
+                c.span,
+            )),
+            Err(e) => Err(
+                PlanError::semantic(format!("SCHEMA is not valid JSON: {e}"), c.span)
+                    .with_label(c.span, "this schema"),
+            ),
+        },
+        OutputConstraint::Grammar(text) if text.trim().is_empty() => Err(PlanError::semantic(
+            "GRAMMAR is empty: give a GBNF grammar with a `root` rule",
+            c.span,
+        )),
+        OutputConstraint::Grammar(_) => Ok(c.value.clone()),
+    }
 }

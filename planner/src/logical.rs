@@ -5,8 +5,9 @@
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
     ArtifactWhat, BackendChoice, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind,
-    ExtractFormat, ExtractShape, ModelRef, PatchComponent, PatchMethod, PatchMetric,
-    PatchPositions, Positions, RepresentTarget, Setting, ShowWhat, Table, Value, WalkMode,
+    ExtractFormat, ExtractShape, ModelRef, OutputConstraint, PatchComponent, PatchMethod,
+    PatchMetric, PatchPositions, Positions, RepresentTarget, Setting, ShowWhat, Table, Value,
+    WalkMode,
 };
 use std::fmt;
 
@@ -105,6 +106,8 @@ pub struct GeneratePlan {
     pub max_tokens: usize,
     pub sampling: Sampling,
     pub stop: Vec<String>,
+    /// GENERATE's SCHEMA (checked to be JSON) or GRAMMAR clause.
+    pub constraint: Option<OutputConstraint>,
 }
 
 /// How a browse statement's mode was chosen (the binder decides, once).

@@ -82,6 +82,8 @@ pub enum Operator {
         max_tokens: usize,
         sampling: Sampling,
         stop: Vec<String>,
+        /// Tokens are sampled only from those this SCHEMA or GRAMMAR allows next.
+        constraint: Option<OutputConstraint>,
     },
     Detokenize,
     /// Dot products of a query vector with every gate row of each layer; keeps `top`.
@@ -434,6 +436,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 max_tokens: gp.max_tokens,
                 sampling: gp.sampling.clone(),
                 stop: gp.stop.clone(),
+                constraint: gp.constraint.clone(),
             },
             O::Detokenize,
         ],
@@ -847,6 +850,7 @@ impl fmt::Display for Operator {
                 max_tokens,
                 sampling,
                 stop,
+                constraint,
             } => {
                 write!(f, "DecodeLoop max={max_tokens}")?;
                 if sampling.is_greedy() {
@@ -866,6 +870,11 @@ impl fmt::Display for Operator {
                 if !stop.is_empty() {
                     let s: Vec<String> = stop.iter().map(|s| quote(s)).collect();
                     write!(f, " stop=[{}]", s.join(", "))?;
+                }
+                match constraint {
+                    Some(OutputConstraint::Schema(_)) => f.write_str(" constraint=json_schema")?,
+                    Some(OutputConstraint::Grammar(_)) => f.write_str(" constraint=gbnf")?,
+                    None => {}
                 }
                 Ok(())
             }

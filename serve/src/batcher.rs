@@ -236,7 +236,7 @@ impl<'t> Scheduler<'t> {
                 a.done = true;
                 continue;
             }
-            let Some(logits) = &seq.logits else {
+            let Some(logits) = seq.logits.as_mut() else {
                 let prompt = a.work.reqs[a.index].prompt_ids.clone();
                 rows.push((ai, prompt));
                 continue;

@@ -4,6 +4,7 @@
 //! (streaming), which may stop it (a client gone). The model runs in the batch scheduler
 //! ([`crate::batcher`]), which steps every active completion together.
 
+use lql_exec::constrain::{Allowed, Constraint};
 use lql_exec::tokenizer::{StreamDecoder, Tokenizer};
 use lql_exec::{ExecError, Logits, Sampler, Sampling};
 
@@ -18,6 +19,8 @@ pub struct Request {
     pub logprobs: Option<usize>,
     /// Vectors added to the residual stream in this request's passes only.
     pub steering: Option<std::sync::Arc<lql_exec::steer::Steering>>,
+    /// The text must be in this grammar's language (`response_format`, `grammar`).
+    pub grammar: Option<std::sync::Arc<lql_exec::constrain::Grammar>>,
 }
 
 /// One alternative token and its log-probability.
@@ -106,6 +109,7 @@ fn token_logprob(tok: &Tokenizer, logits: &Logits, id: u32, top: usize) -> Token
         logits
             .top(top)
             .into_iter()
+            .filter(|t| logits.values[t.token_id as usize].is_finite())
             .map(|t| Alt {
                 token: text(t.token_id),
                 bytes: bytes(t.token_id),
@@ -135,6 +139,8 @@ pub struct Decoding<'t> {
     logprobs: Option<usize>,
     sampler: Sampler,
     end_ids: Vec<u32>,
+    /// Where the text stands in the request's grammar, if it has one.
+    constraint: Option<Constraint>,
     stream: StreamDecoder<'t>,
     out: Outcome,
     /// Bytes a stop string could still need from the end of the text.
@@ -158,6 +164,7 @@ impl<'t> Decoding<'t> {
             logprobs: req.logprobs,
             sampler: Sampler::new(req.sampling)?,
             end_ids: end_ids.to_vec(),
+            constraint: req.grammar.as_ref().map(|g| g.start()),
             stream: tok.stream_decoder(),
             out: Outcome {
                 text: String::new(),
@@ -196,19 +203,30 @@ impl<'t> Decoding<'t> {
 
     /// Samples the token after `logits` and streams the text it makes final. Returns the
     /// token to run next, or `None` when the completion is over (end of sequence, a stop
-    /// string, `max_tokens`, `cancelled`, no room left in the context (`room` false), or
-    /// `on_delta` returning `false`); then call [`Decoding::finish`].
+    /// string, the grammar's text complete, `max_tokens`, `cancelled`, no room left in the
+    /// context (`room` false), or `on_delta` returning `false`); then call
+    /// [`Decoding::finish`]. With a grammar, the logits of the tokens it does not allow are
+    /// set to −∞ first (so log-probabilities are over the tokens it allows).
     pub fn step(
         &mut self,
-        logits: &Logits,
+        logits: &mut Logits,
         room: bool,
         cancelled: bool,
         on_delta: &mut dyn FnMut(Delta<'_>) -> bool,
     ) -> Result<Option<u32>, ExecError> {
+        if let Some(c) = self.constraint.as_mut() {
+            if c.mask(&mut logits.values, &self.end_ids)? == Allowed::EndOnly {
+                self.out.finish = Finish::Stop;
+                return Ok(None);
+            }
+        }
         let id = self.sampler.sample(&logits.values);
         if self.end_ids.contains(&id) {
             self.out.finish = Finish::Stop;
             return Ok(None);
+        }
+        if let Some(c) = self.constraint.as_mut() {
+            c.commit(id, &self.end_ids)?;
         }
         if let Some(top) = self.logprobs {
             self.out

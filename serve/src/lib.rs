@@ -20,6 +20,7 @@ pub mod access;
 pub mod auth;
 pub mod batcher;
 pub mod config;
+pub mod constraint;
 pub mod embeddings;
 pub mod error;
 pub mod generate;

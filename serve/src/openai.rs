@@ -1,8 +1,9 @@
 //! The OpenAI-compatible routes: `/v1/models`, `/v1/completions`, `/v1/chat/completions`
 //! and `/v1/responses`, answered in OpenAI's wire shapes (JSON, or server-sent events with
 //! `stream: true`). Prompts are tokenized as `GENERATE` tokenizes them; chat messages go
-//! through the model's own chat template first. `tools` and `response_format` with a JSON
-//! schema are refused with the standard error shape (not built yet).
+//! through the model's own chat template first. `response_format` (JSON object, JSON schema)
+//! and llama.cpp's `grammar` / `json_schema` constrain the output ([`crate::constraint`]);
+//! `tools` are refused with the standard error shape (not built yet).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -200,6 +201,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
             }
         };
         let steering = steering(&state, &req.sampling)?;
+        let grammar = req.constraint.compile(&state.tokenizer)?;
         let mut reqs = Vec::new();
         for ids in &prompts {
             for i in 0..n {
@@ -210,6 +212,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
                     stop: stop.clone(),
                     logprobs,
                     steering: steering.clone(),
+                    grammar: grammar.clone(),
                 });
             }
         }
@@ -264,8 +267,8 @@ fn steering(
     Ok(Some(Arc::new(st)))
 }
 
-/// Refuses what this server does not build: tool calls and schema-constrained output.
-fn refuse_unbuilt(tools: &Option<Value>, response_format: Option<&Value>) -> Result<(), ApiError> {
+/// Refuses what this server does not build: tool calls.
+fn refuse_unbuilt(tools: &Option<Value>) -> Result<(), ApiError> {
     if tools
         .as_ref()
         .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty()))
@@ -274,15 +277,6 @@ fn refuse_unbuilt(tools: &Option<Value>, response_format: Option<&Value>) -> Res
             "tools",
             "tools (tool-call output); send the request without `tools`",
         ));
-    }
-    if let Some(rf) = response_format {
-        let ty = rf.get("type").and_then(Value::as_str).unwrap_or("");
-        if ty != "text" {
-            return Err(ApiError::not_supported(
-                "response_format",
-                format!("response_format {ty:?} (constrained decoding to JSON or a JSON schema); only \"text\" is served"),
-            ));
-        }
     }
     Ok(())
 }
@@ -305,7 +299,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
     let t0 = Instant::now();
     let job = (|| {
         let req: ChatRequest = body.parse()?;
-        refuse_unbuilt(&req.tools, req.response_format.as_ref())?;
+        refuse_unbuilt(&req.tools)?;
         if req.functions.is_some() {
             return Err(ApiError::not_supported(
                 "functions",
@@ -355,6 +349,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
             }
         };
         let steering = steering(&state, &req.sampling)?;
+        let grammar = req.constraint.compile(&state.tokenizer)?;
         let mut reqs = Vec::new();
         for i in 0..n {
             reqs.push(generate::Request {
@@ -364,6 +359,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
                 stop: stop.clone(),
                 logprobs,
                 steering: steering.clone(),
+                grammar: grammar.clone(),
             });
         }
         Ok(Job {
@@ -383,7 +379,18 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
     let t0 = Instant::now();
     let job = (|| {
         let req: ResponsesRequest = body.parse()?;
-        refuse_unbuilt(&req.tools, req.text.as_ref().and_then(|t| t.get("format")))?;
+        refuse_unbuilt(&req.tools)?;
+        let grammar = match req.text.as_ref().and_then(|t| t.get("format")) {
+            Some(f) => match crate::constraint::response_format(f, "text.format")? {
+                Some(spec) => Some(crate::constraint::compile(
+                    &spec,
+                    "text.format",
+                    &state.tokenizer,
+                )?),
+                None => None,
+            },
+            None => None,
+        };
         if req.stream {
             return Err(ApiError::not_supported(
                 "stream",
@@ -455,6 +462,7 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
                 stop: Vec::new(),
                 logprobs: None,
                 steering: steering(&state, &req.sampling)?,
+                grammar,
             }],
             prompt_tokens: ids.len(),
             stream: false,

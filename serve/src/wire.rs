@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::constraint::ConstraintFields;
 use crate::error::ApiError;
 
 /// A string or a list of strings (`prompt`, `stop`).
@@ -61,6 +62,9 @@ pub struct CompletionRequest {
     pub max_tokens: Option<i64>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
+    /// `response_format`, and llama.cpp's `grammar` and `json_schema`.
+    #[serde(flatten)]
+    pub constraint: ConstraintFields,
     pub stop: Option<OneOrMany>,
     pub n: Option<i64>,
     #[serde(default)]
@@ -99,7 +103,9 @@ pub struct ChatRequest {
     #[serde(default)]
     pub logprobs: bool,
     pub top_logprobs: Option<i64>,
-    pub response_format: Option<Value>,
+    /// `response_format`, and llama.cpp's `grammar` and `json_schema`.
+    #[serde(flatten)]
+    pub constraint: ConstraintFields,
     pub tools: Option<Value>,
     pub tool_choice: Option<Value>,
     pub functions: Option<Value>,

@@ -233,7 +233,7 @@ fn unbuilt_features_are_refused_by_name() {
         .starts_with("not supported yet: tools"));
     let (st, e) = common::post(
         &url,
-        json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}),
+        json!({"messages": msgs, "response_format": {"type": "xml"}}),
     );
     assert_eq!(st, 400);
     assert_eq!(e["error"]["param"], "response_format");

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use lql::{Connection, Value};
 
+pub mod constrained;
+
 /// The catalogue name of the default real model.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 
@@ -146,4 +148,23 @@ pub fn python_with(modules: &str) -> Result<PathBuf, String> {
     Err(format!(
         "no Python with {modules} among {candidates:?} (set LQL_LLAMACPP_PYTHON)"
     ))
+}
+
+/// Runs `cmd` with `input` on its standard input; its output (stdout and stderr captured).
+pub fn run_with_stdin(cmd: &mut std::process::Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?} does not start: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(input)
+        .unwrap();
+    child.wait_with_output().unwrap()
 }

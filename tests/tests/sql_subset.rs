@@ -74,19 +74,12 @@ fn sqlite_copy(conn: &Connection, dir: &Path) -> std::path::PathBuf {
 
 /// Runs `script` through the sqlite3 shell into the database file `db`.
 fn sqlite_load(db: &Path, script: &str) {
-    use std::io::Write;
-    let mut child = Command::new("sqlite3")
-        .arg(db)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    let out = lql_tests::run_with_stdin(Command::new("sqlite3").arg(db), script.as_bytes());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn same_cell(ours: &Value, theirs: &serde_json::Value) -> bool {

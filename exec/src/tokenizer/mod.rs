@@ -114,7 +114,13 @@ pub struct Tokenizer {
     strip: StripRule,
     rendering: Rendering,
     description: String,
+    /// Constrained decoding's token trie and parser factory, built on first use
+    /// ([`crate::constrain::GrammarCompiler::of`]).
+    grammar_compiler: GrammarCompilerCell,
 }
+
+type GrammarCompilerCell =
+    std::sync::OnceLock<std::result::Result<crate::constrain::GrammarCompiler, String>>;
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -291,6 +297,10 @@ impl Tokenizer {
         self.by_piece.get(text.as_bytes()).copied()
     }
 
+    pub(crate) fn grammar_compiler_cell(&self) -> &GrammarCompilerCell {
+        &self.grammar_compiler
+    }
+
     /// Beginning-of-sequence id, if the model has one.
     pub fn bos_id(&self) -> Option<u32> {
         self.specials.bos
@@ -427,6 +437,7 @@ impl Parts {
                 Rendering::Pieces
             },
             description: self.description,
+            grammar_compiler: GrammarCompilerCell::new(),
         }
     }
 }

@@ -548,6 +548,7 @@ fn generate_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         top_p: None,
         seed: None,
         stop: None,
+        constraint: None,
     };
     let mut prompt = None;
     for q in p.into_inner() {
@@ -566,6 +567,24 @@ fn generate_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                     stops.push(string(s)?.value);
                 }
                 set(&mut g.stop, Spanned::new(stops, sp), "STOP")?
+            }
+            Rule::schema_clause | Rule::grammar_clause => {
+                let sp = span(&q);
+                let schema = q.as_rule() == Rule::schema_clause;
+                let text = first_string(q)?.value;
+                let c = if schema {
+                    OutputConstraint::Schema(text)
+                } else {
+                    OutputConstraint::Grammar(text)
+                };
+                if let Some(earlier) = &g.constraint {
+                    return Err(SyntaxError::new(
+                        "GENERATE takes one of SCHEMA and GRAMMAR, not both",
+                        sp,
+                    )
+                    .with_label(earlier.span, "the first is here"));
+                }
+                g.constraint = Some(Spanned::new(c, sp));
             }
             _ => return Err(internal(&q)),
         }

@@ -259,6 +259,7 @@ pub(crate) fn decode_loop(
     max_tokens: usize,
     s: &lql_planner::Sampling,
     stop: &[String],
+    constraint: Option<&lql_planner::OutputConstraint>,
     cost: &mut Cost,
 ) -> Result<Datum> {
     let Datum::Prefilled {
@@ -270,6 +271,10 @@ pub(crate) fn decode_loop(
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
     let model = cx.model()?;
+    let grammar = match constraint {
+        Some(c) => Some(compile_constraint(c, &tok)?),
+        None => None,
+    };
     let first = finite_head(&exec, &residual, session.tokens())?;
     let opts = GenerateOptions {
         max_tokens,
@@ -283,6 +288,7 @@ pub(crate) fn decode_loop(
         stop_at_eos: true,
         stop_ids: Vec::new(),
         decoder: Some(tok.clone() as Arc<dyn lql_exec::TokenDecoder>),
+        grammar,
     };
     let handler = cx.engine.tokens.clone();
     let mut stream = tok.stream_decoder();
@@ -318,6 +324,25 @@ pub(crate) fn decode_loop(
         head_cost(&model, cost);
     }
     Ok(Datum::Generation(g))
+}
+
+/// GENERATE's SCHEMA (already checked to be JSON) or GRAMMAR, compiled for the model's
+/// tokenizer; a fault names the clause.
+fn compile_constraint(
+    c: &lql_planner::OutputConstraint,
+    tok: &lql_exec::tokenizer::Tokenizer,
+) -> Result<Arc<lql_exec::constrain::Grammar>> {
+    use lql_exec::constrain::{ConstraintSpec, Grammar};
+    use lql_planner::OutputConstraint as O;
+    let (spec, clause) = match c {
+        O::Schema(text) => {
+            let schema = serde_json::from_str(text)
+                .map_err(|e| Error::semantic(format!("SCHEMA is not valid JSON: {e}")))?;
+            (ConstraintSpec::JsonSchema(schema), "SCHEMA")
+        }
+        O::Grammar(text) => (ConstraintSpec::Gbnf(text.clone()), "GRAMMAR"),
+    };
+    Grammar::compile(&spec, tok).map_err(|e| Error::semantic(format!("{clause}: {e}")))
 }
 
 /// `Detokenize`: ids → text, into the statement's rows.
