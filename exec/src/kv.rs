@@ -114,6 +114,25 @@ impl KvCache {
     pub fn clear(&mut self) {
         self.truncate(0);
     }
+
+    /// A copy of the first `len` committed positions, allocated for exactly those; `None`
+    /// when the rows live on a device (they cannot be copied from here).
+    pub fn prefix(&self, len: usize) -> Option<KvCache> {
+        if self.device.is_some() {
+            return None;
+        }
+        let len = len.min(self.len);
+        let keep = len * self.kv_dim;
+        let copy = |bufs: &[Vec<f32>]| bufs.iter().map(|b| b[..keep].to_vec()).collect();
+        Some(KvCache {
+            kv_dim: self.kv_dim,
+            limit: self.limit,
+            len,
+            k: copy(&self.k),
+            v: copy(&self.v),
+            device: None,
+        })
+    }
 }
 
 #[cfg(test)]

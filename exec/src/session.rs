@@ -504,6 +504,19 @@ impl Session {
         self.truncate(0);
     }
 
+    /// A new session holding this one's first `len` positions (a prompt-prefix cache's
+    /// entry, or a continuation from it), its memory sized to them; `None` when the cache
+    /// lives on a device.
+    pub fn fork(&self, len: usize) -> Option<Session> {
+        let kv = self.kv.prefix(len)?;
+        let n = kv.len();
+        Some(Session {
+            exec: self.exec.clone(),
+            kv,
+            tokens: self.tokens[..n].to_vec(),
+        })
+    }
+
     pub fn executor(&self) -> &Executor {
         &self.exec
     }

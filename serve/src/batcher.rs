@@ -7,6 +7,7 @@
 //! read once per step). A finished sequence, or one whose client is gone, leaves the batch
 //! at once, and the request's slot is freed when its last choice ends.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use tokio::sync::mpsc;
 use crate::generate::{Decoding, Delta, Finish, Outcome, Request, TokenLogprob};
 use crate::metrics::Metrics;
 use crate::pool::Slot;
+use crate::prefix_cache::PrefixCache;
 
 /// What the scheduler reports about one request's choices.
 pub enum Event {
@@ -49,17 +51,19 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the decode thread over `exec` (its cancel flag stops every pass).
+    /// Starts the decode thread over `exec` (its cancel flag stops every pass), with its
+    /// prompt-prefix cache.
     pub fn start(
         exec: Executor,
         tokenizer: Arc<Tokenizer>,
         metrics: Arc<Metrics>,
+        cache: PrefixCache,
     ) -> Result<Batcher, String> {
         let (tx, rx) = std_mpsc::channel::<Work>();
         let cancel = exec.cancel_flag();
         std::thread::Builder::new()
             .name("lql-decode".into())
-            .spawn(move || Scheduler::new(&exec, &tokenizer, &metrics).run(&rx))
+            .spawn(move || Scheduler::new(&exec, &tokenizer, &metrics, cache).run(&rx))
             .map_err(|e| format!("cannot start the decode thread: {e}"))?;
         Ok(Batcher {
             submit: std::sync::Mutex::new(tx),
@@ -92,6 +96,10 @@ struct Seq<'t> {
     /// The logits after the last token run (what the next token is sampled from);
     /// `None` until the prompt is prefilled.
     logits: Option<Logits>,
+    /// Prompt positions the session holds (from the prefix cache, then chunk by chunk).
+    prompt_done: usize,
+    /// The prompt may use and fill the prefix cache (not steered, `cache_prompt` on).
+    cacheable: bool,
 }
 
 /// A request in the scheduler: its current choice, started (prefilled) or not.
@@ -109,6 +117,7 @@ struct Scheduler<'t> {
     metrics: &'t Metrics,
     end_ids: Vec<u32>,
     cancel: Arc<AtomicBool>,
+    cache: RefCell<PrefixCache>,
 }
 
 /// A callback that streams one choice's deltas to its request's handler.
@@ -128,7 +137,12 @@ fn sender(
 }
 
 impl<'t> Scheduler<'t> {
-    fn new(exec: &'t Executor, tok: &'t Tokenizer, metrics: &'t Metrics) -> Self {
+    fn new(
+        exec: &'t Executor,
+        tok: &'t Tokenizer,
+        metrics: &'t Metrics,
+        cache: PrefixCache,
+    ) -> Self {
         let special = &exec.surface().special;
         let mut end_ids: Vec<u32> = Vec::new();
         end_ids.extend(special.eos);
@@ -139,6 +153,7 @@ impl<'t> Scheduler<'t> {
             metrics,
             end_ids,
             cancel: exec.cancel_flag(),
+            cache: RefCell::new(cache),
         }
     }
 
@@ -205,11 +220,20 @@ impl<'t> Scheduler<'t> {
                 self.finished(a, outcome);
                 continue;
             }
-            // A steered request decodes on its own steering (still in the shared batch).
-            let session = match &req.steering {
-                None => self.exec.session(),
+            // A steered request decodes on its own steering (still in the shared batch);
+            // a plain one starts from the longest cached prefix of its prompt.
+            let cacheable = req.steering.is_none() && req.cache_prompt;
+            let (session, prompt_done) = match &req.steering {
+                None if cacheable => match self.cache.borrow_mut().lookup(&req.prompt_ids) {
+                    Some(hit) => {
+                        self.metrics.prompt_cache_hit(hit.len);
+                        (hit.session, hit.len)
+                    }
+                    None => (self.exec.session(), 0),
+                },
+                None => (self.exec.session(), 0),
                 Some(s) => match self.exec.clone().with_steering(Some(s.clone())) {
-                    Ok(e) => e.session(),
+                    Ok(e) => (e.session(), 0),
                     Err(e) => return self.failed(a, &e),
                 },
             };
@@ -217,6 +241,8 @@ impl<'t> Scheduler<'t> {
                 session,
                 dec,
                 logits: None,
+                prompt_done,
+                cacheable,
             });
         }
     }
@@ -237,8 +263,14 @@ impl<'t> Scheduler<'t> {
                 continue;
             }
             let Some(logits) = seq.logits.as_mut() else {
-                let prompt = a.work.reqs[a.index].prompt_ids.clone();
-                rows.push((ai, prompt));
+                // The prompt's next chunk (chunks start at multiples of the chunk size, so
+                // cached and cold prefills compute every position alike).
+                let prompt = &a.work.reqs[a.index].prompt_ids;
+                let end = self
+                    .cache
+                    .borrow()
+                    .next_chunk(seq.prompt_done, prompt.len());
+                rows.push((ai, prompt[seq.prompt_done..end].to_vec()));
                 continue;
             };
             let room = seq.session.position() < seq.session.context_limit();
@@ -290,6 +322,17 @@ impl<'t> Scheduler<'t> {
                     if let Err(e) = l.check_finite(seq.session.position().saturating_sub(1)) {
                         self.failed(a, &e);
                         continue;
+                    }
+                    if seq.logits.is_none() {
+                        // A prompt chunk ran: the next chunk, or the prompt is done.
+                        let prompt = &a.work.reqs[a.index].prompt_ids;
+                        seq.prompt_done = seq.session.position();
+                        if seq.prompt_done < prompt.len() {
+                            continue;
+                        }
+                        if seq.cacheable {
+                            self.cache.borrow_mut().insert(prompt, &seq.session);
+                        }
                     }
                     seq.logits = Some(l);
                 }

@@ -51,6 +51,11 @@ pub struct Config {
     /// Resident memory at which requests that run the model, and new sessions, are
     /// answered 503 (`None`: no bound).
     pub max_memory: Option<u64>,
+    /// Bytes of key/value state the prompt-prefix cache keeps (0: none).
+    pub prompt_cache_bytes: u64,
+    /// Positions per prompt prefill chunk: prompts are prefilled in chunks starting at
+    /// multiples of it, and cached prefixes are reused in whole chunks.
+    pub prompt_chunk: usize,
 }
 
 impl Config {
@@ -78,6 +83,8 @@ impl Config {
             header_timeout_s: 10,
             body_timeout_s: 30,
             max_memory: None,
+            prompt_cache_bytes: 256 << 20,
+            prompt_chunk: 256,
         }
     }
 

@@ -21,6 +21,8 @@ pub struct Request {
     pub steering: Option<std::sync::Arc<lql_exec::steer::Steering>>,
     /// The text must be in this grammar's language (`response_format`, `grammar`).
     pub grammar: Option<std::sync::Arc<lql_exec::constrain::Grammar>>,
+    /// The prompt may start from, and fill, the prompt-prefix cache (`cache_prompt`).
+    pub cache_prompt: bool,
 }
 
 /// One alternative token and its log-probability.

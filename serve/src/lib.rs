@@ -29,6 +29,7 @@ pub mod memory;
 pub mod metrics;
 pub mod openai;
 pub mod pool;
+pub mod prefix_cache;
 pub mod routes;
 pub mod server;
 pub mod sessions;

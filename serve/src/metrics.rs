@@ -74,6 +74,8 @@ pub struct Metrics {
     cancelled: AtomicU64,
     decode_steps: AtomicU64,
     decode_rows: AtomicU64,
+    prompt_cache_hits: AtomicU64,
+    prompt_cache_tokens: AtomicU64,
     latency: Mutex<[Histogram; ROUTES.len()]>,
     first_token: Mutex<Histogram>,
 }
@@ -113,6 +115,13 @@ impl Metrics {
 
     pub fn cancelled(&self) {
         self.cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A prompt started from `tokens` cached positions.
+    pub fn prompt_cache_hit(&self, tokens: usize) {
+        self.prompt_cache_hits.fetch_add(1, Ordering::Relaxed);
+        self.prompt_cache_tokens
+            .fetch_add(tokens as u64, Ordering::Relaxed);
     }
 
     /// One batched decode step ran `rows` sequences.
@@ -188,6 +197,16 @@ impl Metrics {
                 "lql_decode_rows_total",
                 "Next tokens decoded by those steps (rows / steps is the mean batch size; prompts prefilled in a step are not counted).",
                 &self.decode_rows,
+            ),
+            (
+                "lql_prompt_cache_hits_total",
+                "Prompts that started from a cached prefix.",
+                &self.prompt_cache_hits,
+            ),
+            (
+                "lql_prompt_cache_tokens_total",
+                "Prompt positions taken from the prefix cache instead of prefilled.",
+                &self.prompt_cache_tokens,
             ),
         ];
         for (name, help, v) in counters {

@@ -213,6 +213,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
                     logprobs,
                     steering: steering.clone(),
                     grammar: grammar.clone(),
+                    cache_prompt: req.sampling.cache_prompt.unwrap_or(true),
                 });
             }
         }
@@ -360,6 +361,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
                 logprobs,
                 steering: steering.clone(),
                 grammar: grammar.clone(),
+                cache_prompt: req.sampling.cache_prompt.unwrap_or(true),
             });
         }
         Ok(Job {
@@ -463,6 +465,7 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
                 logprobs: None,
                 steering: steering(&state, &req.sampling)?,
                 grammar,
+                cache_prompt: req.sampling.cache_prompt.unwrap_or(true),
             }],
             prompt_tokens: ids.len(),
             stream: false,

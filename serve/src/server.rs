@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// Seconds a client gets to send a request's body (408 after)
     #[arg(long, default_value_t = 30)]
     pub body_timeout: u64,
+    /// Key/value state of recent prompts kept for prefix reuse (bytes, or with K, M, G;
+    /// 0 keeps none)
+    #[arg(long, value_parser = crate::memory::parse_size, default_value = "256M")]
+    pub prompt_cache: u64,
 }
 
 impl ServeArgs {
@@ -99,6 +103,7 @@ impl ServeArgs {
         c.max_memory = self.max_memory;
         c.header_timeout_s = self.header_timeout.max(1);
         c.body_timeout_s = self.body_timeout.max(1);
+        c.prompt_cache_bytes = self.prompt_cache;
         c
     }
 }

@@ -86,7 +86,11 @@ impl AppState {
         let exec = Executor::with_backend(source, backend).map_err(|e| e.to_string())?;
         // Embeddings run beside the decode thread, on the same backend.
         let embedder = exec.clone();
-        let batcher = Batcher::start(exec, tokenizer.clone(), metrics.clone())?;
+        let cache = crate::prefix_cache::PrefixCache::new(
+            usize::try_from(config.prompt_cache_bytes).unwrap_or(usize::MAX),
+            config.prompt_chunk,
+        );
+        let batcher = Batcher::start(exec, tokenizer.clone(), metrics.clone(), cache)?;
         let pool = Pool::new(config.parallel, config.queue, batcher, config.max_memory);
         Ok(AppState {
             model_id: config.model_alias(),

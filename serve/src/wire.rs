@@ -35,6 +35,8 @@ pub struct SamplingFields {
     pub seed: Option<i64>,
     /// Not OpenAI's: a llama.cpp control vector added in this request's passes only.
     pub steering: Option<SteeringField>,
+    /// llama.cpp's server: reuse (and keep) the prompt's cached prefix (default true).
+    pub cache_prompt: Option<bool>,
 }
 
 /// `"steering": {"vector": "file.gguf", "scale": 0.8, "layers": [10, 20]}`: a control
