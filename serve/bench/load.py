@@ -87,6 +87,10 @@ def main():
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--single", type=int, default=3, help="requests of the single-stream baseline")
+    ap.add_argument("--patches", help="a --patches folder for the server (with --mix)")
+    ap.add_argument("--patch", help="a .lqlpatch file name in it (with --mix)")
+    ap.add_argument("--mix", action="store_true",
+                    help="clients cycle plain, patched (--patch) and JSON-schema-constrained requests")
     a = ap.parse_args()
 
     proc = None
@@ -97,6 +101,8 @@ def main():
     else:
         cmd = [a.bin, a.model, "--host", HOST, "--port", "0", "--parallel", str(a.parallel),
                "--queue", str(a.queue), "--threads", str(a.threads), "--shutdown-grace", "10"]
+        if a.patches:
+            cmd += ["--patches", a.patches]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         url = proc.stdout.readline().strip()
         assert url.startswith(f"http://{HOST}:"), url
@@ -131,16 +137,28 @@ def main():
         lock = threading.Lock()
         deadline = time.monotonic() + a.seconds
 
-        def client():
+        kinds = [body]
+        if a.mix:
+            assert a.patch, "--mix needs --patch (and --patches)"
+            kinds = [
+                body,
+                dict(body, patches=[a.patch]),
+                dict(body, json_schema={"type": "object", "properties": {
+                    "numbers": {"type": "array", "items": {"type": "integer"}, "maxItems": 8}},
+                    "required": ["numbers"]}),
+            ]
+        out["kinds"] = len(kinds)
+
+        def client(i):
             for _ in range(a.requests):
                 if time.monotonic() >= deadline:
                     return
-                r = stream_request(port, body, a.timeout)
+                r = stream_request(port, kinds[i % len(kinds)], a.timeout)
                 with lock:
                     results.append(r)
 
         t0 = time.monotonic()
-        threads = [threading.Thread(target=client) for _ in range(a.clients)]
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(a.clients)]
         for t in threads:
             t.start()
         for t in threads:

@@ -194,7 +194,11 @@ impl<'t> Scheduler<'t> {
     }
 
     fn failed(&self, a: &mut Active<'t>, e: &ExecError) {
-        let _ = a.work.events.send(Event::Failed(e.to_string()));
+        self.failed_with(a, e.to_string());
+    }
+
+    fn failed_with(&self, a: &mut Active<'t>, message: String) {
+        let _ = a.work.events.send(Event::Failed(message));
         a.seq = None;
         a.done = true;
     }
@@ -220,19 +224,21 @@ impl<'t> Scheduler<'t> {
                 self.finished(a, outcome);
                 continue;
             }
-            // A steered request decodes on its own steering (still in the shared batch);
-            // a plain one starts from the longest cached prefix of its prompt.
-            let cacheable = req.steering.is_none() && req.cache_prompt;
+            // A steered request decodes on its own steering (still in the shared batch), a
+            // patched one on its state's executor (in a batch of that state); a plain one
+            // starts from the longest cached prefix of its prompt.
+            let base = req.executor.as_ref().unwrap_or(self.exec);
+            let cacheable = req.steering.is_none() && req.executor.is_none() && req.cache_prompt;
             let (session, prompt_done) = match &req.steering {
                 None if cacheable => match self.cache.borrow_mut().lookup(&req.prompt_ids) {
                     Some(hit) => {
                         self.metrics.prompt_cache_hit(hit.len);
                         (hit.session, hit.len)
                     }
-                    None => (self.exec.session(), 0),
+                    None => (base.session(), 0),
                 },
-                None => (self.exec.session(), 0),
-                Some(s) => match self.exec.clone().with_steering(Some(s.clone())) {
+                None => (base.session(), 0),
+                Some(s) => match base.clone().with_steering(Some(s.clone())) {
                     Ok(e) => (e.session(), 0),
                     Err(e) => return self.failed(a, &e),
                 },
@@ -296,7 +302,7 @@ impl<'t> Scheduler<'t> {
         }
         let lists: Vec<&[u32]> = rows.iter().map(|(_, t)| t.as_slice()).collect();
         // Exactly the choices in `rows` still run (in the same order): the others ended.
-        let mut sessions: Vec<&mut Session> = active
+        let sessions: Vec<&mut Session> = active
             .iter_mut()
             .filter_map(|a| a.seq.as_mut().map(|s| &mut s.session))
             .collect();
@@ -310,12 +316,11 @@ impl<'t> Scheduler<'t> {
         }
         self.metrics
             .decode_step(rows.iter().filter(|(_, t)| t.len() == 1).count());
-        let result = self.exec.extend_batch(&mut sessions, &lists);
-        drop(sessions);
-        match result {
-            Ok(logits) => {
-                for ((ai, _), l) in rows.iter().zip(logits) {
-                    let a = &mut active[*ai];
+        let results = run_by_state(sessions, &lists);
+        for ((ai, _), result) in rows.iter().zip(results) {
+            let a = &mut active[*ai];
+            match result {
+                Ok(l) => {
                     let Some(seq) = a.seq.as_mut() else { continue };
                     // An overflowing model or edit ends the choice with an error, never
                     // with a token sampled from NaN.
@@ -336,25 +341,78 @@ impl<'t> Scheduler<'t> {
                     }
                     seq.logits = Some(l);
                 }
-            }
-            Err(e) => {
-                for &(ai, _) in &rows {
-                    let a = &mut active[ai];
+                Err(e) => {
                     if let Some(seq) = a.seq.take() {
-                        if matches!(e, ExecError::Cancelled) {
+                        if matches!(e, StepFault::Cancelled) {
                             let outcome = seq.dec.finish(
                                 Some(Finish::Cancelled),
                                 &mut sender(&a.work.events, a.index),
                             );
                             self.finished(a, outcome);
                         } else {
-                            self.failed(a, &e);
+                            self.failed_with(a, e.to_string());
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// Why a sequence's part of a step failed.
+enum StepFault {
+    Cancelled,
+    Failed(String),
+}
+
+impl std::fmt::Display for StepFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepFault::Cancelled => f.write_str("cancelled"),
+            StepFault::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+/// One step over `sessions`: those on one model state (the base, or one request's patches)
+/// share a batched step; each other state runs its own. The logits of each session, in
+/// order.
+fn run_by_state(sessions: Vec<&mut Session>, lists: &[&[u32]]) -> Vec<Result<Logits, StepFault>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        match groups
+            .iter_mut()
+            .find(|g| sessions[g[0]].executor().shares_batch_with(s.executor()))
+        {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let mut slots: Vec<Option<&mut Session>> = sessions.into_iter().map(Some).collect();
+    let mut out: Vec<Option<Result<Logits, StepFault>>> = (0..slots.len()).map(|_| None).collect();
+    for g in &groups {
+        let mut group: Vec<&mut Session> = g.iter().filter_map(|&i| slots[i].take()).collect();
+        let ids: Vec<&[u32]> = g.iter().map(|&i| lists[i]).collect();
+        let exec = group[0].executor().clone();
+        match exec.extend_batch(&mut group, &ids) {
+            Ok(logits) => {
+                for (&i, l) in g.iter().zip(logits) {
+                    out[i] = Some(Ok(l));
+                }
+            }
+            Err(e) => {
+                for &i in g {
+                    out[i] = Some(Err(match &e {
+                        ExecError::Cancelled => StepFault::Cancelled,
+                        other => StepFault::Failed(other.to_string()),
+                    }));
+                }
+            }
+        }
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(StepFault::Failed("a sequence was not run".into()))))
+        .collect()
 }
 
 impl Active<'_> {

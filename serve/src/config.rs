@@ -53,6 +53,9 @@ pub struct Config {
     pub max_memory: Option<u64>,
     /// Bytes of key/value state the prompt-prefix cache keeps (0: none).
     pub prompt_cache_bytes: u64,
+    /// The folder of `.lqlpatch` files requests may name (`"patches"`); `None`: requests
+    /// naming patches are refused.
+    pub patch_dir: Option<PathBuf>,
     /// Positions per prompt prefill chunk: prompts are prefilled in chunks starting at
     /// multiples of it, and cached prefixes are reused in whole chunks.
     pub prompt_chunk: usize,
@@ -85,6 +88,7 @@ impl Config {
             max_memory: None,
             prompt_cache_bytes: 256 << 20,
             prompt_chunk: 256,
+            patch_dir: None,
         }
     }
 

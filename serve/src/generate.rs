@@ -23,6 +23,8 @@ pub struct Request {
     pub grammar: Option<std::sync::Arc<lql_exec::constrain::Grammar>>,
     /// The prompt may start from, and fill, the prompt-prefix cache (`cache_prompt`).
     pub cache_prompt: bool,
+    /// The executor of this request's model state (`patches`), or `None` for the base.
+    pub executor: Option<lql_exec::Executor>,
 }
 
 /// One alternative token and its log-probability.

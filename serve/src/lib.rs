@@ -28,6 +28,7 @@ pub mod lql_http;
 pub mod memory;
 pub mod metrics;
 pub mod openai;
+pub mod patches;
 pub mod pool;
 pub mod prefix_cache;
 pub mod routes;

@@ -201,6 +201,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
             }
         };
         let steering = steering(&state, &req.sampling)?;
+        let executor = patched(&state, &req.sampling)?;
         let grammar = req.constraint.compile(&state.tokenizer)?;
         let mut reqs = Vec::new();
         for ids in &prompts {
@@ -214,6 +215,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
                     steering: steering.clone(),
                     grammar: grammar.clone(),
                     cache_prompt: req.sampling.cache_prompt.unwrap_or(true),
+                    executor: executor.clone(),
                 });
             }
         }
@@ -266,6 +268,23 @@ fn steering(
     )
     .map_err(|e| bad(e.to_string()))?;
     Ok(Some(Arc::new(st)))
+}
+
+/// The request's `patches`: the executor of that model state (`None` for the base).
+fn patched(
+    state: &AppState,
+    f: &wire::SamplingFields,
+) -> Result<Option<lql_exec::Executor>, ApiError> {
+    let Some(names) = f.patches.as_deref().filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let Some(store) = &state.patches else {
+        return Err(ApiError::invalid_param(
+            "patches",
+            "this server applies no patches: start it with --patches DIR and put the .lqlpatch files there",
+        ));
+    };
+    store.executor(names, &state.model, &state.embedder)
 }
 
 /// Refuses what this server does not build: tool calls.
@@ -350,6 +369,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
             }
         };
         let steering = steering(&state, &req.sampling)?;
+        let executor = patched(&state, &req.sampling)?;
         let grammar = req.constraint.compile(&state.tokenizer)?;
         let mut reqs = Vec::new();
         for i in 0..n {
@@ -362,6 +382,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
                 steering: steering.clone(),
                 grammar: grammar.clone(),
                 cache_prompt: req.sampling.cache_prompt.unwrap_or(true),
+                executor: executor.clone(),
             });
         }
         Ok(Job {
@@ -466,6 +487,7 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
                 steering: steering(&state, &req.sampling)?,
                 grammar,
                 cache_prompt: req.sampling.cache_prompt.unwrap_or(true),
+                executor: patched(&state, &req.sampling)?,
             }],
             prompt_tokens: ids.len(),
             stream: false,

@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// 0 keeps none)
     #[arg(long, value_parser = crate::memory::parse_size, default_value = "256M")]
     pub prompt_cache: u64,
+    /// A folder of .lqlpatch files: a request's "patches" names files in it, applied to
+    /// that request only
+    #[arg(long)]
+    pub patches: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -104,6 +108,7 @@ impl ServeArgs {
         c.header_timeout_s = self.header_timeout.max(1);
         c.body_timeout_s = self.body_timeout.max(1);
         c.prompt_cache_bytes = self.prompt_cache;
+        c.patch_dir = self.patches.clone();
         c
     }
 }

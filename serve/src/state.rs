@@ -30,6 +30,8 @@ pub struct AppState {
     pub pool: Arc<Pool>,
     /// What `/v1/embeddings` runs (the decode executor's model and backend).
     pub embedder: Executor,
+    /// The `--patches` folder requests may name patches from.
+    pub patches: Option<crate::patches::PatchStore>,
     pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
     /// Unix seconds at start (`created` of the model object).
@@ -72,6 +74,12 @@ impl AppState {
             )?),
             None => None,
         };
+        let patches = match &config.patch_dir {
+            Some(d) => Some(crate::patches::PatchStore::new(
+                std::fs::canonicalize(d).map_err(|e| format!("--patches {}: {e}", d.display()))?,
+            )),
+            None => None,
+        };
         let write_dir = match &config.allow_writes {
             Some(d) => Some(
                 std::fs::canonicalize(d)
@@ -102,6 +110,7 @@ impl AppState {
             template,
             pool: Arc::new(pool),
             embedder,
+            patches,
             metrics,
             started: now_secs(),
             write_dir,

@@ -37,6 +37,9 @@ pub struct SamplingFields {
     pub steering: Option<SteeringField>,
     /// llama.cpp's server: reuse (and keep) the prompt's cached prefix (default true).
     pub cache_prompt: Option<bool>,
+    /// Not OpenAI's: `.lqlpatch` files of the server's `--patches` folder (by file name or
+    /// sha256) applied to this request only.
+    pub patches: Option<Vec<String>>,
 }
 
 /// `"steering": {"vector": "file.gguf", "scale": 0.8, "layers": [10, 20]}`: a control
