@@ -78,12 +78,20 @@ impl Executor {
             .map(|s| s.executor().steering().cloned())
             .collect();
         let steering: Vec<Option<&Steering>> = steers.iter().map(|s| s.as_deref()).collect();
+        // And takes its FFN overlays from its own executor's state.
+        let states: Vec<Option<Arc<dyn OperandSource>>> = sessions
+            .iter()
+            .map(|s| s.executor().overlay().cloned())
+            .collect();
+        let overlays: Vec<Option<&dyn OperandSource>> =
+            states.iter().map(|s| s.as_deref()).collect();
         let mut kvs: Vec<&mut KvCache> = sessions.iter_mut().map(|s| s.kv_mut()).collect();
         let step = Step {
             source: self.source().as_ref(),
             plan,
             backend: self.backend(),
             steering: &steering,
+            overlays: &overlays,
         };
         let mut result = Err(ExecError::Internal("batched step did not run".into()));
         let cancel = self.cancel_flag();
@@ -120,6 +128,8 @@ struct Step<'a> {
     backend: &'a dyn Backend,
     /// Per sequence, its executor's steering.
     steering: &'a [Option<&'a Steering>],
+    /// Per sequence, its executor's overlay state.
+    overlays: &'a [Option<&'a dyn OperandSource>],
 }
 
 impl Step<'_> {
@@ -179,6 +189,7 @@ impl Step<'_> {
             backend: be,
             tables: &tables,
             steering: self.steering,
+            overlays: self.overlays,
         };
         let mut buf = BlockBuffers::new(plan, b);
         for (kl, lp) in plan.layers.iter().enumerate() {

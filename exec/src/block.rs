@@ -178,6 +178,9 @@ pub(crate) struct Block<'a> {
     /// Per sequence (as `seqs` in [`Block::run`]), the steering added to its rows after
     /// each layer ([`crate::steer`]); shorter than `seqs` means none for the rest.
     pub steering: &'a [Option<&'a Steering>],
+    /// Per sequence, the state whose FFN overlays its rows get (`None`, or shorter than
+    /// `seqs`: `source`'s): a batched step of several edited states.
+    pub overlays: &'a [Option<&'a dyn OperandSource>],
 }
 
 impl Block<'_> {
@@ -214,6 +217,24 @@ impl Block<'_> {
                 o.at_site(site, lp.index, p0..p0 + m, rows);
             }
         };
+        // Row ranges whose FFN overlays come from a state of their own (none: `source`'s).
+        let overlay_rows: Vec<(std::ops::Range<usize>, &dyn OperandSource)> =
+            if self.overlays.iter().any(Option::is_some) {
+                seqs.iter()
+                    .enumerate()
+                    .map(|(i, q)| {
+                        let src = self
+                            .overlays
+                            .get(i)
+                            .copied()
+                            .flatten()
+                            .unwrap_or(self.source);
+                        (q.row..q.row + q.n, src)
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
         tap(Site::ResidPre, x);
         for step in &lp.steps {
             match *step {
@@ -307,6 +328,7 @@ impl Block<'_> {
                         source: self.source,
                         backend: be,
                         activation: s.activation,
+                        rows: &overlay_rows,
                     };
                     ffn::run(
                         &ffn_cx,

@@ -15,6 +15,8 @@ use crate::block::{add_bias_rows, view};
 use crate::error::Result;
 use crate::kernels::{axpy, dot, exp};
 use crate::observer::Route;
+use std::ops::Range;
+
 use crate::overlay;
 use crate::plan::{expert, BankPlan, FfnPlan, LayerPlan};
 use lql_storage::overlay::LayerOverlay;
@@ -85,7 +87,13 @@ pub(crate) struct FfnCtx<'a> {
     pub source: &'a dyn OperandSource,
     pub backend: &'a dyn Backend,
     pub activation: Activation,
+    /// Row ranges and the state each takes its overlay from (a batched step of several
+    /// edited states); empty: every row takes `source`'s.
+    pub rows: &'a [(Range<usize>, &'a dyn OperandSource)],
 }
+
+/// Each row range and its overlay of one layer.
+type Overlays<'a> = Vec<(Range<usize>, Option<&'a LayerOverlay>)>;
 
 /// The FFN block of layer `lp` over `n` normed rows `h` (`[n × hidden]`): writes the delta
 /// to add to the residual into `out` (`[n × hidden]`). `observe` (the first position's
@@ -100,8 +108,16 @@ pub(crate) fn run(
     observe: Option<usize>,
     out: &mut [f32],
 ) -> Result<()> {
-    // The effective state's overlay of this layer (knowledge edits, feature scales).
-    let ov = cx.source.ffn_overlay(lp.index);
+    // The effective state's overlay of this layer (knowledge edits, feature scales), per
+    // row range when the rows belong to several states.
+    let ovs: Overlays<'_> = if cx.rows.is_empty() {
+        vec![(0..n, cx.source.ffn_overlay(lp.index))]
+    } else {
+        cx.rows
+            .iter()
+            .map(|(r, src)| (r.clone(), src.ffn_overlay(lp.index)))
+            .collect()
+    };
     match &lp.ffn {
         FfnPlan::Dense {
             gate,
@@ -113,7 +129,7 @@ pub(crate) fn run(
             cx,
             [*gate, *up, *down],
             [gate_bias.as_deref(), up_bias.as_deref()],
-            ov,
+            &ovs,
             h,
             n,
             buf,
@@ -130,7 +146,7 @@ pub(crate) fn run(
             cx,
             [*up, *down],
             [up_bias.as_deref(), down_bias.as_deref()],
-            ov,
+            &ovs,
             h,
             n,
             buf,
@@ -139,7 +155,17 @@ pub(crate) fn run(
         )?,
     }
     // Added features sit beside whatever FFN the layer has.
-    buf.added = overlay::add_features(ov, cx.activation, h, out);
+    buf.added = match ovs.as_slice() {
+        [(_, ov)] => overlay::add_features(*ov, cx.activation, h, out),
+        many => {
+            let d = h.len() / n.max(1);
+            for (r, ov) in many {
+                let rows = r.start * d..r.end * d;
+                overlay::add_features(*ov, cx.activation, &h[rows.clone()], &mut out[rows]);
+            }
+            overlay::Added::default()
+        }
+    };
     Ok(())
 }
 
@@ -149,7 +175,7 @@ fn dense(
     cx: &FfnCtx<'_>,
     [gate, up, down]: [OperandKey; 3],
     [gate_bias, up_bias]: [Option<&[f32]>; 2],
-    ov: Option<&LayerOverlay>,
+    ovs: &Overlays<'_>,
     h: &[f32],
     n: usize,
     buf: &mut FfnBuffers,
@@ -161,7 +187,7 @@ fn dense(
     be.matmul_group(&[wg, wu], h, n, &mut [&mut buf.gate, &mut buf.up])?;
     add_bias_rows(&mut buf.gate, gate_bias);
     add_bias_rows(&mut buf.up, up_bias);
-    activate_and_down(cx, ov, buf, keep_pre, down, n, out, |b| {
+    activate_and_down(cx, ovs, buf, keep_pre, down, n, out, |b| {
         be.glu(cx.activation, &mut b.gate, &b.up)
     })
 }
@@ -172,7 +198,7 @@ fn dense(
 #[allow(clippy::too_many_arguments)]
 fn activate_and_down(
     cx: &FfnCtx<'_>,
-    ov: Option<&LayerOverlay>,
+    ovs: &Overlays<'_>,
     buf: &mut FfnBuffers,
     keep_pre: bool,
     down: OperandKey,
@@ -180,13 +206,18 @@ fn activate_and_down(
     out: &mut [f32],
     activate: impl FnOnce(&mut FfnBuffers),
 ) -> Result<()> {
-    overlay::scale_gate(ov, &mut buf.gate, buf.width);
+    let w = buf.width;
+    for (r, ov) in ovs {
+        overlay::scale_gate(*ov, &mut buf.gate[r.start * w..r.end * w], w);
+    }
     if keep_pre {
         buf.gate_pre.clear();
         buf.gate_pre.extend_from_slice(&buf.gate);
     }
     activate(buf);
-    overlay::scale_activation(ov, &mut buf.gate, buf.width);
+    for (r, ov) in ovs {
+        overlay::scale_activation(*ov, &mut buf.gate[r.start * w..r.end * w], w);
+    }
     cx.backend
         .matmul(&view(cx.source, down)?, &buf.gate, n, out)
 }
@@ -198,7 +229,7 @@ fn mlp(
     cx: &FfnCtx<'_>,
     [up, down]: [OperandKey; 2],
     [up_bias, down_bias]: [Option<&[f32]>; 2],
-    ov: Option<&LayerOverlay>,
+    ovs: &Overlays<'_>,
     h: &[f32],
     n: usize,
     buf: &mut FfnBuffers,
@@ -208,7 +239,7 @@ fn mlp(
     let be = cx.backend;
     be.matmul(&view(cx.source, up)?, h, n, &mut buf.gate)?;
     add_bias_rows(&mut buf.gate, up_bias);
-    activate_and_down(cx, ov, buf, keep_pre, down, n, out, |b| {
+    activate_and_down(cx, ovs, buf, keep_pre, down, n, out, |b| {
         crate::kernels::activate(cx.activation, &mut b.gate)
     })?;
     add_bias_rows(out, down_bias);

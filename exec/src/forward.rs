@@ -54,6 +54,10 @@ pub(crate) struct Pass<'a> {
     pub device: Option<&'a dyn DeviceModel>,
     /// Vectors added to the residual stream leaving each layer.
     pub steering: Option<&'a Steering>,
+    /// Where the FFN overlays come from, when not from `source` ([`Executor::with_overlay`]).
+    ///
+    /// [`Executor::with_overlay`]: crate::Executor::with_overlay
+    pub overlay: Option<&'a dyn OperandSource>,
 }
 
 impl Pass<'_> {
@@ -132,12 +136,14 @@ impl Pass<'_> {
 
         let tables = block::rope_tables(plan, &positions);
         let steer = [self.steering];
+        let overlays = [self.overlay];
         let layer = Block {
             source: self.source,
             plan,
             backend: be,
             tables: &tables,
             steering: &steer,
+            overlays: &overlays,
         };
         let want_attn = obs.as_deref().is_some_and(|o| o.wants_attention());
         let total = p0 + n;

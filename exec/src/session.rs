@@ -101,6 +101,9 @@ pub struct Executor {
     cancel: Arc<AtomicBool>,
     /// Vectors every pass adds to the residual stream (none: the model as it is).
     steering: Option<Arc<Steering>>,
+    /// An edited state of `source` whose FFN overlays every pass applies, the weights still
+    /// read from `source` ([`Executor::with_overlay`]).
+    overlay: Option<Arc<dyn OperandSource>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -147,6 +150,7 @@ impl Executor {
             device,
             cancel: Arc::new(AtomicBool::new(false)),
             steering: None,
+            overlay: None,
         })
     }
 
@@ -162,6 +166,7 @@ impl Executor {
             device,
             cancel: self.cancel.clone(),
             steering: None,
+            overlay: None,
         })
     }
 
@@ -186,6 +191,7 @@ impl Executor {
             device: None,
             cancel: self.cancel.clone(),
             steering: None,
+            overlay: None,
         })
     }
 
@@ -206,6 +212,7 @@ impl Executor {
             device: None,
             cancel: Arc::new(AtomicBool::new(false)),
             steering: None,
+            overlay: None,
         })
     }
 
@@ -234,6 +241,35 @@ impl Executor {
         }
         self.steering = steering.filter(|s| !s.is_empty());
         Ok(self)
+    }
+
+    /// This executor with the FFN overlays of `state` (an edited state of this executor's
+    /// model, such as an `EffectiveModel` over it) applied in every pass, the weights still
+    /// read from this executor's source: the plan is shared, so sessions of both decode in
+    /// one batched step, each with its own overlay. Refused on a device backend and for a
+    /// state of another shape.
+    pub fn with_overlay(mut self, state: Option<Arc<dyn OperandSource>>) -> Result<Executor> {
+        if let Some(st) = &state {
+            let (a, b) = (st.surface(), &self.plan.surface);
+            if a.hidden != b.hidden || a.n_layers != b.n_layers || a.vocab != b.vocab {
+                return Err(ExecError::InvalidOption(format!(
+                    "an overlay of hidden size {} over {} layers does not fit a model of hidden size {} over {}",
+                    a.hidden, a.n_layers, b.hidden, b.n_layers
+                )));
+            }
+            if self.device.is_some() {
+                return Err(ExecError::Unsupported(
+                    "not supported yet: a per-request overlay on the GPU backend".into(),
+                ));
+            }
+        }
+        self.overlay = state;
+        Ok(self)
+    }
+
+    /// The state whose FFN overlays every pass applies, if any.
+    pub fn overlay(&self) -> Option<&Arc<dyn OperandSource>> {
+        self.overlay.as_ref()
     }
 
     /// The steering every pass adds, if any.
@@ -441,6 +477,7 @@ impl Session {
             last_layer: self.last_layer(),
             device: self.exec.device.as_deref(),
             steering: self.exec.steering.as_deref(),
+            overlay: self.exec.overlay.as_deref(),
         };
         let out = pass.run_from(&mut self.kv, input, want, None)?;
         if let PassInput::Tokens(ids) = input {
@@ -464,6 +501,7 @@ impl Session {
             last_layer,
             device: self.exec.device.as_deref(),
             steering: self.exec.steering.as_deref(),
+            overlay: self.exec.overlay.as_deref(),
         };
         let flat = pass.run(&mut self.kv, ids, want, observer)?;
         self.tokens.extend_from_slice(ids);

@@ -224,9 +224,9 @@ impl<'t> Scheduler<'t> {
                 self.finished(a, outcome);
                 continue;
             }
-            // A steered request decodes on its own steering (still in the shared batch), a
-            // patched one on its state's executor (in a batch of that state); a plain one
-            // starts from the longest cached prefix of its prompt.
+            // A steered or patched request decodes on its own steering and overlay (still in
+            // the shared batch); a plain one starts from the longest cached prefix of its
+            // prompt.
             let base = req.executor.as_ref().unwrap_or(self.exec);
             let cacheable = req.steering.is_none() && req.executor.is_none() && req.cache_prompt;
             let (session, prompt_done) = match &req.steering {
@@ -374,8 +374,9 @@ impl std::fmt::Display for StepFault {
     }
 }
 
-/// One step over `sessions`: those on one model state (the base, or one request's patches)
-/// share a batched step; each other state runs its own. The logits of each session, in
+/// One step over `sessions`: those whose executors share a plan (the base, steered or
+/// patched: each sequence keeps its own steering and overlay) run as one batched step; an
+/// executor with a plan of its own would run its own step. The logits of each session, in
 /// order.
 fn run_by_state(sessions: Vec<&mut Session>, lists: &[&[u32]]) -> Vec<Result<Logits, StepFault>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();

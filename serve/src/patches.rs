@@ -1,8 +1,9 @@
 //! Per-request model state: `"patches": ["fact.lqlpatch", "<sha256>"]` names `.lqlpatch`
 //! files in the folder given at start (`--patches DIR`), by file name or by the sha256 of
-//! the file. The server keeps one mapped base; each distinct patch stack gets its own
-//! executor over the base with the stack's overlay (built once, kept for reuse), and its
-//! requests decode in batched steps of their own beside the others' ([`crate::batcher`]).
+//! the file. The server keeps one mapped base; each distinct patch stack gets an executor
+//! over the base that applies the stack's FFN overlay (`Executor::with_overlay`; built once,
+//! kept for reuse), and its requests decode in the same batched steps as everyone else's,
+//! each sequence with its own overlay ([`crate::batcher`]).
 //! A patch outside the folder, not in it, made on another model, or a request naming
 //! patches to a server started without the folder, is a 400 naming `patches`.
 
@@ -104,7 +105,8 @@ impl PatchStore {
         let state = EffectiveModel::new(model.clone(), patches).map_err(bad)?;
         let source: Arc<dyn OperandSource> = Arc::new(state);
         let exec = base
-            .with_source(source)
+            .clone()
+            .with_overlay(Some(source))
             .map_err(|e| bad(format!("the patched model does not run: {e}")))?;
         if states.len() >= KEPT_STATES {
             states.remove(0);
