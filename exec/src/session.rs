@@ -286,13 +286,6 @@ impl Executor {
         &self.plan
     }
 
-    /// Whether sessions of `other` may share this executor's batched steps
-    /// ([`Executor::extend_batch`]): the same plan over the same weights (steering may
-    /// differ; another model state may not).
-    pub fn shares_batch_with(&self, other: &Executor) -> bool {
-        Arc::ptr_eq(&self.plan, &other.plan)
-    }
-
     /// The shared plan (sessions of one executor and its clones hold the same one).
     pub(crate) fn plan_arc(&self) -> &Arc<Plan> {
         &self.plan

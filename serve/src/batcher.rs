@@ -194,11 +194,7 @@ impl<'t> Scheduler<'t> {
     }
 
     fn failed(&self, a: &mut Active<'t>, e: &ExecError) {
-        self.failed_with(a, e.to_string());
-    }
-
-    fn failed_with(&self, a: &mut Active<'t>, message: String) {
-        let _ = a.work.events.send(Event::Failed(message));
+        let _ = a.work.events.send(Event::Failed(e.to_string()));
         a.seq = None;
         a.done = true;
     }
@@ -302,7 +298,7 @@ impl<'t> Scheduler<'t> {
         }
         let lists: Vec<&[u32]> = rows.iter().map(|(_, t)| t.as_slice()).collect();
         // Exactly the choices in `rows` still run (in the same order): the others ended.
-        let sessions: Vec<&mut Session> = active
+        let mut sessions: Vec<&mut Session> = active
             .iter_mut()
             .filter_map(|a| a.seq.as_mut().map(|s| &mut s.session))
             .collect();
@@ -316,11 +312,14 @@ impl<'t> Scheduler<'t> {
         }
         self.metrics
             .decode_step(rows.iter().filter(|(_, t)| t.len() == 1).count());
-        let results = run_by_state(sessions, &lists);
-        for ((ai, _), result) in rows.iter().zip(results) {
-            let a = &mut active[*ai];
-            match result {
-                Ok(l) => {
+        // Steered and patched sessions share the base's plan (each keeps its own steering
+        // and overlay), so every sequence runs in this one batched step.
+        let result = self.exec.extend_batch(&mut sessions, &lists);
+        drop(sessions);
+        match result {
+            Ok(logits) => {
+                for ((ai, _), l) in rows.iter().zip(logits) {
+                    let a = &mut active[*ai];
                     let Some(seq) = a.seq.as_mut() else { continue };
                     // An overflowing model or edit ends the choice with an error, never
                     // with a token sampled from NaN.
@@ -341,79 +340,25 @@ impl<'t> Scheduler<'t> {
                     }
                     seq.logits = Some(l);
                 }
-                Err(e) => {
+            }
+            Err(e) => {
+                for &(ai, _) in &rows {
+                    let a = &mut active[ai];
                     if let Some(seq) = a.seq.take() {
-                        if matches!(e, StepFault::Cancelled) {
+                        if matches!(e, ExecError::Cancelled) {
                             let outcome = seq.dec.finish(
                                 Some(Finish::Cancelled),
                                 &mut sender(&a.work.events, a.index),
                             );
                             self.finished(a, outcome);
                         } else {
-                            self.failed_with(a, e.to_string());
+                            self.failed(a, &e);
                         }
                     }
                 }
             }
         }
     }
-}
-
-/// Why a sequence's part of a step failed.
-enum StepFault {
-    Cancelled,
-    Failed(String),
-}
-
-impl std::fmt::Display for StepFault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StepFault::Cancelled => f.write_str("cancelled"),
-            StepFault::Failed(m) => f.write_str(m),
-        }
-    }
-}
-
-/// One step over `sessions`: those whose executors share a plan (the base, steered or
-/// patched: each sequence keeps its own steering and overlay) run as one batched step; an
-/// executor with a plan of its own would run its own step. The logits of each session, in
-/// order.
-fn run_by_state(sessions: Vec<&mut Session>, lists: &[&[u32]]) -> Vec<Result<Logits, StepFault>> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (i, s) in sessions.iter().enumerate() {
-        match groups
-            .iter_mut()
-            .find(|g| sessions[g[0]].executor().shares_batch_with(s.executor()))
-        {
-            Some(g) => g.push(i),
-            None => groups.push(vec![i]),
-        }
-    }
-    let mut slots: Vec<Option<&mut Session>> = sessions.into_iter().map(Some).collect();
-    let mut out: Vec<Option<Result<Logits, StepFault>>> = (0..slots.len()).map(|_| None).collect();
-    for g in &groups {
-        let mut group: Vec<&mut Session> = g.iter().filter_map(|&i| slots[i].take()).collect();
-        let ids: Vec<&[u32]> = g.iter().map(|&i| lists[i]).collect();
-        let exec = group[0].executor().clone();
-        match exec.extend_batch(&mut group, &ids) {
-            Ok(logits) => {
-                for (&i, l) in g.iter().zip(logits) {
-                    out[i] = Some(Ok(l));
-                }
-            }
-            Err(e) => {
-                for &i in g {
-                    out[i] = Some(Err(match &e {
-                        ExecError::Cancelled => StepFault::Cancelled,
-                        other => StepFault::Failed(other.to_string()),
-                    }));
-                }
-            }
-        }
-    }
-    out.into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(StepFault::Failed("a sequence was not run".into()))))
-        .collect()
 }
 
 impl Active<'_> {
