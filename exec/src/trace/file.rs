@@ -70,6 +70,17 @@ struct Header {
     arrays: Vec<ArrayInfo>,
 }
 
+/// The sizes recorded in a trace file's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceDims {
+    pub hidden: usize,
+    pub ffn: usize,
+    pub n_heads: usize,
+    pub n_layers: usize,
+    /// The prompt's length in tokens.
+    pub context: usize,
+}
+
 /// A trace as stored: the header's facts and the arrays.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceFile {
@@ -196,6 +207,23 @@ impl TraceFile {
 
     pub fn positions(&self) -> &[usize] {
         &self.header.positions
+    }
+
+    /// The model's sizes the trace was captured with.
+    pub fn dims(&self) -> TraceDims {
+        let h = &self.header;
+        TraceDims {
+            hidden: h.hidden,
+            ffn: h.ffn,
+            n_heads: h.n_heads,
+            n_layers: h.n_layers,
+            context: h.context,
+        }
+    }
+
+    /// The arrays with their values, in file order (the buffers move out, uncopied).
+    pub fn into_arrays(self) -> Vec<(ArrayInfo, Vec<f32>)> {
+        self.header.arrays.into_iter().zip(self.data).collect()
     }
 
     /// The file's bytes.

@@ -23,7 +23,7 @@ pub mod svg;
 
 pub use capture::{run_trace, CaptureOptions, LayerCapture, Positions, Trace, TraceCapture};
 pub use error::{Result, TraceError};
-pub use file::{ArrayInfo, TraceFile};
+pub use file::{ArrayInfo, TraceDims, TraceFile};
 pub use lens::{
     decompose, logit_lens, target_trajectory, who, Decomposition, LensCell, LogitLens, TargetStep,
     Trajectory,
