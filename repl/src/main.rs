@@ -117,7 +117,7 @@ enum Cmd {
         json: bool,
     },
     /// Serve a model over HTTP: the OpenAI-compatible API and LQL (docs/serve.md)
-    Serve(lql_serve::ServeArgs),
+    Serve(Box<lql_serve::ServeArgs>),
     /// Read a VINDEX3 container from the artifact alone (no model is bound)
     #[command(subcommand)]
     Vindex(vindex::VindexCmd),

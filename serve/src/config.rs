@@ -56,6 +56,8 @@ pub struct Config {
     /// The folder of `.lqlpatch` files requests may name (`"patches"`); `None`: requests
     /// naming patches are refused.
     pub patch_dir: Option<PathBuf>,
+    /// `--chat-template FILE`: a Jinja chat template used instead of the model's own.
+    pub chat_template_file: Option<PathBuf>,
     /// Positions per prompt prefill chunk: prompts are prefilled in chunks starting at
     /// multiples of it, and cached prefixes are reused in whole chunks.
     pub prompt_chunk: usize,
@@ -89,6 +91,7 @@ impl Config {
             prompt_cache_bytes: 256 << 20,
             prompt_chunk: 256,
             patch_dir: None,
+            chat_template_file: None,
         }
     }
 

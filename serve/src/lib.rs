@@ -37,6 +37,7 @@ pub mod sessions;
 pub mod sse;
 pub mod state;
 pub mod template;
+pub mod tools;
 pub mod wire;
 
 pub use config::Config;

@@ -3,7 +3,8 @@
 //! `stream: true`). Prompts are tokenized as `GENERATE` tokenizes them; chat messages go
 //! through the model's own chat template first. `response_format` (JSON object, JSON schema)
 //! and llama.cpp's `grammar` / `json_schema` constrain the output ([`crate::constraint`]);
-//! `tools` are refused with the standard error shape (not built yet).
+//! `tools` in chat completions are rendered by the chat template and the answer read for
+//! calls in the template's format ([`crate::tools`]); `/v1/responses` refuses `tools`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,6 +23,7 @@ use crate::routes::JsonBody;
 use crate::sse::{self, Item};
 use crate::state::{now_secs, AppState};
 use crate::template::Message;
+use crate::tools::{self, ToolCalling};
 use crate::wire::{self, ChatRequest, CompletionRequest, ResponsesRequest};
 
 /// Which wire shape a generation answers in.
@@ -52,6 +54,8 @@ struct Job {
     shape: Shape,
     /// Chat: `logprobs` was asked for.
     want_logprobs: bool,
+    /// Chat: the request's tools, when its answers are read for calls.
+    tools: Option<Arc<ToolCalling>>,
 }
 
 fn new_id(prefix: &str) -> String {
@@ -226,6 +230,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
             include_usage: req.stream_options.is_some_and(|o| o.include_usage),
             shape: Shape::Completion,
             want_logprobs: logprobs.is_some(),
+            tools: None,
         })
     })();
     run_job(state, Shape::Completion, job, t0).await
@@ -287,7 +292,7 @@ fn patched(
     store.executor(names, &state.model, &state.embedder)
 }
 
-/// Refuses what this server does not build: tool calls.
+/// Refuses what `/v1/responses` does not build: tool calls.
 fn refuse_unbuilt(tools: &Option<Value>) -> Result<(), ApiError> {
     if tools
         .as_ref()
@@ -301,7 +306,11 @@ fn refuse_unbuilt(tools: &Option<Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn render_chat(state: &AppState, messages: &[Message]) -> Result<Vec<u32>, ApiError> {
+fn render_chat(
+    state: &AppState,
+    messages: &[Message],
+    tools: Option<&Value>,
+) -> Result<Vec<u32>, ApiError> {
     let t = state.template.as_ref().ok_or_else(|| {
         ApiError::not_supported(
             "messages",
@@ -309,7 +318,7 @@ fn render_chat(state: &AppState, messages: &[Message]) -> Result<Vec<u32>, ApiEr
         )
     })?;
     let text = t
-        .render(messages)
+        .render(messages, tools)
         .map_err(|e| ApiError::invalid_param("messages", e))?;
     encode(state, &text, "messages")
 }
@@ -319,7 +328,10 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
     let t0 = Instant::now();
     let job = (|| {
         let req: ChatRequest = body.parse()?;
-        refuse_unbuilt(&req.tools)?;
+        let tool_format = state.template.as_ref().and_then(|t| t.tool_format);
+        let tools =
+            ToolCalling::from_request(req.tools.as_ref(), req.tool_choice.as_ref(), tool_format)?
+                .map(Arc::new);
         if req.functions.is_some() {
             return Err(ApiError::not_supported(
                 "functions",
@@ -331,18 +343,29 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
         }
         let mut messages = Vec::with_capacity(req.messages.len());
         for (i, m) in req.messages.iter().enumerate() {
+            let mut message = Message::text(
+                m.role.clone(),
+                wire::content_text(&m.content, &format!("messages[{i}].content"))?,
+            );
             if m.role == "tool" || m.tool_calls.is_some() {
-                return Err(ApiError::not_supported(
-                    "messages",
-                    "tool messages and tool calls in the conversation",
-                ));
+                if tool_format.is_none() {
+                    return Err(ApiError::not_supported(
+                        "messages",
+                        "tool messages and tool calls with this model's chat template, which has no tool-call format LQL reads",
+                    ));
+                }
+                message.tool_call_id = m.tool_call_id.clone();
+                message.name = m.name.clone();
+                if let Some(calls) = &m.tool_calls {
+                    message.tool_calls = Some(tools::template_tool_calls(
+                        calls,
+                        &format!("messages[{i}].tool_calls"),
+                    )?);
+                }
             }
-            messages.push(Message {
-                role: m.role.clone(),
-                content: wire::content_text(&m.content, &format!("messages[{i}].content"))?,
-            });
+            messages.push(message);
         }
-        let ids = render_chat(&state, &messages)?;
+        let ids = render_chat(&state, &messages, tools.as_ref().map(|t| &t.declared))?;
         let n = wire::choices(req.n, state.config.max_n)?;
         let max_tokens = wire::max_tokens(
             req.max_completion_tokens.or(req.max_tokens),
@@ -370,7 +393,20 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
         };
         let steering = steering(&state, &req.sampling)?;
         let executor = patched(&state, &req.sampling)?;
-        let grammar = req.constraint.compile(&state.tokenizer)?;
+        let mut grammar = req.constraint.compile(&state.tokenizer)?;
+        if let Some(spec) = tools.as_ref().and_then(|t| t.constraint()) {
+            if grammar.is_some() {
+                return Err(ApiError::invalid_param(
+                    "tool_choice",
+                    "a required tool call cannot be combined with response_format or a grammar",
+                ));
+            }
+            grammar = Some(crate::constraint::compile(
+                &spec,
+                "tools",
+                &state.tokenizer,
+            )?);
+        }
         let mut reqs = Vec::new();
         for i in 0..n {
             reqs.push(generate::Request {
@@ -392,6 +428,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
             include_usage: req.stream_options.is_some_and(|o| o.include_usage),
             shape: Shape::Chat,
             want_logprobs: logprobs.is_some(),
+            tools: tools.filter(|t| t.reads_calls()),
         })
     })();
     run_job(state, Shape::Chat, job, t0).await
@@ -428,32 +465,22 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
         }
         let mut messages = Vec::new();
         if let Some(sys) = &req.instructions {
-            messages.push(Message {
-                role: "system".into(),
-                content: sys.clone(),
-            });
+            messages.push(Message::text("system", sys.clone()));
         }
         match &req.input {
-            Value::String(s) => messages.push(Message {
-                role: "user".into(),
-                content: s.clone(),
-            }),
+            Value::String(s) => messages.push(Message::text("user", s.clone())),
             Value::Array(items) => {
                 for (i, it) in items.iter().enumerate() {
                     let ty = it.get("type").and_then(Value::as_str).unwrap_or("message");
                     let role = it.get("role").and_then(Value::as_str);
                     match (ty, role) {
-                        ("message", Some(role)) => messages.push(Message {
-                            role: if role == "developer" {
-                                "system".into()
-                            } else {
-                                role.to_string()
-                            },
-                            content: wire::content_text(
+                        ("message", Some(role)) => messages.push(Message::text(
+                            if role == "developer" { "system" } else { role },
+                            wire::content_text(
                                 it.get("content").unwrap_or(&Value::Null),
                                 &format!("input[{i}].content"),
                             )?,
-                        }),
+                        )),
                         _ => {
                             return Err(ApiError::not_supported(
                                 "input",
@@ -470,7 +497,7 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
                 ))
             }
         }
-        let ids = render_chat(&state, &messages)?;
+        let ids = render_chat(&state, &messages, None)?;
         let max_tokens = wire::max_tokens(
             req.max_output_tokens,
             state.config.max_tokens_limit,
@@ -494,6 +521,7 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
             include_usage: false,
             shape: Shape::Responses,
             want_logprobs: false,
+            tools: None,
         })
     })();
     run_job(state, Shape::Responses, job, t0).await
@@ -603,6 +631,53 @@ fn completion_logprobs(lps: &[TokenLogprob], mut offset: usize) -> Value {
     })
 }
 
+/// A chat choice's message and finish reason: the text, or, when the request's tools are
+/// read and the answer calls them, the calls (`finish_reason: "tool_calls"`).
+fn chat_message(job: &Job, o: &Outcome) -> (Value, &'static str) {
+    let Some(t) = &job.tools else {
+        return (
+            json!({"role": "assistant", "content": o.text}),
+            finish_str(o.finish),
+        );
+    };
+    let parsed = t.parse(&o.text);
+    if parsed.calls.is_empty() {
+        return (
+            json!({"role": "assistant", "content": o.text}),
+            finish_str(o.finish),
+        );
+    }
+    (
+        json!({
+            "role": "assistant",
+            "content": parsed.content,
+            "tool_calls": tool_calls_json(&parsed.calls, false),
+        }),
+        "tool_calls",
+    )
+}
+
+/// OpenAI's `tool_calls` (with `index`, as stream deltas carry it, when `indexed`).
+fn tool_calls_json(calls: &[tools::Call], indexed: bool) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .enumerate()
+            .map(|(k, c)| {
+                let mut v = json!({
+                    "id": new_id("call"),
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                });
+                if indexed {
+                    v["index"] = json!(k);
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
 /// Waits for every choice and answers one JSON object.
 async fn collect(
     state: Arc<AppState>,
@@ -664,12 +739,15 @@ async fn collect(
             "object": "chat.completion",
             "created": created,
             "model": state.model_id,
-            "choices": outcomes.iter().enumerate().map(|(i, o)| json!({
-                "index": i,
-                "message": {"role": "assistant", "content": o.text},
-                "logprobs": if job.want_logprobs { chat_logprobs(&o.logprobs) } else { Value::Null },
-                "finish_reason": finish_str(o.finish),
-            })).collect::<Vec<_>>(),
+            "choices": outcomes.iter().enumerate().map(|(i, o)| {
+                let (message, finish) = chat_message(&job, o);
+                json!({
+                    "index": i,
+                    "message": message,
+                    "logprobs": if job.want_logprobs { chat_logprobs(&o.logprobs) } else { Value::Null },
+                    "finish_reason": finish,
+                })
+            }).collect::<Vec<_>>(),
             "usage": usage(&job, completion),
         }),
         Shape::Responses => {
@@ -739,6 +817,9 @@ async fn stream_events(
         v
     };
     let mut offsets = vec![0usize; job.reqs.len()];
+    // With tools read for calls, a choice's text is held until it ends and then sent as
+    // its content or its calls.
+    let mut held = vec![String::new(); job.reqs.len()];
     let mut completion = 0usize;
     let mut first = true;
     if job.shape == Shape::Chat {
@@ -772,6 +853,12 @@ async fn stream_events(
                     completion_logprobs(&logprobs, offsets[index])
                 };
                 offsets[index] += text.len();
+                if job.tools.is_some() {
+                    if let Some(h) = held.get_mut(index) {
+                        h.push_str(&text);
+                    }
+                    continue;
+                }
                 let c = if job.shape == Shape::Chat {
                     json!({"index": index, "delta": {"content": text}, "logprobs": lp, "finish_reason": null})
                 } else {
@@ -781,8 +868,25 @@ async fn stream_events(
             }
             Event::Done { index, outcome } => {
                 completion += outcome.completion_tokens;
+                let mut finish = finish_str(outcome.finish);
+                if let Some(t) = &job.tools {
+                    let parsed = t.parse(held.get(index).map_or("", String::as_str));
+                    let delta = if parsed.calls.is_empty() {
+                        json!({"content": held.get(index).cloned().unwrap_or_default()})
+                    } else {
+                        finish = "tool_calls";
+                        json!({"content": parsed.content, "tool_calls": tool_calls_json(&parsed.calls, true)})
+                    };
+                    let c = json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null});
+                    if tx.send(Item::Json(chunk(c, None))).await.is_err() {
+                        state
+                            .metrics
+                            .request(route, false, t0.elapsed().as_secs_f64());
+                        return;
+                    }
+                }
                 let c = if job.shape == Shape::Chat {
-                    json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": finish_str(outcome.finish)})
+                    json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": finish})
                 } else {
                     json!({"index": index, "text": "", "logprobs": null, "finish_reason": finish_str(outcome.finish)})
                 };

@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// that request only
     #[arg(long)]
     pub patches: Option<std::path::PathBuf>,
+    /// A Jinja chat template file used instead of the model's own (as llama.cpp's
+    /// --chat-template-file); tool calling follows the template's tool format
+    #[arg(long, value_name = "FILE")]
+    pub chat_template: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -109,6 +113,7 @@ impl ServeArgs {
         c.body_timeout_s = self.body_timeout.max(1);
         c.prompt_cache_bytes = self.prompt_cache;
         c.patch_dir = self.patches.clone();
+        c.chat_template_file = self.chat_template.clone();
         c
     }
 }

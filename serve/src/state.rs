@@ -66,7 +66,14 @@ impl AppState {
             id.and_then(|i| tokenizer.token_raw(i).map(str::to_string))
                 .unwrap_or_default()
         };
-        let template = match spec.chat_template() {
+        let file_template = match &config.chat_template_file {
+            Some(path) => Some(
+                lql_storage::fsutil::read_capped_text(path, "chat template", 1 << 20)
+                    .map_err(|e| format!("--chat-template: {e}"))?,
+            ),
+            None => None,
+        };
+        let template = match file_template.as_deref().or(spec.chat_template()) {
             Some(src) => Some(ChatTemplate::new(
                 src,
                 text_of(tokenizer.bos_id()),

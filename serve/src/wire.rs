@@ -89,6 +89,9 @@ pub struct ChatMessage {
     #[serde(default)]
     pub content: Value,
     pub tool_calls: Option<Value>,
+    /// A `tool` message: the call it answers, and the function's name.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
 }
 
 /// `POST /v1/chat/completions`.

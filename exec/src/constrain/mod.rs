@@ -51,19 +51,8 @@ impl ConstraintSpec {
     /// and Ollama's schema converters do), so a small model cannot invent keys without end.
     /// Both only narrow the language: every text produced still validates.
     fn top_level(&self) -> Result<TopLevelGrammar> {
-        let json = |mut schema: serde_json::Value| {
-            no_unlisted_properties(&mut schema, 0);
-            if let Some(obj) = schema.as_object_mut() {
-                obj.entry("x-guidance").or_insert_with(|| {
-                    serde_json::json!({
-                        "whitespace_flexible": false,
-                        "key_separator": ": ",
-                        "item_separator": ", ",
-                    })
-                });
-            }
-            TopLevelGrammar::from_json_schema(schema)
-        };
+        let json =
+            |schema: serde_json::Value| TopLevelGrammar::from_json_schema(guided_schema(schema));
         Ok(match self {
             ConstraintSpec::JsonObject => json(serde_json::json!({"type": "object"})),
             ConstraintSpec::JsonSchema(schema) => {
@@ -89,6 +78,25 @@ impl ConstraintSpec {
             ConstraintSpec::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
         })
     }
+}
+
+/// A JSON schema as LQL constrains to it (what [`ConstraintSpec::JsonSchema`] compiles, and
+/// what a Lark grammar's `%json {…}` should embed to decode the same way): one-line JSON
+/// with `": "` and `", "` between items (unless the schema's own `x-guidance` says
+/// otherwise), and no properties beyond those listed where an object lists some and says
+/// nothing of `additionalProperties`.
+pub fn guided_schema(mut schema: serde_json::Value) -> serde_json::Value {
+    no_unlisted_properties(&mut schema, 0);
+    if let Some(obj) = schema.as_object_mut() {
+        obj.entry("x-guidance").or_insert_with(|| {
+            serde_json::json!({
+                "whitespace_flexible": false,
+                "key_separator": ": ",
+                "item_separator": ", ",
+            })
+        });
+    }
+    schema
 }
 
 /// Deepest schema nesting [`no_unlisted_properties`] walks (deeper parts are left as given).
