@@ -166,6 +166,7 @@ impl Executor {
             return Ok(finish(out, FinishReason::Length, text));
         }
         let mut sampler = Sampler::new(opts.sampling)?;
+        sampler.accept(session.tokens());
         let special = &self.surface().special;
         let mut end_ids: Vec<u32> = opts.stop_ids.clone();
         if opts.stop_at_eos {
@@ -188,6 +189,7 @@ impl Executor {
                 c.commit(tok, &end_ids)?;
             }
             out.push(tok);
+            sampler.accept(&[tok]);
             let control = on_token(tok);
             if let Some(dec) = &opts.decoder {
                 let t = dec.decode_ids(&out);

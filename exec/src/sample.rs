@@ -1,5 +1,8 @@
 //! Sampling: greedy, temperature, top-k, top-p, with a seeded PRNG (splitmix64) so runs
-//! are reproducible.
+//! are reproducible; and the repetition penalties of llama.cpp's and OpenAI's APIs
+//! (`repeat_penalty`, `frequency_penalty`, `presence_penalty`) over the last
+//! `repeat_last_n` tokens of the prompt and the text so far, applied to the logits before
+//! any of them (as llama.cpp's penalties sampler does).
 
 use crate::error::{ExecError, Result};
 
@@ -13,6 +16,16 @@ pub struct Sampling {
     /// Keep the smallest set whose probability reaches `p` (1.0: no limit).
     pub top_p: f32,
     pub seed: u64,
+    /// llama.cpp's repetition penalty: a token seen in the window has a positive logit
+    /// divided by it and a negative one multiplied by it (1.0: none).
+    pub repeat_penalty: f32,
+    /// OpenAI's: subtracted from a token's logit once per time it occurs in the window (0: none).
+    pub frequency_penalty: f32,
+    /// OpenAI's: subtracted from the logit of every token that occurs in the window (0: none).
+    pub presence_penalty: f32,
+    /// The window the penalties look at: the last `n` tokens of prompt and text (llama.cpp's
+    /// `repeat_last_n`, default 64).
+    pub repeat_last_n: usize,
 }
 
 impl Default for Sampling {
@@ -22,6 +35,10 @@ impl Default for Sampling {
             top_k: 0,
             top_p: 1.0,
             seed: 0,
+            repeat_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            repeat_last_n: 64,
         }
     }
 }
@@ -46,9 +63,42 @@ impl Sampling {
                 self.top_p
             )));
         }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return Err(ExecError::InvalidOption(format!(
+                "repeat_penalty {} must be a finite number > 0",
+                self.repeat_penalty
+            )));
+        }
+        for (name, v) in [
+            ("frequency_penalty", self.frequency_penalty),
+            ("presence_penalty", self.presence_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(ExecError::InvalidOption(format!(
+                    "{name} {v} must be between -2 and 2"
+                )));
+            }
+        }
+        if self.repeat_last_n > MAX_REPEAT_LAST_N {
+            return Err(ExecError::InvalidOption(format!(
+                "repeat_last_n {} must be at most {MAX_REPEAT_LAST_N}",
+                self.repeat_last_n
+            )));
+        }
         Ok(())
     }
+
+    /// Whether any penalty changes the logits.
+    pub fn penalizes(&self) -> bool {
+        self.repeat_last_n > 0
+            && (self.repeat_penalty != 1.0
+                || self.frequency_penalty != 0.0
+                || self.presence_penalty != 0.0)
+    }
 }
+
+/// The largest penalty window (tokens).
+pub const MAX_REPEAT_LAST_N: usize = 1 << 20;
 
 /// splitmix64: a small, fast, well-distributed generator.
 #[derive(Debug, Clone)]
@@ -78,6 +128,11 @@ impl SplitMix64 {
 pub struct Sampler {
     opts: Sampling,
     rng: SplitMix64,
+    /// The penalty window: the last `repeat_last_n` tokens and how often each occurs.
+    window: std::collections::VecDeque<u32>,
+    counts: std::collections::HashMap<u32, u32>,
+    /// The penalized logits (reused between steps).
+    scratch: Vec<f32>,
 }
 
 impl Sampler {
@@ -86,11 +141,60 @@ impl Sampler {
         Ok(Sampler {
             opts,
             rng: SplitMix64::new(opts.seed),
+            window: std::collections::VecDeque::new(),
+            counts: std::collections::HashMap::new(),
+            scratch: Vec::new(),
         })
+    }
+
+    /// Records tokens of the prompt or the text for the penalties (a no-op without them).
+    pub fn accept(&mut self, ids: &[u32]) {
+        if !self.opts.penalizes() {
+            return;
+        }
+        let n = self.opts.repeat_last_n;
+        for &id in ids.iter().skip(ids.len().saturating_sub(n)) {
+            if self.window.len() == n {
+                if let Some(old) = self.window.pop_front() {
+                    if let Some(c) = self.counts.get_mut(&old) {
+                        *c -= 1;
+                        if *c == 0 {
+                            self.counts.remove(&old);
+                        }
+                    }
+                }
+            }
+            self.window.push_back(id);
+            *self.counts.entry(id).or_insert(0) += 1;
+        }
     }
 
     /// The next token.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        if self.counts.is_empty() {
+            return self.pick(logits);
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.extend_from_slice(logits);
+        let o = self.opts;
+        for (&id, &count) in &self.counts {
+            let Some(l) = scratch.get_mut(id as usize) else {
+                continue;
+            };
+            if *l > 0.0 {
+                *l /= o.repeat_penalty;
+            } else {
+                *l *= o.repeat_penalty;
+            }
+            *l -= count as f32 * o.frequency_penalty + o.presence_penalty;
+        }
+        let id = self.pick(&scratch);
+        self.scratch = scratch;
+        id
+    }
+
+    fn pick(&mut self, logits: &[f32]) -> u32 {
         let o = self.opts;
         if o.temperature <= 0.0 || o.top_k == 1 {
             return argmax(logits);
@@ -172,6 +276,7 @@ mod tests {
             top_k: 20,
             top_p: 0.9,
             seed: 42,
+            ..Sampling::default()
         };
         let run = || {
             let mut s = Sampler::new(opts).unwrap();
@@ -190,6 +295,7 @@ mod tests {
             top_k: 2,
             top_p: 1.0,
             seed: 7,
+            ..Sampling::default()
         })
         .unwrap();
         for _ in 0..200 {
@@ -200,6 +306,7 @@ mod tests {
             top_k: 0,
             top_p: 0.01,
             seed: 7,
+            ..Sampling::default()
         })
         .unwrap();
         for _ in 0..50 {
@@ -219,5 +326,62 @@ mod tests {
             ..Sampling::default()
         };
         assert!(Sampler::new(bad).is_err());
+        for bad in [
+            Sampling {
+                repeat_penalty: 0.0,
+                ..Sampling::default()
+            },
+            Sampling {
+                repeat_penalty: f32::NAN,
+                ..Sampling::default()
+            },
+            Sampling {
+                frequency_penalty: 2.5,
+                ..Sampling::default()
+            },
+            Sampling {
+                presence_penalty: -3.0,
+                ..Sampling::default()
+            },
+            Sampling {
+                repeat_last_n: MAX_REPEAT_LAST_N + 1,
+                ..Sampling::default()
+            },
+        ] {
+            assert!(Sampler::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn penalties_act_on_the_window_as_llama_cpp_computes_them() {
+        // Token 0 leads; once seen it is penalised below token 1.
+        let logits = [2.0, 1.9, -1.0, 0.5];
+        let mut s = Sampler::new(Sampling {
+            repeat_penalty: 1.1,
+            repeat_last_n: 3,
+            ..Sampling::default()
+        })
+        .unwrap();
+        assert_eq!(s.sample(&logits), 0);
+        s.accept(&[0]);
+        assert_eq!(s.sample(&logits), 1); // 2.0 / 1.1 = 1.82 < 1.9
+                                          // Negative logits are multiplied: seen tokens 0 and 2 fall below token 1.
+        s.accept(&[2]);
+        assert_eq!(s.sample(&[-1.0, -1.05, -0.99, -5.0]), 1); // −1.1, −1.05, −1.089
+                                                              // The window forgets: three more tokens push 0 and 2 out.
+        s.accept(&[3, 3, 3]);
+        assert_eq!(s.sample(&logits), 0);
+
+        // Frequency and presence: logit − count × f − p.
+        let mut s = Sampler::new(Sampling {
+            frequency_penalty: 0.3,
+            presence_penalty: 0.2,
+            ..Sampling::default()
+        })
+        .unwrap();
+        s.accept(&[0]);
+        assert_eq!(s.sample(&[2.0, 1.6]), 1); // 2.0 − 0.3 − 0.2 = 1.5 < 1.6
+        s.accept(&[1, 1]);
+        assert_eq!(s.sample(&[2.0, 1.6]), 0); // 1.6 − 0.6 − 0.2 = 0.8
     }
 }

@@ -166,6 +166,7 @@ fn sampling_is_reproducible_with_a_seed() {
             top_k: 40,
             top_p: 0.95,
             seed: 1234,
+            ..Sampling::default()
         },
         ..GenerateOptions::default()
     };

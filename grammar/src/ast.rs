@@ -307,7 +307,8 @@ pub struct InferFrom {
 }
 
 /// `GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "…", …]
-/// [SCHEMA 'json schema' | GRAMMAR 'gbnf']`
+/// [SCHEMA 'json schema' | GRAMMAR 'gbnf'] [REPEAT_PENALTY r] [FREQUENCY_PENALTY f]
+/// [PRESENCE_PENALTY p]`
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Generate {
     pub prompt: Spanned<String>,
@@ -319,6 +320,10 @@ pub struct Generate {
     pub stop: Option<Spanned<Vec<String>>>,
     /// The text the generation must produce.
     pub constraint: Option<Spanned<OutputConstraint>>,
+    /// Repetition penalties over the last 64 tokens (llama.cpp's and OpenAI's).
+    pub repeat_penalty: Option<Spanned<f64>>,
+    pub frequency_penalty: Option<Spanned<f64>>,
+    pub presence_penalty: Option<Spanned<f64>>,
 }
 
 /// GENERATE's `SCHEMA` or `GRAMMAR` clause, as written.
@@ -1148,7 +1153,10 @@ fields!(Generate {
     top_p,
     seed,
     stop,
-    constraint
+    constraint,
+    repeat_penalty,
+    frequency_penalty,
+    presence_penalty
 });
 fields!(Walk {
     prompt,

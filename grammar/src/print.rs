@@ -433,7 +433,9 @@ impl Display for StatementKind {
                     Some(OutputConstraint::Grammar(s)) => write!(f, " GRAMMAR {}", Q(s))?,
                     None => {}
                 }
-                Ok(())
+                opt_float(f, "REPEAT_PENALTY", &g.repeat_penalty)?;
+                opt_float(f, "FREQUENCY_PENALTY", &g.frequency_penalty)?;
+                opt_float(f, "PRESENCE_PENALTY", &g.presence_penalty)
             }
             StatementKind::Walk(w) => {
                 write!(f, "WALK {}", Q(&w.prompt.value))?;

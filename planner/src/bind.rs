@@ -745,6 +745,35 @@ impl Binder {
                 .with_help("add TEMPERATURE t with t > 0 to sample"));
             }
         }
+        let repeat_penalty = match &gen.repeat_penalty {
+            Some(r) if !(r.value > 0.0 && r.value <= 100.0) => {
+                return Err(PlanError::semantic(
+                    format!(
+                        "REPEAT_PENALTY must be in (0, 100], got {}",
+                        as_written(r.value)
+                    ),
+                    r.span,
+                )
+                .with_label(r.span, "out of range")
+                .with_help("1 is no penalty; llama.cpp and Ollama use 1.1"));
+            }
+            Some(r) => Some(r.value),
+            None => None,
+        };
+        let openai_penalty = |p: &Option<Spanned<f64>>, name: &str| match p {
+            Some(p) if !(-2.0..=2.0).contains(&p.value) => Err(PlanError::semantic(
+                format!(
+                    "{name} must be between -2 and 2, got {}",
+                    as_written(p.value)
+                ),
+                p.span,
+            )
+            .with_label(p.span, "out of range")),
+            Some(p) => Ok(Some(p.value)),
+            None => Ok(None),
+        };
+        let frequency_penalty = openai_penalty(&gen.frequency_penalty, "FREQUENCY_PENALTY")?;
+        let presence_penalty = openai_penalty(&gen.presence_penalty, "PRESENCE_PENALTY")?;
         let stop = match &gen.stop {
             Some(s) if s.value.iter().any(String::is_empty) => {
                 return Err(PlanError::semantic(
@@ -768,6 +797,9 @@ impl Binder {
                 top_k,
                 top_p,
                 seed,
+                repeat_penalty,
+                frequency_penalty,
+                presence_penalty,
             },
             stop,
             constraint,

@@ -81,6 +81,10 @@ pub struct Sampling {
     pub top_k: Option<usize>,
     pub top_p: Option<f64>,
     pub seed: Option<u64>,
+    /// Repetition penalties over the last 64 tokens of prompt and text (`None`: off).
+    pub repeat_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
 }
 
 impl Sampling {
@@ -90,6 +94,9 @@ impl Sampling {
             top_k: None,
             top_p: None,
             seed: None,
+            repeat_penalty: None,
+            frequency_penalty: None,
+            presence_penalty: None,
         }
     }
     pub fn is_greedy(&self) -> bool {

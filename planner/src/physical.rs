@@ -867,6 +867,15 @@ impl fmt::Display for Operator {
                         write!(f, " seed={s}")?;
                     }
                 }
+                if let Some(r) = sampling.repeat_penalty {
+                    write!(f, " repeat_penalty={r}")?;
+                }
+                if let Some(p) = sampling.frequency_penalty {
+                    write!(f, " frequency_penalty={p}")?;
+                }
+                if let Some(p) = sampling.presence_penalty {
+                    write!(f, " presence_penalty={p}")?;
+                }
                 if !stop.is_empty() {
                     let s: Vec<String> = stop.iter().map(|s| quote(s)).collect();
                     write!(f, " stop=[{}]", s.join(", "))?;

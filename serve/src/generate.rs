@@ -161,12 +161,15 @@ impl<'t> Decoding<'t> {
         if req.prompt_ids.is_empty() {
             return Err(ExecError::EmptyPrompt);
         }
+        let mut sampler = Sampler::new(req.sampling)?;
+        // The penalties' window starts with the prompt, as llama.cpp's server fills it.
+        sampler.accept(&req.prompt_ids);
         Ok(Decoding {
             tok,
             max_tokens: req.max_tokens,
             stop: req.stop.clone(),
             logprobs: req.logprobs,
-            sampler: Sampler::new(req.sampling)?,
+            sampler,
             end_ids: end_ids.to_vec(),
             constraint: req.grammar.as_ref().map(|g| g.start()),
             stream: tok.stream_decoder(),
@@ -238,6 +241,7 @@ impl<'t> Decoding<'t> {
                 .push(token_logprob(self.tok, logits, id, top));
         }
         self.out.token_ids.push(id);
+        self.sampler.accept(&[id]);
         let piece = self
             .stream
             .push(id)

@@ -40,6 +40,12 @@ pub struct SamplingFields {
     /// Not OpenAI's: `.lqlpatch` files of the server's `--patches` folder (by file name or
     /// sha256) applied to this request only.
     pub patches: Option<Vec<String>>,
+    /// OpenAI's penalties (−2 … 2), and llama.cpp's / Ollama's `repeat_penalty` and
+    /// `repeat_last_n` (the window of all of them: 64 tokens by default, −1 the context).
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+    pub repeat_last_n: Option<i64>,
 }
 
 /// `"steering": {"vector": "file.gguf", "scale": 0.8, "layers": [10, 20]}`: a control
@@ -195,12 +201,50 @@ pub fn sampling(f: &SamplingFields, choice: usize) -> Result<lql_exec::Sampling,
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64),
     };
+    let penalty = |v: Option<f64>, name: &str| -> Result<f32, ApiError> {
+        match v {
+            None => Ok(0.0),
+            Some(p) if (-2.0..=2.0).contains(&p) => Ok(p as f32),
+            Some(p) => Err(ApiError::invalid_param(
+                name,
+                format!("{name} {p} must be between -2 and 2"),
+            )),
+        }
+    };
+    let repeat_penalty = match f.repeat_penalty {
+        None => 1.0,
+        Some(r) if r.is_finite() && r > 0.0 && r <= 100.0 => r as f32,
+        Some(r) => {
+            return Err(ApiError::invalid_param(
+                "repeat_penalty",
+                format!("repeat_penalty {r} must be in (0, 100]"),
+            ))
+        }
+    };
+    let repeat_last_n = match f.repeat_last_n {
+        None => 64,
+        Some(-1) => lql_exec::sample::MAX_REPEAT_LAST_N,
+        Some(n) if (0..=lql_exec::sample::MAX_REPEAT_LAST_N as i64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(ApiError::invalid_param(
+                "repeat_last_n",
+                format!(
+                    "repeat_last_n {n} must be -1 (the context) or between 0 and {}",
+                    lql_exec::sample::MAX_REPEAT_LAST_N
+                ),
+            ))
+        }
+    };
     Ok(lql_exec::Sampling {
         temperature: temperature as f32,
         top_k,
         top_p: top_p as f32,
         // Each choice of `n` samples its own stream.
         seed: seed.wrapping_add(choice as u64),
+        repeat_penalty,
+        frequency_penalty: penalty(f.frequency_penalty, "frequency_penalty")?,
+        presence_penalty: penalty(f.presence_penalty, "presence_penalty")?,
+        repeat_last_n,
     })
 }
 

@@ -10,7 +10,8 @@
 //!    times; and the share of the constrained run spent computing masks.
 //!
 //! `cargo run --release -p lql-tests --example constrained [-- validity [N] | overhead]`
-//! (N generations per schema, default 100; `validity N name` runs one schema; both parts
+//! (N generations per schema, default 100; `validity N name` runs one schema; `--ollama`
+//! samples as Ollama does by default: top-k 40, top-p 0.9, repeat penalty 1.1; both parts
 //! without an argument).
 
 use std::sync::Arc;
@@ -33,15 +34,44 @@ fn main() {
             .get(1)
             .map_or(100, |a| a.parse().expect("N: generations per schema"));
         let python = python_with("jsonschema, llama_cpp").expect("the checker's Python");
-        let only = args.get(2).map(String::as_str);
-        validity(&connect_default(), &python, per_schema, only);
+        let only = args
+            .get(2)
+            .map(String::as_str)
+            .filter(|a| !a.starts_with("--"));
+        // `--ollama`: Ollama's default sampler (top-k 40, top-p 0.9, repeat penalty 1.1 over
+        // the last 64 tokens) around the temperature of each run.
+        let extra = if args.iter().any(|a| a == "--ollama") {
+            "REPEAT_PENALTY 1.1"
+        } else {
+            ""
+        };
+        let sampled_extra = if extra.is_empty() {
+            ""
+        } else {
+            "TOP_K 40 TOP_P 0.9"
+        };
+        validity(
+            &connect_default(),
+            &python,
+            per_schema,
+            only,
+            extra,
+            sampled_extra,
+        );
     }
     if part != Some("validity") {
         overhead();
     }
 }
 
-fn validity(c: &Connection, python: &std::path::Path, n: usize, only: Option<&str>) {
+fn validity(
+    c: &Connection,
+    python: &std::path::Path,
+    n: usize,
+    only: Option<&str>,
+    extra: &str,
+    sampled_extra: &str,
+) {
     let mut cases = Vec::new();
     let chosen: Vec<_> = schemas()
         .into_iter()
@@ -54,9 +84,9 @@ fn validity(c: &Connection, python: &std::path::Path, n: usize, only: Option<&st
         let mut ended = 0usize;
         for i in 0..n {
             let sampling = if i == 0 {
-                "TEMPERATURE 0".to_string()
+                format!("TEMPERATURE 0 {extra}")
             } else {
-                format!("TEMPERATURE 0.8 SEED {i}")
+                format!("TEMPERATURE 0.8 SEED {i} {sampled_extra} {extra}")
             };
             let rows = c
                 .execute(&format!(

@@ -549,6 +549,9 @@ fn generate_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         seed: None,
         stop: None,
         constraint: None,
+        repeat_penalty: None,
+        frequency_penalty: None,
+        presence_penalty: None,
     };
     let mut prompt = None;
     for q in p.into_inner() {
@@ -560,6 +563,19 @@ fn generate_stmt(p: Pair<Rule>) -> Result<StatementKind> {
             Rule::top_k_clause => set(&mut g.top_k, clause_int(q)?, "TOP_K")?,
             Rule::top_p_clause => set(&mut g.top_p, clause_float(q)?, "TOP_P")?,
             Rule::seed_clause => set(&mut g.seed, clause_int(q)?, "SEED")?,
+            Rule::repeat_penalty_clause => {
+                set(&mut g.repeat_penalty, clause_float(q)?, "REPEAT_PENALTY")?
+            }
+            Rule::frequency_penalty_clause => set(
+                &mut g.frequency_penalty,
+                clause_float(q)?,
+                "FREQUENCY_PENALTY",
+            )?,
+            Rule::presence_penalty_clause => set(
+                &mut g.presence_penalty,
+                clause_float(q)?,
+                "PRESENCE_PENALTY",
+            )?,
             Rule::stop_clause => {
                 let sp = span(&q);
                 let mut stops = Vec::new();

@@ -283,6 +283,10 @@ pub(crate) fn decode_loop(
             top_k: s.top_k.unwrap_or(0),
             top_p: s.top_p.map_or(1.0, |p| p as f32),
             seed: s.seed.unwrap_or(0),
+            repeat_penalty: s.repeat_penalty.map_or(1.0, |r| r as f32),
+            frequency_penalty: s.frequency_penalty.unwrap_or(0.0) as f32,
+            presence_penalty: s.presence_penalty.unwrap_or(0.0) as f32,
+            ..Sampling::default()
         },
         stop: stop.to_vec(),
         stop_at_eos: true,
