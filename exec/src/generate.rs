@@ -177,7 +177,9 @@ impl Executor {
         let mut constraint = opts.grammar.as_ref().map(|g| g.start());
         loop {
             if let Some(c) = constraint.as_mut() {
-                if c.mask(&mut logits.values, &end_ids)? == Allowed::EndOnly {
+                let closing = opts.max_tokens.saturating_sub(out.len())
+                    <= crate::constrain::closing_reserve(opts.max_tokens);
+                if c.mask(&mut logits.values, &end_ids, closing)? == Allowed::EndOnly {
                     return Ok(finish(out, FinishReason::EndOfSequence, text));
                 }
             }

@@ -166,7 +166,7 @@ fn overhead() {
         let mut logits = vec![0f32; tok.vocab_size()];
         let end_ids: Vec<u32> = model.surface.special.eos.into_iter().collect();
         for &id in &g.token_ids {
-            cons.mask(&mut logits, &end_ids).unwrap();
+            cons.mask(&mut logits, &end_ids, false).unwrap();
             cons.commit(id, &end_ids).unwrap();
         }
         let m = t.elapsed().as_secs_f64();

@@ -200,3 +200,31 @@ fn bad_schemas_and_grammars_are_refused_with_where_and_why() {
     let e = err("GENERATE 'x' SCHEMA '[1, 2]'");
     assert!(e.contains("object"), "{e}");
 }
+
+/// Closing under budget: seeds whose text ran on inside a string or an array until
+/// `max_tokens` (Ollama's schema leaves both unbounded) now close in the budget's last
+/// eighth, and the text is JSON with every required key.
+#[test]
+fn json_closes_before_the_token_budget_ends() {
+    let c = connect_default();
+    let (_, prompt, schema) = schemas()
+        .into_iter()
+        .find(|(name, ..)| *name == "ollama")
+        .unwrap();
+    for seed in [9, 28, 33, 54] {
+        let (text, ids, finish) = generate(
+            &c,
+            &prompt,
+            &format!("SCHEMA {}", lql::quote(&schema.to_string())),
+            &format!("TEMPERATURE 0.8 SEED {seed}"),
+            256,
+        );
+        assert_eq!(finish, "eos", "seed {seed}: {text}");
+        assert!(ids.len() <= 256);
+        let v: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+        for key in ["name", "capital", "languages"] {
+            assert!(v.get(key).is_some(), "seed {seed}: {text}");
+        }
+    }
+}

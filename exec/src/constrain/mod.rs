@@ -151,6 +151,43 @@ pub struct GrammarCompiler {
     factory: ParserFactory,
     /// The id llguidance treats as end of text.
     eos: u32,
+    /// The ids that close JSON (see [`Closers`]).
+    closers: Arc<Closers>,
+}
+
+/// The tokens that end what a JSON text has open, for [`Constraint::mask`]'s closing under
+/// budget: inside a string those whose text starts with `"` and holds no `,` (a `", ` would
+/// close the string only to open the next item), else any that starts with `"`; outside,
+/// those that start with `]` or `}`, and, second choice, with `,` (the end of a number
+/// before more keys). Each token's bytes, to follow whether the text is inside a string.
+#[derive(Debug, Default)]
+pub struct Closers {
+    quote_alone: Vec<u32>,
+    quote: Vec<u32>,
+    bracket: Vec<u32>,
+    comma: Vec<u32>,
+    bytes: Vec<Vec<u8>>,
+}
+
+/// Where a JSON text is, lexically: inside a string, after a backslash.
+#[derive(Debug, Clone, Copy, Default)]
+struct JsonLex {
+    in_string: bool,
+    escaped: bool,
+}
+
+impl JsonLex {
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.escaped {
+                self.escaped = false;
+            } else if self.in_string && b == b'\\' {
+                self.escaped = true;
+            } else if b == b'"' {
+                self.in_string = !self.in_string;
+            }
+        }
+    }
 }
 
 impl GrammarCompiler {
@@ -182,12 +219,27 @@ impl GrammarCompiler {
                 }
             })
             .collect();
+        let mut closers = Closers::default();
+        for (id, w) in words.iter().enumerate() {
+            match w.first() {
+                Some(b'"') if !w.contains(&b',') => closers.quote_alone.push(id as u32),
+                Some(b'"') => closers.quote.push(id as u32),
+                Some(b']' | b'}') => closers.bracket.push(id as u32),
+                Some(b',') => closers.comma.push(id as u32),
+                _ => {}
+            }
+        }
+        closers.bytes = words.clone();
         let info = TokRxInfo::new(n as u32, eos);
         let trie = TokTrie::from(&info, &words);
         let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
         factory.quiet();
-        Ok(GrammarCompiler { factory, eos })
+        Ok(GrammarCompiler {
+            factory,
+            eos,
+            closers: Arc::new(closers),
+        })
     }
 }
 
@@ -197,6 +249,8 @@ pub struct Grammar {
     template: Matcher,
     eos: u32,
     kind: &'static str,
+    /// JSON specs: the tokens that close, for closing under budget.
+    closers: Option<Arc<Closers>>,
 }
 
 impl std::fmt::Debug for Grammar {
@@ -225,10 +279,15 @@ impl Grammar {
         if mask.is_zero() {
             return Err(grammar_error(spec.kind(), "the grammar admits no text"));
         }
+        let json = matches!(
+            spec,
+            ConstraintSpec::JsonObject | ConstraintSpec::JsonSchema(_)
+        );
         Ok(Arc::new(Grammar {
             template,
             eos: compiler.eos,
             kind: spec.kind(),
+            closers: json.then(|| compiler.closers.clone()),
         }))
     }
 
@@ -238,6 +297,8 @@ impl Grammar {
             matcher: self.template.clone(),
             eos: self.eos,
             kind: self.kind,
+            closers: self.closers.clone(),
+            lex: JsonLex::default(),
         }
     }
 
@@ -251,6 +312,14 @@ pub struct Constraint {
     matcher: Matcher,
     eos: u32,
     kind: &'static str,
+    closers: Option<Arc<Closers>>,
+    lex: JsonLex,
+}
+
+/// The share of a generation's token budget at whose end JSON closes (see
+/// [`Constraint::mask`]): the last eighth, at least 8 and at most 64 tokens.
+pub fn closing_reserve(max_tokens: usize) -> usize {
+    (max_tokens / 8).clamp(8, 64)
 }
 
 /// What the grammar allows next.
@@ -266,7 +335,17 @@ impl Constraint {
     /// Set the logits of every token the grammar does not allow next to −∞. The end ids
     /// (`end_ids`: end of sequence, end of turn) are allowed exactly when the text so far
     /// is complete; ids past the tokenizer's vocabulary are never allowed.
-    pub fn mask(&mut self, logits: &mut [f32], end_ids: &[u32]) -> Result<Allowed> {
+    ///
+    /// **Closing under budget** (JSON specs): when `closing` is true — the generation is in
+    /// the last [`closing_reserve`] tokens of its budget — and the grammar allows a token
+    /// that closes what is open (inside a string: one that starts with `"`, preferably
+    /// without a `,`; outside: with
+    /// `]` or `}`, or the end), only those stay allowed; outside a string, failing those,
+    /// the tokens that start with `,`. So a model that keeps writing inside
+    /// an unbounded string or array is led to close it, and the schema's required keys
+    /// (which the grammar forces) follow, instead of being cut mid-text at `max_tokens`.
+    /// Only the choice among allowed tokens narrows: the text is still in the language.
+    pub fn mask(&mut self, logits: &mut [f32], end_ids: &[u32], closing: bool) -> Result<Allowed> {
         // A stopped matcher (the text is complete and nothing may follow) allows the end only.
         let mask = self
             .matcher
@@ -288,6 +367,17 @@ impl Constraint {
                 *l = f32::NEG_INFINITY;
             }
         }
+        if closing {
+            if let Some(c) = &self.closers {
+                if self.lex.in_string {
+                    if !narrow_to(logits, &[&c.quote_alone]) {
+                        narrow_to(logits, &[&c.quote]);
+                    }
+                } else if !narrow_to(logits, &[&c.bracket, end_ids]) {
+                    narrow_to(logits, &[&c.comma]);
+                }
+            }
+        }
         Ok(Allowed::Tokens)
     }
 
@@ -299,6 +389,9 @@ impl Constraint {
         } else {
             token
         };
+        if let Some(bytes) = self.closers.as_ref().and_then(|c| c.bytes.get(t as usize)) {
+            self.lex.feed(bytes);
+        }
         self.matcher
             .consume_token(t)
             .map_err(|e| self.failure(e.to_string()))
@@ -312,6 +405,27 @@ impl Constraint {
     fn failure(&self, message: String) -> ExecError {
         grammar_error(self.kind, first_line(&message))
     }
+}
+
+/// Keeps only the allowed (finite) logits of the ids in `sets`, when there is one; says
+/// whether it narrowed.
+fn narrow_to(logits: &mut [f32], sets: &[&[u32]]) -> bool {
+    let kept: Vec<(usize, f32)> = sets
+        .iter()
+        .flat_map(|s| s.iter())
+        .filter_map(|&id| {
+            let l = *logits.get(id as usize)?;
+            l.is_finite().then_some((id as usize, l))
+        })
+        .collect();
+    if kept.is_empty() {
+        return false;
+    }
+    logits.iter_mut().for_each(|l| *l = f32::NEG_INFINITY);
+    for (id, l) in kept {
+        logits[id] = l;
+    }
+    true
 }
 
 fn first_line(s: &str) -> String {
