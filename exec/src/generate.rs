@@ -177,8 +177,7 @@ impl Executor {
         let mut constraint = opts.grammar.as_ref().map(|g| g.start());
         loop {
             if let Some(c) = constraint.as_mut() {
-                let closing = opts.max_tokens.saturating_sub(out.len())
-                    <= crate::constrain::closing_reserve(opts.max_tokens);
+                let closing = crate::constrain::in_closing_reserve(opts.max_tokens, out.len());
                 if c.mask(&mut logits.values, &end_ids, closing)? == Allowed::EndOnly {
                     return Ok(finish(out, FinishReason::EndOfSequence, text));
                 }

@@ -222,8 +222,8 @@ impl<'t> Decoding<'t> {
         on_delta: &mut dyn FnMut(Delta<'_>) -> bool,
     ) -> Result<Option<u32>, ExecError> {
         if let Some(c) = self.constraint.as_mut() {
-            let left = self.max_tokens.saturating_sub(self.out.token_ids.len());
-            let closing = left <= lql_exec::constrain::closing_reserve(self.max_tokens);
+            let closing =
+                lql_exec::constrain::in_closing_reserve(self.max_tokens, self.out.token_ids.len());
             if c.mask(&mut logits.values, &self.end_ids, closing)? == Allowed::EndOnly {
                 self.out.finish = Finish::Stop;
                 return Ok(None);

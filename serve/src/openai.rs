@@ -631,30 +631,15 @@ fn completion_logprobs(lps: &[TokenLogprob], mut offset: usize) -> Value {
     })
 }
 
-/// A chat choice's message and finish reason: the text, or, when the request's tools are
-/// read and the answer calls them, the calls (`finish_reason: "tool_calls"`).
-fn chat_message(job: &Job, o: &Outcome) -> (Value, &'static str) {
-    let Some(t) = &job.tools else {
-        return (
-            json!({"role": "assistant", "content": o.text}),
-            finish_str(o.finish),
-        );
-    };
-    let parsed = t.parse(&o.text);
-    if parsed.calls.is_empty() {
-        return (
-            json!({"role": "assistant", "content": o.text}),
-            finish_str(o.finish),
-        );
+/// A chat answer's `content`, and its `tool_calls` when the request's tools are read and
+/// the text calls them (the content is then the text outside the calls).
+fn chat_answer(job: &Job, text: &str, indexed: bool) -> (Value, Option<Value>) {
+    match job.tools.as_ref().map(|t| t.parse(text)) {
+        Some(p) if !p.calls.is_empty() => {
+            (json!(p.content), Some(tool_calls_json(&p.calls, indexed)))
+        }
+        _ => (json!(text), None),
     }
-    (
-        json!({
-            "role": "assistant",
-            "content": parsed.content,
-            "tool_calls": tool_calls_json(&parsed.calls, false),
-        }),
-        "tool_calls",
-    )
 }
 
 /// OpenAI's `tool_calls` (with `index`, as stream deltas carry it, when `indexed`).
@@ -740,7 +725,15 @@ async fn collect(
             "created": created,
             "model": state.model_id,
             "choices": outcomes.iter().enumerate().map(|(i, o)| {
-                let (message, finish) = chat_message(&job, o);
+                let (content, calls) = chat_answer(&job, &o.text, false);
+                let mut message = json!({"role": "assistant", "content": content});
+                let finish = match calls {
+                    Some(calls) => {
+                        message["tool_calls"] = calls;
+                        "tool_calls"
+                    }
+                    None => finish_str(o.finish),
+                };
                 json!({
                     "index": i,
                     "message": message,
@@ -817,9 +810,6 @@ async fn stream_events(
         v
     };
     let mut offsets = vec![0usize; job.reqs.len()];
-    // With tools read for calls, a choice's text is held until it ends and then sent as
-    // its content or its calls.
-    let mut held = vec![String::new(); job.reqs.len()];
     let mut completion = 0usize;
     let mut first = true;
     if job.shape == Shape::Chat {
@@ -853,10 +843,9 @@ async fn stream_events(
                     completion_logprobs(&logprobs, offsets[index])
                 };
                 offsets[index] += text.len();
+                // With tools read for calls, a choice's text is sent when it ends, as its
+                // content or its calls.
                 if job.tools.is_some() {
-                    if let Some(h) = held.get_mut(index) {
-                        h.push_str(&text);
-                    }
                     continue;
                 }
                 let c = if job.shape == Shape::Chat {
@@ -869,14 +858,13 @@ async fn stream_events(
             Event::Done { index, outcome } => {
                 completion += outcome.completion_tokens;
                 let mut finish = finish_str(outcome.finish);
-                if let Some(t) = &job.tools {
-                    let parsed = t.parse(held.get(index).map_or("", String::as_str));
-                    let delta = if parsed.calls.is_empty() {
-                        json!({"content": held.get(index).cloned().unwrap_or_default()})
-                    } else {
+                if job.tools.is_some() {
+                    let (content, calls) = chat_answer(&job, &outcome.text, true);
+                    let mut delta = json!({"content": content});
+                    if let Some(calls) = calls {
+                        delta["tool_calls"] = calls;
                         finish = "tool_calls";
-                        json!({"content": parsed.content, "tool_calls": tool_calls_json(&parsed.calls, true)})
-                    };
+                    }
                     let c = json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null});
                     if tx.send(Item::Json(chunk(c, None))).await.is_err() {
                         state

@@ -229,9 +229,9 @@ impl GrammarCompiler {
                 _ => {}
             }
         }
-        closers.bytes = words.clone();
         let info = TokRxInfo::new(n as u32, eos);
         let trie = TokTrie::from(&info, &words);
+        closers.bytes = words;
         let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
         factory.quiet();
@@ -316,10 +316,11 @@ pub struct Constraint {
     lex: JsonLex,
 }
 
-/// The share of a generation's token budget at whose end JSON closes (see
-/// [`Constraint::mask`]): the last eighth, at least 8 and at most 64 tokens.
-pub fn closing_reserve(max_tokens: usize) -> usize {
-    (max_tokens / 8).clamp(8, 64)
+/// Whether a generation that has made `generated` of its `max_tokens` is where JSON closes
+/// (see [`Constraint::mask`]): the last eighth of the budget, at least 8 and at most 64
+/// tokens.
+pub fn in_closing_reserve(max_tokens: usize, generated: usize) -> bool {
+    max_tokens.saturating_sub(generated) <= (max_tokens / 8).clamp(8, 64)
 }
 
 /// What the grammar allows next.
@@ -337,14 +338,14 @@ impl Constraint {
     /// is complete; ids past the tokenizer's vocabulary are never allowed.
     ///
     /// **Closing under budget** (JSON specs): when `closing` is true — the generation is in
-    /// the last [`closing_reserve`] tokens of its budget — and the grammar allows a token
-    /// that closes what is open (inside a string: one that starts with `"`, preferably
-    /// without a `,`; outside: with
-    /// `]` or `}`, or the end), only those stay allowed; outside a string, failing those,
-    /// the tokens that start with `,`. So a model that keeps writing inside
-    /// an unbounded string or array is led to close it, and the schema's required keys
-    /// (which the grammar forces) follow, instead of being cut mid-text at `max_tokens`.
-    /// Only the choice among allowed tokens narrows: the text is still in the language.
+    /// the last tokens of its budget ([`in_closing_reserve`]) — and the grammar allows a
+    /// token that closes what is open (inside a string: one that starts with `"`,
+    /// preferably without a `,`; outside: one that starts with `]` or `}`, or the end),
+    /// only those stay allowed; outside a string, failing those, the tokens that start
+    /// with `,`. So a model that keeps writing inside an unbounded string or array is led
+    /// to close it, and the schema's required keys (which the grammar forces) follow,
+    /// instead of being cut mid-text at `max_tokens`. Only the choice among allowed tokens
+    /// narrows: the text is still in the language.
     pub fn mask(&mut self, logits: &mut [f32], end_ids: &[u32], closing: bool) -> Result<Allowed> {
         // A stopped matcher (the text is complete and nothing may follow) allows the end only.
         let mask = self
