@@ -297,6 +297,14 @@ impl<'t> Scheduler<'t> {
             return;
         }
         let lists: Vec<&[u32]> = rows.iter().map(|(_, t)| t.as_slice()).collect();
+        // Prompt chunks are the rows whose sequence has no logits yet.
+        let (mut next, mut prefill) = (0, 0);
+        for (ai, t) in &rows {
+            match active[*ai].seq.as_ref().is_some_and(|s| s.logits.is_none()) {
+                true => prefill += t.len(),
+                false => next += 1,
+            }
+        }
         // Exactly the choices in `rows` still run (in the same order): the others ended.
         let mut sessions: Vec<&mut Session> = active
             .iter_mut()
@@ -310,8 +318,7 @@ impl<'t> Scheduler<'t> {
             }
             return;
         }
-        self.metrics
-            .decode_step(rows.iter().filter(|(_, t)| t.len() == 1).count());
+        self.metrics.decode_step(next, prefill);
         // Steered and patched sessions share the base's plan (each keeps its own steering
         // and overlay), so every sequence runs in this one batched step.
         let result = self.exec.extend_batch(&mut sessions, &lists);

@@ -74,6 +74,7 @@ pub struct Metrics {
     cancelled: AtomicU64,
     decode_steps: AtomicU64,
     decode_rows: AtomicU64,
+    prefill_positions: AtomicU64,
     prompt_cache_hits: AtomicU64,
     prompt_cache_tokens: AtomicU64,
     latency: Mutex<[Histogram; ROUTES.len()]>,
@@ -124,10 +125,13 @@ impl Metrics {
             .fetch_add(tokens as u64, Ordering::Relaxed);
     }
 
-    /// One batched decode step ran `rows` sequences.
-    pub fn decode_step(&self, rows: usize) {
+    /// One batched decode step ran the next token of `rows` sequences and `prefill`
+    /// positions of prompt chunks.
+    pub fn decode_step(&self, rows: usize, prefill: usize) {
         self.decode_steps.fetch_add(1, Ordering::Relaxed);
         self.decode_rows.fetch_add(rows as u64, Ordering::Relaxed);
+        self.prefill_positions
+            .fetch_add(prefill as u64, Ordering::Relaxed);
     }
 
     pub fn first_token(&self, secs: f64) {
@@ -197,6 +201,11 @@ impl Metrics {
                 "lql_decode_rows_total",
                 "Next tokens decoded by those steps (rows / steps is the mean batch size; prompts prefilled in a step are not counted).",
                 &self.decode_rows,
+            ),
+            (
+                "lql_prefill_positions_total",
+                "Prompt positions run by prefill chunks of those steps (a prompt whose client leaves stops at its next chunk).",
+                &self.prefill_positions,
             ),
             (
                 "lql_prompt_cache_hits_total",

@@ -824,7 +824,21 @@ async fn stream_events(
         }
     }
     let mut ok = true;
-    while let Some(ev) = rx.recv().await {
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(ev) => ev,
+                None => break,
+            },
+            // The client left while nothing was being sent (a long prefill): dropping `rx`
+            // ends the request at the scheduler's next step, freeing its slot.
+            () = tx.closed() => {
+                state
+                    .metrics
+                    .request(route, false, t0.elapsed().as_secs_f64());
+                return;
+            }
+        };
         let item = match ev {
             Event::Delta {
                 index,

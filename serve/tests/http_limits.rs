@@ -1,6 +1,7 @@
 //! Faults and limits: invalid JSON → 400, a 100 MB body → 413, a wrong API key → 401 (all
 //! with the standard error shape), a full queue → 429, a client killed mid-stream frees its
-//! slot within a second, unknown routes → 404 JSON, /health and /metrics.
+//! slot within a second, a client gone during a long prefill frees it at the next prompt
+//! chunk, unknown routes → 404 JSON, /health and /metrics.
 
 mod common;
 
@@ -168,6 +169,70 @@ fn full_queue_is_429_and_a_killed_client_frees_its_slot() {
         "{m}"
     );
     assert!(m.contains("# TYPE lql_queue_depth gauge"), "{m}");
+}
+
+/// A client that leaves during a long prefill frees its slot at the prompt's next chunk,
+/// streamed or not: the prefill stops (the positions run stay far below the prompt's),
+/// the request counts as cancelled, and the next request is served.
+#[test]
+fn a_client_gone_during_a_long_prefill_frees_its_slot_at_the_next_chunk() {
+    let mut c = common::config();
+    c.parallel = 1;
+    let s = common::start(c);
+    let url = s.url();
+    let doc = "The history of the city begins in antiquity, when traders settled by the river. \
+               Over the centuries the town grew into a port, then a capital of arts and science. "
+        .repeat(200);
+    let tokens = common::post(&format!("{url}/tokenize"), json!({"content": doc})).1["tokens"]
+        .as_array()
+        .expect("tokens")
+        .len() as f64;
+    assert!(tokens > 3000.0, "{tokens} tokens");
+    for (round, stream) in [false, true].into_iter().enumerate() {
+        let before = common::metric(&url, "lql_prefill_positions_total");
+        let body = json!({"prompt": doc, "max_tokens": 4, "temperature": 0, "stream": stream,
+                          "cache_prompt": false})
+        .to_string();
+        let mut conn = TcpStream::connect(s.addr).unwrap();
+        write!(
+            conn,
+            "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        // Leave once the prefill has begun.
+        let t = Instant::now();
+        while common::metric(&url, "lql_prefill_positions_total") == before {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "the prefill never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(conn);
+        while health(&url)["slots_busy"] != 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "the slot was never freed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let ran = common::metric(&url, "lql_prefill_positions_total") - before;
+        eprintln!("stream={stream}: {ran} of {tokens} prompt positions prefilled before the slot was freed");
+        assert!(
+            ran <= tokens / 2.0,
+            "stream={stream}: the prefill went on after the client left ({ran} of {tokens} positions)"
+        );
+        assert_eq!(
+            common::metric(&url, "lql_cancelled_total"),
+            (round + 1) as f64
+        );
+    }
+    let (st, v) = common::post(
+        &format!("{url}/v1/completions"),
+        json!({"prompt": "x", "max_tokens": 1}),
+    );
+    assert_eq!(st, 200, "{v}");
 }
 
 #[test]

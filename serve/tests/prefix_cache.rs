@@ -18,14 +18,6 @@ fn prompt(question: &str) -> String {
     format!("{doc}\nQuestion: {question}\nAnswer:")
 }
 
-fn metric(url: &str, name: &str) -> f64 {
-    let text = common::get_text(&format!("{url}/metrics"));
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in /metrics"))
-}
-
 /// (first-token seconds, the whole answer) of a streamed completion.
 fn streamed(url: &str, body: Value) -> (f64, Value) {
     let t = Instant::now();
@@ -62,15 +54,18 @@ fn a_shared_prefix_is_reused_and_answers_bit_for_bit_as_cold() {
     };
     // Cold, and filling the cache.
     let (cold_s, _) = ask("Where did the traders settle?", true);
-    let before = metric(&s.url(), "lql_prompt_cache_tokens_total");
+    let before = common::metric(&s.url(), "lql_prompt_cache_tokens_total");
     assert_eq!(before, 0.0);
     // Warm: the document comes from the cache.
     let (warm_s, warm) = ask("What did the town grow into?", true);
-    let reused = metric(&s.url(), "lql_prompt_cache_tokens_total");
+    let reused = common::metric(&s.url(), "lql_prompt_cache_tokens_total");
     assert!(reused >= 1024.0, "reused {reused} positions");
     // The same request cold: prefilled from scratch in the same chunks.
     let (again_s, cold) = ask("What did the town grow into?", false);
-    assert_eq!(metric(&s.url(), "lql_prompt_cache_tokens_total"), reused);
+    assert_eq!(
+        common::metric(&s.url(), "lql_prompt_cache_tokens_total"),
+        reused
+    );
     assert_eq!(warm["choices"][0]["text"], cold["choices"][0]["text"]);
     assert_eq!(
         warm["choices"][0]["logprobs"], cold["choices"][0]["logprobs"],
@@ -109,5 +104,5 @@ fn a_cache_too_small_keeps_nothing_and_answers_the_same() {
         texts.push(v["choices"][0]["text"].clone());
     }
     assert_eq!(texts[0], texts[1]);
-    assert_eq!(metric(&s.url(), "lql_prompt_cache_hits_total"), 0.0);
+    assert_eq!(common::metric(&s.url(), "lql_prompt_cache_hits_total"), 0.0);
 }

@@ -27,6 +27,7 @@ fn fuzz_package_manifest() {
         model_id: "lql/tiny-llama:F32".into(),
         source_revision: "fuzz-rev".into(),
         projectors: vec![],
+        recorded_as: None,
     })
     .unwrap();
     fuzz_support::maybe_write_corpus("package_manifest", || {

@@ -24,6 +24,7 @@ fn a_raised_flag_stops_header_and_package_reads_by_name() {
         model_id: "lql/tiny:F32".into(),
         source_revision: "r".into(),
         projectors: vec![],
+        recorded_as: None,
     })
     .unwrap();
 

