@@ -420,14 +420,15 @@ impl Table {
     }
 }
 
-/// `SELECT [DISTINCT] <items|*> FROM table [WHERE expr] [GROUP BY …] [HAVING expr]
-/// [ORDER BY …] [LIMIT n]`
+/// `SELECT [DISTINCT] <items|*> [FROM from-item] [WHERE expr] [GROUP BY …] [HAVING expr]
+/// [ORDER BY …] [LIMIT n] [OFFSET m]`
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Select {
     /// The span of the DISTINCT keyword when present.
     pub distinct: Option<Span>,
     pub columns: Spanned<SelectList>,
-    pub table: Spanned<Table>,
+    /// What the rows come from (`None`: SELECT without FROM, one row).
+    pub from: Option<FromItem>,
     /// The WHERE clause (span: the whole clause; the expression has its own span).
     pub filter: Option<Spanned<Expr>>,
     /// GROUP BY expressions (span: the whole clause).
@@ -436,6 +437,149 @@ pub struct Select {
     pub having: Option<Spanned<Expr>>,
     pub order_by: Option<Spanned<Vec<OrderItem>>>,
     pub limit: Option<Spanned<i64>>,
+    pub offset: Option<Spanned<i64>>,
+}
+
+/// What a SELECT reads: a model table, another statement's rows (a subquery `(SELECT …)`,
+/// any statement in parentheses, or a table function `TRACE('…', FOR => ' Paris')`), or
+/// a join of two of them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum FromItem {
+    Table {
+        table: Spanned<Table>,
+        alias: Option<Ident>,
+    },
+    Statement {
+        statement: Box<Statement>,
+        alias: Option<Ident>,
+        span: Span,
+    },
+    Join {
+        left: Box<FromItem>,
+        right: Box<FromItem>,
+        kind: JoinKind,
+        /// `ON expr`.
+        on: Option<Expr>,
+        /// `USING (a, b)`.
+        using: Vec<Ident>,
+        span: Span,
+    },
+}
+
+impl FromItem {
+    pub fn span(&self) -> Span {
+        match self {
+            FromItem::Table { table, alias } => {
+                alias.as_ref().map_or(table.span, |a| table.span.to(a.span))
+            }
+            FromItem::Statement { span, .. } | FromItem::Join { span, .. } => *span,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    /// `CROSS JOIN` and the comma.
+    Cross,
+}
+
+/// The scalar functions of SELECT (SQLite's semantics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ScalarFunc {
+    Abs,
+    Round,
+    Lower,
+    Upper,
+    Length,
+    Substr,
+    Coalesce,
+    Ifnull,
+    Nullif,
+    Trim,
+    Ltrim,
+    Rtrim,
+    Replace,
+    Instr,
+    /// `min(a, b, …)` with two or more arguments (one argument is the aggregate).
+    Min,
+    /// `max(a, b, …)` with two or more arguments.
+    Max,
+}
+
+impl ScalarFunc {
+    pub const ALL: &'static [ScalarFunc] = &[
+        ScalarFunc::Abs,
+        ScalarFunc::Round,
+        ScalarFunc::Lower,
+        ScalarFunc::Upper,
+        ScalarFunc::Length,
+        ScalarFunc::Substr,
+        ScalarFunc::Coalesce,
+        ScalarFunc::Ifnull,
+        ScalarFunc::Nullif,
+        ScalarFunc::Trim,
+        ScalarFunc::Ltrim,
+        ScalarFunc::Rtrim,
+        ScalarFunc::Replace,
+        ScalarFunc::Instr,
+        ScalarFunc::Min,
+        ScalarFunc::Max,
+    ];
+    pub fn name(&self) -> &'static str {
+        match self {
+            ScalarFunc::Abs => "abs",
+            ScalarFunc::Round => "round",
+            ScalarFunc::Lower => "lower",
+            ScalarFunc::Upper => "upper",
+            ScalarFunc::Length => "length",
+            ScalarFunc::Substr => "substr",
+            ScalarFunc::Coalesce => "coalesce",
+            ScalarFunc::Ifnull => "ifnull",
+            ScalarFunc::Nullif => "nullif",
+            ScalarFunc::Trim => "trim",
+            ScalarFunc::Ltrim => "ltrim",
+            ScalarFunc::Rtrim => "rtrim",
+            ScalarFunc::Replace => "replace",
+            ScalarFunc::Instr => "instr",
+            ScalarFunc::Min => "min",
+            ScalarFunc::Max => "max",
+        }
+    }
+    /// The number of arguments taken: (fewest, most; `None`: any number).
+    pub fn arity(&self) -> (usize, Option<usize>) {
+        match self {
+            ScalarFunc::Abs | ScalarFunc::Lower | ScalarFunc::Upper | ScalarFunc::Length => {
+                (1, Some(1))
+            }
+            ScalarFunc::Round | ScalarFunc::Trim | ScalarFunc::Ltrim | ScalarFunc::Rtrim => {
+                (1, Some(2))
+            }
+            ScalarFunc::Substr => (2, Some(3)),
+            ScalarFunc::Ifnull | ScalarFunc::Nullif | ScalarFunc::Instr => (2, Some(2)),
+            ScalarFunc::Replace => (3, Some(3)),
+            ScalarFunc::Coalesce | ScalarFunc::Min | ScalarFunc::Max => (2, None),
+        }
+    }
+}
+
+/// The types `CAST(x AS type)` converts to (SQLite's affinities by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum CastType {
+    Integer,
+    Real,
+    Text,
+}
+
+impl CastType {
+    pub fn name(&self) -> &'static str {
+        match self {
+            CastType::Integer => "INTEGER",
+            CastType::Real => "REAL",
+            CastType::Text => "TEXT",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -838,6 +982,30 @@ pub enum ExprKind {
         arg: Option<Box<Expr>>,
         distinct: bool,
     },
+    /// A scalar function call: `round(x, 2)`, `coalesce(a, b)`.
+    Call {
+        func: ScalarFunc,
+        args: Vec<Expr>,
+    },
+    /// `CASE [operand] WHEN a THEN b … [ELSE c] END`.
+    Case {
+        operand: Option<Box<Expr>>,
+        whens: Vec<(Expr, Expr)>,
+        otherwise: Option<Box<Expr>>,
+    },
+    /// `CAST(x AS type)`.
+    Cast {
+        expr: Box<Expr>,
+        to: CastType,
+    },
+    /// `x [NOT] IN (SELECT …)` (uncorrelated: the subquery runs once).
+    InSubquery {
+        expr: Box<Expr>,
+        query: Box<Select>,
+        negated: bool,
+    },
+    /// `(SELECT …)` as a value: its one column's first row (NULL when it has none).
+    Subquery(Box<Select>),
 }
 
 impl ExprKind {
@@ -907,6 +1075,40 @@ impl ExprKind {
                 arg: arg.as_deref().map(b).transpose()?,
                 distinct: *distinct,
             },
+            ExprKind::Call { func, args } => ExprKind::Call {
+                func: *func,
+                args: args.iter().map(&mut *f).collect::<Result<_, E>>()?,
+            },
+            ExprKind::Case {
+                operand,
+                whens,
+                otherwise,
+            } => ExprKind::Case {
+                operand: operand.as_deref().map(&mut b).transpose()?,
+                whens: {
+                    let mut v = Vec::with_capacity(whens.len());
+                    for (w, t) in whens {
+                        v.push((b(w).map(|x| *x)?, b(t).map(|x| *x)?));
+                    }
+                    v
+                },
+                otherwise: otherwise.as_deref().map(&mut b).transpose()?,
+            },
+            ExprKind::Cast { expr, to } => ExprKind::Cast {
+                expr: b(expr)?,
+                to: *to,
+            },
+            // The subquery is its own scope: only the outer operand is mapped.
+            ExprKind::InSubquery {
+                expr,
+                query,
+                negated,
+            } => ExprKind::InSubquery {
+                expr: b(expr)?,
+                query: query.clone(),
+                negated: *negated,
+            },
+            ExprKind::Subquery(_) => self.clone(),
         })
     }
 }
@@ -919,6 +1121,8 @@ pub enum ArithOp {
     Mul,
     Div,
     Rem,
+    /// `||`: text concatenation.
+    Concat,
 }
 
 impl ArithOp {
@@ -929,6 +1133,7 @@ impl ArithOp {
             ArithOp::Mul => "*",
             ArithOp::Div => "/",
             ArithOp::Rem => "%",
+            ArithOp::Concat => "||",
         }
     }
 }
@@ -1004,6 +1209,26 @@ impl Expr {
                     a.walk(f)
                 }
             }
+            ExprKind::Call { args, .. } => args.iter().for_each(|x| x.walk(f)),
+            ExprKind::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                if let Some(o) = operand {
+                    o.walk(f);
+                }
+                for (w, t) in whens {
+                    w.walk(f);
+                    t.walk(f);
+                }
+                if let Some(o) = otherwise {
+                    o.walk(f);
+                }
+            }
+            ExprKind::Cast { expr, .. } | ExprKind::InSubquery { expr, .. } => expr.walk(f),
+            // A subquery is its own scope.
+            ExprKind::Subquery(_) => {}
         }
     }
 }
@@ -1089,7 +1314,10 @@ leaf!(
     Value,
     CmpOp,
     ArithOp,
-    AggFunc
+    AggFunc,
+    ScalarFunc,
+    CastType,
+    JoinKind
 );
 
 impl SpanVisit for Span {
@@ -1172,13 +1400,47 @@ fields!(Describe {
 fields!(Select {
     distinct,
     columns,
-    table,
+    from,
     filter,
     group_by,
     having,
     order_by,
-    limit
+    limit,
+    offset
 });
+impl SpanVisit for FromItem {
+    fn visit_spans(&mut self, f: &mut dyn FnMut(&mut Span)) {
+        match self {
+            FromItem::Table { table, alias } => {
+                table.visit_spans(f);
+                alias.visit_spans(f);
+            }
+            FromItem::Statement {
+                statement,
+                alias,
+                span,
+            } => {
+                statement.visit_spans(f);
+                alias.visit_spans(f);
+                f(span);
+            }
+            FromItem::Join {
+                left,
+                right,
+                on,
+                using,
+                span,
+                ..
+            } => {
+                left.visit_spans(f);
+                right.visit_spans(f);
+                on.visit_spans(f);
+                using.visit_spans(f);
+                f(span);
+            }
+        }
+    }
+}
 fields!(SelectItem { expr, alias, span });
 fields!(OrderItem { expr, span });
 fields!(Trace {
@@ -1398,6 +1660,25 @@ impl SpanVisit for ExprKind {
             }
             ExprKind::Neg(x) => x.visit_spans(f),
             ExprKind::Aggregate { arg, .. } => arg.visit_spans(f),
+            ExprKind::Call { args, .. } => args.visit_spans(f),
+            ExprKind::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                operand.visit_spans(f);
+                for (w, t) in whens {
+                    w.visit_spans(f);
+                    t.visit_spans(f);
+                }
+                otherwise.visit_spans(f);
+            }
+            ExprKind::Cast { expr, .. } => expr.visit_spans(f),
+            ExprKind::InSubquery { expr, query, .. } => {
+                expr.visit_spans(f);
+                query.visit_spans(f);
+            }
+            ExprKind::Subquery(q) => q.visit_spans(f),
         }
     }
 }

@@ -189,7 +189,7 @@ impl Display for Ident {
 }
 
 /// Binding strength for parenthesisation: OR < AND < NOT < predicate < `+ -` < `* / %`
-/// < unary minus < atom.
+/// < `||` < unary minus < atom.
 fn prec(e: &Expr) -> u8 {
     match e.kind {
         ExprKind::Or(_) => 1,
@@ -204,9 +204,20 @@ fn prec(e: &Expr) -> u8 {
             op: ArithOp::Add | ArithOp::Sub,
             ..
         } => 5,
+        ExprKind::Arith {
+            op: ArithOp::Concat,
+            ..
+        } => 7,
         ExprKind::Arith { .. } => 6,
-        ExprKind::Neg(_) => 7,
-        ExprKind::Column(_) | ExprKind::Literal(_) | ExprKind::Aggregate { .. } => 8,
+        ExprKind::Neg(_) => 8,
+        ExprKind::InSubquery { .. } => 4,
+        ExprKind::Column(_)
+        | ExprKind::Literal(_)
+        | ExprKind::Aggregate { .. }
+        | ExprKind::Call { .. }
+        | ExprKind::Case { .. }
+        | ExprKind::Cast { .. }
+        | ExprKind::Subquery(_) => 9,
     }
 }
 
@@ -290,7 +301,7 @@ impl Display for Expr {
                     write!(f, "-({e})")
                 } else {
                     f.write_str("-")?;
-                    write_at(f, e, 7)
+                    write_at(f, e, 9)
                 }
             }
             ExprKind::Aggregate {
@@ -306,6 +317,49 @@ impl Display for Expr {
                     Some(a) => write!(f, "{a}")?,
                     None => f.write_str("*")?,
                 }
+                f.write_str(")")
+            }
+            ExprKind::Call { func, args } => {
+                write!(f, "{}(", func.name())?;
+                for (i, a) in args.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{a}")?;
+                }
+                f.write_str(")")
+            }
+            ExprKind::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                f.write_str("CASE")?;
+                if let Some(o) = operand {
+                    write!(f, " {o}")?;
+                }
+                for (w, t) in whens {
+                    write!(f, " WHEN {w} THEN {t}")?;
+                }
+                if let Some(o) = otherwise {
+                    write!(f, " ELSE {o}")?;
+                }
+                f.write_str(" END")
+            }
+            ExprKind::Cast { expr, to } => write!(f, "CAST({expr} AS {})", to.name()),
+            ExprKind::InSubquery {
+                expr,
+                query,
+                negated,
+            } => {
+                write_at(f, expr, 5)?;
+                write!(f, " {}IN (", not(*negated))?;
+                select(f, query)?;
+                f.write_str(")")
+            }
+            ExprKind::Subquery(q) => {
+                f.write_str("(")?;
+                select(f, q)?;
                 f.write_str(")")
             }
             ExprKind::And(v) | ExprKind::Or(v) => {
@@ -324,6 +378,113 @@ impl Display for Expr {
                 }
                 Ok(())
             }
+        }
+    }
+}
+
+fn select(f: &mut Formatter<'_>, s: &Select) -> fmt::Result {
+    f.write_str("SELECT ")?;
+    if s.distinct.is_some() {
+        f.write_str("DISTINCT ")?;
+    }
+    match &s.columns.value {
+        SelectList::All => f.write_str("*")?,
+        SelectList::Items(items) => {
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{}", item.expr)?;
+                if let Some(a) = &item.alias {
+                    write!(f, " AS {a}")?;
+                }
+            }
+        }
+    }
+    if let Some(from) = &s.from {
+        f.write_str(" FROM ")?;
+        from_item(f, from)?;
+    }
+    filter(f, &s.filter)?;
+    if let Some(g) = &s.group_by {
+        f.write_str(" GROUP BY ")?;
+        for (i, e) in g.value.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write_at(f, e, 5)?;
+        }
+    }
+    if let Some(h) = &s.having {
+        write!(f, " HAVING {}", h.value)?;
+    }
+    if let Some(o) = &s.order_by {
+        f.write_str(" ORDER BY ")?;
+        for (i, item) in o.value.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write_at(f, &item.expr, 5)?;
+            match item.direction {
+                Some(SortDirection::Asc) => f.write_str(" ASC")?,
+                Some(SortDirection::Desc) => f.write_str(" DESC")?,
+                None => {}
+            }
+        }
+    }
+    opt_int(f, "LIMIT", &s.limit)?;
+    opt_int(f, "OFFSET", &s.offset)
+}
+
+fn from_item(f: &mut Formatter<'_>, item: &FromItem) -> fmt::Result {
+    let alias = |f: &mut Formatter<'_>, a: &Option<Ident>| match a {
+        Some(a) => write!(f, " AS {a}"),
+        None => Ok(()),
+    };
+    match item {
+        FromItem::Table { table, alias: a } => {
+            write!(f, "{}", table.value)?;
+            alias(f, a)
+        }
+        FromItem::Statement {
+            statement,
+            alias: a,
+            ..
+        } => {
+            write!(f, "({statement})")?;
+            alias(f, a)
+        }
+        FromItem::Join {
+            left,
+            right,
+            kind,
+            on,
+            using,
+            ..
+        } => {
+            from_item(f, left)?;
+            f.write_str(match kind {
+                JoinKind::Inner => " JOIN ",
+                JoinKind::Left => " LEFT JOIN ",
+                JoinKind::Cross => " CROSS JOIN ",
+            })?;
+            // A join on the right nests: keep its shape with parentheses? SQL joins nest
+            // to the left only, so the right side is always a single item.
+            from_item(f, right)?;
+            if let Some(on) = on {
+                write!(f, " ON {on}")?;
+            }
+            if !using.is_empty() {
+                f.write_str(" USING (")?;
+                for (i, u) in using.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{u}")?;
+                }
+                f.write_str(")")?;
+            }
+            Ok(())
         }
     }
 }
@@ -458,55 +619,7 @@ impl Display for StatementKind {
                 }
                 Ok(())
             }
-            StatementKind::Select(s) => {
-                f.write_str("SELECT ")?;
-                if s.distinct.is_some() {
-                    f.write_str("DISTINCT ")?;
-                }
-                match &s.columns.value {
-                    SelectList::All => f.write_str("*")?,
-                    SelectList::Items(items) => {
-                        for (i, item) in items.iter().enumerate() {
-                            if i > 0 {
-                                f.write_str(", ")?;
-                            }
-                            write!(f, "{}", item.expr)?;
-                            if let Some(a) = &item.alias {
-                                write!(f, " AS {a}")?;
-                            }
-                        }
-                    }
-                }
-                write!(f, " FROM {}", s.table.value)?;
-                filter(f, &s.filter)?;
-                if let Some(g) = &s.group_by {
-                    f.write_str(" GROUP BY ")?;
-                    for (i, e) in g.value.iter().enumerate() {
-                        if i > 0 {
-                            f.write_str(", ")?;
-                        }
-                        write_at(f, e, 5)?;
-                    }
-                }
-                if let Some(h) = &s.having {
-                    write!(f, " HAVING {}", h.value)?;
-                }
-                if let Some(o) = &s.order_by {
-                    f.write_str(" ORDER BY ")?;
-                    for (i, item) in o.value.iter().enumerate() {
-                        if i > 0 {
-                            f.write_str(", ")?;
-                        }
-                        write_at(f, &item.expr, 5)?;
-                        match item.direction {
-                            Some(SortDirection::Asc) => f.write_str(" ASC")?,
-                            Some(SortDirection::Desc) => f.write_str(" DESC")?,
-                            None => {}
-                        }
-                    }
-                }
-                opt_int(f, "LIMIT", &s.limit)
-            }
+            StatementKind::Select(s) => select(f, s),
             StatementKind::Trace(t) => {
                 write!(f, "TRACE {}", Q(&t.prompt.value))?;
                 opt_str(f, "FOR", &t.target)?;

@@ -190,7 +190,7 @@ fn patch_clauses_that_contradict() {
 
 #[test]
 fn structural_mistakes() {
-    check("SELECT a b «c» FROM edges", "expected FROM or `,`");
+    check("SELECT a b «c» FROM edges", "expected FROM, WHERE");
     check("EXTRACT MODEL 'a' «'b'»", "expected INTO");
     check("DESCRIBE 'x' AT «5»", "expected LAYER");
     check("UPDATE features SET «WHERE»", "expected a column name");

@@ -81,6 +81,7 @@ pub const CODES: &[(&str, &str)] = &[
     ("LQL-E0203", "no rows: query_row found no row to map"),
     ("LQL-E0204", "read-only: the connection was opened with OpenFlags::READ_ONLY and the statement writes a file or edits the model state"),
     ("LQL-E0205", "panic: a handler or closure given to the connection (token or progress handler, execute_each callback, query_row/query_map closure) panicked; the statement stopped and the connection stays usable"),
+    ("LQL-E0206", "too large: a result beyond a bound the engine keeps (a join of more than 20,000,000 values); narrow the statement"),
     ("LQL-E0301", "unsupported: not built yet, or not available for this model"),
     ("LQL-E0401", "io: reading or writing a file failed"),
     ("LQL-E0402", "device: the GPU backend failed (no adapter, a kernel that did not compile, device lost, out of device memory); the message names the adapter and the operation"),

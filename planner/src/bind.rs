@@ -59,13 +59,13 @@ pub fn bind_steering(spec: &Spanned<SteeringSpec>, catalog: &dyn Catalog) -> Res
     .steering(spec)
 }
 
-struct Binder {
+pub(crate) struct Binder {
     facts: Option<ModelFacts>,
     stmt_span: Span,
 }
 
 impl Binder {
-    fn statement(&self, stmt: &Statement) -> Result<LogicalPlan> {
+    pub(crate) fn statement(&self, stmt: &Statement) -> Result<LogicalPlan> {
         use StatementKind as K;
         Ok(match &stmt.kind {
             K::Use(u) => self.use_stmt(u)?,
@@ -381,7 +381,7 @@ impl Binder {
 
     // ---- capability checks -----------------------------------------------------------
 
-    fn model(&self) -> Result<&ModelFacts> {
+    pub(crate) fn model(&self) -> Result<&ModelFacts> {
         self.facts.as_ref().ok_or_else(|| {
             PlanError::semantic("no model bound; USE a model first", self.stmt_span)
                 .with_label(self.stmt_span, "this statement needs a model")
@@ -887,7 +887,7 @@ impl Binder {
     }
 
     fn select(&self, s: &g::Select) -> Result<LogicalPlan> {
-        crate::select::bind_select(self.model()?, s)
+        crate::select::bind_select(self, s)
     }
 
     fn trace(&self, t: &g::Trace) -> Result<LogicalPlan> {
@@ -1293,15 +1293,7 @@ pub(crate) fn pushdown(
             .map(|v| v.into_iter().map(|x| x as usize).collect::<Vec<_>>())
     };
     if table != Table::Features {
-        return ScanSpec {
-            layers: None,
-            features: None,
-            labels: LabelTiming::None,
-            label_set: LabelSet::default(),
-            estimate: None,
-            prompt: None,
-            token: None,
-        };
+        return ScanSpec::full();
     }
     let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
     let features = domain("feature", m.ffn.saturating_sub(1));

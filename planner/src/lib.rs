@@ -29,6 +29,7 @@ pub mod error;
 pub mod logical;
 pub mod physical;
 mod pushdown;
+mod relation;
 pub mod schema;
 mod select;
 mod typecheck;

@@ -5,9 +5,9 @@
 use crate::schema::ColumnDef;
 pub use lql_grammar::{
     ArtifactWhat, BackendChoice, CmpOp, CompileTarget, Detail, Encoding, Expr, ExprKind,
-    ExtractFormat, ExtractShape, ModelRef, OutputConstraint, PatchComponent, PatchMethod,
-    PatchMetric, PatchPositions, Positions, RepresentTarget, Setting, ShowWhat, Table, Value,
-    WalkMode,
+    ExtractFormat, ExtractShape, JoinKind, ModelRef, OutputConstraint, PatchComponent, PatchMethod,
+    PatchMetric, PatchPositions, Positions, RepresentTarget, Setting, ShowWhat, Statement, Table,
+    Value, WalkMode,
 };
 use std::fmt;
 
@@ -290,12 +290,27 @@ pub struct ScanSpec {
     pub token: Option<String>,
 }
 
+impl ScanSpec {
+    /// Every row, labels not computed, no prompt.
+    pub fn full() -> ScanSpec {
+        ScanSpec {
+            layers: None,
+            features: None,
+            labels: LabelTiming::None,
+            label_set: LabelSet::default(),
+            estimate: None,
+            prompt: None,
+            token: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SelectPlan {
-    pub table: Table,
-    /// Every column of the table (the scan's row shape).
-    pub table_columns: Vec<ColumnDef>,
-    pub scan: ScanSpec,
+    pub source: SelectSource,
+    /// Every column of the source's rows, under the names the rows carry (a table's
+    /// columns; `relation.column` in a join).
+    pub source_columns: Vec<ColumnDef>,
     /// The result's columns (all of the table's for `*`): alias, column name, or the
     /// expression as printed.
     pub columns: Vec<ColumnDef>,
@@ -312,6 +327,42 @@ pub struct SelectPlan {
     pub distinct: bool,
     pub order_by: Vec<SortKey>,
     pub limit: Option<usize>,
+    /// Rows skipped before LIMIT counts (0: none).
+    pub offset: usize,
+}
+
+/// Where a SELECT's rows come from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum SelectSource {
+    /// A model table, scanned with what WHERE pushed down.
+    Table { table: Table, scan: ScanSpec },
+    /// Another statement's rows (a subquery, a statement in parentheses, a table
+    /// function); it runs as its own plan, inside this one.
+    Statement {
+        statement: Box<Statement>,
+        plan: Box<LogicalPlan>,
+    },
+    /// Two sources joined; `columns` are the left's then the right's.
+    Join {
+        left: Box<SelectSource>,
+        right: Box<SelectSource>,
+        kind: JoinKind,
+        /// Over `columns` (USING's equalities included); `None` for a CROSS JOIN.
+        on: Option<Expr>,
+        columns: Vec<ColumnDef>,
+    },
+    /// SELECT without FROM: one row of no columns.
+    OneRow,
+}
+
+impl SelectSource {
+    /// The table a plain single-table SELECT scans.
+    pub fn table(&self) -> Option<(Table, &ScanSpec)> {
+        match self {
+            SelectSource::Table { table, scan } => Some((*table, scan)),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -145,6 +145,24 @@ pub enum Operator {
     Limit {
         n: usize,
     },
+    /// Skips the first `n` rows (OFFSET).
+    Offset {
+        n: usize,
+    },
+    /// The rows of two inputs joined: every pair for which `on` holds (all pairs without
+    /// one); a LEFT join keeps each left row without a match once, the right side NULL.
+    Join {
+        kind: JoinKind,
+        on: Option<Expr>,
+        columns: Vec<ColumnDef>,
+    },
+    /// Another statement's rows, its plan the input (run as that statement runs alone).
+    Relation {
+        statement: Box<Statement>,
+        plan: Box<LogicalPlan>,
+    },
+    /// One row of no columns (SELECT without FROM).
+    OneRow,
     /// Labels the rows that survived (features' label columns, computed late).
     LateLabels {
         /// The label columns filled (the others are not read).
@@ -478,60 +496,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 detail: d.detail,
             },
         ],
-        LogicalPlan::Select(s) => {
-            let mut ops = vec![O::TableScan {
-                table: s.table,
-                layers: s.scan.layers.clone(),
-                features: s.scan.features.clone(),
-                labels: s.scan.labels,
-                label_set: s.scan.label_set,
-                estimate: s.scan.estimate,
-                prompt: s.scan.prompt.clone(),
-                token: s.scan.token.clone(),
-            }];
-            if let Some(f) = &s.filter {
-                ops.push(O::Filter {
-                    predicate: f.clone(),
-                });
-            }
-            if let Some(a) = &s.aggregate {
-                ops.push(O::Aggregate {
-                    keys: a.keys.clone(),
-                    calls: a.calls.clone(),
-                    columns: a.columns.clone(),
-                });
-            }
-            if let Some(h) = &s.having {
-                ops.push(O::Filter {
-                    predicate: h.clone(),
-                });
-            }
-            let project = O::Project {
-                columns: s.columns.clone(),
-                exprs: s.items.clone(),
-            };
-            if s.distinct {
-                ops.push(project.clone());
-                ops.push(O::Distinct);
-            }
-            if !s.order_by.is_empty() {
-                ops.push(O::Sort {
-                    keys: s.order_by.clone(),
-                });
-            }
-            if let Some(n) = s.limit {
-                ops.push(O::Limit { n });
-            }
-            if s.scan.labels == LabelTiming::Late {
-                ops.push(O::LateLabels {
-                    label_set: s.scan.label_set,
-                });
-            }
-            if !s.distinct {
-                ops.push(project);
-            }
-            ops
-        }
+        LogicalPlan::Select(s) => return select_plan(s, plan),
         LogicalPlan::Patch(p) => return patch_plan(p, plan),
         LogicalPlan::Trace(t) => {
             let mut capture = vec![Capture::Residual];
@@ -781,6 +746,114 @@ fn patch_plan(p: &PatchPlan, plan: &LogicalPlan) -> PhysicalPlan {
             },
             inputs: vec![patch],
         },
+    }
+}
+
+/// SELECT: the source's tree (a table scan, a statement's plan, a join of them, one row),
+/// then the SQL operators over it.
+fn select_plan(s: &SelectPlan, plan: &LogicalPlan) -> PhysicalPlan {
+    use Operator as O;
+    let mut ops = Vec::new();
+    if let Some(f) = &s.filter {
+        ops.push(O::Filter {
+            predicate: f.clone(),
+        });
+    }
+    if let Some(a) = &s.aggregate {
+        ops.push(O::Aggregate {
+            keys: a.keys.clone(),
+            calls: a.calls.clone(),
+            columns: a.columns.clone(),
+        });
+    }
+    if let Some(h) = &s.having {
+        ops.push(O::Filter {
+            predicate: h.clone(),
+        });
+    }
+    let project = O::Project {
+        columns: s.columns.clone(),
+        exprs: s.items.clone(),
+    };
+    if s.distinct {
+        ops.push(project.clone());
+        ops.push(O::Distinct);
+    }
+    if !s.order_by.is_empty() {
+        ops.push(O::Sort {
+            keys: s.order_by.clone(),
+        });
+    }
+    if s.offset > 0 {
+        ops.push(O::Offset { n: s.offset });
+    }
+    if let Some(n) = s.limit {
+        ops.push(O::Limit { n });
+    }
+    if let Some((_, scan)) = s.source.table() {
+        if scan.labels == LabelTiming::Late {
+            ops.push(O::LateLabels {
+                label_set: scan.label_set,
+            });
+        }
+    }
+    if !s.distinct {
+        ops.push(project);
+    }
+    ops.push(O::Rows {
+        columns: statement_columns(plan),
+    });
+    let mut node = source_node(&s.source);
+    for op in ops {
+        node = PlanNode {
+            op,
+            inputs: vec![node],
+        };
+    }
+    PhysicalPlan {
+        statement: plan.name(),
+        root: node,
+    }
+}
+
+fn source_node(src: &SelectSource) -> PlanNode {
+    let leaf = |op| PlanNode {
+        op,
+        inputs: Vec::new(),
+    };
+    match src {
+        SelectSource::Table { table, scan } => leaf(Operator::TableScan {
+            table: *table,
+            layers: scan.layers.clone(),
+            features: scan.features.clone(),
+            labels: scan.labels,
+            label_set: scan.label_set,
+            estimate: scan.estimate,
+            prompt: scan.prompt.clone(),
+            token: scan.token.clone(),
+        }),
+        SelectSource::Statement { statement, plan } => PlanNode {
+            op: Operator::Relation {
+                statement: statement.clone(),
+                plan: plan.clone(),
+            },
+            inputs: vec![lower(plan).root],
+        },
+        SelectSource::Join {
+            left,
+            right,
+            kind,
+            on,
+            columns,
+        } => PlanNode {
+            op: Operator::Join {
+                kind: *kind,
+                on: on.clone(),
+                columns: columns.clone(),
+            },
+            inputs: vec![source_node(left), source_node(right)],
+        },
+        SelectSource::OneRow => leaf(Operator::OneRow),
     }
 }
 
@@ -1048,6 +1121,20 @@ impl fmt::Display for Operator {
                 write!(f, "Sort {}", k.join(", "))
             }
             O::Limit { n } => write!(f, "Limit {n}"),
+            O::Offset { n } => write!(f, "Offset {n}"),
+            O::Join { kind, on, .. } => {
+                f.write_str(match kind {
+                    JoinKind::Inner => "Join",
+                    JoinKind::Left => "LeftJoin",
+                    JoinKind::Cross => "CrossJoin",
+                })?;
+                match on {
+                    Some(on) => write!(f, " on={on}"),
+                    None => Ok(()),
+                }
+            }
+            O::Relation { statement, .. } => write!(f, "Relation {statement}"),
+            O::OneRow => f.write_str("OneRow"),
             O::Aggregate { keys, columns, .. } => {
                 f.write_str("Aggregate")?;
                 if !keys.is_empty() {

@@ -21,6 +21,21 @@ pub fn expr_size(e: &Expr) -> usize {
         ExprKind::Arith { left, right, .. } => expr_size(left) + expr_size(right),
         ExprKind::Neg(x) => expr_size(x),
         ExprKind::Aggregate { arg, .. } => arg.as_deref().map_or(0, expr_size),
+        ExprKind::Call { args, .. } => args.iter().map(expr_size).sum(),
+        ExprKind::Case {
+            operand,
+            whens,
+            otherwise,
+        } => {
+            operand.as_deref().map_or(0, expr_size)
+                + whens
+                    .iter()
+                    .map(|(w, t)| expr_size(w) + expr_size(t))
+                    .sum::<usize>()
+                + otherwise.as_deref().map_or(0, expr_size)
+        }
+        ExprKind::Cast { expr, .. } | ExprKind::InSubquery { expr, .. } => expr_size(expr),
+        ExprKind::Subquery(_) => 0,
     }
 }
 

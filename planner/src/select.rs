@@ -16,12 +16,12 @@
 //! column (named as printed, `count(*)`); a bare column outside both is refused, as in
 //! PostgreSQL (SQLite would pick an arbitrary row).
 
-use crate::bind::{check_where_size, pushdown, resolve_expr, to_usize, unbuilt_table};
-use crate::catalog::ModelFacts;
+use crate::bind::{check_where_size, pushdown, to_usize, Binder};
 use crate::error::PlanError;
 use crate::logical::*;
 use crate::pushdown::columns_in;
-use crate::schema::{self, ColumnDef, ColumnType};
+use crate::relation::{bind_from, subquery_column, Bound, Scope};
+use crate::schema::{ColumnDef, ColumnType};
 use crate::typecheck::{check_predicate, expr_type};
 use lql_grammar::{self as g, ExprKind, Ident, SelectList, Span, SpanVisit};
 
@@ -45,7 +45,8 @@ fn same(a: &Expr, b: &Expr) -> bool {
 fn output_name(e: &Expr, alias: Option<&Ident>) -> String {
     match (alias, &e.kind) {
         (Some(a), _) => a.name.clone(),
-        (None, ExprKind::Column(c)) => c.name.clone(),
+        // `a.layer` is shown as `layer`, as SQLite names it.
+        (None, ExprKind::Column(c)) => c.name.rsplit('.').next().unwrap_or(&c.name).to_string(),
         (None, _) => e.to_string(),
     }
 }
@@ -74,22 +75,31 @@ struct Item {
     alias: Option<String>,
 }
 
-pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> {
-    let table = s.table.value;
-    let schema = schema::table_columns(table).ok_or_else(|| unbuilt_table(&s.table))?;
+pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
+    let Bound { mut source, scope } = bind_from(b, s.from.as_ref())?;
+    let star_span = s.columns.span;
     let items: Vec<Item> = match &s.columns.value {
-        SelectList::All => schema
-            .iter()
-            .map(|c| Item {
-                name: c.name.clone(),
-                expr: column(&c.name, s.columns.span),
-                alias: None,
-            })
-            .collect(),
+        SelectList::All => {
+            let star = scope.star();
+            if star.is_empty() {
+                return Err(
+                    PlanError::semantic("SELECT * needs a FROM with columns", star_span)
+                        .with_help("name the values: SELECT 1 AS one"),
+                );
+            }
+            star.into_iter()
+                .map(|(name, c)| Item {
+                    name,
+                    expr: column(&c.name, star_span),
+                    alias: None,
+                })
+                .collect()
+        }
         SelectList::Items(v) => v
             .iter()
             .map(|it| {
-                let expr = resolve_expr(&schema, table, &it.expr)?;
+                check_subqueries(b, &it.expr)?;
+                let expr = scope.resolve_expr(&it.expr)?;
                 Ok(Item {
                     name: output_name(&expr, it.alias.as_ref()),
                     alias: it.alias.as_ref().map(|a| a.name.clone()),
@@ -101,26 +111,35 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
     if let Some(f) = &s.filter {
         check_where_size(f)?;
         no_aggregate(&f.value, "WHERE")?;
+        check_subqueries(b, &f.value)?;
     }
     let filter = s
         .filter
         .as_ref()
-        .map(|f| resolve_expr(&schema, table, &f.value))
+        .map(|f| scope.resolve_expr(&f.value))
         .transpose()?;
     if let (Some(f), Some(w)) = (&filter, &s.filter) {
-        check_predicate(f, &schema).map_err(|e| e.with_label(w.span, "in this WHERE"))?;
+        check_predicate(f, &scope.columns).map_err(|e| e.with_label(w.span, "in this WHERE"))?;
     }
-    let limit = match &s.limit {
-        Some(l) if l.value < 0 => {
-            return Err(PlanError::semantic(
-                format!("LIMIT must be non-negative, got {}", l.value),
+    let count = |c: &Option<g::Spanned<i64>>, what: &str| -> Result<Option<usize>> {
+        match c {
+            Some(l) if l.value < 0 => Err(PlanError::semantic(
+                format!("{what} must be non-negative, got {}", l.value),
                 l.span,
-            ))
+            )),
+            Some(l) => Ok(Some(to_usize(l.value as u64, l.span)?)),
+            None => Ok(None),
         }
-        Some(l) => Some(to_usize(l.value as u64, l.span)?),
-        None => None,
     };
+    let limit = count(&s.limit, "LIMIT")?;
+    let offset = count(&s.offset, "OFFSET")?.unwrap_or(0);
     let order_items: Vec<&g::OrderItem> = s.order_by.iter().flat_map(|o| &o.value).collect();
+    for o in &order_items {
+        check_subqueries(b, &o.expr)?;
+    }
+    if let Some(h) = &s.having {
+        check_subqueries(b, &h.value)?;
+    }
     let aggregated = s.group_by.is_some()
         || s.having.is_some()
         || items.iter().any(|i| i.expr.has_aggregate())
@@ -131,11 +150,11 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
         columns_in(f, &mut early);
     }
     let (aggregate, having, items, input_cols) = if aggregated {
-        let (spec, having, items) = bind_aggregate(s, &schema, table, items, &mut early)?;
+        let (spec, having, items) = bind_aggregate(s, &scope, items, &mut early)?;
         let cols = spec.columns.clone();
         (Some(spec), having, items, cols)
     } else {
-        (None, None, items, schema.clone())
+        (None, None, items, scope.columns.clone())
     };
     let distinct = s.distinct.is_some();
 
@@ -145,7 +164,7 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
         let expr = if distinct {
             order_on_result(o, &items)?
         } else {
-            order_on_input(o, &items, &schema, table, aggregate.as_ref())?
+            order_on_input(o, &items, &scope, aggregate.as_ref())?
         };
         order_by.push(SortKey {
             expr,
@@ -161,7 +180,7 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
         if let Some(spec) = &aggregate {
             check_sort_types(&order_by, &spec.columns)?;
         } else {
-            check_sort_types(&order_by, &schema)?;
+            check_sort_types(&order_by, &scope.columns)?;
             for k in &order_by {
                 columns_in(&k.expr, &mut early);
             }
@@ -175,42 +194,59 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
     if aggregated || distinct {
         early.append(&mut late);
     }
-    let mut scan = pushdown(m, table, filter.as_ref(), &early, &late);
-    if matches!(
-        table,
-        g::Table::Routes | g::Table::Attention | g::Table::Heads
-    ) {
-        scan.prompt = Some(
-            filter
-                .as_ref()
-                .and_then(|f| crate::pushdown::text_equal(f, "prompt"))
-                .ok_or_else(|| {
-                    PlanError::semantic(
-                        format!(
-                            "SELECT FROM {} runs a prompt: add WHERE prompt = '…'",
-                            table.name()
-                        ),
-                        s.table.span,
-                    )
-                })?,
-        );
-    }
-    if table == g::Table::Heads {
-        scan.token = filter
-            .as_ref()
-            .and_then(|f| crate::pushdown::text_equal(f, "token"));
-    }
-    if let (Some(e), LabelTiming::Late) = (scan.estimate.as_mut(), scan.labels) {
-        // Late labels: only the rows that survive LIMIT (at most) are labelled.
-        e.labels = limit.map_or(e.rows, |n| e.rows.min(n as u64));
-        if !e.stored {
-            e.label_macs = e.labels * (m.vocab * m.hidden) as u64;
+    match &mut source {
+        SelectSource::Table { table, scan } => {
+            let m = b.model()?;
+            let table = *table;
+            *scan = pushdown(m, table, filter.as_ref(), &early, &late);
+            if matches!(
+                table,
+                g::Table::Routes | g::Table::Attention | g::Table::Heads
+            ) {
+                scan.prompt = Some(
+                    filter
+                        .as_ref()
+                        .and_then(|f| crate::pushdown::text_equal(f, "prompt"))
+                        .ok_or_else(|| {
+                            PlanError::semantic(
+                                format!(
+                                    "SELECT FROM {} runs a prompt: add WHERE prompt = '…'",
+                                    table.name()
+                                ),
+                                s.from.as_ref().map_or(s.columns.span, |f| f.span()),
+                            )
+                        })?,
+                );
+            }
+            if table == g::Table::Heads {
+                scan.token = filter
+                    .as_ref()
+                    .and_then(|f| crate::pushdown::text_equal(f, "token"));
+            }
+            if let (Some(e), LabelTiming::Late) = (scan.estimate.as_mut(), scan.labels) {
+                // Late labels: only the rows that survive OFFSET and LIMIT are labelled.
+                let survive = e.rows.saturating_sub(offset as u64);
+                e.labels = limit.map_or(survive, |n| survive.min(n as u64));
+                if !e.stored {
+                    e.label_macs = e.labels * (m.vocab * m.hidden) as u64;
+                }
+            }
         }
+        SelectSource::Join { .. } => {
+            // Every table of a join is scanned whole, its label columns computed early.
+            let mut read = early;
+            read.append(&mut late);
+            let read: Vec<String> = read
+                .iter()
+                .map(|c| c.rsplit('.').next().unwrap_or(c).to_string())
+                .collect();
+            scan_join_tables(b, &mut source, &read, s)?;
+        }
+        SelectSource::Statement { .. } | SelectSource::OneRow => {}
     }
     Ok(LogicalPlan::Select(Box::new(SelectPlan {
-        table,
-        table_columns: schema,
-        scan,
+        source,
+        source_columns: scope.columns,
         columns,
         items: items.into_iter().map(|i| i.expr).collect(),
         filter,
@@ -219,7 +255,62 @@ pub(crate) fn bind_select(m: &ModelFacts, s: &g::Select) -> Result<LogicalPlan> 
         distinct,
         order_by,
         limit,
+        offset,
     })))
+}
+
+/// The scans of a join's tables: whole tables, the label columns `read` computed early;
+/// tables that run a prompt are refused (they need WHERE prompt = '…' of their own).
+fn scan_join_tables(
+    b: &Binder,
+    source: &mut SelectSource,
+    read: &[String],
+    s: &g::Select,
+) -> Result<()> {
+    match source {
+        SelectSource::Join { left, right, .. } => {
+            scan_join_tables(b, left, read, s)?;
+            scan_join_tables(b, right, read, s)
+        }
+        SelectSource::Table { table, scan } => {
+            if matches!(
+                table,
+                g::Table::Routes | g::Table::Attention | g::Table::Heads
+            ) {
+                return Err(PlanError::semantic(
+                    format!(
+                        "{} runs a prompt and cannot be joined as a table",
+                        table.name()
+                    ),
+                    s.from.as_ref().map_or(s.columns.span, |f| f.span()),
+                )
+                .with_help(format!(
+                    "join a subquery instead: (SELECT * FROM {} WHERE prompt = '…') AS {}",
+                    table.name(),
+                    &table.name()[..1]
+                )));
+            }
+            *scan = pushdown(b.model()?, *table, None, read, &[]);
+            Ok(())
+        }
+        SelectSource::Statement { .. } | SelectSource::OneRow => Ok(()),
+    }
+}
+
+/// Binds every subquery of `e` (each its own scope), so its errors come before anything
+/// runs; IN and scalar subqueries must yield one column.
+fn check_subqueries(b: &Binder, e: &Expr) -> Result<()> {
+    let mut found: Vec<(g::Select, Span)> = Vec::new();
+    e.walk(&mut |x| match &x.kind {
+        ExprKind::InSubquery { query, .. } | ExprKind::Subquery(query) => {
+            found.push(((**query).clone(), x.span))
+        }
+        _ => {}
+    });
+    for (q, sp) in found {
+        subquery_column(b, &q, sp)?;
+    }
+    Ok(())
 }
 
 /// A result column: a plain column keeps the table's meaning.
@@ -277,14 +368,13 @@ fn item_by_name_or_position<'a>(o: &g::OrderItem, items: &'a [Item]) -> Result<O
 fn order_on_input(
     o: &g::OrderItem,
     items: &[Item],
-    schema: &[ColumnDef],
-    table: Table,
+    scope: &Scope,
     agg: Option<&AggregateSpec>,
 ) -> Result<Expr> {
     if let Some(it) = item_by_name_or_position(o, items)? {
         return Ok(it.expr.clone());
     }
-    let e = resolve_expr(schema, table, &o.expr).map_err(|e| {
+    let e = scope.resolve_expr(&o.expr).map_err(|e| {
         e.with_help(
             "ORDER BY takes a column, an alias of the select list, a position or an expression",
         )
@@ -320,26 +410,24 @@ fn order_on_result(o: &g::OrderItem, items: &[Item]) -> Result<Expr> {
 /// GROUP BY keys, the aggregate calls, HAVING and the items rewritten over the output.
 fn bind_aggregate(
     s: &g::Select,
-    schema: &[ColumnDef],
-    table: Table,
+    scope: &Scope,
     items: Vec<Item>,
     early: &mut Vec<String>,
 ) -> Result<(AggregateSpec, Option<Expr>, Vec<Item>)> {
+    let schema = &scope.columns[..];
     let mut keys: Vec<Expr> = Vec::new();
     let mut columns: Vec<ColumnDef> = Vec::new();
     for k in s.group_by.iter().flat_map(|g| &g.value) {
         // GROUP BY an alias of the select list, a position, or an expression.
         let by_alias = match &k.kind {
-            ExprKind::Column(c) if schema.iter().all(|d| !d.name.eq_ignore_ascii_case(&c.name)) => {
-                items
-                    .iter()
-                    .find(|i| {
-                        i.alias
-                            .as_deref()
-                            .is_some_and(|a| a.eq_ignore_ascii_case(&c.name))
-                    })
-                    .map(|i| i.expr.clone())
-            }
+            ExprKind::Column(c) if !scope.knows(&c.name) => items
+                .iter()
+                .find(|i| {
+                    i.alias
+                        .as_deref()
+                        .is_some_and(|a| a.eq_ignore_ascii_case(&c.name))
+                })
+                .map(|i| i.expr.clone()),
             ExprKind::Literal(g::Value::Int(n)) => usize::try_from(*n)
                 .ok()
                 .filter(|&i| i >= 1 && i <= items.len())
@@ -348,7 +436,7 @@ fn bind_aggregate(
         };
         let e = match by_alias {
             Some(e) => e,
-            None => resolve_expr(schema, table, k)?,
+            None => scope.resolve_expr(k)?,
         };
         no_aggregate(&e, "GROUP BY")?;
         let ty = expr_type(&e, schema)?;
@@ -367,12 +455,12 @@ fn bind_aggregate(
     let having = s
         .having
         .as_ref()
-        .map(|h| resolve_expr(schema, table, &with_aliases(&h.value, schema, &items)))
+        .map(|h| scope.resolve_expr(&with_aliases(&h.value, scope, &items)))
         .transpose()?;
     let mut order_exprs = Vec::new();
     for o in s.order_by.iter().flat_map(|o| &o.value) {
         if o.expr.has_aggregate() {
-            order_exprs.push(resolve_expr(schema, table, &o.expr)?);
+            order_exprs.push(scope.resolve_expr(&o.expr)?);
         }
     }
     let mut calls: Vec<AggCall> = Vec::new();
@@ -485,53 +573,24 @@ fn rewrite(e: &Expr, spec: &AggregateSpec) -> Result<Expr> {
 
 /// `e` with each name that is not a table column but an alias of the select list replaced
 /// by the aliased expression (HAVING may name result columns, as in SQLite).
-fn with_aliases(e: &Expr, schema: &[ColumnDef], items: &[Item]) -> Expr {
-    let mut out = e.clone();
-    substitute(&mut out, schema, items);
-    out
-}
-
-fn substitute(e: &mut Expr, schema: &[ColumnDef], items: &[Item]) {
+fn with_aliases(e: &Expr, scope: &Scope, items: &[Item]) -> Expr {
     if let ExprKind::Column(c) = &e.kind {
-        if schema.iter().all(|d| !d.name.eq_ignore_ascii_case(&c.name)) {
+        if !scope.knows(&c.name) {
             if let Some(it) = items.iter().find(|i| {
                 i.alias
                     .as_deref()
                     .is_some_and(|a| a.eq_ignore_ascii_case(&c.name))
             }) {
-                *e = it.expr.clone();
+                return it.expr.clone();
             }
         }
-        return;
+        return e.clone();
     }
-    let each = |x: &mut Expr| substitute(x, schema, items);
-    match &mut e.kind {
-        ExprKind::Column(_) | ExprKind::Literal(_) => {}
-        ExprKind::Compare { left, right, .. } | ExprKind::Arith { left, right, .. } => {
-            each(left);
-            each(right);
-        }
-        ExprKind::Like { expr, pattern, .. } => {
-            each(expr);
-            each(pattern);
-        }
-        ExprKind::InList { expr, list, .. } => {
-            each(expr);
-            list.iter_mut().for_each(each);
-        }
-        ExprKind::Between {
-            expr, low, high, ..
-        } => {
-            each(expr);
-            each(low);
-            each(high);
-        }
-        ExprKind::IsNull { expr, .. } | ExprKind::Not(expr) | ExprKind::Neg(expr) => each(expr),
-        ExprKind::And(xs) | ExprKind::Or(xs) => xs.iter_mut().for_each(each),
-        ExprKind::Aggregate { arg, .. } => {
-            if let Some(a) = arg {
-                each(a)
-            }
-        }
+    let kind = e
+        .kind
+        .try_map_children::<std::convert::Infallible>(&mut |x| Ok(with_aliases(x, scope, items)));
+    match kind {
+        Ok(kind) => Expr { kind, span: e.span },
+        Err(never) => match never {},
     }
 }

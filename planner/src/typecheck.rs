@@ -1,7 +1,7 @@
 //! Static types of WHERE expressions, checked by the binder against a table's columns
 //! (so a type error carries the span of the sub-expression at fault and nothing runs).
 
-use lql_grammar::{AggFunc, Expr, ExprKind, Value as Lit};
+use lql_grammar::{AggFunc, ArithOp, CastType, Expr, ExprKind, ScalarFunc, Value as Lit};
 
 use crate::error::PlanError;
 use crate::schema::{ColumnDef, ColumnType};
@@ -187,6 +187,21 @@ fn type_of(e: &Expr, cols: &[ColumnDef]) -> Result<Ty> {
             }
             Ty::Bool
         }
+        ExprKind::Arith {
+            op: ArithOp::Concat,
+            left,
+            right,
+        } => {
+            for x in [left, right] {
+                if type_of(x, cols)? == Ty::List {
+                    return Err(mismatch(
+                        x,
+                        "`||` needs text or numbers, found a list".into(),
+                    ));
+                }
+            }
+            Ty::Text
+        }
         ExprKind::Arith { op, left, right } => {
             let (a, b) = (type_of(left, cols)?, type_of(right, cols)?);
             for (t, x) in [(a, left), (b, right)] {
@@ -249,6 +264,144 @@ fn type_of(e: &Expr, cols: &[ColumnDef]) -> Result<Ty> {
                     t
                 }
             }
+        }
+        ExprKind::Call { func, args } => call_type(e, *func, args, cols)?,
+        ExprKind::Case {
+            operand,
+            whens,
+            otherwise,
+        } => {
+            let op = operand.as_deref().map(|o| type_of(o, cols)).transpose()?;
+            let mut out = Ty::Null;
+            for (w, t) in whens {
+                match op {
+                    Some(a) => {
+                        let b = type_of(w, cols)?;
+                        if a == Ty::List || !a.compatible(b) {
+                            return Err(mismatch(
+                                w,
+                                format!("CASE compares {} with {}", a.name(), b.name()),
+                            ));
+                        }
+                    }
+                    None => need(w, Ty::Bool, "WHEN")?,
+                }
+                out = common(out, type_of(t, cols)?, t, "CASE results")?;
+            }
+            if let Some(o) = otherwise {
+                out = common(out, type_of(o, cols)?, o, "CASE results")?;
+            }
+            out
+        }
+        ExprKind::Cast { expr, to } => {
+            if type_of(expr, cols)? == Ty::List {
+                return Err(mismatch(expr, "CAST cannot convert a list".into()));
+            }
+            match to {
+                CastType::Integer => Ty::Int,
+                CastType::Real => Ty::Float,
+                CastType::Text => Ty::Text,
+            }
+        }
+        ExprKind::InSubquery { expr, .. } => {
+            if type_of(expr, cols)? == Ty::List {
+                return Err(mismatch(
+                    expr,
+                    "IN needs a single value, found a list".into(),
+                ));
+            }
+            Ty::Bool
+        }
+        // Its column's type is the subquery's own (checked when it is bound); here unknown.
+        ExprKind::Subquery(_) => Ty::Null,
+    })
+}
+
+/// The type two branches share: numbers widen to float, NULL takes the other's type.
+fn common(a: Ty, b: Ty, at: &Expr, what: &str) -> Result<Ty> {
+    Ok(match (a, b) {
+        (Ty::Null, t) | (t, Ty::Null) => t,
+        (x, y) if x == y => x,
+        (x, y) if x.is_num() && y.is_num() => Ty::Float,
+        (x, y) => {
+            return Err(mismatch(
+                at,
+                format!("{what} mix {} and {}", x.name(), y.name()),
+            ))
+        }
+    })
+}
+
+/// A scalar function's result type from its arguments' (SQLite's functions, typed).
+fn call_type(e: &Expr, func: ScalarFunc, args: &[Expr], cols: &[ColumnDef]) -> Result<Ty> {
+    let tys = args
+        .iter()
+        .map(|a| type_of(a, cols))
+        .collect::<Result<Vec<_>>>()?;
+    for (t, a) in tys.iter().zip(args) {
+        if *t == Ty::List {
+            return Err(mismatch(
+                a,
+                format!("{}() takes single values, found a list", func.name()),
+            ));
+        }
+    }
+    let want = |i: usize, ok: fn(Ty) -> bool, what: &str| -> Result<()> {
+        match tys.get(i) {
+            Some(t) if !ok(*t) && *t != Ty::Null => Err(mismatch(
+                &args[i],
+                format!("{}() needs {what}, found {}", func.name(), t.name()),
+            )),
+            _ => Ok(()),
+        }
+    };
+    let num = |t: Ty| t.is_num();
+    let text = |t: Ty| t == Ty::Text;
+    Ok(match func {
+        ScalarFunc::Abs => {
+            want(0, num, "a number")?;
+            tys[0]
+        }
+        ScalarFunc::Round => {
+            want(0, num, "a number")?;
+            want(1, |t| t == Ty::Int, "a whole number of digits")?;
+            Ty::Float
+        }
+        ScalarFunc::Lower
+        | ScalarFunc::Upper
+        | ScalarFunc::Trim
+        | ScalarFunc::Ltrim
+        | ScalarFunc::Rtrim => {
+            want(0, text, "text")?;
+            want(1, text, "text")?;
+            Ty::Text
+        }
+        ScalarFunc::Length => Ty::Int,
+        ScalarFunc::Substr => {
+            want(0, text, "text")?;
+            want(1, |t| t == Ty::Int, "a whole-number position")?;
+            want(2, |t| t == Ty::Int, "a whole-number length")?;
+            Ty::Text
+        }
+        ScalarFunc::Replace => {
+            for i in 0..3 {
+                want(i, text, "text")?;
+            }
+            Ty::Text
+        }
+        ScalarFunc::Instr => {
+            want(0, text, "text")?;
+            want(1, text, "text")?;
+            Ty::Int
+        }
+        ScalarFunc::Nullif => tys[0],
+        ScalarFunc::Coalesce | ScalarFunc::Ifnull | ScalarFunc::Min | ScalarFunc::Max => {
+            let mut out = Ty::Null;
+            for (t, a) in tys.iter().zip(args) {
+                out = common(out, *t, a, &format!("{}() arguments", func.name()))?;
+            }
+            let _ = e;
+            out
         }
     })
 }

@@ -379,8 +379,9 @@ fn select_resolves_columns() {
     );
     assert_eq!(s.limit, Some(10));
     // Pushdown: the layers WHERE allows; labels early because WHERE reads c_score.
-    assert_eq!(s.scan.layers, Some((20..=29).collect()));
-    assert_eq!(s.scan.labels, LabelTiming::Early);
+    let (_, scan) = s.source.table().unwrap();
+    assert_eq!(scan.layers, Some((20..=29).collect()));
+    assert_eq!(scan.labels, LabelTiming::Early);
     let LogicalPlan::Select(s) = plan("SELECT * FROM tokens", &m) else {
         panic!()
     };
@@ -428,7 +429,7 @@ fn routes_needs_its_prompt() {
     ) else {
         panic!()
     };
-    assert_eq!(s.scan.prompt.as_deref(), Some("hi"));
+    assert_eq!(s.source.table().unwrap().1.prompt.as_deref(), Some("hi"));
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use lql::{Connection, Value};
 
 pub mod constrained;
+pub mod sqlite;
 
 /// The catalogue name of the default real model.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";

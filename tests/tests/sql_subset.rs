@@ -2,7 +2,7 @@
 //! into a sqlite table of the same columns, and every query below runs on both; the result
 //! columns (names as sqlite names them) and the rows must agree (floats to 1e-9 relative).
 //! Also: each statement's `column_names()` before running equals its result's columns.
-//! Skips the sqlite side (with a note) when sqlite3 is not installed.
+//! Skips the sqlite side (with a note) when sqlite3 is not installed, except under `CI=true`.
 //!
 //! The full-model aggregate of the issue (`SELECT layer, count(*) AS n, avg(c_score) FROM
 //! features GROUP BY layer ORDER BY layer`) runs in the normal suite. `c_score` is the top
@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 
 use lql::{Connection, Value};
-use lql_tests::default_model_path;
+use lql_tests::{default_model_path, sqlite};
 
 const QUERIES: &[&str] = &[
     "SELECT dtype, count(*) AS n, sum(bytes), min(bytes), max(bytes), avg(bytes) FROM tensors GROUP BY dtype ORDER BY dtype",
@@ -34,13 +34,6 @@ const QUERIES: &[&str] = &[
     "SELECT bytes / 0, bytes % 0, layer = 1 AS one FROM tensors WHERE layer = 1 ORDER BY name LIMIT 2",
     "SELECT dtype, sum(layer) * 2 AS s FROM tensors GROUP BY dtype ORDER BY sum(layer) DESC",
 ];
-
-fn have_sqlite3() -> bool {
-    Command::new("sqlite3")
-        .arg("-version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 fn sql_literal(v: &Value) -> String {
     match v {
@@ -68,39 +61,19 @@ fn sqlite_copy(conn: &Connection, dir: &Path) -> std::path::PathBuf {
     }
     script.push_str("COMMIT;\n");
     let db = dir.join("t.db");
-    sqlite_load(&db, &script);
+    sqlite::load(&db, &script);
     db
-}
-
-/// Runs `script` through the sqlite3 shell into the database file `db`.
-fn sqlite_load(db: &Path, script: &str) {
-    let out = lql_tests::run_with_stdin(Command::new("sqlite3").arg(db), script.as_bytes());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn same_cell(ours: &Value, theirs: &serde_json::Value) -> bool {
-    match (ours, theirs) {
-        (Value::Null, serde_json::Value::Null) => true,
-        (Value::Int(a), serde_json::Value::Number(b)) => b.as_i64() == Some(*a),
-        (Value::Float(a), serde_json::Value::Number(b)) => {
-            let b = b.as_f64().unwrap();
-            (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
-        }
-        (Value::Text(a), serde_json::Value::String(b)) => a == b,
-        (Value::Bool(a), serde_json::Value::Number(b)) => b.as_i64() == Some(*a as i64),
-        _ => false,
-    }
 }
 
 #[test]
 fn queries_agree_with_sqlite3() {
     let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
-    let sqlite = have_sqlite3();
+    let sqlite = sqlite::available();
     if !sqlite {
+        assert!(
+            std::env::var("CI").is_err(),
+            "sqlite3 is missing under CI=true"
+        );
         eprintln!("note: sqlite3 is not installed; checking LQL's side only");
     }
     let dir = tempfile::tempdir().unwrap();
@@ -113,23 +86,7 @@ fn queries_agree_with_sqlite3() {
         let names: Vec<String> = ours.column_names().iter().map(|s| s.to_string()).collect();
         assert_eq!(before, names, "columns before running differ for {q}");
         let Some(db) = &db else { continue };
-        let out = Command::new("sqlite3")
-            .arg(db)
-            .arg("-json")
-            .arg(format!("{q};"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "sqlite3: {q}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
-        let theirs: Vec<serde_json::Map<String, serde_json::Value>> = if text.trim().is_empty() {
-            Vec::new()
-        } else {
-            serde_json::from_str(&text).unwrap()
-        };
+        let theirs = sqlite::query(db, q);
         assert_eq!(ours.len(), theirs.len(), "row count differs for {q}");
         for (i, (a, b)) in ours.rows.iter().zip(&theirs).enumerate() {
             assert_eq!(b.len(), names.len(), "sqlite's columns {b:?} for {q}");
@@ -138,7 +95,7 @@ fn queries_agree_with_sqlite3() {
                     .get(name)
                     .unwrap_or_else(|| panic!("sqlite has no column {name:?} for {q}: {b:?}"));
                 assert!(
-                    same_cell(cell, other),
+                    sqlite::same_cell(cell, other),
                     "{q}: row {i} column {name}: LQL {cell:?}, sqlite3 {other}"
                 );
             }
@@ -179,7 +136,7 @@ fn like_agrees_with_sqlite3_on_tokens() {
     // The issue's query: a `%` in the text where the pattern has its wildcard.
     let q = "SELECT count(*) FROM tokens WHERE text LIKE ' %' AND kind <> 'control'";
     let ours = count(q);
-    if !have_sqlite3() {
+    if !sqlite::available() {
         assert!(
             std::env::var("CI").is_err(),
             "sqlite3 is missing under CI=true"
@@ -215,7 +172,7 @@ fn like_agrees_with_sqlite3_on_tokens() {
     script.push_str("COMMIT;\n");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("tokens.db");
-    sqlite_load(&db, &script);
+    sqlite::load(&db, &script);
     let copied = sqlite_count(&db, "SELECT count(*) FROM tokens");
     assert_eq!(copied + with_nul.len() as i64, rows.len() as i64);
     assert!(with_nul.len() <= 2, "{with_nul:?}");

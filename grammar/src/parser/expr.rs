@@ -86,7 +86,7 @@ pub(super) fn expr(p: Pair<Rule>, depth: usize) -> Result<Expr> {
             }
             Ok(e)
         }
-        Rule::sum_expr | Rule::product => {
+        Rule::sum_expr | Rule::product | Rule::concat => {
             let mut it = p.into_inner();
             let first = it
                 .next()
@@ -98,6 +98,7 @@ pub(super) fn expr(p: Pair<Rule>, depth: usize) -> Result<Expr> {
                     "-" => ArithOp::Sub,
                     "*" => ArithOp::Mul,
                     "/" => ArithOp::Div,
+                    "||" => ArithOp::Concat,
                     _ => ArithOp::Rem,
                 };
                 let right = it
@@ -168,8 +169,24 @@ pub(super) fn expr(p: Pair<Rule>, depth: usize) -> Result<Expr> {
                         kind: ExprKind::Column(id),
                     })
                 }
+                Rule::qualified => {
+                    let id = Ident {
+                        name: inner.as_str().to_string(),
+                        span: span(&inner),
+                    };
+                    Ok(Expr {
+                        span: id.span,
+                        kind: ExprKind::Column(id),
+                    })
+                }
                 Rule::expr => expr(inner, depth + 1),
                 Rule::call => call(inner, depth + 1),
+                Rule::case_expr => case(inner, depth + 1),
+                Rule::cast_expr => cast(inner, depth + 1),
+                Rule::select_stmt => Ok(Expr {
+                    kind: ExprKind::Subquery(Box::new(super::select(inner)?)),
+                    span: sp,
+                }),
                 _ => Err(internal(&inner)),
             }
         }
@@ -196,6 +213,16 @@ fn predicate_tail(left: Expr, tail: Pair<Rule>, sp: Span, depth: usize) -> Resul
                 })
             }
             Rule::operand | Rule::sum_expr => operands.push(expr(q, depth + 1)?),
+            Rule::select_stmt => {
+                return Ok(Expr {
+                    kind: ExprKind::InSubquery {
+                        expr: Box::new(left),
+                        query: Box::new(super::select(q)?),
+                        negated,
+                    },
+                    span: sp,
+                })
+            }
             _ => {}
         }
     }
@@ -236,43 +263,181 @@ fn predicate_tail(left: Expr, tail: Pair<Rule>, sp: Span, depth: usize) -> Resul
     Ok(Expr { kind, span: sp })
 }
 
-/// `name(*)`, `name(expr)`, `name(DISTINCT expr)`: an aggregate call.
+/// `name(*)`, `name(expr)`, `name(DISTINCT expr)`: an aggregate call; `name(a, b, …)`: a
+/// scalar function (`min`/`max` with two or more arguments are the scalar ones, as in SQLite).
 fn call(p: Pair<Rule>, depth: usize) -> Result<Expr> {
     let sp = span(&p);
-    let mut func = None;
-    let mut arg = None;
+    let mut name = None;
+    let mut args = Vec::new();
     let mut star = false;
     let mut distinct = false;
     for q in p.into_inner() {
         match q.as_rule() {
-            Rule::word => {
-                let names: Vec<(&str, AggFunc)> =
-                    AggFunc::ALL.iter().map(|f| (f.name(), *f)).collect();
-                func = Some(super::choose(&q, "function", &names)?.value);
-            }
+            Rule::word => name = Some(q),
             Rule::star => star = true,
             Rule::distinct => distinct = true,
-            Rule::expr => arg = Some(Box::new(expr(q, depth + 1)?)),
+            Rule::expr => args.push(expr(q, depth + 1)?),
             _ => {}
         }
     }
-    let func = func.ok_or_else(|| SyntaxError::new("expected a function name", sp))?;
-    if star && func != AggFunc::Count {
+    let name = name.ok_or_else(|| SyntaxError::new("expected a function name", sp))?;
+    let lower = name.as_str().to_ascii_lowercase();
+    let agg = AggFunc::ALL.iter().find(|f| f.name() == lower).copied();
+    let scalar = ScalarFunc::ALL.iter().find(|f| f.name() == lower).copied();
+    if let Some(func) = agg.filter(|_| star || distinct || args.len() == 1 || scalar.is_none()) {
+        if star && func != AggFunc::Count {
+            return Err(SyntaxError::new(
+                format!(
+                    "{}(*) is not a function; only count(*) takes `*`",
+                    func.name()
+                ),
+                sp,
+            )
+            .with_help(format!("write {}(column)", func.name())));
+        }
+        if args.len() > 1 {
+            return Err(SyntaxError::new(
+                format!("{}() takes one argument, got {}", func.name(), args.len()),
+                sp,
+            ));
+        }
+        if !star && args.is_empty() {
+            return Err(
+                SyntaxError::new(format!("{}() needs an argument", func.name()), sp).with_help(
+                    if func == AggFunc::Count {
+                        "write count(*) to count rows".to_string()
+                    } else {
+                        format!("write {}(column)", func.name())
+                    },
+                ),
+            );
+        }
+        return Ok(Expr {
+            kind: ExprKind::Aggregate {
+                func,
+                arg: args.pop().map(Box::new),
+                distinct,
+            },
+            span: sp,
+        });
+    }
+    let names: Vec<(&str, ScalarFunc)> = ScalarFunc::ALL.iter().map(|f| (f.name(), *f)).collect();
+    let func = match scalar {
+        Some(f) => f,
+        None => {
+            let mut all: Vec<(&str, ScalarFunc)> = names.clone();
+            // Offer the aggregates' names too in "did you mean".
+            all.extend(AggFunc::ALL.iter().map(|a| (a.name(), ScalarFunc::Abs)));
+            super::choose(&name, "function", &all)?;
+            return Err(SyntaxError::new("unknown function", sp));
+        }
+    };
+    if star || distinct {
         return Err(SyntaxError::new(
             format!(
-                "{}(*) is not a function; only count(*) takes `*`",
+                "{}() is not an aggregate: it takes no `*` or DISTINCT",
                 func.name()
             ),
             sp,
-        )
-        .with_help(format!("write {}(column)", func.name())));
+        ));
+    }
+    let (lo, hi) = func.arity();
+    if args.len() < lo || hi.is_some_and(|h| args.len() > h) {
+        let want = match hi {
+            Some(h) if h == lo => format!("{lo}"),
+            Some(h) => format!("{lo} to {h}"),
+            None => format!("at least {lo}"),
+        };
+        return Err(SyntaxError::new(
+            format!(
+                "{}() takes {want} arguments, got {}",
+                func.name(),
+                args.len()
+            ),
+            sp,
+        ));
     }
     Ok(Expr {
-        kind: ExprKind::Aggregate {
-            func,
-            arg,
-            distinct,
+        kind: ExprKind::Call { func, args },
+        span: sp,
+    })
+}
+
+/// `CASE [operand] WHEN a THEN b … [ELSE c] END`.
+fn case(p: Pair<Rule>, depth: usize) -> Result<Expr> {
+    let sp = span(&p);
+    let mut operand = None;
+    let mut whens = Vec::new();
+    let mut otherwise = None;
+    for q in p.into_inner() {
+        match q.as_rule() {
+            Rule::case_operand => {
+                let e = q
+                    .into_inner()
+                    .next()
+                    .ok_or_else(|| SyntaxError::new("expected an expression", sp))?;
+                operand = Some(Box::new(expr(e, depth + 1)?));
+            }
+            Rule::case_when => {
+                let mut it = q.into_inner().filter(|x| x.as_rule() == Rule::expr);
+                let (Some(w), Some(t)) = (it.next(), it.next()) else {
+                    return Err(SyntaxError::new("expected WHEN … THEN …", sp));
+                };
+                whens.push((expr(w, depth + 1)?, expr(t, depth + 1)?));
+            }
+            Rule::case_else => {
+                let e = q
+                    .into_inner()
+                    .find(|x| x.as_rule() == Rule::expr)
+                    .ok_or_else(|| SyntaxError::new("expected an expression after ELSE", sp))?;
+                otherwise = Some(Box::new(expr(e, depth + 1)?));
+            }
+            _ => {}
+        }
+    }
+    Ok(Expr {
+        kind: ExprKind::Case {
+            operand,
+            whens,
+            otherwise,
         },
+        span: sp,
+    })
+}
+
+/// `CAST(x AS INTEGER|INT|REAL|FLOAT|DOUBLE|TEXT)`.
+fn cast(p: Pair<Rule>, depth: usize) -> Result<Expr> {
+    let sp = span(&p);
+    let mut e = None;
+    let mut to = None;
+    for q in p.into_inner() {
+        match q.as_rule() {
+            Rule::expr => e = Some(Box::new(expr(q, depth + 1)?)),
+            Rule::word => {
+                to = Some(
+                    super::choose(
+                        &q,
+                        "type",
+                        &[
+                            ("integer", CastType::Integer),
+                            ("int", CastType::Integer),
+                            ("real", CastType::Real),
+                            ("float", CastType::Real),
+                            ("double", CastType::Real),
+                            ("text", CastType::Text),
+                        ],
+                    )?
+                    .value,
+                )
+            }
+            _ => {}
+        }
+    }
+    let (Some(expr), Some(to)) = (e, to) else {
+        return Err(SyntaxError::new("expected CAST(expression AS type)", sp));
+    };
+    Ok(Expr {
+        kind: ExprKind::Cast { expr, to },
         span: sp,
     })
 }

@@ -4,6 +4,7 @@
 
 mod diagnose;
 mod expr;
+mod from;
 mod patch;
 mod steering;
 
@@ -734,10 +735,14 @@ fn table(p: Pair<Rule>) -> Result<Spanned<Table>> {
 }
 
 fn select_stmt(p: Pair<Rule>) -> Result<StatementKind> {
+    Ok(StatementKind::Select(select(p)?))
+}
+
+fn select(p: Pair<Rule>) -> Result<Select> {
     let mut columns = None;
-    let mut tbl = None;
+    let mut from = None;
     let mut distinct = None;
-    let (mut filter, mut order_by, mut limit) = (None, None, None);
+    let (mut filter, mut order_by, mut limit, mut offset) = (None, None, None, None);
     let (mut group_by, mut having) = (None, None);
     for q in p.into_inner() {
         match q.as_rule() {
@@ -761,7 +766,7 @@ fn select_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                 };
                 columns = Some(Spanned::new(list, sp));
             }
-            Rule::table_name => tbl = Some(table(q)?),
+            Rule::from_clause => from = Some(self::from::from_clause(q)?),
             Rule::where_clause => set(&mut filter, where_clause(q)?, "WHERE")?,
             Rule::group_clause => {
                 let sp = span(&q);
@@ -798,21 +803,22 @@ fn select_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                 set(&mut order_by, Spanned::new(items, sp), "ORDER BY")?
             }
             Rule::limit_clause => set(&mut limit, clause_int(q)?, "LIMIT")?,
+            Rule::offset_clause => set(&mut offset, clause_int(q)?, "OFFSET")?,
             _ => return Err(internal(&q)),
         }
     }
     let columns = columns.ok_or_else(|| SyntaxError::new("expected columns", Span::default()))?;
-    let table = tbl.ok_or_else(|| SyntaxError::new("expected a table", Span::default()))?;
-    Ok(StatementKind::Select(Select {
+    Ok(Select {
         distinct,
         columns,
-        table,
+        from,
         filter,
         group_by,
         having,
         order_by,
         limit,
-    }))
+        offset,
+    })
 }
 
 fn select_item(p: Pair<Rule>) -> Result<SelectItem> {

@@ -10,8 +10,8 @@ use lql_planner::{Operator, PhysicalPlan, PlanNode};
 
 use super::datum::Datum;
 use super::{
-    activation_patch, bind, describe, edit, explain, heads, introspect, package, patch, persist,
-    run, select, trace, vindex, walk, Cx,
+    activation_patch, bind, describe, edit, explain, heads, introspect, join, package, patch,
+    persist, run, select, trace, vindex, walk, Cx,
 };
 use crate::error::{Error, Result};
 use crate::rows::Rows;
@@ -96,8 +96,23 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
     let id = *next;
     *next += 1;
     let mut inputs = Vec::with_capacity(n.inputs.len());
-    for i in &n.inputs {
-        inputs.push(node(cx, i, r, next)?);
+    if let Operator::Relation { statement, plan } = &n.op {
+        // A statement in FROM: its plan runs in its own context, since its operators read
+        // their statement and plan as when it runs alone.
+        let mut sub = Cx {
+            engine: &mut *cx.engine,
+            cancel: cx.cancel,
+            text: cx.text,
+            stmt: statement,
+            plan,
+        };
+        for i in &n.inputs {
+            inputs.push(node(&mut sub, i, r, next)?);
+        }
+    } else {
+        for i in &n.inputs {
+            inputs.push(node(cx, i, r, next)?);
+        }
     }
     cx.check_cancel()?;
     let t0 = Instant::now();
@@ -256,10 +271,16 @@ fn operator(
         O::Filter { predicate } => select::filter(cx, one(inputs, "Filter")?, predicate),
         O::Sort { keys } => select::sort(one(inputs, "Sort")?, keys),
         O::Limit { n } => select::limit(one(inputs, "Limit")?, *n),
+        O::Offset { n } => select::offset(one(inputs, "Offset")?, *n),
+        O::OneRow => Ok(select::one_row()),
+        O::Relation { .. } => select::relation(one(inputs, "Relation")?),
+        O::Join { kind, on, columns } => join::join(cx, inputs, *kind, on.as_ref(), columns),
         O::LateLabels { label_set } => {
             select::late_labels(cx, one(inputs, "LateLabels")?, *label_set)
         }
-        O::Project { columns, exprs } => select::project(one(inputs, "Project")?, columns, exprs),
+        O::Project { columns, exprs } => {
+            select::project(cx, one(inputs, "Project")?, columns, exprs)
+        }
         O::Aggregate {
             keys,
             calls,

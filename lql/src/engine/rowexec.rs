@@ -43,7 +43,7 @@ fn lit(l: &Lit) -> Value {
 }
 
 /// Orders two non-null scalar values of compatible types (`None` for NULL or mismatch).
-fn compare(a: &Value, b: &Value) -> Option<Ordering> {
+pub(crate) fn compare(a: &Value, b: &Value) -> Option<Ordering> {
     match (a, b) {
         (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
         (Value::Text(x), Value::Text(y)) => Some(x.as_bytes().cmp(y.as_bytes())),
@@ -187,12 +187,48 @@ pub(crate) fn eval(e: &Expr, cols: &[Column], row: &[Value]) -> Result<Value> {
                 "aggregate {e} evaluated outside an Aggregate operator"
             )))
         }
+        ExprKind::Call { func, args } => {
+            let vals = args
+                .iter()
+                .map(|a| eval(a, cols, row))
+                .collect::<Result<Vec<_>>>()?;
+            super::scalar::call(*func, &vals)?
+        }
+        ExprKind::Case {
+            operand,
+            whens,
+            otherwise,
+        } => {
+            let op = operand.as_deref().map(|o| eval(o, cols, row)).transpose()?;
+            for (w, t) in whens {
+                let hit = match &op {
+                    Some(v) => compare(v, &eval(w, cols, row)?) == Some(Ordering::Equal),
+                    None => truth(&eval(w, cols, row)?) == Some(true),
+                };
+                if hit {
+                    return eval(t, cols, row);
+                }
+            }
+            match otherwise {
+                Some(o) => eval(o, cols, row)?,
+                None => Value::Null,
+            }
+        }
+        ExprKind::Cast { expr, to } => super::scalar::cast(&eval(expr, cols, row)?, *to)?,
+        ExprKind::InSubquery { .. } | ExprKind::Subquery(_) => {
+            return Err(Error::internal(format!(
+                "subquery {e} evaluated before it ran"
+            )))
+        }
     })
 }
 
 /// SQLite's arithmetic: integers stay integers (overflow turns the result into a float),
 /// `/` on integers truncates, division or remainder by zero and any NULL give NULL.
 pub(crate) fn arith(op: ArithOp, a: &Value, b: &Value) -> Value {
+    if op == ArithOp::Concat {
+        return super::scalar::concat(a, b);
+    }
     if let (Value::Int(x), Value::Int(y)) = (a, b) {
         let (x, y) = (*x, *y);
         let exact = match op {
@@ -203,6 +239,7 @@ pub(crate) fn arith(op: ArithOp, a: &Value, b: &Value) -> Value {
             ArithOp::Rem if y == 0 => return Value::Null,
             ArithOp::Div => x.checked_div(y),
             ArithOp::Rem => Some(x.checked_rem(y).unwrap_or(0)),
+            ArithOp::Concat => None,
         };
         if let Some(v) = exact {
             return Value::Int(v);
@@ -219,6 +256,7 @@ pub(crate) fn arith(op: ArithOp, a: &Value, b: &Value) -> Value {
         ArithOp::Rem if y == 0.0 => return Value::Null,
         ArithOp::Div => x / y,
         ArithOp::Rem => x % y,
+        ArithOp::Concat => return Value::Null,
     };
     if v.is_finite() {
         Value::Float(v)

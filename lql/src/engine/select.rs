@@ -1,10 +1,12 @@
 //! SELECT's operators over the virtual tables `features`, `layers`, `tokens`, `tensors` and
-//! `routes` (the router's choices over `WHERE prompt = '…'`, one forward pass):
-//! TableScan, Filter, Aggregate, Distinct, Sort, Limit, LateLabels, Project.
+//! `routes` (the router's choices over `WHERE prompt = '…'`, one forward pass), over
+//! statements' rows (Relation) and joins of them (Join, in `join.rs`): TableScan, OneRow,
+//! Relation, Filter, Aggregate, Distinct, Sort, Offset, Limit, LateLabels, Project.
 //!
 //! ```text
 //!  TableScan (pushdown: layers × features; labels early if WHERE/ORDER BY read them)
-//!    ─▶ Filter ─▶ Sort ─▶ Limit ─▶ [LateLabels: only the surviving rows] ─▶ Project
+//!  | Relation | Join | OneRow
+//!    ─▶ Filter ─▶ Sort ─▶ Offset ─▶ Limit ─▶ [LateLabels: only the surviving rows] ─▶ Project
 //! ```
 //!
 //! `features` has one row per gate row (30 × 1536 on SmolLM2). Its label columns
@@ -25,7 +27,7 @@ use lql_planner::{LabelSet, LabelTiming, SortKey};
 use super::datum::Datum;
 use super::interp::wrong_input;
 use super::walk::{browse_err, DOWN_TOKENS};
-use super::{aggregate, columns_of, rowexec, Cx};
+use super::{aggregate, columns_of, rowexec, subquery, Cx};
 use crate::error::{Error, Result};
 use crate::rows::Column;
 use crate::value::Value;
@@ -64,7 +66,7 @@ pub(crate) fn table_scan(
     Ok(Datum::Table { columns, rows })
 }
 
-fn table(input: Datum, op: &str) -> Result<(Vec<Column>, Vec<Vec<Value>>)> {
+pub(crate) fn table(input: Datum, op: &str) -> Result<(Vec<Column>, Vec<Vec<Value>>)> {
     match input {
         Datum::Table { columns, rows } => Ok((columns, rows)),
         other => Err(wrong_input(op, &other)),
@@ -72,10 +74,37 @@ fn table(input: Datum, op: &str) -> Result<(Vec<Column>, Vec<Vec<Value>>)> {
 }
 
 /// `Filter predicate` (SQL three-valued logic; rows whose predicate is true).
-pub(crate) fn filter(cx: &Cx<'_>, input: Datum, predicate: &Expr) -> Result<Datum> {
+pub(crate) fn filter(cx: &mut Cx<'_>, input: Datum, predicate: &Expr) -> Result<Datum> {
     let (columns, rows) = table(input, "Filter")?;
-    let rows = rowexec::filter(rows, &columns, predicate, cx.cancel)?;
+    let predicate = subquery::materialize(cx, predicate)?;
+    let rows = rowexec::filter(rows, &columns, &predicate, cx.cancel)?;
     Ok(Datum::Table { columns, rows })
+}
+
+/// `Offset n`: the rows after the first `n`.
+pub(crate) fn offset(input: Datum, n: usize) -> Result<Datum> {
+    let (columns, mut rows) = table(input, "Offset")?;
+    rows.drain(..n.min(rows.len()));
+    Ok(Datum::Table { columns, rows })
+}
+
+/// `OneRow`: a single row of no columns (SELECT without FROM).
+pub(crate) fn one_row() -> Datum {
+    Datum::Table {
+        columns: Vec::new(),
+        rows: vec![Vec::new()],
+    }
+}
+
+/// `Relation`: a statement's rows as a table.
+pub(crate) fn relation(input: Datum) -> Result<Datum> {
+    match input {
+        Datum::Rows(r) => Ok(Datum::Table {
+            columns: r.columns,
+            rows: r.rows,
+        }),
+        other => table(other, "Relation").map(|(columns, rows)| Datum::Table { columns, rows }),
+    }
 }
 
 /// `Sort keys` (stable; NULL first ascending).
@@ -127,12 +156,17 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
 
 /// `Project columns`: each result column computed by its expression over the input row.
 pub(crate) fn project(
+    cx: &mut Cx<'_>,
     input: Datum,
     defs: &[lql_planner::ColumnDef],
     exprs: &[Expr],
 ) -> Result<Datum> {
     let (columns, rows) = table(input, "Project")?;
     let out_cols = columns_of(defs);
+    let exprs = exprs
+        .iter()
+        .map(|e| subquery::materialize(cx, e))
+        .collect::<Result<Vec<_>>>()?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         out.push(

@@ -1,0 +1,261 @@
+//! Statements as relations, against sqlite3: the rows of TRACE, WALK, INFER, TOKENIZE and a
+//! `features` subquery on the default model, and of the model tables `layers` and
+//! `tensors`, are copied into sqlite tables; each query below then runs in LQL over the
+//! statements themselves (as table functions in FROM) and in sqlite3 over the copies.
+//! Columns (names and order) and rows must agree (floats to 1e-9 relative; a query without
+//! ORDER BY compares its rows as a multiset). The queries cover joins (inner, LEFT, CROSS,
+//! comma, USING, self-joins), subqueries in FROM and IN and as values, CASE, CAST, `||`,
+//! the scalar functions, OFFSET, SELECT without FROM and aggregates over statements' rows.
+//! sqlite3 must be installed under `CI=true` (`.ci/run` installs it).
+
+use std::path::Path;
+
+use lql::{Connection, Value};
+use lql_tests::{default_model_path, sqlite};
+
+/// `{name}`: the LQL relation, and the statement whose rows fill sqlite's table `name`.
+const RELATIONS: &[(&str, &str)] = &[
+    (
+        "trace",
+        "TRACE('The capital of France is', FOR => ' Paris')",
+    ),
+    ("walk", "WALK('Paris', TOP => 5, LAYERS => '20-22')"),
+    ("infer", "INFER('The capital of France is', TOP => 10)"),
+    (
+        "tok",
+        "TOKENIZE('The capital of France is the capital of the French')",
+    ),
+    (
+        "feat",
+        "(SELECT layer, feature FROM features WHERE layer < 3)",
+    ),
+];
+
+const QUERIES: &[&str] = &[
+    // joins of the model's tables
+    "SELECT l.layer, l.bytes, count(*) AS n FROM layers l JOIN tensors t ON t.layer = l.layer GROUP BY l.layer, l.bytes ORDER BY l.layer",
+    "SELECT t.name, l.gate_encoding FROM tensors t JOIN layers l USING (layer) WHERE t.role = 'ffn_gate' ORDER BY t.name LIMIT 5",
+    "SELECT t.role, count(*) AS n FROM tensors t LEFT JOIN layers l ON t.layer = l.layer WHERE l.layer IS NULL GROUP BY t.role ORDER BY t.role",
+    "SELECT count(*) AS n FROM layers a CROSS JOIN layers b WHERE a.layer < b.layer",
+    "SELECT count(*) AS n FROM layers a, layers b WHERE a.layer + 1 = b.layer",
+    "SELECT a.layer AS a, b.layer AS b FROM layers a JOIN layers b ON b.layer = a.layer * 2 ORDER BY a.layer",
+    "SELECT l.layer AS layer, sum(t.bytes) AS total FROM layers l LEFT JOIN tensors t ON t.layer = l.layer AND t.role LIKE 'attn%' GROUP BY l.layer ORDER BY total DESC, layer LIMIT 5",
+    "SELECT count(*) AS n FROM tensors t1 JOIN tensors t2 ON t1.layer = t2.layer AND t1.role = 'attn_q' AND t2.role = 'attn_k'",
+    "SELECT l.layer AS layer, (l.bytes - 2000000) / 1000 AS k FROM layers l WHERE l.layer BETWEEN 5 AND 8 ORDER BY layer",
+    // statements joined with tables and with each other
+    "SELECT x.layer AS layer, x.rank AS rank, i.token AS token FROM {trace} x JOIN {infer} i ON x.rank = i.rank ORDER BY layer",
+    "SELECT t.layer AS layer, t.ffn_contrib AS f, l.bytes AS bytes FROM {trace} t JOIN layers l USING (layer) WHERE t.ffn_contrib > 1 ORDER BY f DESC",
+    "SELECT w.layer AS layer, w.feature AS feature, l.bytes AS bytes FROM {walk} w JOIN layers l ON l.layer = w.layer ORDER BY w.gate DESC LIMIT 4",
+    "SELECT t.layer AS layer, t.ffn_contrib - t.attn_contrib AS d FROM {trace} t LEFT JOIN {walk} w ON w.layer = t.layer WHERE w.layer IS NULL AND t.layer IS NOT NULL ORDER BY layer LIMIT 5",
+    "SELECT a.position AS p, b.position AS q FROM {tok} a JOIN {tok} b ON a.token_id = b.token_id AND a.position < b.position ORDER BY p, q",
+    "SELECT r.layer AS layer, r.n AS n FROM (SELECT layer, count(*) AS n FROM {walk} GROUP BY layer) r JOIN layers l USING (layer) ORDER BY layer",
+    "SELECT f.layer AS layer, count(*) AS n FROM {feat} f JOIN layers l USING (layer) GROUP BY f.layer ORDER BY layer",
+    "SELECT count(*) AS n FROM {tok} a CROSS JOIN {infer} b WHERE a.token_id = b.token_id",
+    // subqueries
+    "SELECT layer, ffn_contrib FROM {trace} WHERE ffn_contrib > (SELECT avg(ffn_contrib) FROM {trace}) ORDER BY layer",
+    "SELECT name FROM tensors WHERE layer IN (SELECT layer FROM {trace} WHERE rank = 1) AND role = 'ffn_down' ORDER BY name",
+    "SELECT count(*) AS n FROM tensors WHERE layer NOT IN (SELECT layer FROM layers WHERE layer < 25)",
+    "SELECT (SELECT max(layer) FROM layers) AS top, (SELECT count(*) FROM tensors) AS n",
+    "SELECT band, n FROM (SELECT layer / 10 AS band, count(*) AS n FROM tensors WHERE layer IS NOT NULL GROUP BY band) s WHERE n > 10 ORDER BY band",
+    "SELECT avg(n) AS a FROM (SELECT layer, count(*) AS n FROM tensors GROUP BY layer)",
+    "SELECT s.role AS role, s.total AS total FROM (SELECT role, sum(bytes) AS total FROM tensors GROUP BY role) AS s ORDER BY s.total DESC, s.role LIMIT 3",
+    "SELECT layer FROM layers WHERE layer IN (SELECT layer FROM {walk}) ORDER BY layer",
+    "SELECT layer, feature, gate FROM {walk} WHERE gate > (SELECT avg(gate) FROM {walk}) ORDER BY gate DESC",
+    "SELECT x.layer AS layer FROM {trace} x WHERE x.layer IN (SELECT layer FROM {walk}) ORDER BY layer",
+    "SELECT i.token AS token, i.prob AS prob FROM {infer} i WHERE i.token_id IN (SELECT token_id FROM {tok}) ORDER BY prob DESC",
+    "SELECT role, count(*) AS n FROM tensors WHERE layer IN (SELECT layer FROM layers WHERE gate_encoding = 'Q4_1') GROUP BY role ORDER BY role",
+    "SELECT max(n) AS m FROM (SELECT role, count(*) AS n FROM tensors GROUP BY role) x",
+    "SELECT layer FROM layers WHERE layer > (SELECT min(layer) FROM {walk}) AND layer < 25 ORDER BY layer",
+    // CASE
+    "SELECT layer, CASE WHEN ffn_contrib > 0 THEN 'helps' WHEN ffn_contrib < 0 THEN 'hurts' ELSE 'none' END AS effect FROM {trace} WHERE layer IS NOT NULL ORDER BY layer",
+    "SELECT CASE WHEN layer < 10 THEN 'early' WHEN layer < 20 THEN 'middle' ELSE 'late' END AS part, count(*) AS n, sum(ffn_contrib) AS s FROM {trace} WHERE layer IS NOT NULL GROUP BY part ORDER BY part",
+    "SELECT layer, CASE layer % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' END AS k FROM layers ORDER BY layer",
+    "SELECT sum(CASE WHEN role = 'attn_q' THEN bytes ELSE 0 END) AS q, sum(CASE WHEN role = 'attn_k' THEN bytes ELSE 0 END) AS k FROM tensors",
+    "SELECT name, CASE WHEN layer IS NULL THEN -1 ELSE layer END AS l FROM tensors ORDER BY l, name LIMIT 5",
+    // scalar functions, CAST and ||
+    "SELECT name, length(name) AS len, upper(role) AS r, lower(dtype) AS d FROM tensors WHERE layer = 3 ORDER BY name",
+    "SELECT substr(name, 1, 5) AS pre, count(*) AS n FROM tensors GROUP BY pre ORDER BY pre",
+    "SELECT substr(name, -6) AS tail, substr(name, 3, -2) AS x FROM tensors WHERE layer = 0 ORDER BY name",
+    "SELECT round(ffn_contrib, 2) AS r, round(attn_contrib) AS a, abs(contrib) AS c FROM {trace} WHERE layer IS NOT NULL ORDER BY layer",
+    "SELECT replace(name, 'blk.', 'layer ') AS n FROM tensors WHERE layer = 1 ORDER BY name",
+    "SELECT instr(name, '.') AS dot, trim(role, 'a_') AS r, ltrim(name, 'b') AS l, rtrim(name, 'tweigh.') AS t FROM tensors WHERE layer = 2 ORDER BY name",
+    "SELECT coalesce(layer, -1) AS l, ifnull(layer, 99) AS i, nullif(layer, 0) AS z FROM tensors ORDER BY name LIMIT 6",
+    "SELECT max(layer, 10) AS a, min(layer, 10) AS b FROM layers ORDER BY layer",
+    "SELECT CAST(bytes AS REAL) / 1024 AS kib, CAST(layer AS TEXT) || ':' || role AS tag FROM tensors WHERE layer = 4 ORDER BY name",
+    "SELECT CAST(prob * 1000000 AS INTEGER) AS ppm, token FROM {infer} ORDER BY rank",
+    "SELECT upper(token) AS t, length(token) AS n FROM {infer} ORDER BY rank",
+    "SELECT 'x' || layer || 'y' AS s FROM layers WHERE layer < 3 ORDER BY layer",
+    "SELECT CAST(round(avg(prob) * 100) AS INTEGER) AS pct FROM {infer}",
+    "SELECT t.token AS token, t.position AS pos FROM {tok} t WHERE t.position > 0 ORDER BY pos DESC",
+    "SELECT count(*) AS n, max(length(token)) AS longest FROM {tok}",
+    // SELECT without FROM
+    "SELECT 1 + 2 AS three, 'a' || 'b' AS ab, 7 / 2 AS half, 7 % 3 AS rem, 7.0 / 2 AS real",
+    "SELECT abs(-5) AS a, round(2.567, 2) AS r, lower('ABC') AS l, upper('abc') AS u, length('héllo') AS n",
+    "SELECT coalesce(NULL, NULL, 'z') AS c, nullif(3, 3) AS n, nullif(3, 4) AS m, ifnull(NULL, 'x') AS i",
+    "SELECT CASE WHEN 1 > 2 THEN 'a' ELSE 'b' END AS c, CAST('42' AS INTEGER) AS i, CAST(3.9 AS INTEGER) AS t, CAST(5 AS REAL) AS r",
+    "SELECT substr('hello world', 7) AS w, instr('hello', 'l') AS i, replace('aaa', 'a', 'bb') AS r, trim('  x  ') AS t",
+    // OFFSET
+    "SELECT layer FROM layers ORDER BY layer DESC LIMIT 3 OFFSET 2",
+    "SELECT name FROM tensors ORDER BY name LIMIT 4 OFFSET 10",
+    "SELECT rank, token FROM {infer} ORDER BY prob DESC LIMIT 3 OFFSET 1",
+    // aggregates over statements' rows
+    "SELECT count(*) AS n, sum(ffn_contrib) AS f, sum(attn_contrib) AS a, max(contrib) AS m, min(rank) AS r FROM {trace}",
+    "SELECT who, count(*) AS n, avg(ffn_contrib) AS f FROM {trace} GROUP BY who ORDER BY who",
+    "SELECT layer, count(*) AS n, max(gate) AS g, min(activation) AS a FROM {walk} GROUP BY layer ORDER BY layer",
+    "SELECT count(DISTINCT top_token) AS n FROM {walk}",
+    "SELECT layer FROM {trace} WHERE rank <= 10 AND layer IS NOT NULL ORDER BY layer LIMIT 5",
+    "SELECT layer, ffn_contrib FROM {trace} WHERE ffn_contrib > 1 ORDER BY ffn_contrib DESC",
+    "SELECT sum(prob) AS p, count(*) AS n FROM {infer} WHERE token LIKE ' %'",
+    "SELECT DISTINCT who FROM {trace} ORDER BY who",
+    "SELECT layer % 2 AS parity, sum(ffn_contrib) AS s FROM {trace} WHERE layer IS NOT NULL GROUP BY parity HAVING count(*) > 3 ORDER BY parity",
+    "SELECT feature % 7 AS m, count(*) AS n FROM {feat} GROUP BY m ORDER BY m",
+    "SELECT layer, count(*) AS n FROM {feat} WHERE feature BETWEEN 100 AND 199 GROUP BY layer",
+];
+
+/// A value as a sqlite literal (text as UTF-8 bytes in hex: the shell reads none of it
+/// as syntax; floats in Rust's round-trip notation: the same double in sqlite).
+fn sql_literal(v: &Value) -> String {
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Bool(b) => (*b as i64).to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => format!("{f:?}"),
+        Value::Text(t) => format!(
+            "CAST(X'{}' AS TEXT)",
+            t.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+        Value::List(_) => unreachable!("list columns are not copied"),
+    }
+}
+
+/// The query in LQL (relations as statements) and in sqlite (relations as tables).
+fn texts(q: &str) -> (String, String) {
+    let (mut ours, mut theirs) = (q.to_string(), q.to_string());
+    for (name, rel) in RELATIONS {
+        ours = ours.replace(&format!("{{{name}}}"), rel);
+        theirs = theirs.replace(&format!("{{{name}}}"), name);
+    }
+    (ours, theirs)
+}
+
+/// sqlite's copies: `layers`, `tensors` and each relation's rows (scalar columns).
+fn sqlite_db(conn: &Connection, dir: &Path) -> std::path::PathBuf {
+    let mut script = String::from("BEGIN;\n");
+    let sources: Vec<(String, String)> = [("layers", "layers"), ("tensors", "tensors")]
+        .iter()
+        .map(|(n, t)| (n.to_string(), format!("SELECT * FROM {t}")))
+        .chain(
+            RELATIONS
+                .iter()
+                .map(|(n, rel)| (n.to_string(), format!("SELECT * FROM {rel}"))),
+        )
+        .collect();
+    for (name, q) in sources {
+        let rows = conn
+            .execute(&q)
+            .unwrap_or_else(|e| panic!("{q}: {}", e.message));
+        let keep: Vec<usize> = (0..rows.columns.len())
+            .filter(|&i| !rows.rows.iter().any(|r| matches!(r[i], Value::List(_))))
+            .collect();
+        let cols: Vec<String> = keep
+            .iter()
+            .map(|&i| format!("\"{}\"", rows.columns[i].name))
+            .collect();
+        script.push_str(&format!("CREATE TABLE {name}({});\n", cols.join(", ")));
+        for r in &rows.rows {
+            let cells: Vec<String> = keep.iter().map(|&i| sql_literal(&r[i])).collect();
+            script.push_str(&format!(
+                "INSERT INTO {name} VALUES({});\n",
+                cells.join(",")
+            ));
+        }
+    }
+    script.push_str("COMMIT;\n");
+    let db = dir.join("relations.db");
+    sqlite::load(&db, &script);
+    db
+}
+
+/// A row as comparable text (for multiset comparison of unordered results).
+fn key(row: &[String]) -> String {
+    row.join("\u{1}")
+}
+
+#[test]
+fn statements_as_relations_agree_with_sqlite3() {
+    assert!(QUERIES.len() >= 60, "{} queries", QUERIES.len());
+    if !sqlite::available() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "sqlite3 is missing under CI=true"
+        );
+        eprintln!("note: sqlite3 is not installed; nothing compared");
+        return;
+    }
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&conn, dir.path());
+    for q in QUERIES {
+        let (lql_q, sqlite_q) = texts(q);
+        let before = conn.prepare(&lql_q).unwrap().column_names().unwrap();
+        let ours = conn
+            .execute(&lql_q)
+            .unwrap_or_else(|e| panic!("{lql_q}: {}", e.message));
+        let names: Vec<String> = ours.column_names().iter().map(|s| s.to_string()).collect();
+        assert_eq!(before, names, "columns before running differ for {q}");
+        let theirs = sqlite::query(&db, &sqlite_q);
+        assert_eq!(ours.len(), theirs.len(), "row count differs for {q}");
+        if let Some(first) = theirs.first() {
+            let their_names: Vec<&String> = first.keys().collect();
+            assert_eq!(
+                names.iter().collect::<Vec<_>>(),
+                their_names,
+                "column names differ for {q}"
+            );
+        }
+        // Pair rows in order, or (without ORDER BY) by their sorted texts.
+        let mut pairs: Vec<(&Vec<Value>, &serde_json::Map<String, serde_json::Value>)> =
+            ours.rows.iter().zip(&theirs).collect();
+        if !q.contains("ORDER BY") {
+            let mut a: Vec<&Vec<Value>> = ours.rows.iter().collect();
+            let mut b: Vec<&serde_json::Map<String, serde_json::Value>> = theirs.iter().collect();
+            a.sort_by_key(|r| key(&r.iter().map(|v| format!("{v:?}")).collect::<Vec<_>>()));
+            b.sort_by_key(|r| key(&r.values().map(|v| v.to_string()).collect::<Vec<_>>()));
+            // Sorted independently: compare each LQL row with the sqlite row it matches.
+            for ra in &a {
+                assert!(
+                    b.iter().any(|rb| ra
+                        .iter()
+                        .zip(rb.values())
+                        .all(|(x, y)| sqlite::same_cell(x, y))),
+                    "{q}: LQL row {ra:?} is not in sqlite3's result"
+                );
+            }
+            pairs.clear();
+        }
+        for (i, (a, b)) in pairs.into_iter().enumerate() {
+            for ((name, cell), other) in names.iter().zip(a).zip(b.values()) {
+                assert!(
+                    sqlite::same_cell(cell, other),
+                    "{q}: row {i} column {name}: LQL {cell:?}, sqlite3 {other}"
+                );
+            }
+        }
+    }
+    eprintln!("{} queries agree with sqlite3", QUERIES.len());
+}
+
+/// A join too large to hold is refused with its own code, not allowed to exhaust memory.
+#[test]
+fn a_join_beyond_the_bound_is_refused() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let e = conn
+        .execute("SELECT count(*) FROM tokens a, tokens b")
+        .unwrap_err();
+    assert_eq!(e.code(), "LQL-E0206", "{}", e.message);
+    // The connection still answers.
+    let r = conn
+        .execute("SELECT count(*) AS n FROM layers a, layers b")
+        .unwrap();
+    assert_eq!(r.rows[0][0], Value::Int(900));
+}
