@@ -1342,6 +1342,7 @@ pub(crate) fn pushdown(
         estimate,
         prompt: None,
         token: None,
+        limit: None,
     }
 }
 

@@ -288,6 +288,9 @@ pub struct ScanSpec {
     /// The token a `heads` scan attributes to (from `WHERE token = '…'`; default: the
     /// prompt's top prediction).
     pub token: Option<String>,
+    /// The scan may stop after this many rows (LIMIT + OFFSET of a statement that neither
+    /// filters, sorts, groups nor drops duplicates first).
+    pub limit: Option<usize>,
 }
 
 impl ScanSpec {
@@ -301,6 +304,7 @@ impl ScanSpec {
             estimate: None,
             prompt: None,
             token: None,
+            limit: None,
         }
     }
 }

@@ -135,6 +135,8 @@ pub enum Operator {
         prompt: Option<String>,
         /// The token a `heads` scan attributes to.
         token: Option<String>,
+        /// The scan stops after this many rows (a LIMIT nothing before it narrows).
+        limit: Option<usize>,
     },
     Filter {
         predicate: Expr,
@@ -547,6 +549,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 estimate: None,
                 prompt: None,
                 token: None,
+                limit: None,
             },
             O::Filter {
                 predicate: d.filter.clone(),
@@ -563,6 +566,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 estimate: None,
                 prompt: None,
                 token: None,
+                limit: None,
             },
             O::Filter {
                 predicate: u.filter.clone(),
@@ -831,6 +835,7 @@ fn source_node(src: &SelectSource) -> PlanNode {
             estimate: scan.estimate,
             prompt: scan.prompt.clone(),
             token: scan.token.clone(),
+            limit: scan.limit,
         }),
         SelectSource::Statement { statement, plan } => PlanNode {
             op: Operator::Relation {
@@ -1077,6 +1082,7 @@ impl fmt::Display for Operator {
                 estimate,
                 prompt,
                 token,
+                limit,
                 ..
             } => {
                 write!(f, "TableScan {table}")?;
@@ -1091,6 +1097,9 @@ impl fmt::Display for Operator {
                 }
                 if let Some(x) = features {
                     write!(f, " features={}", list_text(x))?;
+                }
+                if let Some(n) = limit {
+                    write!(f, " stop_after={n}")?;
                 }
                 match labels {
                     LabelTiming::None => {}

@@ -223,6 +223,10 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
                     .as_ref()
                     .and_then(|f| crate::pushdown::text_equal(f, "token"));
             }
+            // A LIMIT that nothing before it narrows stops the scan itself.
+            if filter.is_none() && !aggregated && !distinct && order_by.is_empty() {
+                scan.limit = limit.map(|n| n.saturating_add(offset));
+            }
             if let (Some(e), LabelTiming::Late) = (scan.estimate.as_mut(), scan.labels) {
                 // Late labels: only the rows that survive OFFSET and LIMIT are labelled.
                 let survive = e.rows.saturating_sub(offset as u64);
@@ -233,14 +237,21 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
             }
         }
         SelectSource::Join { .. } => {
-            // Every table of a join is scanned whole, its label columns computed early.
+            // Each table of a join is scanned with what WHERE says of it alone, its label
+            // columns computed early.
             let mut read = early;
             read.append(&mut late);
             let read: Vec<String> = read
                 .iter()
                 .map(|c| c.rsplit('.').next().unwrap_or(c).to_string())
                 .collect();
-            scan_join_tables(b, &mut source, &read, s)?;
+            let mut js = JoinScan {
+                columns: &scope.columns,
+                offset: 0,
+                filter: filter.as_ref(),
+                read: &read,
+            };
+            scan_join_tables(b, &mut source, &mut js, true, s)?;
         }
         SelectSource::Statement { .. } | SelectSource::OneRow => {}
     }
@@ -259,18 +270,36 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
     })))
 }
 
-/// The scans of a join's tables: whole tables, the label columns `read` computed early;
-/// tables that run a prompt are refused (they need WHERE prompt = '…' of their own).
+/// A join's tables and where their columns sit among the join's (`relation.column`).
+struct JoinScan<'a> {
+    /// The join's columns, in order (each table's are a contiguous run).
+    columns: &'a [ColumnDef],
+    /// Columns passed so far in the walk.
+    offset: usize,
+    /// The statement's WHERE (over the join's columns).
+    filter: Option<&'a Expr>,
+    /// The label columns the statement reads (by their own names), computed early.
+    read: &'a [String],
+}
+
+/// The scans of a join's tables: each gets the layers and features of the WHERE conjuncts
+/// that read only its columns (not on the NULL side of a LEFT join, whose rows WHERE sees
+/// only after the join), its label columns computed early; tables that run a prompt are
+/// refused (they need WHERE prompt = '…' of their own).
 fn scan_join_tables(
     b: &Binder,
     source: &mut SelectSource,
-    read: &[String],
+    js: &mut JoinScan<'_>,
+    pushable: bool,
     s: &g::Select,
 ) -> Result<()> {
     match source {
-        SelectSource::Join { left, right, .. } => {
-            scan_join_tables(b, left, read, s)?;
-            scan_join_tables(b, right, read, s)
+        SelectSource::Join {
+            left, right, kind, ..
+        } => {
+            let left_join = *kind == g::JoinKind::Left;
+            scan_join_tables(b, left, js, pushable, s)?;
+            scan_join_tables(b, right, js, pushable && !left_join, s)
         }
         SelectSource::Table { table, scan } => {
             if matches!(
@@ -290,10 +319,71 @@ fn scan_join_tables(
                     &table.name()[..1]
                 )));
             }
-            *scan = pushdown(b.model()?, *table, None, read, &[]);
+            let n = crate::schema::table_columns(*table).map_or(0, |c| c.len());
+            let mine = js.columns.get(js.offset..js.offset + n).unwrap_or(&[]);
+            js.offset += n;
+            let prefix = mine
+                .first()
+                .and_then(|c| c.name.split_once('.'))
+                .map(|(rel, _)| format!("{rel}."));
+            let local = match (pushable, js.filter, prefix) {
+                (true, Some(f), Some(p)) => local_conjuncts(f, &p),
+                _ => None,
+            };
+            *scan = pushdown(b.model()?, *table, local.as_ref(), js.read, &[]);
             Ok(())
         }
-        SelectSource::Statement { .. } | SelectSource::OneRow => Ok(()),
+        SelectSource::Statement { plan, .. } => {
+            js.offset += crate::schema::statement_columns(plan).len();
+            Ok(())
+        }
+        SelectSource::OneRow => Ok(()),
+    }
+}
+
+/// The conjuncts of `filter` that read only columns named `prefix…`, with the prefix taken
+/// off (over the table's own columns); `None` when there are none.
+fn local_conjuncts(filter: &Expr, prefix: &str) -> Option<Expr> {
+    let all: Vec<&Expr> = match &filter.kind {
+        ExprKind::And(xs) => xs.iter().collect(),
+        _ => vec![filter],
+    };
+    let mut mine = Vec::new();
+    for c in all {
+        let mut only_mine = true;
+        let mut has_subquery = false;
+        c.walk(&mut |x| match &x.kind {
+            ExprKind::Column(col) => {
+                only_mine &= col.name.len() > prefix.len()
+                    && col.name[..prefix.len()].eq_ignore_ascii_case(prefix)
+            }
+            ExprKind::InSubquery { .. } | ExprKind::Subquery(_) => has_subquery = true,
+            _ => {}
+        });
+        if only_mine && !has_subquery {
+            mine.push(strip_prefix(c, prefix));
+        }
+    }
+    match mine.len() {
+        0 => None,
+        1 => mine.pop(),
+        _ => Some(Expr {
+            kind: ExprKind::And(mine),
+            span: filter.span,
+        }),
+    }
+}
+
+fn strip_prefix(e: &Expr, prefix: &str) -> Expr {
+    if let ExprKind::Column(c) = &e.kind {
+        return column(&c.name[prefix.len().min(c.name.len())..], e.span);
+    }
+    let kind = e
+        .kind
+        .try_map_children::<std::convert::Infallible>(&mut |x| Ok(strip_prefix(x, prefix)));
+    match kind {
+        Ok(kind) => Expr { kind, span: e.span },
+        Err(never) => match never {},
     }
 }
 

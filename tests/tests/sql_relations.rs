@@ -31,6 +31,10 @@ const RELATIONS: &[(&str, &str)] = &[
     ),
 ];
 
+/// `{features}`: the model table in LQL, its copy of layers 0-2 (`feat`) in sqlite; the
+/// queries that name it read only those layers.
+const TABLE_COPIES: &[(&str, &str, &str)] = &[("features", "features", "feat")];
+
 const QUERIES: &[&str] = &[
     // joins of the model's tables
     "SELECT l.layer, l.bytes, count(*) AS n FROM layers l JOIN tensors t ON t.layer = l.layer GROUP BY l.layer, l.bytes ORDER BY l.layer",
@@ -51,6 +55,9 @@ const QUERIES: &[&str] = &[
     "SELECT r.layer AS layer, r.n AS n FROM (SELECT layer, count(*) AS n FROM {walk} GROUP BY layer) r JOIN layers l USING (layer) ORDER BY layer",
     "SELECT f.layer AS layer, count(*) AS n FROM {feat} f JOIN layers l USING (layer) GROUP BY f.layer ORDER BY layer",
     "SELECT count(*) AS n FROM {tok} a CROSS JOIN {infer} b WHERE a.token_id = b.token_id",
+    "SELECT f.layer AS layer, f.feature AS feature, l.bytes AS bytes FROM {features} f JOIN layers l USING (layer) WHERE f.layer = 2 AND f.feature < 5 ORDER BY feature",
+    "SELECT l.layer AS layer, count(f.feature) AS n FROM layers l LEFT JOIN {features} f ON f.layer = l.layer AND f.feature < 3 WHERE l.layer < 3 GROUP BY l.layer ORDER BY layer",
+    "SELECT count(*) AS n FROM {features} a JOIN {features} b ON a.feature = b.feature WHERE a.layer = 0 AND b.layer = 1 AND a.feature BETWEEN 10 AND 19",
     // subqueries
     "SELECT layer, ffn_contrib FROM {trace} WHERE ffn_contrib > (SELECT avg(ffn_contrib) FROM {trace}) ORDER BY layer",
     "SELECT name FROM tensors WHERE layer IN (SELECT layer FROM {trace} WHERE rank = 1) AND role = 'ffn_down' ORDER BY name",
@@ -134,6 +141,10 @@ fn texts(q: &str) -> (String, String) {
     for (name, rel) in RELATIONS {
         ours = ours.replace(&format!("{{{name}}}"), rel);
         theirs = theirs.replace(&format!("{{{name}}}"), name);
+    }
+    for (name, lql_table, copy) in TABLE_COPIES {
+        ours = ours.replace(&format!("{{{name}}}"), lql_table);
+        theirs = theirs.replace(&format!("{{{name}}}"), copy);
     }
     (ours, theirs)
 }
@@ -258,4 +269,74 @@ fn a_join_beyond_the_bound_is_refused() {
         .execute("SELECT count(*) AS n FROM layers a, layers b")
         .unwrap();
     assert_eq!(r.rows[0][0], Value::Int(900));
+}
+
+/// WHERE conjuncts that read one table of a join narrow that table's scan (the layers and
+/// features of a `features` side); the NULL side of a LEFT join is scanned whole. A LIMIT
+/// that nothing before it narrows stops the scan itself.
+#[test]
+fn where_and_limit_narrow_the_scans() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let plan = |q: &str| -> String {
+        conn.execute(&format!("EXPLAIN PLAN {q}"))
+            .unwrap_or_else(|e| panic!("{q}: {}", e.message))
+            .rows
+            .iter()
+            .map(|r| format!("{:?}", r[0]))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let p = plan("SELECT f.top_token FROM features f JOIN layers l USING (layer) WHERE f.layer = 20 AND l.bytes > 0 AND f.feature IN (1, 2)");
+    assert!(
+        p.contains("TableScan features layers=[20] features=1-2"),
+        "{p}"
+    );
+    let p =
+        plan("SELECT count(*) FROM layers l LEFT JOIN features f USING (layer) WHERE f.layer = 20");
+    assert!(p.contains("TableScan features est_rows=46080"), "{p}");
+    let p = plan("SELECT count(*) FROM features f LEFT JOIN layers l USING (layer) WHERE f.layer BETWEEN 3 AND 4");
+    assert!(p.contains("TableScan features layers=3-4"), "{p}");
+    let p = plan("SELECT layer, feature FROM features LIMIT 10 OFFSET 5");
+    assert!(p.contains("TableScan features stop_after=15"), "{p}");
+    let p = plan("SELECT layer, feature FROM features WHERE feature > 3 LIMIT 10");
+    assert!(!p.contains("stop_after"), "{p}");
+    let analyzed = conn
+        .execute("EXPLAIN ANALYZE SELECT layer, feature, top_token FROM features LIMIT 10 OFFSET 5")
+        .unwrap();
+    let scan = analyzed
+        .rows
+        .iter()
+        .map(|r| format!("{:?}", r[0]))
+        .find(|l| l.contains("TableScan features"))
+        .unwrap();
+    assert!(scan.contains("rows=15 "), "{scan}");
+    let rows = conn
+        .execute("SELECT layer, feature FROM features LIMIT 3 OFFSET 1535")
+        .unwrap();
+    let got: Vec<(i64, i64)> = rows
+        .rows
+        .iter()
+        .map(|r| match (&r[0], &r[1]) {
+            (Value::Int(a), Value::Int(b)) => (*a, *b),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(got, vec![(0, 1535), (1, 0), (1, 1)]);
+}
+
+/// A table function takes parameters like the statement it is: `TRACE(?, FOR => ?)`.
+#[test]
+fn table_functions_take_parameters() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let mut st = conn
+        .prepare("SELECT layer, ffn_contrib FROM TRACE(?, FOR => ?) WHERE ffn_contrib > 1 ORDER BY layer")
+        .unwrap();
+    let with = st
+        .query(lql::params!["The capital of France is", " Paris"])
+        .unwrap();
+    let literal = conn
+        .execute("SELECT layer, ffn_contrib FROM TRACE('The capital of France is', FOR => ' Paris') WHERE ffn_contrib > 1 ORDER BY layer")
+        .unwrap();
+    assert!(!literal.rows.is_empty());
+    assert_eq!(with.rows, literal.rows);
 }

@@ -259,12 +259,16 @@ fn operator(
             features,
             labels,
             label_set,
+            limit,
             ..
         } => select::table_scan(
             cx,
             *table,
-            layers.as_deref(),
-            features.as_deref(),
+            select::ScanRange {
+                layers: layers.as_deref(),
+                features: features.as_deref(),
+                limit: *limit,
+            },
             *labels,
             *label_set,
         ),

@@ -32,26 +32,26 @@ use crate::error::{Error, Result};
 use crate::rows::Column;
 use crate::value::Value;
 
-/// `TableScan table [layers] [features] [labels]`.
+/// What a scan visits: the layers and features pushed down, and the rows it may stop after.
+pub(crate) struct ScanRange<'a> {
+    pub layers: Option<&'a [usize]>,
+    pub features: Option<&'a [usize]>,
+    pub limit: Option<usize>,
+}
+
+/// `TableScan table [layers] [features] [stop_after] [labels]`.
 pub(crate) fn table_scan(
     cx: &mut Cx<'_>,
     table: Table,
-    layers: Option<&[usize]>,
-    features: Option<&[usize]>,
+    range: ScanRange<'_>,
     labels: LabelTiming,
     label_set: LabelSet,
 ) -> Result<Datum> {
     let defs = lql_planner::table_columns(table)
         .ok_or_else(|| Error::not_supported_yet(&format!("SELECT FROM {}", table.name())))?;
     let columns = columns_of(&defs);
-    let rows = match table {
-        Table::Features => features_rows(
-            cx,
-            layers,
-            features,
-            labels == LabelTiming::Early,
-            label_set,
-        )?,
+    let mut rows = match table {
+        Table::Features => features_rows(cx, &range, labels == LabelTiming::Early, label_set)?,
         Table::Layers => layers_rows(cx)?,
         Table::Tokens => tokens_rows(cx)?,
         Table::Tensors => tensors_rows(cx)?,
@@ -63,6 +63,9 @@ pub(crate) fn table_scan(
             )))
         }
     };
+    if let Some(n) = range.limit {
+        rows.truncate(n);
+    }
     Ok(Datum::Table { columns, rows })
 }
 
@@ -242,15 +245,14 @@ fn feature_row(
 
 fn features_rows(
     cx: &mut Cx<'_>,
-    layers: Option<&[usize]>,
-    features: Option<&[usize]>,
+    range: &ScanRange<'_>,
     labels_now: bool,
     label_set: LabelSet,
 ) -> Result<Vec<Vec<Value>>> {
     let model = cx.model()?;
     let all: Vec<usize> = (0..model.surface.n_layers).collect();
-    let layers = layers.unwrap_or(&all);
-    let set = match features {
+    let layers = range.layers.unwrap_or(&all);
+    let set = match range.features {
         Some(v) => FeatureSet::Only(v.to_vec()),
         None => FeatureSet::All,
     };
@@ -264,7 +266,7 @@ fn features_rows(
         layers,
         &set,
         labels_now,
-        None,
+        range.limit,
         &|| cancel.load(std::sync::atomic::Ordering::Relaxed),
     )
     .map_err(browse_err)?;
