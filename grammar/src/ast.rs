@@ -1009,6 +1009,14 @@ pub enum ExprKind {
 }
 
 impl ExprKind {
+    /// [`ExprKind::try_map_children`] for a rewrite that cannot fail.
+    pub fn map_children(&self, f: &mut dyn FnMut(&Expr) -> Expr) -> ExprKind {
+        match self.try_map_children::<std::convert::Infallible>(&mut |x| Ok(f(x))) {
+            Ok(kind) => kind,
+            Err(never) => match never {},
+        }
+    }
+
     /// This node with each direct child expression replaced by `f(child)` (columns and
     /// literals have none and are cloned): the one structural walk behind the planner's
     /// expression rewrites.
@@ -1169,6 +1177,14 @@ impl AggFunc {
 }
 
 impl Expr {
+    /// The top-level conjuncts: the operands of an AND chain, else the expression itself.
+    pub fn conjuncts(&self) -> Vec<&Expr> {
+        match &self.kind {
+            ExprKind::And(xs) => xs.iter().collect(),
+            _ => vec![self],
+        }
+    }
+
     /// Whether any node of the expression is an aggregate call.
     pub fn has_aggregate(&self) -> bool {
         let mut found = false;

@@ -540,34 +540,14 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             confidence: i.confidence,
         }],
         LogicalPlan::Delete(d) => vec![
-            O::TableScan {
-                table: d.table,
-                layers: None,
-                features: None,
-                labels: LabelTiming::None,
-                label_set: LabelSet::default(),
-                estimate: None,
-                prompt: None,
-                token: None,
-                limit: None,
-            },
+            table_scan(d.table, &ScanSpec::full()),
             O::Filter {
                 predicate: d.filter.clone(),
             },
             O::OverlayDelete { table: d.table },
         ],
         LogicalPlan::Update(u) => vec![
-            O::TableScan {
-                table: u.table,
-                layers: None,
-                features: None,
-                labels: LabelTiming::None,
-                label_set: LabelSet::default(),
-                estimate: None,
-                prompt: None,
-                token: None,
-                limit: None,
-            },
+            table_scan(u.table, &ScanSpec::full()),
             O::Filter {
                 predicate: u.filter.clone(),
             },
@@ -820,23 +800,28 @@ fn select_plan(s: &SelectPlan, plan: &LogicalPlan) -> PhysicalPlan {
     }
 }
 
+/// The scan of `table` that `scan` describes.
+fn table_scan(table: Table, scan: &ScanSpec) -> Operator {
+    Operator::TableScan {
+        table,
+        layers: scan.layers.clone(),
+        features: scan.features.clone(),
+        labels: scan.labels,
+        label_set: scan.label_set,
+        estimate: scan.estimate,
+        prompt: scan.prompt.clone(),
+        token: scan.token.clone(),
+        limit: scan.limit,
+    }
+}
+
 fn source_node(src: &SelectSource) -> PlanNode {
     let leaf = |op| PlanNode {
         op,
         inputs: Vec::new(),
     };
     match src {
-        SelectSource::Table { table, scan } => leaf(Operator::TableScan {
-            table: *table,
-            layers: scan.layers.clone(),
-            features: scan.features.clone(),
-            labels: scan.labels,
-            label_set: scan.label_set,
-            estimate: scan.estimate,
-            prompt: scan.prompt.clone(),
-            token: scan.token.clone(),
-            limit: scan.limit,
-        }),
+        SelectSource::Table { table, scan } => leaf(table_scan(*table, scan)),
         SelectSource::Statement { statement, plan } => PlanNode {
             op: Operator::Relation {
                 statement: statement.clone(),

@@ -51,10 +51,7 @@ pub fn columns_in(e: &Expr, out: &mut Vec<String>) {
 /// The text `col` must equal for `e` to hold, from a top-level conjunct `col = 'text'`
 /// (or `'text' = col`); `None` when no such conjunct exists.
 pub fn text_equal(e: &Expr, col: &str) -> Option<String> {
-    let conjuncts: Vec<&Expr> = match &e.kind {
-        ExprKind::And(xs) => xs.iter().collect(),
-        _ => vec![e],
-    };
+    let conjuncts = e.conjuncts();
     let is_col =
         |x: &Expr| matches!(&x.kind, ExprKind::Column(c) if c.name.eq_ignore_ascii_case(col));
     let text = |x: &Expr| match &x.kind {
@@ -81,10 +78,7 @@ pub fn text_equal(e: &Expr, col: &str) -> Option<String> {
 /// `None` when unconstrained. The full filter still runs afterwards, so this only needs to
 /// be a superset of the matching values.
 pub fn int_domain(e: &Expr, col: &str, lo: i64, hi: i64) -> Option<Vec<i64>> {
-    let conjuncts: Vec<&Expr> = match &e.kind {
-        ExprKind::And(xs) => xs.iter().collect(),
-        _ => vec![e],
-    };
+    let conjuncts = e.conjuncts();
     let is_col =
         |x: &Expr| matches!(&x.kind, ExprKind::Column(c) if c.name.eq_ignore_ascii_case(col));
     let int = |x: &Expr| match &x.kind {

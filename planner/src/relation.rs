@@ -232,7 +232,7 @@ fn item(b: &Binder, from: &FromItem, unnamed: &mut usize) -> Result<(SelectSourc
             span,
         } => {
             let plan = b.statement(statement)?;
-            check_reads_only(&plan, statement, *span)?;
+            check_reads_only(&plan, *span)?;
             let columns = schema::statement_columns(&plan);
             if columns.is_empty() {
                 return Err(PlanError::semantic(
@@ -289,11 +289,10 @@ fn join(
             .iter()
             .zip(&scope.origins)
             .map(|(c, o)| {
+                // A relation's own column gets its relation's name; a column of a join
+                // already has it.
                 let name = match &o.relation {
-                    // Already a join's name, or a relation's column.
-                    Some(r) if !c.name.contains('.') || c.name == o.base => {
-                        format!("{r}.{}", o.base)
-                    }
+                    Some(r) if c.name == o.base => format!("{r}.{}", o.base),
                     _ => c.name.clone(),
                 };
                 (
@@ -406,7 +405,7 @@ fn join(
 
 /// A statement in FROM must only read the bound model (or nothing): what writes files or
 /// the session's state, or reads a file it names, runs on its own.
-fn check_reads_only(plan: &LogicalPlan, stmt: &g::Statement, span: Span) -> Result<()> {
+fn check_reads_only(plan: &LogicalPlan, span: Span) -> Result<()> {
     let refuse = |why: &str| {
         Err(PlanError::semantic(
             format!("{} cannot be a relation in FROM: {why}", plan.name()),
@@ -430,7 +429,6 @@ fn check_reads_only(plan: &LogicalPlan, stmt: &g::Statement, span: Span) -> Resu
         LogicalPlan::Show(s) if s.container.is_none() => Ok(()),
         LogicalPlan::Show(_) => refuse("it reads a file it names"),
         _ => {
-            let _ = stmt;
             refuse("only statements that read the bound model (SELECT, TRACE, WALK, INFER, GENERATE, DESCRIBE, PATCH, TOKENIZE, SHOW, STATS) can")
         }
     }

@@ -344,12 +344,8 @@ fn scan_join_tables(
 /// The conjuncts of `filter` that read only columns named `prefix…`, with the prefix taken
 /// off (over the table's own columns); `None` when there are none.
 fn local_conjuncts(filter: &Expr, prefix: &str) -> Option<Expr> {
-    let all: Vec<&Expr> = match &filter.kind {
-        ExprKind::And(xs) => xs.iter().collect(),
-        _ => vec![filter],
-    };
     let mut mine = Vec::new();
-    for c in all {
+    for c in filter.conjuncts() {
         let mut only_mine = true;
         let mut has_subquery = false;
         c.walk(&mut |x| match &x.kind {
@@ -378,12 +374,9 @@ fn strip_prefix(e: &Expr, prefix: &str) -> Expr {
     if let ExprKind::Column(c) = &e.kind {
         return column(&c.name[prefix.len().min(c.name.len())..], e.span);
     }
-    let kind = e
-        .kind
-        .try_map_children::<std::convert::Infallible>(&mut |x| Ok(strip_prefix(x, prefix)));
-    match kind {
-        Ok(kind) => Expr { kind, span: e.span },
-        Err(never) => match never {},
+    Expr {
+        kind: e.kind.map_children(&mut |x| strip_prefix(x, prefix)),
+        span: e.span,
     }
 }
 
@@ -676,11 +669,8 @@ fn with_aliases(e: &Expr, scope: &Scope, items: &[Item]) -> Expr {
         }
         return e.clone();
     }
-    let kind = e
-        .kind
-        .try_map_children::<std::convert::Infallible>(&mut |x| Ok(with_aliases(x, scope, items)));
-    match kind {
-        Ok(kind) => Expr { kind, span: e.span },
-        Err(never) => match never {},
+    Expr {
+        kind: e.kind.map_children(&mut |x| with_aliases(x, scope, items)),
+        span: e.span,
     }
 }

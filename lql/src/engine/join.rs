@@ -28,10 +28,6 @@ fn join_key(v: &Value) -> Option<String> {
 /// The `(left column, right column)` pairs of `on`'s top-level equalities between a
 /// column of each side: the join's hash keys.
 fn equi_keys(on: &Expr, cols: &[Column], left_n: usize) -> Vec<(usize, usize)> {
-    let conjuncts: Vec<&Expr> = match &on.kind {
-        ExprKind::And(xs) => xs.iter().collect(),
-        _ => vec![on],
-    };
     let index = |e: &Expr| match &e.kind {
         ExprKind::Column(c) => cols
             .iter()
@@ -39,7 +35,7 @@ fn equi_keys(on: &Expr, cols: &[Column], left_n: usize) -> Vec<(usize, usize)> {
         _ => None,
     };
     let mut keys = Vec::new();
-    for c in conjuncts {
+    for c in on.conjuncts() {
         if let ExprKind::Compare {
             op: lql_grammar::CmpOp::Eq,
             left,
@@ -97,7 +93,11 @@ pub(crate) fn join(
             }
         }
     }
-    let all: Vec<usize> = (0..rrows.len()).collect();
+    let all: Vec<usize> = if keys.is_empty() {
+        (0..rrows.len()).collect()
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::new();
     let mut row = Vec::with_capacity(columns.len());
     for (n, lr) in lrows.iter().enumerate() {

@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 
 use lql_grammar::{CastType, ScalarFunc};
 
+use super::rowexec::{compare, sort_cmp};
 use crate::error::{Error, Result};
 use crate::value::Value;
 
@@ -158,32 +159,6 @@ pub(crate) fn concat(a: &Value, b: &Value) -> Value {
     }
 }
 
-/// SQLite's cross-type order for min/max: NULL < numbers < text.
-fn order(a: &Value, b: &Value) -> Ordering {
-    let rank = |v: &Value| match v {
-        Value::Null => 0,
-        Value::Bool(_) | Value::Int(_) | Value::Float(_) => 1,
-        Value::Text(_) => 2,
-        Value::List(_) => 3,
-    };
-    match (a, b) {
-        (Value::Text(x), Value::Text(y)) => x.as_bytes().cmp(y.as_bytes()),
-        _ if rank(a) == 1 && rank(b) == 1 => {
-            let num = |v: &Value| match v {
-                Value::Bool(b) => *b as i64 as f64,
-                Value::Int(i) => *i as f64,
-                Value::Float(f) => *f,
-                _ => 0.0,
-            };
-            match (a, b) {
-                (Value::Int(x), Value::Int(y)) => x.cmp(y),
-                _ => num(a).partial_cmp(&num(b)).unwrap_or(Ordering::Equal),
-            }
-        }
-        _ => rank(a).cmp(&rank(b)),
-    }
-}
-
 /// SQLite's `substr(s, start[, len])` over characters (1-based; a negative start counts
 /// from the end; a negative length takes the characters before start).
 fn substr(s: &str, start: i64, len: Option<i64>) -> String {
@@ -312,18 +287,11 @@ pub(crate) fn call(func: ScalarFunc, args: &[Value]) -> Result<Value> {
             .find(|v| !v.is_null())
             .cloned()
             .unwrap_or(Value::Null),
-        ScalarFunc::Nullif => {
-            let (a, b) = (arg(0), arg(1));
-            let equal = match (a, b) {
-                (Value::Null, _) | (_, Value::Null) => false,
-                _ => order(a, b) == Ordering::Equal && same_kind(a, b),
-            };
-            if equal {
-                Value::Null
-            } else {
-                a.clone()
-            }
-        }
+        // NULL exactly when `a = b` holds.
+        ScalarFunc::Nullif => match compare(arg(0), arg(1)) {
+            Some(Ordering::Equal) => Value::Null,
+            _ => arg(0).clone(),
+        },
         ScalarFunc::Trim | ScalarFunc::Ltrim | ScalarFunc::Rtrim => {
             let Some(s) = text(0) else {
                 return Ok(Value::Null);
@@ -364,9 +332,10 @@ pub(crate) fn call(func: ScalarFunc, args: &[Value]) -> Result<Value> {
             if args.iter().any(|v| v.is_null()) {
                 return Ok(Value::Null);
             }
+            // The order the min/max aggregates use (the binder gave the arguments one type).
             let mut best = arg(0);
             for v in &args[1..] {
-                let o = order(v, best);
+                let o = sort_cmp(v, best);
                 if (func == ScalarFunc::Min && o == Ordering::Less)
                     || (func == ScalarFunc::Max && o == Ordering::Greater)
                 {
@@ -376,18 +345,6 @@ pub(crate) fn call(func: ScalarFunc, args: &[Value]) -> Result<Value> {
             best.clone()
         }
     })
-}
-
-/// Whether two values are both numbers or both text (SQLite's `=` across the two is false).
-fn same_kind(a: &Value, b: &Value) -> bool {
-    matches!(
-        (a, b),
-        (Value::Text(_), Value::Text(_))
-            | (
-                Value::Int(_) | Value::Float(_) | Value::Bool(_),
-                Value::Int(_) | Value::Float(_) | Value::Bool(_)
-            )
-    )
 }
 
 #[cfg(test)]
