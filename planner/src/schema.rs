@@ -757,11 +757,11 @@ const DIFF_PATCH: Spec = &[
     ),
 ];
 const COMPACT: Spec = &[
-    ("action", Text, "written, discarded or carried"),
+    ("action", Text, "kept, discarded or carried"),
     (
         "kind",
         Text,
-        "segment, superseded representation, stray segment file or unknown file",
+        "kept: index, graph, segment, capability file, feature labels, bank segment, MoE manifest or referenced file; discarded: stray segment file or stale graph file; carried: unknown file",
     ),
     ("path", Text, "container-relative path"),
     ("bytes", Int, "file size"),
@@ -1064,7 +1064,7 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("PRECISION", r#"PRECISION "container""#,
           "Bits per weight of every representation and the total over the baseline selection, derived from each tensor's encoding and shape (never read from a field); from the artifact alone.".into(),
           r#"PRECISION "m.vindex""#, OfExample),
-        d("COMPACT", r#"COMPACT "container" [INTO "out"]"#, "Rewrites a container without superseded representations and stray files, preserving its answers; every discarded or carried file is a row.".into(),
+        d("COMPACT", r#"COMPACT "container" [INTO "out"]"#, "Reorganises a container's storage keeping its identity: every file the index, graph or manifest references is kept byte for byte, files nothing references under segments/ are discarded, other files carried; one row per file.".into(),
           r#"COMPACT "c.vindex""#, OfExample),
         d("VERIFY", r#"VERIFY ["container" [AGAINST "source"]]"#,
           "Checks every recorded hash of a container or package (the bound one by default); a layer package AGAINST its source GGUF also checks every tensor once with identical bytes. A VINDEX3 container AGAINST its source compares the four authorities (Declared, Resolved, Graph, Encoded) and every tensor's payload with both ends re-hashed: a changed source tensor is \"source drifted\", a changed container byte \"container corrupted\". A FAILED row makes the shell's exit code non-zero.".into(),

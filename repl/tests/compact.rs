@@ -1,8 +1,11 @@
 //! COMPACT on a tiny VINDEX3 container with an added (unselected) representation, a stray
-//! segment file and an unknown file: the report names all three, answers (INFER logits,
-//! WALK) are identical before and after; then 20 `kill -9`s of the CLI at random points of
-//! an in-place COMPACT each leave a container that opens, verifies and answers exactly as
-//! before — the old one or the new one, never a mix.
+//! segment file and an unknown file: the report names all three (the representation kept:
+//! the index references it), answers (INFER logits, WALK) are identical before and after;
+//! a REPRESENTed variant, the container's identity (index bytes, authority, unknown
+//! fields) and an operand in an encoding this build cannot decode survive COMPACT; then 20
+//! `kill -9`s of the CLI at random points of an in-place COMPACT each leave a container
+//! that opens, verifies and answers exactly as before — the old one or the new one, never
+//! a mix.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -95,14 +98,27 @@ fn report_names_what_it_discards_and_answers_stay() {
         .collect();
     let has =
         |a: &str, k: &str, p: &str| rows.contains(&(a.to_string(), k.to_string(), p.to_string()));
+    // Referenced by the index, so kept (§5.7) though no profile selects it.
     assert!(
-        has(
-            "discarded",
-            "superseded representation",
-            "segments/text.final_norm.copy.bin"
-        ),
+        has("kept", "segment", "segments/text.final_norm.copy.bin"),
         "{rows:?}"
     );
+    let detail = |p: &str| {
+        r.rows
+            .iter()
+            .find(|x| x[2].to_string() == p)
+            .map(|x| x[4].to_string())
+            .unwrap_or_default()
+    };
+    assert!(
+        detail("segments/text.final_norm.copy.bin").contains("selected by no profile"),
+        "{rows:?}"
+    );
+    assert!(
+        detail("segments/text.decoder_stack.bin").contains("selected by the baseline"),
+        "{rows:?}"
+    );
+    assert!(has("kept", "index", "index.json"), "{rows:?}");
     assert!(
         has("discarded", "stray segment file", "segments/stray.bin"),
         "{rows:?}"
@@ -110,7 +126,14 @@ fn report_names_what_it_discards_and_answers_stay() {
     assert!(has("carried", "unknown file", "notes.txt"), "{rows:?}");
     assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"kept as is");
     assert!(!out.join("segments/stray.bin").exists());
-    assert!(!out.join("segments/text.final_norm.copy.bin").exists());
+    assert_eq!(
+        std::fs::read(out.join("segments/text.final_norm.copy.bin")).unwrap(),
+        std::fs::read(dir.join("segments/text.final_norm.copy.bin")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(out.join("index.json")).unwrap(),
+        std::fs::read(dir.join("index.json")).unwrap()
+    );
     assert!(vindex3::all_ok(&vindex3::verify(&out).unwrap()));
     assert_eq!(answers(&out), before);
     // In place: same answers, and nothing is left beside the container.
@@ -127,6 +150,97 @@ fn report_names_what_it_discards_and_answers_stay() {
         .execute(&format!("COMPACT \"{}\" INTO \"{}\"", q(&dir), q(&out)))
         .unwrap_err();
     assert!(e.to_string().contains("exists"), "{e}");
+}
+
+/// INFER's rows under `profile`.
+fn answers_under(dir: &Path, profile: &str) -> Vec<Vec<lql::Value>> {
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!("USE \"{}\" PROFILE \"{profile}\"", q(dir)))
+        .unwrap();
+    c.execute("INFER \"hello world\" TOP 5").unwrap().rows
+}
+
+#[test]
+fn every_selected_variant_and_the_identity_survive() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = container(t.path());
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!("REPRESENT ALL AS Q8_0 INTO \"{}\"", q(&dir)))
+        .unwrap();
+    // Fields this build does not know, in the index and the graph.
+    let edit = |p: &Path, f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    };
+    edit(&dir.join("index.json"), &|v| {
+        v["future_field"] = serde_json::json!({"kept": true})
+    });
+    let k = Container::load(&dir).unwrap();
+    let graph = dir.join(k.index.system_graph.as_ref().unwrap());
+    let graph_before = std::fs::read(&graph).unwrap();
+    let index_before = std::fs::read(dir.join("index.json")).unwrap();
+    assert_eq!(k.index.authority, vindex3::index::Authority::Canonical);
+    let q8_segments: Vec<String> = k
+        .index
+        .representations
+        .values()
+        .filter(|r| r.encoding.eq_ignore_ascii_case("q8_0"))
+        .map(|r| r.segment.clone())
+        .collect();
+    assert!(!q8_segments.is_empty());
+    let before = answers_under(&dir, "q8_0");
+    let r = c.execute(&format!("COMPACT \"{}\"", q(&dir))).unwrap();
+    for seg in &q8_segments {
+        let row = r
+            .rows
+            .iter()
+            .find(|x| &x[2].to_string() == seg)
+            .unwrap_or_else(|| panic!("no row for {seg}: {:?}", r.rows));
+        assert_eq!(row[0].to_string(), "kept", "{row:?}");
+        assert!(
+            row[4].to_string().contains("selected by a profile"),
+            "{row:?}"
+        );
+    }
+    let discarded: Vec<String> = r
+        .rows
+        .iter()
+        .filter(|x| x[0].to_string() == "discarded")
+        .map(|x| x[2].to_string())
+        .collect();
+    assert_eq!(discarded, ["segments/stray.bin"], "{:?}", r.rows);
+    assert_eq!(std::fs::read(dir.join("index.json")).unwrap(), index_before);
+    assert_eq!(std::fs::read(&graph).unwrap(), graph_before);
+    assert_eq!(answers_under(&dir, "q8_0"), before);
+    assert!(vindex3::all_ok(&vindex3::verify(&dir).unwrap()));
+}
+
+#[test]
+fn an_operand_this_build_cannot_decode_is_carried() {
+    let t = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/vindex3/cases/valid-unknown-encoding-one-tensor");
+    let dir = t.path().join("c");
+    copy_dir(&fixture, &dir);
+    let out = t.path().join("out");
+    let c = Connection::open_in_memory().unwrap();
+    c.execute(&format!("COMPACT \"{}\" INTO \"{}\"", q(&dir), q(&out)))
+        .unwrap();
+    let k = Container::load(&dir).unwrap();
+    for r in k.index.representations.values() {
+        assert_eq!(
+            std::fs::read(out.join(&r.segment)).unwrap(),
+            std::fs::read(dir.join(&r.segment)).unwrap(),
+            "{}",
+            r.segment
+        );
+    }
+    // Still bound, still refused by name where the operand is needed.
+    let c = Connection::open_in_memory().unwrap();
+    c.bind(&out.display().to_string()).unwrap();
+    let e = c.execute("INFER \"a\" TOP 1").unwrap_err().to_string();
+    assert!(e.contains("unknown encoding \"Q4_X\""), "{e}");
 }
 
 #[test]

@@ -465,6 +465,19 @@ impl OperandSource for Model {
     fn view(&self, key: OperandKey) -> Option<TensorView<'_>> {
         self.operands.get(&key).map(|op| self.view_of(op))
     }
+    /// An operand the binding left out says why (an encoding this build cannot decode, a
+    /// bank region absent) rather than only that it is missing.
+    fn require(&self, key: OperandKey) -> Result<TensorView<'_>, StorageError> {
+        if let Some(op) = self.operands.get(&key) {
+            return Ok(self.view_of(op));
+        }
+        Err(match self.absent.get(&key) {
+            Some(why) => StorageError::Unsupported(why.clone()),
+            None => StorageError::MissingOperand {
+                key: key.to_string(),
+            },
+        })
+    }
     fn ffn_overlay(&self, layer: usize) -> Option<&crate::overlay::LayerOverlay> {
         self.overlays.get(&layer)
     }

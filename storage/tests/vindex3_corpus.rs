@@ -8,10 +8,12 @@
 //!   committed corpus instead).
 //!
 //! Manifest entries: `case` (folder under `cases/`), `op` (`open`: bind for execution;
-//! `open_profile`: bind with `profile`; `verify`: re-hash; `detect`: generation and shape),
+//! `open_profile`: bind with `profile`; `verify`: re-hash; `detect`: generation and shape;
+//! `compact`: COMPACT a copy INTO a new folder — `accept` when the output keeps the
+//! index byte for byte and verifies as the input did, the report searched for `expect`),
 //! `verdict` (`accept` | `refuse` for open/detect; `ok` | `failed` | `unverified` for
-//! verify — the worst row), `expect` (substrings the refusal or a failing row's detail
-//! must contain), `rule` (the seed section).
+//! verify — the worst row), `expect` (substrings the refusal, a failing row's detail or
+//! COMPACT's report must contain), `rule` (the seed section).
 
 mod vindex3_support;
 
@@ -877,6 +879,90 @@ fn build(out: &Path) {
         "§20",
     );
 
+    b.graph_case("verify-records-no-hash", |d| {
+        edit(&ig(d), |i| {
+            let m = i.as_object_mut().unwrap();
+            m.remove("system_graph_sha256");
+            m.remove("capabilities");
+            m.insert("representations".into(), json!({}));
+        })
+    });
+    b.add(
+        "verify-records-no-hash",
+        "verify",
+        None,
+        "failed",
+        &["records no hash", "nothing could be verified"],
+        "§20 (no hash recorded is not verified)",
+    );
+
+    // ---- COMPACT (§5.7, §20): keeps what is referenced, byte for byte -----------------
+    b.add(
+        "valid-second-variant",
+        "compact",
+        None,
+        "accept",
+        &[
+            "kept segment segments/text.decoder_stack.f16.bin",
+            "text.decoder_stack@f16 (f16)",
+            "selected by a profile",
+        ],
+        "§5.7 (every index-referenced segment is carried)",
+    );
+    b.add(
+        "valid-unknown-encoding-one-tensor",
+        "compact",
+        None,
+        "accept",
+        &["kept segment segments/text.decoder_stack.bin"],
+        "§20 (carries byte-identically what it cannot decode)",
+    );
+    b.add(
+        "valid-unknown-fields",
+        "compact",
+        None,
+        "accept",
+        &["kept graph system_graph.json"],
+        "§5.7 (unknown index and graph fields are not dropped)",
+    );
+    b.add(
+        "valid-unknown-file",
+        "compact",
+        None,
+        "accept",
+        &["carried unknown file NOTES.unknown"],
+        "§5.7",
+    );
+    b.graph_case("compact-unreferenced-files", |d| {
+        std::fs::write(d.join("segments/stray.bin"), b"no index names this").unwrap();
+        std::fs::write(d.join("system_graph.0123456789abcdef.json"), b"{}").unwrap();
+        std::fs::write(d.join("segments/sidecar.bin"), b"named by a future field").unwrap();
+        edit(&ig(d), |i| {
+            i["future_sidecar"] = json!({"file": "segments/sidecar.bin"})
+        });
+    });
+    b.add(
+        "compact-unreferenced-files",
+        "compact",
+        None,
+        "accept",
+        &[
+            "discarded stray segment file segments/stray.bin",
+            "discarded stale graph file system_graph.0123456789abcdef.json",
+            "kept referenced file segments/sidecar.bin: index.json names it at future_sidecar.file",
+            "kept capability file chat_template.jinja",
+        ],
+        "§5.7 (discards only unreferenced files, each by name)",
+    );
+    b.add(
+        "refuse-segment-missing",
+        "compact",
+        None,
+        "refuse",
+        &["text.final_norm.bin", "absent", "changed nothing"],
+        "§5.7",
+    );
+
     // ---- bank shape (§5.4, §5.5) -------------------------------------------------------
     let lyrw = lyrw_dense(0, 16, 64);
     let sha = hex(Sha256::digest(&lyrw));
@@ -1155,8 +1241,73 @@ fn run_case(dir: &Path, op: &str, profile: Option<&str>) -> (String, String) {
                 (worst.into(), text)
             }
         },
+        "compact" => match compact_case(dir) {
+            Ok(text) => ("accept".into(), text),
+            Err(e) => ("refuse".into(), e),
+        },
         other => panic!("manifest names unknown op {other:?}"),
     }
+}
+
+/// A recursive copy of a folder.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// `compact`: COMPACT a copy of the case INTO a new folder. Accepted when it succeeds,
+/// the output's `index.json` is the input's byte for byte and every file the input's
+/// VERIFY checked verifies the same; the text is the report, one `action kind path:
+/// detail` line per file.
+fn compact_case(dir: &Path) -> Result<String, String> {
+    use lql_storage::format::vindex3::compact;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("c");
+    copy_dir(dir, &src);
+    let staged = compact::stage(
+        &src,
+        compact::Placement::Copy,
+        &mut |_| {},
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .map_err(|e| e.to_string())?;
+    let out = t.path().join("out");
+    compact::publish(&staged, Some(&out)).map_err(|e| e.to_string())?;
+    if std::fs::read(src.join("index.json")).unwrap()
+        != std::fs::read(out.join("index.json")).unwrap()
+    {
+        return Err("the compacted index.json differs from the source's".into());
+    }
+    let status = |d: &Path| -> Vec<(String, VerifyStatus)> {
+        verify(d)
+            .map(|rows| {
+                rows.into_iter()
+                    .map(|r| (r.representation, r.status))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    if status(&src) != status(&out) {
+        return Err(format!(
+            "VERIFY differs after COMPACT: {:?} then {:?}",
+            status(&src),
+            status(&out)
+        ));
+    }
+    Ok(staged
+        .rows
+        .iter()
+        .map(|r| format!("{} {} {}: {}", r.action, r.kind, r.path, r.detail))
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 #[test]

@@ -215,6 +215,33 @@ fn unknown_encoding_blocks_only_the_operations_that_need_it() {
     assert!(m.operand(OperandKey::layer(0, Role::FfnDown)).is_some());
     let missing = lql_storage::model::missing_for_execution(&m);
     assert_eq!(missing, vec!["ffn_down of layer 1".to_string()]);
+    // The operation that needs it is told the operand is in an unknown encoding, not
+    // that it is missing.
+    use lql_storage::OperandSource;
+    let e = m
+        .require(OperandKey::layer(1, Role::FfnDown))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("unknown encoding \"Q4_X\"")
+            && e.contains("1.ffn_down.weight")
+            && e.contains("segments/text.decoder_stack.bin")
+            && !e.contains("missing operand"),
+        "{e}"
+    );
+    // EXTRACT cannot carry what it cannot decode: refused before anything is written.
+    let out = t.path().join("out");
+    let e = lql_storage::format::vindex3::extract(&m, &out, ExtractEncoding::Source, &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not supported yet")
+            && e.contains("unknown encoding")
+            && e.contains("nothing was written"),
+        "{e}"
+    );
+    assert!(!out.exists());
 }
 
 // ---- item 4 -------------------------------------------------------------------------
@@ -291,6 +318,12 @@ fn absent_variant_fails_before_any_segment_is_opened() {
         e.contains("text.final_norm") && e.contains("\"nvfp4\"") && e.contains("\"source\""),
         "{e}"
     );
+    // One sentence, no run of spaces from a broken line continuation.
+    assert!(
+        e.contains("which is not present; present: [\"source\"]"),
+        "{e}"
+    );
+    assert!(!e.contains("  "), "{e:?}");
 }
 
 // ---- item 6 -------------------------------------------------------------------------
@@ -438,4 +471,22 @@ fn a_profile_binds_the_variant_it_selects() {
     // Provenance of a binding follows the variant it maps.
     let in_use = vindex3::provenance::in_use(&mixed, &con).unwrap();
     assert_eq!(in_use["text.decoder_stack"], "text.decoder_stack@f16");
+}
+
+// ---- round 2: residual messages ------------------------------------------------------
+
+#[test]
+fn graph_only_operations_on_a_bank_container_name_the_operation() {
+    let bank = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/vindex3/cases/bank-shape-valid");
+    let e = lql_storage::format::vindex3::show_components(&bank)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not supported yet: SHOW COMPONENTS on a VINDEX3 bank-shape container")
+            && e.contains("USE executes a bank container"),
+        "{e}"
+    );
+    // The bank shape is executed by this build: no text says otherwise.
+    assert!(!e.contains("cannot be executed"), "{e}");
 }

@@ -177,6 +177,29 @@ fn twenty_edits_diff_and_compile_into_vindex_in_a_new_process() {
         h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()),
         "{h}"
     );
+    // The edited object is never recorded as the source's values (seed 002 §9.2): the
+    // decoder stack is `numerically-approximate` and marked changed, the untouched objects
+    // stay `source-exact`, and the profile is `edited`, never `exact`.
+    let reps = index["representations"].as_object().unwrap();
+    for (id, r) in reps {
+        if r["object"] == "text.decoder_stack" {
+            assert_eq!(r["fidelity"], "numerically-approximate", "{id}: {r}");
+            assert_eq!(r["changed"], "edited state", "{id}");
+        } else {
+            assert_eq!(r["fidelity"], "source-exact", "{id}: {r}");
+            assert!(r.get("changed").is_none(), "{id}");
+        }
+    }
+    assert_eq!(index["profiles"][0]["profile"], "edited");
+    let authority = c
+        .execute(&format!("SHOW PROFILES \"{}\"", q(&out)))
+        .unwrap();
+    let i = authority.column_index("authority").unwrap();
+    assert_eq!(
+        authority.rows[0][i],
+        Value::from("numerically-approximate"),
+        "{authority:?}"
+    );
     let v = c.execute(&format!("VERIFY \"{}\"", q(&out))).unwrap();
     assert!(!v.fault, "VERIFY failed: {v:?}");
 

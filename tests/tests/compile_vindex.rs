@@ -45,6 +45,12 @@ fn compile_current_into_vindex_is_derived_gated_and_equivalent() {
     assert_eq!(index["authority"], "derived");
     assert_eq!(index["derived_from_model"], BASE_SHA);
     assert_eq!(index["applied_patches"], serde_json::json!([]));
+    // Nothing was edited: every object keeps the source's values and the profile is exact.
+    for (id, r) in index["representations"].as_object().unwrap() {
+        assert_eq!(r["fidelity"], "source-exact", "{id}");
+        assert!(r.get("changed").is_none(), "{id}");
+    }
+    assert_eq!(index["profiles"][0]["profile"], "exact");
 
     let v = c.execute(&format!("VERIFY \"{}\"", q(&out))).unwrap();
     assert!(!v.fault, "VERIFY failed: {v:?}");

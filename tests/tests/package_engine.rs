@@ -319,3 +319,26 @@ fn extract_projector_copies_and_declares_it_and_nothing_maps_it() {
         .unwrap_err();
     assert!(e.to_string().contains("FORMAT PACKAGE"), "{e}");
 }
+
+#[test]
+fn use_layers_on_something_other_than_a_package_says_layers_is_for_packages() {
+    let container =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vindex3/cases/valid-source-tied");
+    let gguf = lql_tests::default_model_path();
+    let c = Connection::open_in_memory().unwrap();
+    for (target, what) in [
+        (container.as_path(), "is a VINDEX3 container"),
+        (gguf.as_path(), "is a GGUF file"),
+    ] {
+        let e = c
+            .execute(&format!("USE {} LAYERS 0-0", q(target)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("LAYERS selects a stage of a layer package")
+                && e.contains(what)
+                && e.contains("USE it without LAYERS"),
+            "{e}"
+        );
+    }
+}

@@ -45,6 +45,9 @@ pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
             target: BindTarget::Catalogue(n),
             ..
         }) => bind_catalogue(cx, n),
+        LogicalPlan::Use(UsePlan {
+            layers: Some(_), ..
+        }) if !super::package::is_package(target) => Err(layers_need_a_package(target)),
         LogicalPlan::Use(UsePlan { layers, .. })
             if layers.is_some() || super::package::is_package(target) =>
         {
@@ -202,4 +205,21 @@ fn summary(cx: &Cx<'_>) -> Rows {
         ]);
     }
     rows
+}
+
+/// `USE "x" LAYERS a-b` where `x` is not a layer package: LAYERS selects a stage of a
+/// package (seed 000), so the refusal names what `x` is instead.
+fn layers_need_a_package(target: &str) -> Error {
+    use lql_storage::import::SourceFormat;
+    let what = match lql_storage::import::detect(Path::new(target)) {
+        Ok(SourceFormat::Vindex3) => "a VINDEX3 container",
+        Ok(SourceFormat::Gguf) => "a GGUF file",
+        Ok(SourceFormat::HfFolder) => "a Hugging Face folder",
+        Ok(SourceFormat::Package) => "a layer package",
+        Err(_) => "not a layer package (no model-package.json there)",
+    };
+    Error::semantic(format!(
+        "USE \"{target}\" LAYERS: LAYERS selects a stage of a layer package (a folder with \
+         model-package.json, or hf://…); \"{target}\" is {what}: USE it without LAYERS"
+    ))
 }

@@ -85,7 +85,7 @@ fn hex(d: impl AsRef<[u8]>) -> String {
 /// Errors only when either cannot be read at all; every finding is a row.
 pub fn verify_against(dir: &Path, source: &Path) -> Result<Vec<AgainstRow>> {
     let c = Container::load(dir)?;
-    let graph = c.require_graph()?.clone();
+    let graph = c.require_graph("VERIFY … AGAINST")?.clone();
     let comp = graph
         .components
         .iter()

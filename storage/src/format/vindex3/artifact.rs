@@ -209,7 +209,7 @@ pub struct ObjectDescription {
 /// headers only).
 pub fn describe_object(dir: &Path, object: &str) -> Result<ObjectDescription> {
     let c = Container::load(dir)?;
-    let g = c.require_graph()?;
+    let g = c.require_graph("DESCRIBE OBJECT")?;
     let o = g.objects.iter().find(|o| o.id == object).ok_or_else(|| {
         StorageError::Invalid(format!(
             "{}: no object {object:?}; objects: {:?}",
@@ -282,7 +282,7 @@ pub struct PrecisionRow {
 /// encodings and shapes, and the total over the baseline selection.
 pub fn precision(dir: &Path) -> Result<Vec<PrecisionRow>> {
     let c = Container::load(dir)?;
-    c.require_graph()?;
+    c.require_graph("PRECISION")?;
     let mut rows = Vec::new();
     let (mut total_w, mut total_b, mut total_known) = (0u64, 0u64, true);
     for (id, e) in &c.index.representations {

@@ -1,34 +1,50 @@
-//! COMPACT: rewrites a VINDEX3 container's storage while keeping its semantic identity.
+//! COMPACT: reorganises a VINDEX3 container's storage while keeping its semantic identity
+//! (seed 002 §5.7, §20: "same graph, same effective values, same answers").
 //!
-//! [`stage`] opens the container, re-writes the selected representation of every object
-//! (the one the first profile selects) through the EXTRACT writer into a staging directory
-//! beside it — keeping the container's authority and `derived_from_model` — and reports,
-//! one row per file: representations no profile selects (`discarded`, superseded), files
-//! under `segments/` nothing references (`discarded`, stray), every other file the index
-//! does not reference (`carried`, copied byte for byte to the same relative path), and the
-//! segments written (`written`). The caller checks the staged container's answers against
-//! the original's, then [`publish`]es it: `INTO "out"` renames it to an absent `out`; in
-//! place, the staging directory and the container are swapped in one `renameat2`
-//! (`RENAME_EXCHANGE`) and the old tree is removed — at every instant the container's
-//! path holds the old container or the new one, never a mix.
+//! [`stage`] builds the compacted container in a staging directory beside the source:
+//! - every file the container references is **kept** byte for byte: `index.json` itself,
+//!   and every file a string in `index.json`, the system graph or the MoE manifest names
+//!   (representation segments — whether or not a profile selects them —, capability files,
+//!   feature labels, bank segments, any field this build does not know). In place, a kept
+//!   file is hard-linked (the source tree goes away after the swap); `INTO` copies it, so
+//!   the output is independent of the source;
+//! - a file under `segments/` nothing references, and a `system_graph*.json` the index
+//!   does not name (the leftovers of an interrupted REPRESENT), is **discarded**, one
+//!   named row each;
+//! - every other file is **carried** (copied to the same relative path).
+//!
+//! Nothing is decoded or re-encoded, so an operand in an encoding this build cannot decode
+//! is carried as it is, a canonical container stays canonical, and unknown index and graph
+//! fields survive (the index is not rewritten). The staged copy is then checked: its
+//! `index.json` bytes equal the source's, every kept file has the source's size (and, when
+//! copied, its SHA-256), and it binds under every profile the source binds under. The
+//! caller may check answers too, then [`publish`]es it: `INTO "out"` renames it to an
+//! absent `out`; in place, the staging directory and the container are swapped in one
+//! `renameat2` (`RENAME_EXCHANGE`) and the old tree is removed — at every instant the
+//! container's path holds the old container or the new one, never a mix.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::index::{Authority, Vindex3Index};
-use super::reader::{open_model, Container};
-use super::writer::{extract_stamped, Derivation, ExtractProgress};
-use super::ExtractEncoding;
+use serde_json::Value;
+
+use super::index::{read_json, MAX_INDEX_BYTES};
+use super::reader::{open_model, open_model_profile, Container};
+use super::ExtractProgress;
 use crate::error::{Result, StorageError};
 use crate::model::Model;
+
+/// The size cap for the graph and MoE manifest documents scanned for file references.
+const MAX_REFERENCING_DOC_BYTES: u64 = 256 << 20;
 
 /// What COMPACT did with one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactRow {
-    /// `written`, `discarded` or `carried`.
+    /// `kept`, `discarded` or `carried`.
     pub action: &'static str,
-    /// `segment`, `superseded representation`, `stray segment file`, `unknown file`.
+    /// `index`, `graph`, `segment`, `capability file`, … for kept files; `stray segment
+    /// file`, `stale graph file` for discarded ones; `unknown file` for carried ones.
     pub kind: &'static str,
     /// Container-relative path.
     pub path: String,
@@ -36,13 +52,14 @@ pub struct CompactRow {
     pub detail: String,
 }
 
-/// A rewritten container waiting in its staging directory.
+/// A compacted container waiting in its staging directory.
 #[derive(Debug)]
 pub struct Staged {
     pub source: PathBuf,
     pub staging: PathBuf,
-    /// The container as it was opened (for the caller's equivalence check).
-    pub model: Model,
+    /// The container as it binds by default, when it binds (for the caller's answer
+    /// check); `None` when this build cannot bind it (its files are carried all the same).
+    pub model: Option<Model>,
     pub rows: Vec<CompactRow>,
 }
 
@@ -74,23 +91,111 @@ fn files(dir: &Path) -> Result<Vec<(String, u64)>> {
     Ok(out)
 }
 
-fn derivation(index: &Vindex3Index) -> Option<Derivation> {
-    match index.authority {
-        Authority::Canonical => None,
-        Authority::Derived => Some(Derivation {
-            derived_from_model: index.derived_from_model.clone().unwrap_or_default(),
-            applied_patches: index
-                .extra
-                .get("applied_patches")
-                .and_then(|v| v.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        }),
+/// The kind of a kept file, from the top-level field of the document that names it.
+fn referenced_kind(doc: &str, field: &str) -> &'static str {
+    match (doc, field) {
+        ("index.json", "system_graph") => "graph",
+        ("index.json", "moe_manifest") => "MoE manifest",
+        ("index.json", "representations") => "segment",
+        ("index.json", "capabilities") => "capability file",
+        ("index.json", "feature_labels") => "feature labels",
+        ("index.json", "segments") => "bank segment",
+        _ => "referenced file",
     }
+}
+
+/// Every string under `v` that names a file of `present`, with the top-level field and
+/// the path of the JSON value that names it (`representations["a@source"].segment`).
+fn find_references(
+    v: &Value,
+    at: &mut Vec<String>,
+    present: &BTreeMap<String, u64>,
+    out: &mut Vec<(String, String, String)>,
+) {
+    match v {
+        Value::String(s) => {
+            let rel = s.strip_prefix("./").unwrap_or(s);
+            if present.contains_key(rel) {
+                let field = at.first().cloned().unwrap_or_default();
+                out.push((rel.to_string(), field, at.concat()));
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                at.push(format!("[{i}]"));
+                find_references(x, at, present, out);
+                at.pop();
+            }
+        }
+        Value::Object(m) => {
+            for (k, x) in m {
+                let step = if at.is_empty() {
+                    k.clone()
+                } else if k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    format!(".{k}")
+                } else {
+                    format!("[{k:?}]")
+                };
+                at.push(step);
+                find_references(x, at, present, out);
+                at.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Each file the container references: path → (kind, where it is named). `index.json`
+/// is scanned, then the graph and the MoE manifest it names.
+fn references(
+    dir: &Path,
+    c: &Container,
+    present: &BTreeMap<String, u64>,
+) -> Result<BTreeMap<String, (&'static str, String)>> {
+    let mut found = Vec::new();
+    let index = read_json(&dir.join("index.json"), MAX_INDEX_BYTES)?;
+    find_references(&index, &mut Vec::new(), present, &mut found);
+    let mut out: BTreeMap<String, (&'static str, String)> = BTreeMap::new();
+    let mut note = |doc: &str, found: Vec<(String, String, String)>| {
+        for (rel, field, at) in found {
+            out.entry(rel).or_insert_with(|| {
+                (
+                    referenced_kind(doc, &field),
+                    format!("{doc} names it at {at}"),
+                )
+            });
+        }
+    };
+    note("index.json", found);
+    for rel in [&c.index.system_graph, &c.index.moe_manifest]
+        .into_iter()
+        .flatten()
+    {
+        let rel = rel.strip_prefix("./").unwrap_or(rel);
+        if !present.contains_key(rel) {
+            continue;
+        }
+        let path = super::index::resolve(dir, rel, "referenced document")?;
+        let doc = read_json(&path, MAX_REFERENCING_DOC_BYTES)?;
+        let mut found = Vec::new();
+        find_references(&doc, &mut Vec::new(), present, &mut found);
+        note(rel, found);
+    }
+    Ok(out)
+}
+
+/// Every file path a string of the index names as a representation segment, capability,
+/// graph or manifest, present or not (a referenced file that is absent is refused).
+fn required_files(c: &Container) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    out.extend(c.index.system_graph.clone());
+    out.extend(c.index.moe_manifest.clone());
+    out.extend(c.index.representations.values().map(|r| r.segment.clone()));
+    out.extend(c.index.capabilities.values().map(|e| e.file.clone()));
+    out.extend(c.index.feature_labels.as_ref().map(|l| l.segment.clone()));
+    out.into_iter()
+        .map(|p| p.strip_prefix("./").map(String::from).unwrap_or(p))
+        .collect()
 }
 
 /// A sibling path of `dir` named `.{name}.{what}-{pid}-{nanos}` (the staging name of a
@@ -112,115 +217,163 @@ pub fn sibling(dir: &Path, what: &str) -> Result<PathBuf> {
     Ok(parent.join(format!(".{name}.{what}-{}-{nanos}", std::process::id())))
 }
 
-/// Rewrites the container at `dir` into a staging directory beside it.
+/// How a kept file reaches the staging directory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Hard link (falling back to a copy where the file system refuses): for an in-place
+    /// COMPACT, whose source tree is removed after the swap.
+    Link,
+    /// A copy: for `INTO "out"`, an artifact independent of its source.
+    Copy,
+}
+
+/// Put `rel` of `from` at the same path under `to`; returns whether it was linked.
+fn place(from: &Path, to: &Path, rel: &str, how: Placement) -> Result<bool> {
+    let (src, dst) = (from.join(rel), to.join(rel));
+    if let Some(p) = dst.parent() {
+        std::fs::create_dir_all(p).map_err(|e| StorageError::io(p, e))?;
+    }
+    if how == Placement::Link && std::fs::hard_link(&src, &dst).is_ok() {
+        return Ok(true);
+    }
+    // Inside the unpublished staging directory: a plain copy, synced.
+    std::fs::copy(&src, &dst).map_err(|e| StorageError::io(&dst, e))?;
+    std::fs::File::open(&dst)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| StorageError::io(&dst, e))?;
+    Ok(false)
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let (mut f, _) = crate::fsutil::open_regular(path, "file")?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let k = f.read(&mut buf).map_err(|e| StorageError::io(path, e))?;
+        if k == 0 {
+            break;
+        }
+        h.update(&buf[..k]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The profile names `index.json` declares (for the binding check).
+fn profile_names(c: &Container) -> Vec<String> {
+    c.index
+        .profiles
+        .iter()
+        .filter_map(|p| p.get("profile").and_then(|n| n.as_str()).map(String::from))
+        .collect()
+}
+
+/// Compacts the container at `dir` into a staging directory beside it.
 pub fn stage(
     dir: &Path,
+    how: Placement,
     progress: &mut dyn FnMut(ExtractProgress),
     cancel: &AtomicBool,
 ) -> Result<Staged> {
     let c = Container::load(dir)?;
-    let model = open_model(dir)?;
-    let graph = c.require_graph()?;
-    let selected: BTreeSet<String> = graph
-        .objects
-        .iter()
-        .filter_map(|o| c.selected_representation(&o.id))
-        .collect();
-    let mut referenced: BTreeSet<String> = BTreeSet::from(["index.json".to_string()]);
-    if let Some(g) = &c.index.system_graph {
-        referenced.insert(g.clone());
-    }
-    for cap in c.index.capabilities.values() {
-        referenced.insert(cap.file.clone());
-    }
-    let mut rows = Vec::new();
-    let mut superseded = BTreeSet::new();
-    for (id, r) in &c.index.representations {
-        if selected.contains(id) {
-            referenced.insert(r.segment.clone());
-        } else {
-            superseded.insert(r.segment.clone());
+    let present: BTreeMap<String, u64> = files(dir)?.into_iter().collect();
+    for rel in required_files(&c) {
+        if !present.contains_key(&rel) {
+            return Err(StorageError::Invalid(format!(
+                "{}: index.json references {rel}, which is absent; COMPACT keeps every \
+                 referenced file and changed nothing",
+                dir.display()
+            )));
         }
     }
-    for (id, r) in &c.index.representations {
-        if !selected.contains(id) && !referenced.contains(&r.segment) {
-            rows.push(CompactRow {
-                action: "discarded",
-                kind: "superseded representation",
-                path: r.segment.clone(),
-                bytes: r.segment_bytes.unwrap_or(r.payload_bytes),
-                detail: format!("{id} ({}): no profile selects it", r.encoding),
-            });
-        }
-    }
-    let mut carried = Vec::new();
-    for (rel, bytes) in files(dir)? {
-        if referenced.contains(&rel) || superseded.contains(&rel) {
-            continue;
-        }
-        if rel.starts_with("segments/") {
-            rows.push(CompactRow {
-                action: "discarded",
-                kind: "stray segment file",
-                path: rel,
-                bytes,
-                detail: "no representation references it".into(),
-            });
-        } else {
-            carried.push((rel, bytes));
-        }
-    }
+    let mut kept = references(dir, &c, &present)?;
+    kept.insert(
+        "index.json".into(),
+        ("index", "the container's root document".into()),
+    );
+    let model = open_model(dir).ok();
+    let selected = Selected::of(&c);
 
     let staging = sibling(dir, "compacting")?;
-    extract_stamped(
-        &model,
-        &staging,
-        ExtractEncoding::Source,
-        derivation(&c.index).as_ref(),
-        progress,
-        cancel,
-    )?;
-    let carry = || -> Result<()> {
-        for (rel, _) in &carried {
-            let to = staging.join(rel);
-            if to.exists() {
-                return Err(StorageError::Invalid(format!(
-                    "{rel}: an unknown file collides with a file COMPACT writes"
-                )));
+    std::fs::create_dir(&staging).map_err(|e| StorageError::io(&staging, e))?;
+    let total: u64 = present.values().sum();
+    let mut done = 0u64;
+    let mut rows = Vec::new();
+    let mut copied = Vec::new();
+    let mut fill = || -> Result<()> {
+        for (rel, &bytes) in &present {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(StorageError::Interrupted {
+                    what: format!("{}: COMPACT at {rel}", dir.display()),
+                });
             }
-            if let Some(p) = to.parent() {
-                std::fs::create_dir_all(p).map_err(|e| StorageError::io(p, e))?;
+            if let Some((kind, why)) = kept.get(rel) {
+                // index.json is always copied: it is the one file a later REPRESENT
+                // replaces (by rename, never in place, but a copy costs nothing).
+                let how = if rel == "index.json" {
+                    Placement::Copy
+                } else {
+                    how
+                };
+                if !place(dir, &staging, rel, how)? {
+                    copied.push(rel.clone());
+                }
+                rows.push(CompactRow {
+                    action: "kept",
+                    kind,
+                    path: rel.clone(),
+                    bytes,
+                    detail: selected.detail(&c, rel, why),
+                });
+            } else if rel.starts_with("segments/") {
+                rows.push(CompactRow {
+                    action: "discarded",
+                    kind: "stray segment file",
+                    path: rel.clone(),
+                    bytes,
+                    detail: "nothing index.json, the graph or the manifest names references it"
+                        .into(),
+                });
+            } else if !rel.contains('/')
+                && rel.starts_with("system_graph")
+                && rel.ends_with(".json")
+            {
+                rows.push(CompactRow {
+                    action: "discarded",
+                    kind: "stale graph file",
+                    path: rel.clone(),
+                    bytes,
+                    detail: "a graph index.json does not name (left by an interrupted REPRESENT)"
+                        .into(),
+                });
+            } else {
+                place(dir, &staging, rel, Placement::Copy)?;
+                copied.push(rel.clone());
+                rows.push(CompactRow {
+                    action: "carried",
+                    kind: "unknown file",
+                    path: rel.clone(),
+                    bytes,
+                    detail: "not referenced by the index; copied byte for byte".into(),
+                });
             }
-            // Inside the unpublished staging directory: a plain copy, synced.
-            std::fs::copy(dir.join(rel), &to).map_err(|e| StorageError::io(&to, e))?;
-            std::fs::File::open(&to)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| StorageError::io(&to, e))?;
+            done += bytes;
+            progress(ExtractProgress {
+                object: String::new(),
+                tensor: rel.clone(),
+                tensors_done: rows.len(),
+                tensors_total: present.len(),
+                bytes_done: done,
+                bytes_total: total,
+            });
         }
-        crate::fsutil::sync_dir(&staging)
+        crate::fsutil::sync_dir(&staging)?;
+        check_identity(dir, &staging, &c, &kept, &copied)
     };
-    if let Err(e) = carry() {
+    if let Err(e) = fill() {
         let _ = std::fs::remove_dir_all(&staging);
         return Err(e);
-    }
-    for (rel, bytes) in carried {
-        rows.push(CompactRow {
-            action: "carried",
-            kind: "unknown file",
-            path: rel,
-            bytes,
-            detail: "not referenced by the index; copied byte for byte".into(),
-        });
-    }
-    let written = Container::load(&staging)?;
-    for (id, r) in &written.index.representations {
-        rows.push(CompactRow {
-            action: "written",
-            kind: "segment",
-            path: r.segment.clone(),
-            bytes: r.segment_bytes.unwrap_or(r.payload_bytes),
-            detail: format!("{id} ({}, {} tensors)", r.encoding, r.tensor_count),
-        });
     }
     Ok(Staged {
         source: dir.to_path_buf(),
@@ -228,6 +381,98 @@ pub fn stage(
         model,
         rows,
     })
+}
+
+/// Which representations the baseline and the profiles select (for the report).
+struct Selected {
+    baseline: BTreeSet<String>,
+    profiles: BTreeSet<String>,
+}
+
+impl Selected {
+    fn of(c: &Container) -> Selected {
+        let baseline = c
+            .graph
+            .iter()
+            .flat_map(|g| g.objects.iter())
+            .filter_map(|o| c.selected_representation(&o.id))
+            .collect();
+        let mut profiles = BTreeSet::new();
+        for name in profile_names(c) {
+            if let Ok(sel) = c.selection(Some(&name)) {
+                profiles.extend(sel.into_values());
+            }
+        }
+        Selected { baseline, profiles }
+    }
+
+    /// The detail of a kept file: where it is named, and for a representation what
+    /// selects it (kept either way: the index references it, §5.7).
+    fn detail(&self, c: &Container, rel: &str, why: &str) -> String {
+        let rep = c
+            .index
+            .representations
+            .iter()
+            .find(|(_, r)| r.segment.strip_prefix("./").unwrap_or(&r.segment) == rel);
+        match rep {
+            Some((id, r)) => {
+                let by = if self.baseline.contains(id) {
+                    "selected by the baseline"
+                } else if self.profiles.contains(id) {
+                    "selected by a profile"
+                } else {
+                    "selected by no profile, kept because the index references it"
+                };
+                format!("{id} ({}): {why}; {by}", r.encoding)
+            }
+            None => why.to_string(),
+        }
+    }
+}
+
+/// The staged copy is the source's identity: the same `index.json` bytes, every kept file
+/// the same size (a copied one the same SHA-256), and it binds under every profile the
+/// source binds under.
+fn check_identity(
+    dir: &Path,
+    staging: &Path,
+    c: &Container,
+    kept: &BTreeMap<String, (&'static str, String)>,
+    copied: &[String],
+) -> Result<()> {
+    let fail = |what: String| {
+        StorageError::Internal(format!(
+            "COMPACT identity check failed for {}: {what}; the container is unchanged",
+            dir.display()
+        ))
+    };
+    for rel in kept.keys() {
+        let a = std::fs::metadata(dir.join(rel)).map_err(|e| StorageError::io(dir.join(rel), e))?;
+        let b = std::fs::metadata(staging.join(rel))
+            .map_err(|e| StorageError::io(staging.join(rel), e))?;
+        if a.len() != b.len() {
+            return Err(fail(format!("{rel} is {} bytes, was {}", b.len(), a.len())));
+        }
+    }
+    for rel in copied.iter().filter(|r| kept.contains_key(*r)) {
+        if sha256_file(&dir.join(rel))? != sha256_file(&staging.join(rel))? {
+            return Err(fail(format!("{rel}: the copy's bytes differ")));
+        }
+    }
+    let mut selections: Vec<Option<String>> = vec![None];
+    selections.extend(profile_names(c).into_iter().map(Some));
+    for p in selections {
+        if open_model_profile(dir, p.as_deref()).is_ok() {
+            if let Err(e) = open_model_profile(staging, p.as_deref()) {
+                return Err(fail(format!(
+                    "it no longer binds{}: {e}",
+                    p.map(|p| format!(" under profile {p:?}"))
+                        .unwrap_or_default()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Removes a staged rewrite that will not be published.

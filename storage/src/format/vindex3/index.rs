@@ -108,7 +108,7 @@ pub struct Vindex3Index {
 pub enum ContainerShape {
     /// `system_graph.json` + plain tensor-table segments.
     Graph,
-    /// `moe_manifest.json` + LYRW v2 bank files (recognised; not executable yet).
+    /// `moe_manifest.json` + LYRW v2 bank files (executed through [`super::bank_reader`]).
     Bank,
 }
 

@@ -78,7 +78,7 @@ pub struct ContainerStats {
 /// SHOW COMPONENTS.
 pub fn show_components(dir: &Path) -> Result<Vec<ComponentRow>> {
     let c = Container::load(dir)?;
-    let g = c.require_graph()?;
+    let g = c.require_graph("SHOW COMPONENTS")?;
     Ok(g.components
         .iter()
         .map(|comp| ComponentRow {
@@ -105,7 +105,7 @@ pub fn show_components(dir: &Path) -> Result<Vec<ComponentRow>> {
 /// SHOW REPRESENTATIONS.
 pub fn show_representations(dir: &Path) -> Result<Vec<RepresentationRow>> {
     let c = Container::load(dir)?;
-    c.require_graph()?;
+    c.require_graph("SHOW REPRESENTATIONS")?;
     Ok(c.index
         .representations
         .iter()
@@ -129,7 +129,7 @@ pub fn show_tensors(dir: &Path) -> Result<Vec<TensorRow>> {
     if c.shape == ContainerShape::Bank {
         return bank_regions(&c);
     }
-    c.require_graph()?;
+    c.require_graph("SHOW TENSORS")?;
     let mut rows = Vec::new();
     for (id, e) in &c.index.representations {
         let path = resolve(dir, &e.segment, "representations.segment")?;
@@ -293,7 +293,7 @@ pub fn stats(dir: &Path) -> Result<ContainerStats> {
     if c.shape == ContainerShape::Bank {
         return bank_stats(&c);
     }
-    let g = c.require_graph()?;
+    let g = c.require_graph("STATS")?;
     let file_len = |rel: &str| {
         resolve(dir, rel, "file")
             .ok()

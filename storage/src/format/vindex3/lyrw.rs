@@ -1,6 +1,7 @@
 //! LYRW v2 bank files (seed 002 §6), the segments of the transitional bank shape: a
-//! structural reader for inspection and VERIFY. Bank containers are not executed by this
-//! build; their files are parsed under hostile-input limits and their region tables shown.
+//! structural reader for inspection, VERIFY and binding: the files are parsed under
+//! hostile-input limits, their region tables shown, and [`super::bank_reader`] maps the
+//! regions it validated for execution.
 //!
 //! Layout read (all little-endian; table order as §6.1–§6.4 lists them):
 //! ```text

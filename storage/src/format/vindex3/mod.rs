@@ -18,8 +18,9 @@
 //!
 //! Layout decisions (documented once, here):
 //! - **Alignment.** The payload starts on a [`ALIGN`]-byte (32) boundary of the file (the
-//!   header is padded with spaces; 32 satisfies the spec's 16) and every tensor starts on a
-//!   32-byte boundary of the payload, so f32/f16 operands can be reinterpreted zero-copy
+//!   header is padded with spaces; seed 002 fixes no alignment for tensor-table segments —
+//!   its 64-byte rule is for LYRW regions, §6) and every tensor starts on a 32-byte
+//!   boundary of the payload, so f32/f16 operands can be reinterpreted zero-copy
 //!   and loaded with aligned AVX loads. When a tensor's length is not a multiple of 32 the
 //!   gap before the next tensor is zero-filled. Readers accept any tensor offset.
 //! - **Hashes.** `payload_sha256` is the SHA-256 of the tensors' bytes concatenated in table

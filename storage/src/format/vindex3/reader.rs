@@ -84,9 +84,12 @@ impl Container {
         atomic::sync_dir(&self.dir)
     }
 
-    /// The graph, or the refusal for a bank-shape container.
-    pub fn require_graph(&self) -> Result<&SystemGraph> {
-        self.graph.as_ref().ok_or_else(|| bank_refusal(&self.dir))
+    /// The graph, or the refusal of `what` (an operation that reads the graph) on a
+    /// bank-shape container.
+    pub fn require_graph(&self, what: &str) -> Result<&SystemGraph> {
+        self.graph
+            .as_ref()
+            .ok_or_else(|| bank_refusal(&self.dir, what))
     }
 
     /// The representation id the default selection (every region set's baseline variant)
@@ -112,7 +115,7 @@ impl Container {
         };
         let v = set.variants.get(&wanted).ok_or_else(|| {
             StorageError::Invalid(format!(
-                "{}: {} selects variant {wanted:?} of region set {object}, which is not                  present; present: {:?} (a profile selects present variants only)",
+                "{}: {} selects variant {wanted:?} of region set {object}, which is not present; present: {:?} (a profile selects present variants only)",
                 self.dir.display(),
                 match profile {
                     Some(p) => format!("profile {p:?}"),
@@ -123,7 +126,7 @@ impl Container {
         })?;
         if !self.index.representations.contains_key(&v.representation) {
             return Err(StorageError::Invalid(format!(
-                "{}: variant {wanted:?} of region set {object} names representation {}, which                  index.json does not record",
+                "{}: variant {wanted:?} of region set {object} names representation {}, which index.json does not record",
                 self.dir.display(),
                 v.representation
             )));
@@ -137,7 +140,7 @@ impl Container {
         if let Some(p) = profile {
             variants::profile(&self.dir, &self.index, p)?;
         }
-        let g = self.require_graph()?;
+        let g = self.require_graph("a profile selection")?;
         let mut out = BTreeMap::new();
         for o in g.objects.iter().filter(|o| o.tied_to.is_none()) {
             out.insert(o.id.clone(), self.resolve_variant(&o.id, profile)?);
@@ -204,10 +207,11 @@ fn check_unique_ids(dir: &Path, g: &SystemGraph) -> Result<()> {
     Ok(())
 }
 
-fn bank_refusal(dir: &Path) -> StorageError {
+fn bank_refusal(dir: &Path, what: &str) -> StorageError {
     StorageError::Unsupported(format!(
-        "not supported yet: VINDEX3 bank shape (moe_manifest.json + LYRW v2 bank files) at {}; \
-         it is recognised but cannot be executed by this build — re-encode it to the graph shape",
+        "not supported yet: {what} on a VINDEX3 bank-shape container ({}): it reads the \
+         system graph, which the bank shape (moe_manifest.json + LYRW v2 bank files) does \
+         not have; USE executes a bank container and VERIFY, STATS and SHOW TENSORS read it",
         dir.display()
     ))
 }
@@ -299,7 +303,7 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
         }
         return super::bank_reader::open(&c);
     }
-    let graph = c.require_graph()?;
+    let graph = c.require_graph("binding the graph shape")?;
     if graph.components.len() != 1 || graph.components[0].id != TEXT_COMPONENT {
         let ids: Vec<&str> = graph.components.iter().map(|c| c.id.as_str()).collect();
         return Err(StorageError::Unsupported(format!(
@@ -399,7 +403,11 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
             if unreadable
                 .insert(
                     key,
-                    format!("{} (tensor {:?}, segment {})", t.dtype, t.name, m.rel),
+                    format!(
+                        "{key}: unknown encoding {:?} (tensor {:?}, object {}, segment {}); \
+                         preserved, but this build cannot decode it",
+                        t.dtype, t.name, b.object, m.rel
+                    ),
                 )
                 .is_some()
                 || operands.contains_key(&key)
@@ -443,7 +451,7 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
         tokenizer,
         operands,
         backings,
-        absent: Default::default(),
+        absent: unreadable,
         overlays: Default::default(),
         uninterpreted: None,
     };

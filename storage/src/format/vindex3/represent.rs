@@ -122,7 +122,7 @@ pub fn represent(
     }
     // The baseline binding: what the new representations are computed from.
     let model = super::reader::open_model(dir)?;
-    let graph = c.require_graph()?.clone();
+    let graph = c.require_graph("REPRESENT")?.clone();
     let comp = graph
         .components
         .iter()
@@ -354,7 +354,7 @@ fn write_all(
     }
 
     // The catalogue, the graph and a profile selecting the new variants.
-    let mut graph = c.require_graph()?.clone();
+    let mut graph = c.require_graph("REPRESENT")?.clone();
     let catalogue = c
         .index
         .variants

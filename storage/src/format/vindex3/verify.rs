@@ -85,10 +85,22 @@ pub fn verify(dir: &Path) -> Result<Vec<VerifyRow>> {
     if c.shape == ContainerShape::Bank {
         return Ok(verify_bank(&c));
     }
-    c.require_graph()?;
+    c.require_graph("VERIFY")?;
     let mut rows = Vec::new();
-    if let (Some(rel), Some(want)) = (&c.index.system_graph, &c.index.system_graph_sha256) {
-        rows.push(resolved_file_row(dir, "graph", rel, "system_graph", want));
+    match (&c.index.system_graph, &c.index.system_graph_sha256) {
+        (Some(rel), Some(want)) => {
+            rows.push(resolved_file_row(dir, "graph", rel, "system_graph", want))
+        }
+        (Some(rel), None) => rows.push(VerifyRow {
+            object: "graph".into(),
+            representation: rel.clone(),
+            encoding: String::new(),
+            status: VerifyStatus::Unverified,
+            expected: String::new(),
+            actual: String::new(),
+            detail: format!("{rel}: index.json records no system_graph_sha256 to check it against"),
+        }),
+        (None, _) => {}
     }
     for (id, e) in &c.index.representations {
         crate::interrupt::check(|| format!("{}: representation {id}", dir.display()))?;
@@ -112,6 +124,20 @@ pub fn verify(dir: &Path) -> Result<Vec<VerifyRow>> {
             "feature_labels.segment",
             &l.sha256,
         ));
+    }
+    if !rows.iter().any(|r| r.status != VerifyStatus::Unverified) {
+        // Nothing was compared with a recorded hash: that is not a verified container.
+        rows.push(VerifyRow {
+            object: "container".into(),
+            representation: "index.json".into(),
+            encoding: String::new(),
+            status: VerifyStatus::Failed,
+            expected: String::new(),
+            actual: String::new(),
+            detail: "the container records no hash (no representation, graph, capability or \
+                     labels sha256): nothing could be verified"
+                .into(),
+        });
     }
     Ok(rows)
 }

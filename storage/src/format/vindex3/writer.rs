@@ -7,7 +7,7 @@
 //! `index.json`, all inside a temporary sibling directory renamed to the target last
 //! (see the module docs of [`super`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,6 +98,26 @@ pub fn extract_cancellable(
     extract_stamped(model, out, encoding, None, progress, cancel)
 }
 
+/// The written container, still under its temporary name, re-opened as a reader would:
+/// every operand its execution surface requires present with its shape (§17.4: closure
+/// is enforced at encode). A failure leaves nothing at `out`.
+fn check_closes(tmp: &Path, out: &Path) -> Result<()> {
+    let model = super::reader::open_model(tmp).map_err(|e| {
+        StorageError::Internal(format!(
+            "EXTRACT to {}: the written container does not close, nothing was published: {e}",
+            out.display()
+        ))
+    })?;
+    if let Some((key, why)) = model.absent.iter().next() {
+        return Err(StorageError::Internal(format!(
+            "EXTRACT to {}: the written container leaves out {key} ({why}); nothing was \
+             published",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Provenance of a container COMPILE derives from a model state (seed 002 §5.2, §9.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Derivation {
@@ -105,7 +125,15 @@ pub struct Derivation {
     pub derived_from_model: String,
     /// SHA-256 of each applied patch, in application order.
     pub applied_patches: Vec<String>,
+    /// The logical objects whose effective values differ from the base's (an edit touched
+    /// them). Their decode is not the source's values, so they are recorded
+    /// `numerically-approximate` — never `source-exact` or `source-equivalent` — with
+    /// `"changed": "edited state"`, and the profile is named `edited`, never `exact`.
+    pub changed_objects: BTreeSet<String>,
 }
+
+/// The representation field that marks an object whose values an edit changed.
+pub const CHANGED_FIELD: &str = "changed";
 
 /// [`extract_cancellable`] that stamps the container `authority: derived` with
 /// `derived_from_model` and the applied patches when `derivation` is given.
@@ -118,6 +146,15 @@ pub fn extract_stamped(
     cancel: &AtomicBool,
 ) -> Result<ExtractReport> {
     let started = Instant::now();
+    // An operand the binding could not decode cannot be re-encoded or carried through the
+    // model: refused before anything is written (§17.4 closure).
+    if let Some((key, why)) = model.absent.iter().next() {
+        return Err(StorageError::Unsupported(format!(
+            "not supported yet: EXTRACT of a model with an operand this build left out \
+             ({} in all; first {key}: {why}); nothing was written",
+            model.absent.len()
+        )));
+    }
     let tmp = atomic::claim_target(out)?;
     let mut counter = Counter {
         progress,
@@ -127,7 +164,9 @@ pub fn extract_stamped(
         bytes_done: 0,
         bytes_total: model.operands.values().map(|o| o.len as u64).sum(),
     };
-    match write_container(model, &tmp, encoding, derivation, &mut counter) {
+    let written = write_container(model, &tmp, encoding, derivation, &mut counter)
+        .and_then(|w| check_closes(&tmp, out).map(|()| w));
+    match written {
         Ok((objects, tensors, payload_bytes)) => {
             if let Err(e) = atomic::publish_dir(&tmp, out) {
                 let _ = std::fs::remove_dir_all(&tmp);
@@ -637,6 +676,14 @@ fn write_container(
         if let Some(floor) = provenance.floor.get(object) {
             w.entry.fidelity = super::variants::weaker(&w.entry.fidelity, floor).to_string();
         }
+        let changed = derivation.is_some_and(|d| d.changed_objects.contains(object));
+        if changed {
+            w.entry.fidelity =
+                super::variants::weaker(&w.entry.fidelity, "numerically-approximate").to_string();
+            w.entry
+                .extra
+                .insert(CHANGED_FIELD.into(), json!("edited state"));
+        }
         let level = super::variants::fidelity_rank(&w.entry.fidelity).unwrap_or(2) as u8;
         weakest = weakest.max(level);
         payload_total += w.entry.payload_bytes;
@@ -751,7 +798,13 @@ fn write_container(
         // The profile carries no authority claim (it is derived from its selections); a
         // lossy extract is never named `exact`.
         profiles: vec![json!({
-            "profile": if weakest <= 1 { "exact" } else { "compact-approximate" },
+            "profile": if derivation.is_some_and(|d| !d.changed_objects.is_empty()) {
+                "edited"
+            } else if weakest <= 1 {
+                "exact"
+            } else {
+                "compact-approximate"
+            },
             "select": select,
         })],
         variants: Value::Object(variants),
