@@ -31,6 +31,7 @@ use serde_json::Value;
 
 use super::index::{read_json, MAX_INDEX_BYTES};
 use super::reader::{open_model, open_model_profile, Container};
+use super::verify::hash_file;
 use super::ExtractProgress;
 use crate::error::{Result, StorageError};
 use crate::model::Model;
@@ -244,22 +245,6 @@ fn place(from: &Path, to: &Path, rel: &str, how: Placement) -> Result<bool> {
     Ok(false)
 }
 
-fn sha256_file(path: &Path) -> Result<String> {
-    use sha2::Digest;
-    use std::io::Read;
-    let (mut f, _) = crate::fsutil::open_regular(path, "file")?;
-    let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let k = f.read(&mut buf).map_err(|e| StorageError::io(path, e))?;
-        if k == 0 {
-            break;
-        }
-        h.update(&buf[..k]);
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// The profile names `index.json` declares (for the binding check).
 fn profile_names(c: &Container) -> Vec<String> {
     c.index
@@ -369,7 +354,7 @@ pub fn stage(
             });
         }
         crate::fsutil::sync_dir(&staging)?;
-        check_identity(dir, &staging, &c, &kept, &copied)
+        check_identity(dir, &staging, &c, model.is_some(), &kept, &copied)
     };
     if let Err(e) = fill() {
         let _ = std::fs::remove_dir_all(&staging);
@@ -437,6 +422,7 @@ fn check_identity(
     dir: &Path,
     staging: &Path,
     c: &Container,
+    source_binds: bool,
     kept: &BTreeMap<String, (&'static str, String)>,
     copied: &[String],
 ) -> Result<()> {
@@ -455,14 +441,19 @@ fn check_identity(
         }
     }
     for rel in copied.iter().filter(|r| kept.contains_key(*r)) {
-        if sha256_file(&dir.join(rel))? != sha256_file(&staging.join(rel))? {
+        if hash_file(&dir.join(rel))? != hash_file(&staging.join(rel))? {
             return Err(fail(format!("{rel}: the copy's bytes differ")));
         }
     }
     let mut selections: Vec<Option<String>> = vec![None];
     selections.extend(profile_names(c).into_iter().map(Some));
     for p in selections {
-        if open_model_profile(dir, p.as_deref()).is_ok() {
+        // The default binding of the source was opened by `stage` already.
+        let binds = match &p {
+            None => source_binds,
+            Some(name) => open_model_profile(dir, Some(name)).is_ok(),
+        };
+        if binds {
             if let Err(e) = open_model_profile(staging, p.as_deref()) {
                 return Err(fail(format!(
                     "it no longer binds{}: {e}",

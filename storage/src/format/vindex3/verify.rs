@@ -53,7 +53,8 @@ fn hex(d: impl AsRef<[u8]>) -> String {
     d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn hash_file(path: &Path) -> Result<(String, u64)> {
+/// SHA-256 (hex) and length of the regular file at `path`, streamed.
+pub(super) fn hash_file(path: &Path) -> Result<(String, u64)> {
     let (mut f, _) = crate::fsutil::open_regular(path, "file")?;
     hash_open(path, &mut f)
 }
