@@ -47,7 +47,9 @@ pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
         }) => bind_catalogue(cx, n),
         LogicalPlan::Use(UsePlan {
             layers: Some(_), ..
-        }) if !super::package::is_package(target) => Err(layers_need_a_package(target)),
+        }) if !super::package::is_package(target) && is_another_format(target) => {
+            Err(layers_need_a_package(target))
+        }
         LogicalPlan::Use(UsePlan { layers, .. })
             if layers.is_some() || super::package::is_package(target) =>
         {
@@ -207,8 +209,15 @@ fn summary(cx: &Cx<'_>) -> Rows {
     rows
 }
 
-/// `USE "x" LAYERS a-b` where `x` is not a layer package: LAYERS selects a stage of a
-/// package (seed 000), so the refusal names what `x` is instead.
+/// Whether `target` is a model file or folder of a format other than a layer package.
+/// Anything else under LAYERS goes to the package binder, whose seed checks
+/// (`manifest_present` …) name what is missing.
+fn is_another_format(target: &str) -> bool {
+    lql_storage::import::detect(Path::new(target)).is_ok()
+}
+
+/// `USE "x" LAYERS a-b` where `x` is a model of another format: LAYERS selects a stage of
+/// a layer package (seed 000), so the refusal names what `x` is instead.
 fn layers_need_a_package(target: &str) -> Error {
     use lql_storage::import::SourceFormat;
     let what = match lql_storage::import::detect(Path::new(target)) {
@@ -216,7 +225,7 @@ fn layers_need_a_package(target: &str) -> Error {
         Ok(SourceFormat::Gguf) => "a GGUF file",
         Ok(SourceFormat::HfFolder) => "a Hugging Face folder",
         Ok(SourceFormat::Package) => "a layer package",
-        Err(_) => "not a layer package (no model-package.json there)",
+        Err(_) => "not a model this build recognises",
     };
     Error::semantic(format!(
         "USE \"{target}\" LAYERS: LAYERS selects a stage of a layer package (a folder with \
