@@ -458,7 +458,7 @@ impl From<lql_storage::StorageError> for Error {
         let kind = match &e {
             S::Io { .. } => ErrorKind::Io,
             S::Format { .. } | S::Tensor { .. } | S::Invalid(_) => ErrorKind::Format,
-            S::Catalogue { .. } => ErrorKind::Io,
+            S::Catalogue { .. } | S::Fetch { .. } => ErrorKind::Io,
             S::Unsupported(_) => ErrorKind::Unsupported,
             S::MissingOperand { .. } => ErrorKind::Semantic,
             S::Internal(_) => ErrorKind::Internal,

@@ -305,7 +305,10 @@ impl Binder {
                     Some(c)
                         if matches!(
                             s.what.value,
-                            ShowWhat::Representations | ShowWhat::Profiles | ShowWhat::Components
+                            ShowWhat::Representations
+                                | ShowWhat::Profiles
+                                | ShowWhat::Components
+                                | ShowWhat::Package
                         ) =>
                     {
                         Some(path(c, "container path")?)
@@ -313,7 +316,7 @@ impl Binder {
                     Some(c) => {
                         return Err(PlanError::semantic(
                             format!(
-                                "SHOW {} takes no container (SHOW REPRESENTATIONS, PROFILES and COMPONENTS do)",
+                                "SHOW {} takes no container (SHOW REPRESENTATIONS, PROFILES, COMPONENTS and PACKAGE do)",
                                 s.what.value
                             ),
                             c.span,
@@ -333,7 +336,7 @@ impl Binder {
                 {
                     self.model()?;
                 }
-                if s.what.value == ShowWhat::Package {
+                if s.what.value == ShowWhat::Package && container.is_none() {
                     self.package_stage("SHOW PACKAGE")?;
                 }
                 LogicalPlan::Show(ShowPlan {

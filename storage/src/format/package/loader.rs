@@ -221,6 +221,21 @@ fn hash(s: &Selected, manifest_sha: &str, verify: &VerifyMode) -> Result<Option<
     }
 }
 
+/// Metadata-only inspection (seed 000, "Consumer Validation"): the manifest, validated,
+/// and the shared metadata fragment checked (and hashed under `verify`); no layer range.
+pub fn open_metadata(
+    dir: &Path,
+    verify: &VerifyMode,
+) -> Result<(manifest::LoadedManifest, Selected)> {
+    let loaded = manifest::read(dir)?;
+    validate::manifest(&loaded.manifest)?;
+    let mut s = check(dir, "metadata", None, &loaded.manifest.shared.metadata)?;
+    s.verified = hash(&s, &loaded.sha256, verify)?;
+    // It must be the GGUF it claims to be.
+    GgufFile::open(&s.file)?;
+    Ok((loaded, s))
+}
+
 impl PackageModel {
     /// The selected artifacts' repository-relative paths, in selection order.
     pub fn selected_paths(&self) -> Vec<&str> {

@@ -10,7 +10,9 @@
 //! - [`writer`]: slicing a GGUF into fragments and writing the package (manifest last).
 //! - [`integrity`]: SHA-256 of artifacts and the checksum cache.
 //! - [`loader`]: selecting and mapping the fragments of a layer range into a [`crate::Model`].
-//! - [`hf`]: `hf://org/repo[:rev|@rev]` references resolved from the local package cache.
+//! - [`hf`]: `hf://org/repo[:rev|@rev]` references and their cache folders.
+//! - [`hub`]: fetching what a stage needs from a Hub-shaped server into that cache (streamed
+//!   verification, resume, atomic install).
 //! - [`activation`]: the activation files stages hand each other.
 //! - [`against`]: checking a package against its source GGUF (every tensor once, same bytes).
 
@@ -19,6 +21,7 @@ pub mod against;
 pub mod classify;
 pub mod generation;
 pub mod hf;
+pub mod hub;
 pub mod integrity;
 pub mod loader;
 pub mod manifest;
