@@ -486,8 +486,68 @@ fn build(out: &Path) {
         "open",
         None,
         "refuse",
-        &["not supported yet", "sliding"],
+        &["sliding", "stored twice"],
         "§17.10",
+    );
+    // Schema 6 (§17.4): the recorded operation program and continuation state must be the
+    // ones the surface and the bound operands imply, and close over the layer's operands.
+    b.graph_case("refuse-program-drops-an-operation", |d| {
+        edit(&gg(d), |g| {
+            let ops = g["components"][0]["program"][0]["ops"]
+                .as_array_mut()
+                .unwrap();
+            ops.retain(|o| o["op"] != json!("ffn"));
+        })
+    });
+    b.add(
+        "refuse-program-drops-an-operation",
+        "open",
+        None,
+        "refuse",
+        &["program", "ffn_gate", "close over"],
+        "§17.4",
+    );
+    b.graph_case("refuse-program-role-outside-its-operation", |d| {
+        edit(&gg(d), |g| {
+            let roles = g["components"][0]["program"][0]["ops"][1]["roles"]
+                .as_array_mut()
+                .unwrap();
+            roles.push(json!("ffn_down"));
+        })
+    });
+    b.add(
+        "refuse-program-role-outside-its-operation",
+        "open",
+        None,
+        "refuse",
+        &["program", "ffn_down"],
+        "§17.4",
+    );
+    b.graph_case("refuse-continuation-without-kv", |d| {
+        edit(&gg(d), |g| {
+            g["components"][0]["continuation"][0]["regions"] = json!([]);
+        })
+    });
+    b.add(
+        "refuse-continuation-without-kv",
+        "open",
+        None,
+        "refuse",
+        &["continuation", "kv"],
+        "§17.4",
+    );
+    b.graph_case("refuse-program-census-short", |d| {
+        edit(&gg(d), |g| {
+            g["components"][0]["program"] = json!([]);
+        })
+    });
+    b.add(
+        "refuse-program-census-short",
+        "open",
+        None,
+        "refuse",
+        &["continuation entries", "every layer"],
+        "§17.4",
     );
     b.graph_case("refuse-rope-theta-disagrees", |d| {
         edit(&gg(d), |g| {

@@ -397,3 +397,89 @@ fn an_unsupported_architecture_opens_for_inspection() {
     assert_eq!(e.code(), "LQL-E0301", "{e}");
     assert!(e.message.contains("PHYSICAL"), "{e}");
 }
+
+/// Every family extracts into a VINDEX3 container whose graph records, per layer, the
+/// attention span and position the surface says (gemma's sliding layers and their RoPE base,
+/// gpt2's learned positions as `none`), the operation program and the continuation state
+/// (seed 002 §17.4); the container reopens and answers as the GGUF does.
+#[test]
+fn every_family_extracts_with_its_schema_6_declarations() {
+    for family in FAMILIES {
+        let c = conn(family);
+        let out = tempfile::tempdir().unwrap();
+        let dir = out.path().join("c.vindex3");
+        let src = lql_tests::repo_root()
+            .join("tests/fixtures/families")
+            .join(family)
+            .join("model.gguf");
+        c.execute(&format!(
+            "EXTRACT MODEL {} INTO {}",
+            lql::quote(&src.to_string_lossy()),
+            lql::quote(&dir.to_string_lossy())
+        ))
+        .unwrap_or_else(|e| panic!("{family}: EXTRACT: {e}"));
+        let graph: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("system_graph.json")).unwrap())
+                .unwrap();
+        let comp = &graph["components"][0];
+        let n = comp["num_layers"].as_u64().unwrap() as usize;
+        let surface = &comp["execution_surface"];
+        let attention = comp["attention"].as_array().unwrap();
+        let program = comp["program"].as_array().unwrap();
+        let continuation = comp["continuation"].as_array().unwrap();
+        assert_eq!(
+            (attention.len(), program.len(), continuation.len()),
+            (n, n, n),
+            "{family}"
+        );
+        let sliding = &surface["block"]["sliding"];
+        for l in 0..n {
+            let windowed = sliding.is_object() && {
+                let period = sliding["period"].as_u64().unwrap() as usize;
+                period == 0 || l % period < period - 1
+            };
+            let a = &attention[l];
+            assert_eq!(
+                a["span"],
+                if windowed { "sliding" } else { "full" },
+                "{family} layer {l}"
+            );
+            let rows = &continuation[l]["regions"][0]["rows"];
+            assert_eq!(
+                rows,
+                if windowed { "window" } else { "sequence" },
+                "{family} layer {l}"
+            );
+            if surface["block"]["rope"] == false {
+                assert_eq!(a["position"], "none", "{family} layer {l}");
+            } else {
+                assert!(
+                    a["position"]["rope"]["theta"].is_number(),
+                    "{family} layer {l}"
+                );
+            }
+            let ops: Vec<&str> = program[l]["ops"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["op"].as_str().unwrap())
+                .collect();
+            assert!(ops.contains(&"attention"), "{family} layer {l}: {ops:?}");
+            assert!(
+                ops.contains(&"ffn") || ops.contains(&"moe"),
+                "{family} layer {l}: {ops:?}"
+            );
+        }
+        let prompt = lql::quote(PROMPT);
+        let want = c.execute(&format!("INFER {prompt} TOP 1")).unwrap();
+        let v = Connection::open_in_memory().unwrap();
+        v.execute(&format!("USE {}", lql::quote(&dir.to_string_lossy())))
+            .unwrap_or_else(|e| panic!("{family}: USE the container: {e}"));
+        let got = v.execute(&format!("INFER {prompt} TOP 1")).unwrap();
+        assert_eq!(
+            got.row(0).unwrap().get::<_, i64>("token_id").unwrap(),
+            want.row(0).unwrap().get::<_, i64>("token_id").unwrap(),
+            "{family}: the container answers as the GGUF"
+        );
+    }
+}

@@ -12,9 +12,10 @@ use serde_json::Value;
 
 use super::graph::Component;
 use super::index::Vindex3Index;
+use super::program;
 use super::GRAPH_SCHEMA;
 use crate::error::{Result, StorageError};
-use crate::surface::{ExecutionSurface, RopePairing};
+use crate::surface::ExecutionSurface;
 
 fn bad(dir: &Path, file: &str, field: String, message: String) -> StorageError {
     StorageError::Format {
@@ -123,13 +124,6 @@ pub(crate) fn check_attention(dir: &Path, comp: &Component, s: &ExecutionSurface
             ),
         ));
     }
-    let (theta, pairing) = (
-        s.rope_theta,
-        match s.rope_pairing {
-            RopePairing::Adjacent => "adjacent",
-            RopePairing::HalfSplit => "half_split",
-        },
-    );
     for (i, a) in comp.attention.iter().enumerate() {
         crate::interrupt::every(i as u64, || {
             format!("component {}: attention census", comp.id)
@@ -146,42 +140,140 @@ pub(crate) fn check_attention(dir: &Path, comp: &Component, s: &ExecutionSurface
                 ),
             ));
         }
-        if a.operator != "softmax" || a.span != "full" {
+        if a.operator != "softmax" {
             return Err(StorageError::Unsupported(format!(
-                "not supported yet: layer {i} attention operator {:?} span {:?} (this build \
-                 executes full softmax attention)",
-                a.operator, a.span
+                "not supported yet: layer {i} attention operator {:?} (this build executes \
+                 softmax attention)",
+                a.operator
             )));
         }
-        let rope = a.position.get("rope");
-        let got_theta = rope.and_then(|r| r.get("theta")).and_then(Value::as_f64);
-        let got_pairing = rope.and_then(|r| r.get("pairing")).and_then(Value::as_str);
-        match (got_theta, got_pairing) {
-            (Some(t), Some(p)) if (t as f32) == theta && p == pairing => {}
-            (Some(t), Some(p)) => {
-                return Err(bad(
-                    dir,
-                    "system_graph.json",
-                    format!("{}.position.rope", field(i)),
+        let want = program::attention_policy(s, i);
+        if a.span != want.span || a.window != want.window {
+            return Err(bad(
+                dir,
+                "system_graph.json",
+                field(i),
+                format!(
+                    "layer {i} declares span {:?} window {:?}; the execution surface says \
+                     span {:?} window {:?} — a fact stored twice must agree",
+                    a.span, a.window, want.span, want.window
+                ),
+            ));
+        }
+        if !same_position(&a.position, &want.position) {
+            return Err(bad(
+                dir,
+                "system_graph.json",
+                format!("{}.position", field(i)),
+                format!(
+                    "layer {i} declares position {}; the execution surface says {} — a fact \
+                     stored twice must agree",
+                    a.position, want.position
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Positions agree when both are `"none"`, or both RoPE with the same pairing and the same
+/// theta at f32 precision (the surface's).
+fn same_position(got: &Value, want: &Value) -> bool {
+    let rope = |v: &Value| {
+        v.get("rope").map(|r| {
+            (
+                r.get("theta").and_then(Value::as_f64).map(|t| t as f32),
+                r.get("pairing").and_then(Value::as_str).map(str::to_string),
+            )
+        })
+    };
+    match (rope(got), rope(want)) {
+        (Some(g), Some(w)) => g.0.is_some() && g == w,
+        (None, None) => got == want,
+        _ => false,
+    }
+}
+
+/// The schema-6 declarations (`program`, `continuation`), when the component records them:
+/// one entry per layer, in order, each equal to what the execution surface and the layer's
+/// bound operands imply; and closure both ways — every role a layer binds is consumed by an
+/// operation of its program. A component written before the declarations records neither;
+/// the program is then the surface's (recomputed, not read).
+pub(crate) fn check_program(dir: &Path, comp: &Component, s: &ExecutionSurface) -> Result<()> {
+    let n = s.n_layers;
+    let file = "system_graph.json";
+    if comp.program.is_empty() && comp.continuation.is_empty() {
+        return Ok(());
+    }
+    if comp.program.len() != n || comp.continuation.len() != n {
+        return Err(bad(
+            dir,
+            file,
+            format!("components[{}].program", comp.id),
+            format!(
+                "{} programs and {} continuation entries for {n} layers: schema \
+                 {GRAPH_SCHEMA} declares both for every layer",
+                comp.program.len(),
+                comp.continuation.len()
+            ),
+        ));
+    }
+    let bound = program::bound_roles(&comp.operands, n);
+    for (i, (declared, state)) in comp.program.iter().zip(&comp.continuation).enumerate() {
+        crate::interrupt::every(i as u64, || format!("component {}: programs", comp.id))?;
+        let field = |what: &str| format!("components[{}].{what}[{i}]", comp.id);
+        let want = program::layer_program(s, i, &bound[i]);
+        let ops = |p: &program::LayerProgram| {
+            p.ops
+                .iter()
+                .map(|o| format!("{}({})", o.op, o.roles.join(",")))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        if declared.layer as usize != i
+            || declared.residual != want.residual
+            || ops(declared) != ops(&want)
+        {
+            return Err(bad(
+                dir,
+                file,
+                field("program"),
+                format!(
+                    "layer {} declares the program [{}] ({} residual); its execution surface \
+                     and bound operands imply [{}] ({} residual) — the program must close over \
+                     exactly the operands the layer binds",
+                    declared.layer,
+                    ops(declared),
+                    declared.residual,
+                    ops(&want),
+                    want.residual
+                ),
+            ));
+        }
+        let want_state = program::layer_state(s, i);
+        let regions = |st: &program::LayerState| {
+            st.regions
+                .iter()
+                .map(|r| {
                     format!(
-                        "layer {i} declares RoPE theta {t} pairing {p:?}; the execution \
-                         surface says theta {theta} pairing {pairing:?} — a fact stored \
-                         twice must agree"
-                    ),
-                ))
-            }
-            _ => {
-                return Err(bad(
-                    dir,
-                    "system_graph.json",
-                    format!("{}.position", field(i)),
-                    format!(
-                        "layer {i} declares position {}; the execution surface applies RoPE \
-                         (theta {theta}, pairing {pairing:?}) — a fact stored twice must agree",
-                        a.position
-                    ),
-                ))
-            }
+                        "{} rows={} window={:?} kv_heads={} head_dim={} update={}",
+                        r.role, r.rows, r.window, r.kv_heads, r.head_dim, r.update
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        if state.layer as usize != i || regions(state) != regions(&want_state) {
+            return Err(bad(
+                dir,
+                file,
+                field("continuation"),
+                format!(
+                    "layer {} declares continuation state {:?}; its program needs {:?}",
+                    state.layer,
+                    regions(state),
+                    regions(&want_state)
+                ),
+            ));
         }
     }
     Ok(())

@@ -41,6 +41,13 @@ pub struct Component {
     /// (layer, role) → object and tensor: the operand closure of the component.
     #[serde(default)]
     pub operands: Vec<OperandBinding>,
+    /// Schema 6: one operation program per layer (`super::program`). Empty in containers
+    /// written before the declarations; the reader then recomputes it from the surface.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub program: Vec<super::program::LayerProgram>,
+    /// Schema 6: the continuation state each layer's program needs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continuation: Vec<super::program::LayerState>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -51,7 +58,7 @@ pub struct AttentionLayerPolicy {
     pub layer: u32,
     /// `softmax` (the only operator this build executes).
     pub operator: String,
-    /// `full` or `sliding`.
+    /// `full` or `sliding` (then `window` positions; `super::program::attention_policy`).
     pub span: String,
     #[serde(default)]
     pub window: Option<u64>,

@@ -5,7 +5,9 @@
 //! <container>/
 //! ├── index.json                 Vindex3Index, schema 4, the sole root authority (written last)
 //! ├── system_graph.json          SystemGraph schema 6: component `text` with its execution
-//! │                              surface and operand table, logical objects, edges
+//! │                              surface, operand table, per-layer attention policy,
+//! │                              operation program and continuation state (`program`),
+//! │                              logical objects, edges
 //! ├── segments/
 //! │   ├── text.embedding.bin     [u64 LE header len][header JSON, space-padded][payload]
 //! │   ├── text.decoder_stack.bin
@@ -60,6 +62,7 @@ pub mod labels;
 pub mod lyrw;
 pub mod meter;
 pub mod moe_manifest;
+pub mod program;
 pub mod provenance;
 mod reader;
 pub mod represent;

@@ -330,6 +330,7 @@ pub fn open_model_profile(dir: &Path, profile: Option<&str>) -> Result<Model> {
     consistency::check_component_surface(dir, comp, &surface)?;
     consistency::check_headline(dir, &c.index, comp)?;
     consistency::check_attention(dir, comp, &surface)?;
+    consistency::check_program(dir, comp, &surface)?;
 
     // Every selection resolves before any segment byte is read (seed 002 §9.1.2).
     let selection = c.selection(profile)?;

@@ -19,8 +19,7 @@ use sha2::{Digest, Sha256};
 use super::atomic;
 use super::encode::{reencode, ExtractEncoding};
 use super::graph::{
-    AttentionLayerPolicy, Component, LogicalObject, ObjectRepresentation, OperandBinding,
-    SourceBinding, SystemGraph,
+    Component, LogicalObject, ObjectRepresentation, OperandBinding, SourceBinding, SystemGraph,
 };
 use super::index::{CapabilityEntry, RepresentationEntry, Vindex3Index};
 use super::segment::{align_up, frame_header, SegmentHeader, TensorEntry};
@@ -28,7 +27,6 @@ use super::{GRAPH_SCHEMA, INDEX_SCHEMA, SEGMENT_HEADER_SCHEMA, TEXT_COMPONENT};
 use crate::dtype::DType;
 use crate::error::{Result, StorageError};
 use crate::model::{Model, OperandKey, Role};
-use crate::surface::RopePairing;
 use crate::tokenizer_spec::TokenizerSpec;
 
 /// Progress of an EXTRACT, reported after each tensor.
@@ -724,19 +722,18 @@ fn write_container(
 
     let capabilities = write_capabilities(model, dir)?;
 
-    let pairing = match surface.rope_pairing {
-        RopePairing::Adjacent => "adjacent",
-        RopePairing::HalfSplit => "half_split",
-    };
-    let attention = (0..surface.n_layers as u32)
-        .map(|layer| AttentionLayerPolicy {
-            layer,
-            operator: "softmax".into(),
-            span: "full".into(),
-            window: None,
-            position: json!({"rope": {"theta": surface.rope_theta, "pairing": pairing}}),
-            extra: Map::new(),
-        })
+    // The schema-6 declarations, derived from the surface and the bound operands by the
+    // one derivation the reader checks against.
+    let n_layers = surface.n_layers;
+    let bound = super::program::bound_roles(&operand_table, n_layers);
+    let attention = (0..n_layers)
+        .map(|l| super::program::attention_policy(surface, l))
+        .collect();
+    let program = (0..n_layers)
+        .map(|l| super::program::layer_program(surface, l, &bound[l]))
+        .collect();
+    let continuation = (0..n_layers)
+        .map(|l| super::program::layer_state(surface, l))
         .collect();
     let graph = SystemGraph {
         schema: GRAPH_SCHEMA,
@@ -750,6 +747,8 @@ fn write_container(
             execution_surface: serde_json::to_value(surface)
                 .map_err(|e| StorageError::Internal(e.to_string()))?,
             operands: operand_table,
+            program,
+            continuation,
             extra: Map::new(),
         }],
         objects,
