@@ -78,6 +78,15 @@ def parse_lyrw(path, buf):
     for b in banks:
         s, at = table(buf, at, SCHEMA, int(b["region_schema_count"]), "region schemas", path)
         schemas[int(b["bank_id"])] = s
+        for r in s:
+            # §6.4: block-quantized formats (q4_0, q4_k, q6_k, q8_0, mxfp4, nvfp4, mxfp8)
+            # declare blocks_with_scales_inline (or a values/scales pair); scalar ones
+            # (f32, f16, bf16) row_major.
+            fmt, packing = int(r["format"]), int(r["packing"])
+            blocked = fmt in (3, 4, 5, 6, 7, 8, 9, 10)
+            need(packing in ((1, 2, 3) if blocked else (0,)),
+                 f"{path}: bank {int(b['bank_id'])} region role {int(r['role'])} format {fmt} "
+                 f"declares packing {packing}")
     need(len(schemas) == len(banks), f"{path}: a bank id repeats")
     bank_by_id = {int(b["bank_id"]): b for b in banks}
     entries = []

@@ -546,7 +546,13 @@ fn write_lyrw(
     }
     for b in banks {
         for (i, r) in b.roles.iter().enumerate() {
-            u16s(&mut h, &[i as u16, r.0, r.1, 0, 0xFFFF, 0]);
+            // §6.4: a block-quantized region stores its scales inside each block
+            // (`blocks_with_scales_inline`); scalar formats are row-major.
+            let packing = match super::moe_manifest::format_dtype(r.1) {
+                Some(d) if d.block_elems() > 1 => super::lyrw::PACKING_BLOCKS_WITH_SCALES_INLINE,
+                _ => super::lyrw::PACKING_ROW_MAJOR,
+            };
+            u16s(&mut h, &[i as u16, r.0, r.1, packing, 0xFFFF, 0]);
             u32s(&mut h, &[r.2 as u32, r.3 as u32]);
         }
     }

@@ -45,6 +45,11 @@ pub struct Bank {
     pub schemas: Vec<RegionSchema>,
 }
 
+/// `packing` 0: row-major values.
+pub const PACKING_ROW_MAJOR: u16 = 0;
+/// `packing` 1: blocks with their scales inline (every block-quantized format, §6.4).
+pub const PACKING_BLOCKS_WITH_SCALES_INLINE: u16 = 1;
+
 /// One region schema of a bank.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionSchema {
