@@ -4,7 +4,7 @@
 //! browse as their GGUF.
 
 use lql::Connection;
-use lql_storage::format::gguf::synth::TinyModel;
+use lql_storage::format::gguf::synth::{TinyModel, TinyMoe};
 
 /// The Mixtral-style tiny model with one BPE merge, so its byte-level tokenizer builds and
 /// INFER runs on text.
@@ -194,6 +194,35 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// The row of expert `e` (-1: shared) that the v1-flattened feature number `flat` names
+/// (seed 002 §15.2: routed experts' rows in order, then the shared expert's).
+fn row_of(moe: &TinyMoe, e: i64, flat: i64) -> usize {
+    let start = if e < 0 {
+        moe.experts * moe.expert_ffn
+    } else {
+        e as usize * moe.expert_ffn
+    };
+    let row = flat as usize - start;
+    assert!(
+        row < if e < 0 {
+            moe.shared_ffn
+        } else {
+            moe.expert_ffn
+        },
+        "feature {flat} is not a feature of expert {e}"
+    );
+    row
+}
+
+/// The v1-flattened feature number of row `f` of expert `e` (-1: shared).
+fn flat_of(moe: &TinyMoe, e: i64, f: usize) -> usize {
+    if e < 0 {
+        moe.experts * moe.expert_ffn + f
+    } else {
+        e as usize * moe.expert_ffn + f
+    }
+}
+
 fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
@@ -369,7 +398,7 @@ fn walk_residual_reads_the_experts_that_ran() {
         }
         for &(layer, e, f, gate, act, _) in &rows {
             let x = &ran[layer as usize].ffn_input;
-            let (g, u) = w.gate_up(layer as usize, e, f as usize);
+            let (g, u) = w.gate_up(layer as usize, e, row_of(&moe, e, f));
             let want = dot(&g, x);
             assert!(
                 close(gate, want as f64),
@@ -433,7 +462,7 @@ fn walk_embedding_scans_every_expert() {
         }
         assert_eq!(experts, want, "{name}");
         for &(layer, e, f, gate, act, _) in rows.iter().step_by(7) {
-            let (g, _) = w.gate_up(layer as usize, e, f as usize);
+            let (g, _) = w.gate_up(layer as usize, e, row_of(&moe, e, f));
             let want = dot(&g, &x);
             assert!(
                 close(gate, want as f64),
@@ -451,7 +480,7 @@ fn walk_embedding_scans_every_expert() {
                 .unwrap()
         };
         for &(layer, e, f, _, _, ref top) in rows.iter().step_by(97) {
-            let (t, _) = w.label(&w.down_column(layer as usize, e, f as usize));
+            let (t, _) = w.label(&w.down_column(layer as usize, e, row_of(&moe, e, f)));
             assert_eq!(top, &text(t), "{name} {layer}:{e}:{f}");
         }
     }
@@ -506,9 +535,10 @@ fn features_table_lists_every_expert_feature() {
         }
         for (e, layer, f) in cases {
             let layer = layer.min(tiny.layers - 1);
+            let flat = flat_of(&moe, e, f);
             let rows = conn
                 .execute(&format!(
-                    "SELECT * FROM features WHERE layer = {layer} AND feature = {f} AND expert = {e}"
+                    "SELECT * FROM features WHERE layer = {layer} AND feature = {flat} AND expert = {e}"
                 ))
                 .unwrap();
             assert_eq!(rows.len(), 1, "{name} {layer}:{e}:{f}");

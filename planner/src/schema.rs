@@ -88,7 +88,7 @@ const FEATURES: Spec = &[
     (
         "expert",
         Int,
-        "the feature's expert on a mixture-of-experts layer (-1: the shared expert; feature is the row of that expert's gate); NULL on a dense FFN",
+        "the feature's expert on a mixture-of-experts layer (-1: the shared expert; feature is numbered v1-flattened within the layer: expert e's row r is e × ffn + r, the shared expert's rows last); NULL on a dense FFN",
     ),
 ];
 const LAYERS: Spec = &[

@@ -414,11 +414,10 @@ pub fn describe(
         *n <= cap
     });
     if let Some(b) = &bank {
-        // Flat numbers back to (expert, row of its gate matrix).
+        // The expert of each flat (v1-flattened, §15.2) feature number; the number stays.
         for e in &mut edges {
-            if let Some((x, f)) = b.split(e.feature) {
+            if let Some((x, _)) = b.split(e.feature) {
                 e.expert = Some(x);
-                e.feature = f;
             }
         }
     }

@@ -1,15 +1,13 @@
 //! Browse over banks of experts: feature identity, expert matrices read in place, and the
 //! gate scan of a mixture-of-experts layer.
 //!
-//! A feature of a bank layer is `(layer, expert, feature)`: `feature` is the row of its
-//! expert's gate matrix, `expert` a routed expert `0..E` or the layer's shared expert
-//! ([`ExpertId::Shared`], shown as `-1` in the `expert` column and as `shared` in ids like
-//! `3:shared:17`). Inside the engine a bank layer's features are numbered *flat*, the order
-//! the stacked operands store them in: routed expert `e`'s feature `f` is `e × expert_ffn +
-//! f` (exactly the row of the 3-D `ffn_gate_exps` operand, ggml shape `[hidden, ffn, E]`,
-//! read as a matrix of `E × ffn` rows), and the shared expert's features follow all routed
-//! ones. The label cache and DESCRIBE key features by `(layer, flat)`; [`BankLayout`]
-//! converts both ways.
+//! A feature of a bank layer is `layer:feature`, numbered v1-flattened (seed 002 §15.2), the
+//! order the stacked operands store them in: routed expert `e`'s row `r` is `e × expert_ffn +
+//! r` (exactly the row of the 3-D `ffn_gate_exps` operand, ggml shape `[hidden, ffn, E]`,
+//! read as a matrix of `E × ffn` rows), and the shared expert's rows follow all routed ones.
+//! The expert is a column: a routed expert `0..E` or the layer's shared expert
+//! ([`ExpertId::Shared`], `-1` in the `expert` column). Scans work per expert on its own
+//! rows; [`BankLayout`] converts `(expert, row)` to the feature number and back.
 //!
 //! Experts are read in place: expert `e` of a stacked operand is a contiguous run of
 //! encoded rows (gate/up: `ffn` rows of `hidden`; down: `hidden` rows of `ffn`), scored

@@ -43,15 +43,17 @@ pub enum FeatureSet {
 }
 
 impl FeatureSet {
-    fn features(&self, n: usize) -> Vec<usize> {
+    /// The selected feature numbers in `lo..hi`, ascending.
+    fn features_in(&self, lo: usize, hi: usize) -> Vec<usize> {
         match self {
-            FeatureSet::All => (0..n).collect(),
-            FeatureSet::Only(v) => v.iter().copied().filter(|&f| f < n).collect(),
+            FeatureSet::All => (lo..hi).collect(),
+            FeatureSet::Only(v) => v.iter().copied().filter(|f| (lo..hi).contains(f)).collect(),
             FeatureSet::Range(a, b) => {
-                if a > b || *a >= n {
+                let (a, b) = ((*a).max(lo), (*b).min(hi.saturating_sub(1)));
+                if a > b || a >= hi {
                     Vec::new()
                 } else {
-                    (*a..=(*b).min(n - 1)).collect()
+                    (a..=b).collect()
                 }
             }
         }
@@ -71,7 +73,7 @@ pub fn scan_features(
     limit: Option<usize>,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Vec<FeatureRow>> {
-    // Label keys: `(layer, feature)`, with flat feature numbers on bank layers.
+    // Label keys: `(layer, feature)`.
     let mut keys: Vec<(usize, usize)> = Vec::new();
     let mut rows: Vec<FeatureRow> = Vec::new();
     let bank = BankLayout::of(src);
@@ -85,15 +87,16 @@ pub fn scan_features(
                 .collect::<Result<_>>()?,
         };
         for (expert, n) in units {
-            for f in set.features(n) {
+            // Bank features are numbered v1-flattened within the layer (seed 002 §15.2).
+            let start = match (expert, &bank) {
+                (Some(e), Some(b)) => b.flat(e, 0).unwrap_or(0),
+                _ => 0,
+            };
+            for f in set.features_in(start, start + n) {
                 if limit.is_some_and(|m| keys.len() >= m) {
                     break 'layers;
                 }
-                let key = match (expert, &bank) {
-                    (Some(e), Some(b)) => b.flat(e, f).unwrap_or(f),
-                    _ => f,
-                };
-                keys.push((l, key));
+                keys.push((l, f));
                 rows.push(FeatureRow {
                     layer: l,
                     feature: f,

@@ -65,8 +65,9 @@ pub struct WalkHit {
     pub gate: f32,
     /// `act(gate) · up` (RESIDUAL mode only).
     pub activation: Option<f32>,
-    /// The expert the feature belongs to on a bank layer (`None` on a dense FFN); then
-    /// `feature` is the row of that expert's gate matrix.
+    /// The expert the feature belongs to on a bank layer (`None` on a dense FFN); `feature`
+    /// is then its v1-flattened number in the layer (seed 002 §15.2: routed expert `e`'s row
+    /// `r` is `e × expert_ffn + r`, the shared expert's rows follow).
     pub expert: Option<ExpertId>,
 }
 
@@ -300,7 +301,8 @@ pub fn scan_bank<'q>(
                     };
                     Ok(WalkHit {
                         layer: l,
-                        feature: h.feature,
+                        // v1-flattened (§15.2): the expert's rows numbered within the layer.
+                        feature: layout.flat(h.expert, h.feature).unwrap_or(h.feature),
                         gate: h.score,
                         activation,
                         expert: Some(h.expert),

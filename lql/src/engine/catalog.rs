@@ -105,7 +105,7 @@ pub(crate) fn widest<'a>(
 
 /// What a browse scan of one layer reads: the gate operand whose encoding EXPLAIN names,
 /// the features of a layer (gate rows; on a bank layer every routed expert's and the
-/// shared expert's, numbered `layer:expert:feature`) and the bytes of a full scan.
+/// shared expert's, numbered v1-flattened `layer:feature`) and the bytes of a full scan.
 fn browse_width(model: &Model) -> (Option<&lql_storage::model::Operand>, usize, Option<u64>) {
     let s = &model.surface;
     match &s.moe {

@@ -190,8 +190,8 @@ fn walk_lines(rows: &Rows) -> Vec<String> {
                 _ => String::new(),
             };
             let num = |n: &str| get(r, n).and_then(|v| v.as_f64());
-            // On a bank layer the feature is `E<expert>:F<row>` (`Eshared` for the shared
-            // expert).
+            // On a bank layer the feature is `E<expert>:F<n>` (`Eshared` for the shared
+            // expert), `n` its v1-flattened number in the layer.
             let expert = match get(r, "expert").and_then(|v| v.as_i64()) {
                 Some(-1) => "Eshared:".to_string(),
                 Some(e) => format!("E{e}:"),

@@ -128,9 +128,15 @@ pub(crate) fn limit(input: Datum, n: usize) -> Result<Datum> {
 pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) -> Result<Datum> {
     let (columns, rows) = table(input, "LateLabels")?;
     let model = cx.browse_source()?; // the effective state: added features' labels
+                                     // `(layer, feature)`: bank features are numbered v1-flattened, as the cache keys them.
     let keys: Vec<(usize, usize)> = rows
         .iter()
-        .map(|r| feature_key(model.as_ref(), &columns, r))
+        .map(|r| {
+            (
+                r[0].as_i64().unwrap_or(0) as usize,
+                r[1].as_i64().unwrap_or(0) as usize,
+            )
+        })
         .collect();
     let labels = cx
         .labels()?
@@ -287,27 +293,6 @@ fn expert_column(columns: &[Column]) -> usize {
         .iter()
         .position(|c| c.name == "expert")
         .unwrap_or(columns.len())
-}
-
-/// The label-cache key of a `features` row: `(layer, feature)`, with the flat feature
-/// number of `(expert, feature)` on a mixture-of-experts model.
-fn feature_key(
-    model: &dyn lql_storage::OperandSource,
-    columns: &[Column],
-    r: &[Value],
-) -> (usize, usize) {
-    let (l, f) = (
-        r[0].as_i64().unwrap_or(0) as usize,
-        r[1].as_i64().unwrap_or(0) as usize,
-    );
-    let expert = r
-        .get(expert_column(columns))
-        .and_then(Value::as_i64)
-        .and_then(lql_exec::browse::ExpertId::from_column);
-    match (lql_exec::browse::BankLayout::of(model), expert) {
-        (Some(b), Some(e)) => (l, b.flat(e, f).unwrap_or(f)),
-        _ => (l, f),
-    }
 }
 
 fn layers_rows(cx: &mut Cx<'_>) -> Result<Vec<Vec<Value>>> {

@@ -212,23 +212,14 @@ fn bank_gate_scan(
     Ok(Datum::Hits(result))
 }
 
-/// The label-cache key of a hit: `(layer, feature)`, with the flat feature number on a
-/// bank layer.
-fn label_key(bank: Option<&browse::BankLayout>, h: &browse::WalkHit) -> (usize, usize) {
-    match (bank, h.expert) {
-        (Some(b), Some(e)) => (h.layer, b.flat(e, h.feature).unwrap_or(h.feature)),
-        _ => (h.layer, h.feature),
-    }
-}
-
 /// `FeatureLabels`: each hit's top output tokens, from the binding's label cache.
 pub(crate) fn feature_labels(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> Result<Datum> {
     let Datum::Hits(hits) = input else {
         return Err(wrong_input("FeatureLabels", &input));
     };
     let model = cx.browse_source()?;
-    let bank = browse::BankLayout::of(model.as_ref());
-    let keys: Vec<(usize, usize)> = hits.hits().map(|h| label_key(bank.as_ref(), h)).collect();
+    // Bank features are numbered v1-flattened, as the label cache keys them.
+    let keys: Vec<(usize, usize)> = hits.hits().map(|h| (h.layer, h.feature)).collect();
     let cache = cx.labels()?;
     let missing = cache.missing(&keys);
     let labels = cache.labels(model.as_ref(), &keys).map_err(browse_err)?;
