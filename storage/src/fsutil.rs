@@ -4,6 +4,8 @@
 //!   regular file (a FIFO, a device, a socket, a directory) before a byte is read, so a
 //!   named pipe planted as a model file cannot hang the process; [`read_capped`] reads a
 //!   small file whole under a documented size cap ([`limits`]) with a typed error.
+//! - **Hashing**: [`sha256_stream`] is the one streamed SHA-256 (1 MiB reads) behind every
+//!   file hash (VERIFY, COMPACT, package artifacts, model identity).
 //! - **Paths named by a file**: [`resolve_inside`] resolves a path a container or folder
 //!   names against its root *after following symlinks* and refuses anything that lands
 //!   outside the root.
@@ -315,6 +317,23 @@ pub fn write_atomic_with(
         w.flush().map_err(|e| StorageError::io(&tmp_path, e))?;
     }
     f.commit()
+}
+
+/// Lowercase hex SHA-256 of everything `r` yields, and its length, read in 1 MiB chunks.
+pub fn sha256_stream(r: &mut impl Read) -> std::io::Result<(String, u64)> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = r.read(&mut buf)?;
+        if k == 0 {
+            break;
+        }
+        h.update(&buf[..k]);
+        n += k as u64;
+    }
+    Ok((h.finalize().iter().map(|b| format!("{b:02x}")).collect(), n))
 }
 
 #[cfg(test)]

@@ -332,6 +332,38 @@ fn build(out: &Path) {
         "§9.1.4",
     );
     b.add("valid-second-variant", "verify", None, "ok", &[], "§20");
+    // §9.2: COMPILE of an edited state records the changed objects at the fidelity they
+    // have and never names its profile `exact`.
+    {
+        let out = b.dir("compiled-edited-state");
+        let model = synthetic(TINY);
+        lql_storage::format::vindex3::extract_stamped(
+            &model,
+            &out,
+            ExtractEncoding::Source,
+            Some(&lql_storage::format::vindex3::Derivation {
+                derived_from_model: "0".repeat(64),
+                applied_patches: vec!["1".repeat(64)],
+                changed_objects: ["text.decoder_stack".to_string()].into_iter().collect(),
+            }),
+            &mut |_| {},
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .unwrap();
+    }
+    b.add(
+        "compiled-edited-state",
+        "profiles",
+        None,
+        "accept",
+        &[
+            "authority=derived",
+            "text.decoder_stack@source=numerically-approximate",
+            "text.embedding@source=source-exact",
+            "profile edited=numerically-approximate",
+        ],
+        "§9.2",
+    );
     b.graph_case("valid-voluntary-lower-claim", |d| {
         edit(&ig(d), |i| {
             i["profiles"][0]["authority"] = json!("numerically-approximate")
@@ -1305,6 +1337,10 @@ fn run_case(dir: &Path, op: &str, profile: Option<&str>) -> (String, String) {
             Ok(text) => ("accept".into(), text),
             Err(e) => ("refuse".into(), e),
         },
+        "profiles" => match profiles_case(dir) {
+            Ok(text) => ("accept".into(), text),
+            Err(e) => ("refuse".into(), e),
+        },
         other => panic!("manifest names unknown op {other:?}"),
     }
 }
@@ -1321,6 +1357,25 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(e.path(), &target).unwrap();
         }
     }
+}
+
+/// `profiles`: the container's authority, every representation's fidelity and every
+/// profile's derived authority, one `key=value` line each (`authority=derived`,
+/// `text.decoder_stack@source=numerically-approximate`, `profile edited=…`).
+fn profiles_case(dir: &Path) -> Result<String, String> {
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let mut lines = vec![format!(
+        "authority={}",
+        index["authority"].as_str().unwrap_or("?")
+    )];
+    for (id, r) in index["representations"].as_object().into_iter().flatten() {
+        lines.push(format!("{id}={}", r["fidelity"].as_str().unwrap_or("?")));
+    }
+    for p in lql_storage::format::vindex3::artifact::profiles(dir).map_err(|e| e.to_string())? {
+        lines.push(format!("profile {}={}", p.profile, p.authority));
+    }
+    Ok(lines.join("\n"))
 }
 
 /// `compact`: COMPACT a copy of the case INTO a new folder. Accepted when it succeeds,

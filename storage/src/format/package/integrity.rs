@@ -6,7 +6,6 @@
 //! modification time when it was verified; a hit needs every field to match the file as it
 //! is now. Records never contain a local path. An unreadable or corrupt record is a miss.
 
-use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -25,19 +24,12 @@ fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Lowercase hex SHA-256 of the file at `path`, read in 1 MiB chunks.
+/// Lowercase hex SHA-256 of the file at `path` (streamed, [`crate::fsutil::sha256_stream`]).
 pub fn sha256_file(path: &Path) -> Result<String> {
     let mut f = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| StorageError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex(&h.finalize()))
+    crate::fsutil::sha256_stream(&mut f)
+        .map(|(h, _)| h)
+        .map_err(|e| StorageError::io(path, e))
 }
 
 /// One record of the checksum cache.

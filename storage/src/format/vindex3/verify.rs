@@ -3,7 +3,6 @@
 //! re-hashed; a drifted payload is localised to the tensor and its byte range in the file
 //! through the per-tensor hashes; the graph and the capability files are checked too.
 
-use std::io::Read;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -60,22 +59,7 @@ pub(super) fn hash_file(path: &Path) -> Result<(String, u64)> {
 }
 
 fn hash_open(path: &Path, f: &mut std::fs::File) -> Result<(String, u64)> {
-    hash_stream(f).map_err(|e| crate::error::StorageError::io(path, e))
-}
-
-fn hash_stream(f: &mut std::fs::File) -> std::io::Result<(String, u64)> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let k = f.read(&mut buf)?;
-        if k == 0 {
-            break;
-        }
-        h.update(&buf[..k]);
-        n += k as u64;
-    }
-    Ok((hex(h.finalize()), n))
+    crate::fsutil::sha256_stream(f).map_err(|e| crate::error::StorageError::io(path, e))
 }
 
 /// Re-hash every segment, payload, tensor, the graph and the capability files of the
