@@ -80,7 +80,9 @@ fn random_text() -> impl Strategy<Value = String> {
 /// The grammar's `reserved` words (grammar/src/lql.pest): never generated as column names.
 const RESERVED: &[&str] = &[
     "and", "or", "not", "like", "in", "between", "is", "true", "false", "null", "from", "where",
-    "order", "limit", "set", "values", "as", "group", "having", "distinct",
+    "order", "limit", "set", "values", "as", "group", "having", "distinct", "join", "inner",
+    "left", "outer", "cross", "on", "using", "offset", "case", "when", "then", "else", "end",
+    "cast",
 ];
 
 fn e(kind: ExprKind) -> Expr {

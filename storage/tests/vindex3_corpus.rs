@@ -1072,6 +1072,23 @@ fn build(out: &Path) {
         "§5.4",
     );
     b.add("bank-valid-hashed", "verify", None, "ok", &[], "§20");
+    // §6.4: a block-quantized region declares blocks_with_scales_inline, never row_major.
+    let mut q8_row_major = lyrw.clone();
+    q8_row_major[64..66].copy_from_slice(&6u16.to_le_bytes()); // schema 0: format q8_0
+    let q8_sha = hex(Sha256::digest(&q8_row_major));
+    b.bank(
+        "verify-bank-block-format-row-major",
+        json!({"layer_000.lyrw": {"codec": "lyrw", "format_version": 2, "sha256": q8_sha}}),
+        &[("layer_000.lyrw", q8_row_major)],
+    );
+    b.add(
+        "verify-bank-block-format-row-major",
+        "verify",
+        None,
+        "failed",
+        &["q8_0", "row_major", "blocks_with_scales_inline"],
+        "§6.4",
+    );
     b.add(
         "bank-valid-hashed",
         "open",

@@ -50,6 +50,29 @@ pub const PACKING_ROW_MAJOR: u16 = 0;
 /// `packing` 1: blocks with their scales inline (every block-quantized format, §6.4).
 pub const PACKING_BLOCKS_WITH_SCALES_INLINE: u16 = 1;
 
+/// The first region schema that declares `row_major` packing for a block-quantized format
+/// (§6.4 requires `blocks_with_scales_inline`, or a values/scales pair), as a message.
+/// Formats this build does not know are not judged.
+pub fn packing_violation(f: &LyrwFile) -> Option<String> {
+    f.banks.iter().find_map(|b| {
+        b.schemas.iter().find_map(|s| {
+            let d = super::moe_manifest::format_dtype(s.format)?;
+            (d.block_elems() > 1 && s.packing == PACKING_ROW_MAJOR).then(|| {
+                format!(
+                    "layer {}: bank {} region schema {} (role {}) is {} (block-quantized) but \
+                     declares packing 0 (row_major); §6.4 requires 1 \
+                     (blocks_with_scales_inline)",
+                    f.logical_layer,
+                    b.bank_id,
+                    s.schema_index,
+                    s.role,
+                    format_name(s.format)
+                )
+            })
+        })
+    })
+}
+
 /// One region schema of a bank.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionSchema {

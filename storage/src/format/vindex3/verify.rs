@@ -375,6 +375,14 @@ fn verify_bank(c: &Container) -> Vec<VerifyRow> {
             };
             let structure = match &s.codec {
                 BankCodec::LyrwV2 => match super::lyrw::read(&path) {
+                    Ok(f) if super::lyrw::packing_violation(&f).is_some() => {
+                        row.detail = format!(
+                            "segment {}: {}",
+                            s.rel,
+                            super::lyrw::packing_violation(&f).unwrap_or_default()
+                        );
+                        return row;
+                    }
                     Ok(f) => format!(
                         "layer {}: {} banks, {} segment descriptors; structure checked",
                         f.logical_layer,
