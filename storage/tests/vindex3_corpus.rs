@@ -364,6 +364,14 @@ fn build(out: &Path) {
         ],
         "§9.2",
     );
+    b.add(
+        "valid-source-untied",
+        "extract",
+        None,
+        "accept",
+        &["objects"],
+        "§17.4",
+    );
     b.graph_case("valid-voluntary-lower-claim", |d| {
         edit(&ig(d), |i| {
             i["profiles"][0]["authority"] = json!("numerically-approximate")
@@ -1001,6 +1009,16 @@ fn build(out: &Path) {
         ],
         "§5.7 (every index-referenced segment is carried)",
     );
+    // §17.4 / §5.7: an operand this build cannot decode is never re-encoded or dropped
+    // by EXTRACT: it refuses before writing anything.
+    b.add(
+        "valid-unknown-encoding-one-tensor",
+        "extract",
+        None,
+        "refuse",
+        &["unknown encoding", "Q4_X"],
+        "§17.4 (closure at encode)",
+    );
     b.add(
         "valid-unknown-encoding-one-tensor",
         "compact",
@@ -1354,6 +1372,10 @@ fn run_case(dir: &Path, op: &str, profile: Option<&str>) -> (String, String) {
             Ok(text) => ("accept".into(), text),
             Err(e) => ("refuse".into(), e),
         },
+        "extract" => match extract_case(dir) {
+            Ok(text) => ("accept".into(), text),
+            Err(e) => ("refuse".into(), e),
+        },
         "profiles" => match profiles_case(dir) {
             Ok(text) => ("accept".into(), text),
             Err(e) => ("refuse".into(), e),
@@ -1373,6 +1395,23 @@ fn copy_dir(from: &Path, to: &Path) {
         } else {
             std::fs::copy(e.path(), &target).unwrap();
         }
+    }
+}
+
+/// `extract`: EXTRACT the case (opened as a container) into a new folder. Accepted when
+/// it writes a container that opens; refused with the error otherwise, and then the
+/// output folder must not exist (§17.4: a failing closure leaves no output).
+fn extract_case(dir: &Path) -> Result<String, String> {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let model = open_model(dir).map_err(|e| e.to_string())?;
+    match extract(&model, &out, ExtractEncoding::Source, &mut |_| {}) {
+        Ok(r) => {
+            open_model(&out).map_err(|e| format!("the written container: {e}"))?;
+            Ok(format!("{} objects", r.objects))
+        }
+        Err(e) if out.exists() => Err(format!("{e}; and the output folder was left behind")),
+        Err(e) => Err(e.to_string()),
     }
 }
 
