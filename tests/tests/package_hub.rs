@@ -302,6 +302,23 @@ fn use_layers_downloads_only_the_stage_and_a_second_use_needs_no_network() {
     assert!(text.contains("manifest_sha256"), "{text}");
     assert!(text.contains("not downloaded"), "{text}");
 
+    // An offline connection (`--offline`) never downloads, even with the endpoint set.
+    let offline_home = tempfile::tempdir().unwrap();
+    std::env::set_var("LQL_HOME", offline_home.path());
+    let before = server.paths().len();
+    let off = Connection::open_in_memory_with_flags(lql::OpenFlags::OFFLINE).unwrap();
+    let err = off
+        .execute(&format!("USE \"{}\" LAYERS 10-19", reference()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("network is off"), "{err}");
+    assert_eq!(
+        server.paths().len(),
+        before,
+        "no request from an offline connection"
+    );
+    assert!(installed(offline_home.path()).is_empty());
+
     // A wrong token is refused by name and installs nothing.
     std::env::set_var("HF_TOKEN", "wrong");
     let third_home = tempfile::tempdir().unwrap();

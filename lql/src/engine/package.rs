@@ -74,10 +74,7 @@ pub(crate) fn is_package(target: &str) -> bool {
 pub(crate) fn bind(cx: &mut Cx<'_>, target: &str, layers: Option<LayerRange>) -> Result<Rows> {
     let range = layers.map(|l| (l.first as u64, l.last as u64));
     let (dir, verify) = if hf::is_hf_ref(target) {
-        (
-            hub::resolve(target, Need::Stage(range))?,
-            VerifyMode::hashed(),
-        )
+        (fetch(cx, target, Need::Stage(range))?, VerifyMode::hashed())
     } else {
         (PathBuf::from(target), VerifyMode::default_local())
     };
