@@ -16,6 +16,9 @@ use lql_storage::format::gguf::synth::{byte_level_vocab, TinyModel};
 use lql_storage::format::gguf::MetaValue;
 use lql_storage::format::vindex3::{self, Container};
 
+mod common;
+use common::copy_dir;
+
 fn q(p: &Path) -> String {
     p.display().to_string().replace('"', "\\\"")
 }
@@ -291,20 +294,6 @@ fn kill_9_during_compact_leaves_old_or_new() {
             before,
             "kill {i} after {delay} µs: answers changed"
         );
-    }
-}
-
-/// A recursive copy of a container folder.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
     }
 }
 

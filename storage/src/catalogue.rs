@@ -27,6 +27,7 @@ use std::time::UNIX_EPOCH;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Result, StorageError};
+use crate::fsutil::hex;
 
 /// A model the catalogue can provide.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -450,7 +451,7 @@ fn check_cached(
             });
         }
     }
-    let got = hex(&h.finalize());
+    let got = hex(h.finalize());
     if got != entry.sha256 {
         let _ = std::fs::remove_file(sidecar(path));
         return Err(format!("sha256 {got} instead of {}", entry.sha256));
@@ -460,10 +461,6 @@ fn check_cached(
     remember_verified(path, st);
     write_sidecar(path, &got);
     Ok(())
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Removes a temporary path when dropped.
@@ -615,7 +612,7 @@ fn fetch(
             });
         }
     }
-    let got = hex(&h.finalize());
+    let got = hex(h.finalize());
     if got != entry.sha256 || done != entry.size {
         return Err(format!(
             "checksum mismatch for the downloaded file: sha256 {got} ({done} bytes), expected {} ({} bytes)",

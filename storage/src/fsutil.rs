@@ -5,7 +5,8 @@
 //!   named pipe planted as a model file cannot hang the process; [`read_capped`] reads a
 //!   small file whole under a documented size cap ([`limits`]) with a typed error.
 //! - **Hashing**: [`sha256_stream`] is the one streamed SHA-256 (1 MiB reads) behind every
-//!   file hash (VERIFY, COMPACT, package artifacts, model identity).
+//!   file hash (VERIFY, COMPACT, package artifacts, model identity); [`hex`] writes every
+//!   digest.
 //! - **Paths named by a file**: [`resolve_inside`] resolves a path a container or folder
 //!   names against its root *after following symlinks* and refuses anything that lands
 //!   outside the root.
@@ -333,7 +334,12 @@ pub fn sha256_stream(r: &mut impl Read) -> std::io::Result<(String, u64)> {
         h.update(&buf[..k]);
         n += k as u64;
     }
-    Ok((h.finalize().iter().map(|b| format!("{b:02x}")).collect(), n))
+    Ok((hex(h.finalize()), n))
+}
+
+/// Lowercase hex of a digest (or any bytes).
+pub fn hex(bytes: impl AsRef<[u8]>) -> String {
+    bytes.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

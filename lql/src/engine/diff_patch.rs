@@ -7,9 +7,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use lql_storage::fsutil::hex;
 use lql_storage::material::MaterialSource;
 use lql_storage::overlay::derive;
-use lql_storage::overlay::patch::{self as pf, hex, PatchFile};
+use lql_storage::overlay::patch::{self as pf, PatchFile};
 use lql_storage::overlay::Edit;
 use lql_storage::Model;
 
@@ -64,8 +65,8 @@ pub(crate) fn write(
         Value::from(super::edit::edit_count(&file.edits)),
         Value::from(added),
         Value::from(file.edits.len() - added),
-        Value::from(hex(&sha256)),
-        Value::from(hex(&identity)),
+        Value::from(hex(sha256)),
+        Value::from(hex(identity)),
     ]);
     Ok(rows)
 }

@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use lql_storage::overlay::patch::{self as pf, hex, PatchFile};
+use lql_storage::fsutil::hex;
+use lql_storage::overlay::patch::{self as pf, PatchFile};
 use lql_storage::overlay::{Edit, Patch, PatchOrigin};
 
 use super::datum::Datum;
@@ -69,7 +70,7 @@ pub(crate) fn save(cx: &mut Cx<'_>) -> Result<Datum> {
     Ok(status(
         "SAVE PATCH",
         n,
-        format!("{path}: {n} edits, sha256 {}", hex(&sha256)),
+        format!("{path}: {n} edits, sha256 {}", hex(sha256)),
     ))
 }
 
@@ -88,9 +89,9 @@ pub(crate) fn apply(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
     if file.base_sha256 != identity {
         return Err(Error::semantic(format!(
             "{path}: the patch was computed on the model with sha256 {}; the bound model {} has sha256 {}",
-            hex(&file.base_sha256),
+            hex(file.base_sha256),
             b.name,
-            hex(&identity)
+            hex(identity)
         ))
         .with_help("apply it to the model it was made on"));
     }
@@ -129,7 +130,7 @@ pub(crate) fn apply(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
     Ok(status(
         "APPLY PATCH",
         n,
-        format!("{path}: {n} edits, sha256 {}", hex(&sha256)),
+        format!("{path}: {n} edits, sha256 {}", hex(sha256)),
     ))
 }
 
@@ -169,7 +170,7 @@ fn layers_of(edits: &[Edit]) -> String {
 /// `SHOW PATCHES`: the patch stack, oldest first.
 pub(crate) fn show(cx: &mut Cx<'_>) -> Result<Rows> {
     let b = cx.bound()?;
-    let base = hex(&b.shared.identity());
+    let base = hex(b.shared.identity());
     let mut rows = Rows::new(super::columns_of(&lql_planner::show_columns(
         lql_planner::ShowWhat::Patches,
     )));

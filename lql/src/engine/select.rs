@@ -127,8 +127,9 @@ pub(crate) fn limit(input: Datum, n: usize) -> Result<Datum> {
 /// `LateLabels`: fills the label columns of the rows that survived.
 pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) -> Result<Datum> {
     let (columns, rows) = table(input, "LateLabels")?;
-    let model = cx.browse_source()?; // the effective state: added features' labels
-                                     // `(layer, feature)`: bank features are numbered v1-flattened, as the cache keys them.
+    // The effective state: added features' labels.
+    let model = cx.browse_source()?;
+    // `(layer, feature)`: bank features are numbered v1-flattened, as the cache keys them.
     let keys: Vec<(usize, usize)> = rows
         .iter()
         .map(|r| {
@@ -145,12 +146,9 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
     let text = cx.token_texts();
     let rows = rows
         .iter()
+        .zip(keys)
         .zip(labels)
-        .map(|(r, label)| {
-            let (l, f) = (
-                r[0].as_i64().unwrap_or(0) as usize,
-                r[1].as_i64().unwrap_or(0) as usize,
-            );
+        .map(|((r, (l, f)), label)| {
             let mut row = feature_row(l, f, Some(&label), label_set, &text);
             row.push(
                 r.get(expert_column(&columns))

@@ -281,7 +281,7 @@ impl MaterialSource for EffectiveMaterial {
         let base = self.state.base();
         // One mapped file: its model identity is the file's SHA-256.
         if base.path.is_file() && base.backings.len() == 1 {
-            return Ok(patch::hex(&self.base_identity));
+            return Ok(crate::fsutil::hex(self.base_identity));
         }
         crate::material::source_identity(base)
     }
@@ -344,7 +344,7 @@ fn patch_hashes(state: &EffectiveModel, identity: [u8; 32]) -> Vec<String> {
         .iter()
         .filter(|p| !p.edits.is_empty())
         .map(|p| match &p.origin {
-            PatchOrigin::File { sha256, .. } => patch::hex(sha256),
+            PatchOrigin::File { sha256, .. } => crate::fsutil::hex(sha256),
             PatchOrigin::Session | PatchOrigin::Open(_) => {
                 let bytes = patch::encode(&PatchFile {
                     base_sha256: identity,
@@ -353,7 +353,7 @@ fn patch_hashes(state: &EffectiveModel, identity: [u8; 32]) -> Vec<String> {
                     edits: p.edits.clone(),
                 });
                 use sha2::{Digest, Sha256};
-                patch::hex(&Sha256::digest(&bytes).into())
+                crate::fsutil::hex(Sha256::digest(&bytes))
             }
         })
         .collect()

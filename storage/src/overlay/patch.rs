@@ -76,11 +76,6 @@ pub fn model_identity(model: &Model) -> [u8; 32] {
     }
 }
 
-/// Lower-case hex of a digest.
-pub fn hex(d: &[u8; 32]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The bytes of a patch file.
 pub fn encode(p: &PatchFile) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + TRAILER + p.edits.len() * (13 + 12 * p.hidden));

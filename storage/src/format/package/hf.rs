@@ -76,11 +76,6 @@ pub fn lql_home() -> Result<PathBuf> {
 }
 
 impl HfRef {
-    /// The cache folder of this reference under `$LQL_HOME/packages`.
-    pub fn cache_path(&self) -> Result<PathBuf> {
-        Ok(self.cache_path_in(&lql_home()?.join("packages")))
-    }
-
     /// The cache folder of this reference under the package cache `root`.
     pub fn cache_path_in(&self, root: &std::path::Path) -> PathBuf {
         root.join(&self.namespace)

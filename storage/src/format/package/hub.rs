@@ -36,6 +36,7 @@ use super::hf::{self, HfRef};
 use super::manifest::{self, Artifact, Manifest};
 use super::{validate, MANIFEST_NAME, MAX_MANIFEST_BYTES};
 use crate::error::{Result, StorageError};
+use crate::fsutil::hex;
 
 /// Tries per artifact within one call (the first transfer and its resumptions).
 pub const ATTEMPTS: u32 = 3;
@@ -92,94 +93,77 @@ impl HubConfig {
 }
 
 /// The local folder of `reference` holding at least what `need` asks for, downloading
-/// what the cache lacks (configuration from the environment).
-pub fn resolve(reference: &str, need: Need) -> Result<PathBuf> {
-    resolve_with(reference, need, &HubConfig::from_env()?)
-}
-
-/// [`resolve`] with an explicit configuration.
+/// what the cache lacks.
 pub fn resolve_with(reference: &str, need: Need, cfg: &HubConfig) -> Result<PathBuf> {
     let r = hf::parse(reference)?;
     let dir = r.cache_path_in(&cfg.cache_root);
-    let cached = dir.join(MANIFEST_NAME).is_file();
-    if cfg.offline && !cached {
-        return Err(StorageError::Unsupported(format!(
-            "{reference} is not in the local package cache and the network is off \
-             (--offline, HF_HUB_OFFLINE or LQL_OFFLINE): fill {} with the package (model-package.json and \
-             its artifacts)",
-            dir.display()
-        )));
-    }
-    let fetched_manifest = if cached {
+    let mut net = Network {
+        cfg,
+        r: &r,
+        reference,
+        dir: &dir,
+        fetcher: None,
+    };
+    let fetched_manifest = if dir.join(MANIFEST_NAME).is_file() {
         None
     } else {
-        Some(Fetcher::new(cfg, &r, reference)?.manifest()?)
+        Some(net.fetcher(MANIFEST_NAME)?.manifest()?)
     };
     let m = match &fetched_manifest {
         Some((m, _)) => m.clone(),
         None => manifest::read(&dir)?.manifest,
     };
     validate::manifest(&m)?;
-    let mut wanted = needed(&m, need)?;
-    wanted.retain(|a| !present(&dir, a));
-    if wanted.is_empty() && fetched_manifest.is_none() {
-        // Everything is local; a tied head may still need the embeddings (below).
-        return complete_tied(cfg, &r, reference, &dir, &m, need);
-    }
-    if cfg.offline {
-        return Err(StorageError::Unsupported(format!(
-            "{reference}: the local package cache lacks {} (first: {}) and the network is off \
-             (--offline, HF_HUB_OFFLINE or LQL_OFFLINE)",
-            plural(wanted.len(), "artifact"),
-            wanted[0].path
-        )));
-    }
-    let fetcher = Fetcher::new(cfg, &r, reference)?;
     let staging = dir.join(PARTIAL_DIR);
-    let mut staged = Vec::with_capacity(wanted.len() + 1);
-    for a in &wanted {
-        staged.push((a.clone(), fetcher.artifact(a, &staging)?));
+    let mut staged = Vec::new();
+    for a in needed(&m, need)?.into_iter().filter(|a| !present(&dir, a)) {
+        let part = net.fetcher(&a.path)?.artifact(&a, &staging)?;
+        staged.push((a, part));
     }
     // A stage that owns the output but not the input maps the embeddings too when the
-    // output fragment has no head of its own (a tied head).
-    if let Need::Stage(_) = need {
-        if let Some(extra) = tied_embeddings(&dir, &m, need, &staged)? {
-            staged.push((extra.clone(), fetcher.artifact(&extra, &staging)?));
-        }
+    // output fragment (cached or just staged) has no head of its own (a tied head).
+    if let Some(extra) = tied_embeddings(&dir, &m, need, &staged)? {
+        let part = net.fetcher(&extra.path)?.artifact(&extra, &staging)?;
+        staged.push((extra, part));
     }
-    install(
-        &dir,
-        &staged,
-        fetched_manifest.as_ref().map(|(_, b)| b.as_slice()),
-    )?;
+    if !staged.is_empty() || fetched_manifest.is_some() {
+        install(
+            &dir,
+            &staged,
+            fetched_manifest.as_ref().map(|(_, b)| b.as_slice()),
+        )?;
+    }
     Ok(dir)
 }
 
-/// The local-only path: when a cached stage owns a tied output but the embeddings are not
-/// cached, fetch just them.
-fn complete_tied(
-    cfg: &HubConfig,
-    r: &HfRef,
-    reference: &str,
-    dir: &Path,
-    m: &Manifest,
-    need: Need,
-) -> Result<PathBuf> {
-    if let Need::Stage(_) = need {
-        if let Some(extra) = tied_embeddings(dir, m, need, &[])? {
-            if cfg.offline {
-                return Err(StorageError::Unsupported(format!(
-                    "{reference}: the local package cache lacks {} and the network is off \
-                     (--offline, HF_HUB_OFFLINE or LQL_OFFLINE)",
-                    extra.path
-                )));
-            }
-            let fetcher = Fetcher::new(cfg, r, reference)?;
-            let part = fetcher.artifact(&extra, &dir.join(PARTIAL_DIR))?;
-            install(dir, &[(extra, part)], None)?;
+/// The network for one resolution: one HTTP client, opened when the cache first lacks
+/// something, or the refusal naming what it lacks when the network is off.
+struct Network<'a> {
+    cfg: &'a HubConfig,
+    r: &'a HfRef,
+    reference: &'a str,
+    dir: &'a Path,
+    fetcher: Option<Fetcher<'a>>,
+}
+
+impl<'a> Network<'a> {
+    fn fetcher(&mut self, lacks: &str) -> Result<&Fetcher<'a>> {
+        if self.cfg.offline {
+            return Err(StorageError::Unsupported(format!(
+                "{}: the local package cache {} lacks {lacks} and the network is off \
+                 (--offline, HF_HUB_OFFLINE or LQL_OFFLINE): fill it with the package \
+                 (model-package.json and its artifacts)",
+                self.reference,
+                self.dir.display()
+            )));
         }
+        if self.fetcher.is_none() {
+            self.fetcher = Some(Fetcher::new(self.cfg, self.r, self.reference)?);
+        }
+        self.fetcher
+            .as_ref()
+            .ok_or_else(|| StorageError::Internal("the HTTP client was not opened".into()))
     }
-    Ok(dir.to_path_buf())
 }
 
 /// The artifacts `need` maps, in the loader's selection order (the tied-head embeddings
@@ -272,18 +256,6 @@ fn remove_empty_dirs(dir: &Path) {
         }
     }
     let _ = std::fs::remove_dir(dir);
-}
-
-fn plural(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
-}
-
-fn hex(d: &[u8]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One reference's downloads.
@@ -561,7 +533,7 @@ impl<'a> Fetcher<'a> {
             }
         }
         f.sync_all().map_err(io)?;
-        let got = hex(&h.finalize());
+        let got = hex(h.finalize());
         if !got.eq_ignore_ascii_case(&a.sha256) {
             return Err(Attempt::Refused(self.fetch_error(
                 url,

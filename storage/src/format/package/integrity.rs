@@ -14,14 +14,11 @@ use sha2::{Digest, Sha256};
 use super::manifest::Artifact;
 use super::refuse;
 use crate::error::{Result, StorageError};
+use crate::fsutil::hex;
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-fn hex(d: &[u8]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    hex(Sha256::digest(bytes))
 }
 
 /// Lowercase hex SHA-256 of the file at `path` (streamed, [`crate::fsutil::sha256_stream`]).

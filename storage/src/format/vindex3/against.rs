@@ -30,6 +30,7 @@ use super::verify::{verify, VerifyStatus};
 use super::{variants, TEXT_COMPONENT};
 use crate::dtype::DType;
 use crate::error::{Result, StorageError};
+use crate::fsutil::hex;
 use crate::import::{self, SourceFormat};
 use crate::model::{Model, OperandKey, Role};
 
@@ -75,10 +76,6 @@ fn row(
         actual: actual.into(),
         detail: detail.into(),
     }
-}
-
-fn hex(d: impl AsRef<[u8]>) -> String {
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Compare the container at `dir` with `source` (a GGUF file or a Hugging Face folder).

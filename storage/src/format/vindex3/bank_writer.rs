@@ -41,6 +41,7 @@ use super::segment::{align_up, frame_header, SegmentHeader, TensorEntry};
 use super::writer::{ExtractProgress, ExtractReport};
 use super::{atomic, INDEX_SCHEMA, SEGMENT_HEADER_SCHEMA};
 use crate::error::{Result, StorageError};
+use crate::fsutil::hex;
 use crate::model::{Model, OperandKey, Role};
 
 /// Region alignment inside a LYRW file (§6.1).
@@ -64,10 +65,6 @@ const SHARED: [(Role, u16); 3] = [
 
 fn is_bank_role(r: Role) -> bool {
     ROUTED.iter().chain(&SHARED).any(|&(x, _)| x == r)
-}
-
-fn hex(d: impl AsRef<[u8]>) -> String {
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn internal(e: impl std::fmt::Display) -> StorageError {

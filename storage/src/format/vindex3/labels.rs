@@ -182,7 +182,7 @@ pub fn read(
             ),
         ));
     }
-    let sha = crate::overlay::patch::hex(&Sha256::digest(&bytes).into());
+    let sha = crate::fsutil::hex(Sha256::digest(&bytes));
     if sha != entry.sha256 {
         return Err(bad(
             &path,
@@ -298,7 +298,7 @@ pub fn write(
         bytes.extend_from_slice(&id.to_le_bytes());
         bytes.extend_from_slice(&logit.to_le_bytes());
     }
-    let sha = crate::overlay::patch::hex(&Sha256::digest(&bytes).into());
+    let sha = crate::fsutil::hex(Sha256::digest(&bytes));
     let rel = format!("segments/text.feature_labels.{}.bin", &sha[..16]);
     let segments = dir.join("segments");
     std::fs::create_dir_all(&segments).map_err(|e| StorageError::io(&segments, e))?;

@@ -148,18 +148,16 @@ pub fn layer_program(s: &ExecutionSurface, l: usize, bound: &BTreeSet<Role>) -> 
         .iter()
         .chain(tail)
         .filter_map(|id| {
-            let mine: Vec<String> = roles
+            let mine: Vec<Role> = roles
                 .iter()
-                .filter(|r| op_of(**r).is_some_and(|(_, i)| i == *id))
-                .map(|r| r.name().to_string())
+                .copied()
+                .filter(|r| op_of(*r).is_some_and(|(_, i)| i == *id))
                 .collect();
-            let kind = roles
-                .iter()
-                .find_map(|r| op_of(*r).filter(|(_, i)| i == id))?
-                .0;
-            (!mine.is_empty()).then(|| Operation {
+            // The operation's kind is its roles' (absent when the layer has none of them).
+            let (kind, _) = op_of(*mine.first()?)?;
+            Some(Operation {
                 op: kind.to_string(),
-                roles: mine,
+                roles: mine.iter().map(|r| r.name().to_string()).collect(),
                 extra: Map::new(),
             })
         })

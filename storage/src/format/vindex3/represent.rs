@@ -33,9 +33,10 @@ use super::encode::ExtractEncoding;
 use super::graph::ObjectRepresentation;
 use super::index::{resolve, ContainerShape};
 use super::reader::Container;
-use super::writer::{hex, write_segment, Counter, ExtractProgress, SegmentPlan};
+use super::writer::{write_segment, Counter, ExtractProgress, SegmentPlan};
 use super::{atomic, variants, SEGMENT_HEADER_SCHEMA, TEXT_COMPONENT};
 use crate::error::{Result, StorageError};
+use crate::fsutil::hex;
 use crate::model::{OperandKey, Role};
 
 /// Which operands of an object the new representation re-encodes.

@@ -11,6 +11,7 @@ use super::index::{resolve, ContainerShape};
 use super::reader::Container;
 use super::segment::parse_header;
 use crate::error::Result;
+use crate::fsutil::hex;
 
 /// Outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,10 +47,6 @@ pub struct VerifyRow {
     pub actual: String,
     /// What failed and where, or what was checked.
     pub detail: String,
-}
-
-fn hex(d: impl AsRef<[u8]>) -> String {
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// SHA-256 (hex) and length of the regular file at `path`, streamed.

@@ -26,6 +26,7 @@ use super::segment::{align_up, frame_header, SegmentHeader, TensorEntry};
 use super::{GRAPH_SCHEMA, INDEX_SCHEMA, SEGMENT_HEADER_SCHEMA, TEXT_COMPONENT};
 use crate::dtype::DType;
 use crate::error::{Result, StorageError};
+use crate::fsutil::hex;
 use crate::model::{Model, OperandKey, Role};
 use crate::tokenizer_spec::TokenizerSpec;
 
@@ -293,10 +294,6 @@ impl SegmentSink {
         }
         Ok(())
     }
-}
-
-pub(super) fn hex(d: impl AsRef<[u8]>) -> String {
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Fidelity of one tensor written as `dst` from `src` (seed 002 §9.2).
