@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::database::{Database, SharedModel};
-use crate::engine::Engine;
+use crate::engine::{Engine, Gate};
 use crate::error::{Error, Result};
 use crate::flags::OpenFlags;
 use crate::panics::{catch_closure, PanicSlot};
@@ -22,6 +22,7 @@ use crate::progress::{Progress, ProgressHandler};
 use crate::rows::Rows;
 use crate::statement::Statement;
 pub use lql_exec::bench::BenchReport;
+use lql_planner::Effects;
 
 /// The result of one statement of a script.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,7 +210,46 @@ impl Connection {
     /// soon as it completes (the REPL prints it then). Stops at the first error, from a
     /// statement or from `on_result` (a panic of `on_result` is caught and answered with code
     /// `LQL-E0205`). Spans in errors are byte ranges in `text`.
-    pub fn execute_each<F>(&self, text: &str, mut on_result: F) -> Result<()>
+    pub fn execute_each<F>(&self, text: &str, on_result: F) -> Result<()>
+    where
+        F: FnMut(StatementResult) -> Result<()>,
+    {
+        self.run_each(text, None, on_result)
+    }
+
+    /// [`Connection::execute_each`] with a gate, as SQLite's authorizer: before each
+    /// statement runs, `gate` sees the [`Effects`] declared by its bound plan (files read
+    /// and written, state changed, network) and refuses it by returning an error, which
+    /// stops the run with the statement's span. `lql serve` decides what HTTP may do here.
+    ///
+    /// ```no_run
+    /// # fn main() -> lql::Result<()> {
+    /// let conn = lql::Connection::open("smollm2-135m-instruct")?;
+    /// let only_reads = |e: &lql::Effects| match e.modifies() {
+    ///     None => Ok(()),
+    ///     Some(what) => Err(lql::Error::semantic(format!("refused: it {what}"))),
+    /// };
+    /// let err = conn
+    ///     .execute_each_gated("STATS; COMPILE CURRENT INTO GGUF 'o.gguf'", &only_reads, |_| Ok(()))
+    ///     .unwrap_err();
+    /// assert!(err.message.contains("writes \"o.gguf\""));
+    /// # Ok(()) }
+    /// ```
+    pub fn execute_each_gated<F>(&self, text: &str, gate: Gate<'_>, on_result: F) -> Result<()>
+    where
+        F: FnMut(StatementResult) -> Result<()>,
+    {
+        self.run_each(text, Some(gate), on_result)
+    }
+
+    /// The effects the statement of `text` declares (its bound plan's), without running
+    /// it: what [`Connection::execute_each_gated`]'s gate will see. Text with more than
+    /// one statement is refused.
+    pub fn effects(&self, text: &str) -> Result<Effects> {
+        self.prepare(text)?.effects(())
+    }
+
+    fn run_each<F>(&self, text: &str, gate: Option<Gate<'_>>, mut on_result: F) -> Result<()>
     where
         F: FnMut(StatementResult) -> Result<()>,
     {
@@ -223,7 +263,7 @@ impl Connection {
             let stmt_text = &text[span.clone()];
             let rows = self
                 .panicked
-                .run(|| engine.run_text(stmt_text, &self.interrupt))
+                .run(|| engine.run_text(stmt_text, &self.interrupt, gate))
                 .map_err(|e| e.offset_spans(span.start))?;
             let result = StatementResult {
                 text: stmt_text.to_string(),
@@ -295,11 +335,11 @@ impl Connection {
     }
 
     /// Runs one statement's text (used by [`Statement`]).
-    pub(crate) fn run_one(&self, stmt_text: &str) -> Result<Rows> {
+    pub(crate) fn run_one(&self, stmt_text: &str, gate: Option<Gate<'_>>) -> Result<Rows> {
         let mut engine = self.engine()?;
         self.interrupt.store(false, Ordering::SeqCst);
         self.panicked
-            .run(|| engine.run_text(stmt_text, &self.interrupt))
+            .run(|| engine.run_text(stmt_text, &self.interrupt, gate))
     }
 
     /// Binds and lowers one statement's text without running it.
@@ -313,6 +353,7 @@ impl Connection {
         &self,
         prepared: &mut crate::engine::Prepared,
         stmt_text: &str,
+        gate: Option<Gate<'_>>,
     ) -> Result<Rows> {
         let mut engine = self.engine()?;
         self.interrupt.store(false, Ordering::SeqCst);
@@ -320,7 +361,7 @@ impl Connection {
             *prepared = engine.prepare(stmt_text)?;
         }
         self.panicked
-            .run(|| engine.run_prepared(prepared, stmt_text, &self.interrupt))
+            .run(|| engine.run_prepared(prepared, stmt_text, &self.interrupt, gate))
     }
 
     /// The session version (bumped by USE), for prepared statements.

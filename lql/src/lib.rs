@@ -46,10 +46,12 @@ mod value;
 
 pub use connection::{BenchReport, Connection, InterruptHandle, StatementResult};
 pub use database::Database;
-pub use engine::{StageInput, StageResult};
+pub use engine::{Gate, StageInput, StageResult};
 pub use error::{Error, ErrorKind, Label, Result, CODES};
 pub use flags::OpenFlags;
 pub use json::statement_json;
+/// What a statement does besides returning rows, declared by its bound plan.
+pub use lql_planner::{Effects, FileRef, StateChange};
 pub use progress::{Progress, ProgressHandler, ProgressUnit, TokenHandler};
 pub use rows::{Column, Row, RowIndex, RowIter, Rows};
 pub use statement::{NamedParams, Params, Statement};

@@ -18,10 +18,11 @@
 //! ```
 
 use crate::connection::Connection;
-use crate::engine::Prepared;
+use crate::engine::{Gate, Prepared};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rows::{Column, Rows};
 use crate::value::Value;
+use lql_planner::Effects;
 
 /// Values for a statement's parameters: positional (`params![…]`, a slice, an array, `()`)
 /// or named (`named_params!{…}`).
@@ -208,24 +209,56 @@ impl<'conn> Statement<'conn> {
 
     /// Runs the statement with `params` and returns its rows.
     pub fn query<P: Params>(&mut self, params: P) -> Result<Rows> {
+        self.run(params, None)
+    }
+
+    /// [`Statement::query`] with a gate (see [`crate::Connection::execute_each_gated`]):
+    /// `gate` sees the effects of the plan bound with `params` right before it runs.
+    pub fn query_gated<P: Params>(&mut self, params: P, gate: Gate<'_>) -> Result<Rows> {
+        self.run(params, Some(gate))
+    }
+
+    /// The effects the statement declares when bound with `params` (its plan's), without
+    /// running it.
+    pub fn effects<P: Params>(&self, params: P) -> Result<Effects> {
+        let values = params.resolve(&self.slots)?;
+        if let Some(p) = &self.plan {
+            if p.version == self.conn.session_version() {
+                return Ok(p.effects());
+            }
+        }
+        let text = self.text_with(&values)?;
+        Ok(self
+            .conn
+            .prepare_plan(&text)
+            .map_err(|e| self.value_error(e))?
+            .effects())
+    }
+
+    /// A statement's error with its parameters in place: a syntax error means a value did
+    /// not fit where it stands; spans in the substituted text are dropped.
+    fn value_error(&self, e: Error) -> Error {
+        if e.kind == ErrorKind::Syntax {
+            param_error(format!(
+                "a parameter's value does not fit where it stands: {}",
+                e.message
+            ))
+        } else {
+            e.without_spans()
+        }
+    }
+
+    fn run<P: Params>(&mut self, params: P, gate: Option<Gate<'_>>) -> Result<Rows> {
         let values = params.resolve(&self.slots)?;
         if let Some(p) = self.plan.as_mut() {
             return self
                 .conn
-                .run_prepared(p, &self.text)
+                .run_prepared(p, &self.text, gate)
                 .map_err(|e| e.offset_spans(self.offset));
         }
         let text = self.text_with(&values)?;
-        self.conn.run_one(&text).map_err(|e| {
-            if e.kind == ErrorKind::Syntax {
-                param_error(format!(
-                    "a parameter's value does not fit where it stands: {}",
-                    e.message
-                ))
-            } else {
-                e.without_spans()
-            }
-        })
+        let conn = self.conn;
+        conn.run_one(&text, gate).map_err(|e| self.value_error(e))
     }
 
     /// Runs the statement and maps its first row with `f` (as rusqlite's `query_row`); a

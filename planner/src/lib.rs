@@ -25,6 +25,7 @@
 
 mod bind;
 pub mod catalog;
+pub mod effects;
 pub mod error;
 pub mod logical;
 pub mod physical;
@@ -34,12 +35,12 @@ pub mod schema;
 mod select;
 mod typecheck;
 mod unbuilt;
-mod writes;
 
 pub use bind::{
     bind, bind_steering, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP, MAX_WHERE_NODES,
 };
 pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
+pub use effects::{effects, steering_effects, Effects, FileRef, StateChange};
 pub use error::{PlanError, PlanErrorKind};
 pub use logical::*;
 pub use physical::{lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode};
@@ -48,4 +49,3 @@ pub use schema::{
     QUERYABLE_TABLES,
 };
 pub use unbuilt::check_built;
-pub use writes::writes;

@@ -403,35 +403,23 @@ fn join(
     ))
 }
 
-/// A statement in FROM must only read the bound model (or nothing): what writes files or
-/// the session's state, or reads a file it names, runs on its own.
+/// A statement in FROM must only read the bound model (or nothing), as its declared
+/// effects say: what writes files or the session's state, or reads a file it names, runs
+/// on its own.
 fn check_reads_only(plan: &LogicalPlan, span: Span) -> Result<()> {
-    let refuse = |why: &str| {
-        Err(PlanError::semantic(
-            format!("{} cannot be a relation in FROM: {why}", plan.name()),
-            span,
-        )
-        .with_help("run it as a statement of its own"))
-    };
-    match plan {
-        LogicalPlan::Select(_)
-        | LogicalPlan::Infer(_)
-        | LogicalPlan::Generate(_)
-        | LogicalPlan::Walk(_)
-        | LogicalPlan::Describe(_)
-        | LogicalPlan::DescribeTable { .. }
-        | LogicalPlan::Tokenize { .. }
-        | LogicalPlan::Stats => Ok(()),
-        LogicalPlan::Trace(t) if t.save.is_none() => Ok(()),
-        LogicalPlan::Trace(_) => refuse("TRACE … SAVE writes a file"),
-        LogicalPlan::Patch(p) if p.save.is_none() => Ok(()),
-        LogicalPlan::Patch(_) => refuse("PATCH … SAVE writes a file"),
-        LogicalPlan::Show(s) if s.container.is_none() => Ok(()),
-        LogicalPlan::Show(_) => refuse("it reads a file it names"),
-        _ => {
-            refuse("only statements that read the bound model (SELECT, TRACE, WALK, INFER, GENERATE, DESCRIBE, PATCH, TOKENIZE, SHOW, STATS) can")
-        }
+    let e = crate::effects::effects(plan);
+    if e.only_reads_model() {
+        return Ok(());
     }
+    Err(PlanError::semantic(
+        format!(
+            "{} cannot be a relation in FROM: it {}",
+            plan.name(),
+            e.describe_beyond_reading()
+        ),
+        span,
+    )
+    .with_help("run it as a statement of its own"))
 }
 
 /// The type of a column of the rows a subquery yields, for IN and scalar subqueries.

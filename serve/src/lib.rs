@@ -11,7 +11,7 @@
 //!  request ──auth──▶ route ──▶ body (size bound, JSON) ──▶ Pool::acquire (N slots, bounded queue → 429)
 //!     ──▶ batcher (one decode thread: prefill each choice, then every active sequence
 //!         decodes in one batched step; generate::Decoding samples each) ──events──▶ JSON or SSE
-//!     └─ /v1/lql ──▶ access::check (writes only under --allow-writes DIR) ──▶ Connection ──▶ JSON
+//!     └─ /v1/lql ──▶ Connection, gated by access::decide on each bound plan's effects (files only under --allow-writes DIR) ──▶ JSON
 //! ```
 //!
 //! Servers bind where [`Config::host`] says (127.0.0.1 unless told otherwise).

@@ -188,14 +188,6 @@ async fn run_inner(
             Err(e) => return ApiError::internal(e.to_string()).into_response(),
         },
     };
-    if let Err(e) = check_statements(
-        &text,
-        state.write_dir.as_deref(),
-        read_only,
-        params.is_some(),
-    ) {
-        return lql_error(&e, &[]);
-    }
     let pieces = lql::split_statements(&text);
     let slot = match state.pool.acquire().await {
         Ok(s) => s,
@@ -211,21 +203,26 @@ async fn run_inner(
     let job = tokio::task::spawn_blocking(move || {
         let _slot = slot;
         let mut done: Vec<String> = Vec::new();
+        let dir = write_dir.as_deref();
+        if let Err(e) = check_statements(&conn, &text, dir, read_only, params.is_some()) {
+            return (Err(e), done);
+        }
+        let gate = crate::access::gate(dir, read_only);
         let result = match params {
             Some(p) => {
                 let piece = &pieces[0];
                 let stmt_text = &text[piece.range()];
                 conn.prepare(&text).and_then(|mut st| {
-                    check_bound(&st, &p, write_dir.as_deref(), read_only)?;
+                    check_bound(&st, &p, dir, read_only)?;
                     let rows = match p {
-                        Params::Positional(v) => st.query(v),
-                        Params::Named(n) => st.query(n),
+                        Params::Positional(v) => st.query_gated(v, &gate),
+                        Params::Named(n) => st.query_gated(n, &gate),
                     }?;
                     done.push(lql::statement_json(stmt_text, &rows).to_string());
                     Ok(())
                 })
             }
-            None => conn.execute_each(&text, |r| {
+            None => conn.execute_each_gated(&text, &gate, |r| {
                 done.push(lql::statement_json(&r.text, &r.rows).to_string());
                 Ok(())
             }),
@@ -254,25 +251,20 @@ async fn run_inner(
     }
 }
 
-/// The CLI's error object, with the results of the statements that ran before it.
-/// The gate on a request's text as sent: every statement is checked before any runs, and
-/// parameters (`with_params`) bind exactly one statement. The error is the refusal, with
-/// its span. With parameters [`check_bound`] decides again on the text as it runs.
+/// The gate on a request's statements before any runs (each bound on `conn`, its
+/// declared effects held to [`crate::access::decide`]); parameters (`with_params`) bind
+/// exactly one statement, checked bound with its values by [`check_bound`]. The error is
+/// the refusal, with its span. A statement that does not bind here is answered by the
+/// engine when it runs; the engine runs the same gate again on each statement right
+/// before it runs (`execute_each_gated`), so nothing passes unchecked.
 pub fn check_statements(
+    conn: &Connection,
     text: &str,
     write_dir: Option<&Path>,
     read_only: bool,
     with_params: bool,
 ) -> Result<(), lql::Error> {
     let pieces = lql::split_statements(text);
-    for piece in &pieces {
-        let r = piece.range();
-        if let Err(why) = crate::access::check(&text[r.clone()], write_dir, read_only) {
-            return Err(lql::Error::new(lql::ErrorKind::Semantic, why)
-                .with_code(crate::access::REFUSED_CODE)
-                .with_span(r));
-        }
-    }
     if with_params && pieces.len() != 1 {
         return Err(lql::Error::semantic(format!(
             "params need exactly one statement; the text holds {}",
@@ -280,27 +272,36 @@ pub fn check_statements(
         ))
         .with_code("LQL-E0701"));
     }
+    if with_params {
+        return Ok(());
+    }
+    for piece in &pieces {
+        let r = piece.range();
+        if let Ok(effects) = conn.effects(&text[r.clone()]) {
+            crate::access::decide(&effects, write_dir, read_only)
+                .map_err(|why| crate::access::refusal(why).with_span(r))?;
+        }
+    }
     Ok(())
 }
 
-/// The gate again, on the prepared statement as it will run (each parameter in its place,
-/// `lql::Statement::bound_text`): a path given as a parameter is checked like one written
-/// in the statement.
+/// The gate on a prepared statement bound with its parameters' values: a path given as a
+/// parameter is checked like one written in the statement. A statement that does not
+/// bind with these values answers its error.
 pub fn check_bound(
     st: &lql::Statement<'_>,
     params: &Params,
     write_dir: Option<&Path>,
     read_only: bool,
 ) -> Result<(), lql::Error> {
-    let bound = match params {
-        Params::Positional(v) => st.bound_text(v.clone()),
-        Params::Named(n) => st.bound_text(n.clone()),
+    let effects = match params {
+        Params::Positional(v) => st.effects(v.clone()),
+        Params::Named(n) => st.effects(n.clone()),
     }?;
-    crate::access::check(&bound, write_dir, read_only).map_err(|why| {
-        lql::Error::new(lql::ErrorKind::Semantic, why).with_code(crate::access::REFUSED_CODE)
-    })
+    crate::access::decide(&effects, write_dir, read_only).map_err(crate::access::refusal)
 }
 
+/// The CLI's error object, with the results of the statements that ran before it.
 fn lql_error(e: &lql::Error, done: &[String]) -> Response {
     let mut body = e.to_json().to_string();
     body.pop(); // the closing brace

@@ -1,6 +1,7 @@
 //! Fuzz target: a `/v1/lql` request → the HTTP file policy, through the code the server
 //! runs (`lql_http::params_of`, `check_statements`, and with parameters `prepare` +
-//! `check_bound` on the statement as it runs). Each case is a statement of every kind
+//! `check_bound` on the statement bound with its values; each statement's effects as its
+//! bound plan declares them, which is also what the engine's gate sees when it runs). Each case is a statement of every kind
 //! with every path argument drawn from hostile spellings (outside the folder, `..`, a
 //! symbolic link out, relative names, quotes and escapes, empty), each given literally,
 //! as `?` or as `:name`; on a server with or without `--allow-writes`, POST or GET; with
@@ -96,9 +97,11 @@ const TEMPLATES: &[(&str, Kind)] = &[
     ("RUN STAGE {t} INTO {a}", Kind::Files),
     ("RUN STAGE FROM {a} INTO {b}", Kind::Files),
     ("INFER FROM {a}", Kind::Files),
-    ("EXPLAIN PLAN EXTRACT MODEL {a} INTO {b}", Kind::Files),
+    // EXPLAIN PLAN (and plain EXPLAIN of a statement other than WALK and INFER) runs
+    // nothing: it touches no file.
+    ("EXPLAIN PLAN EXTRACT MODEL {a} INTO {b}", Kind::Read),
     ("EXPLAIN ANALYZE TRACE {t} SAVE {a}", Kind::Files),
-    ("EXPLAIN COMPILE CURRENT INTO GGUF {a}", Kind::Files),
+    ("EXPLAIN COMPILE CURRENT INTO GGUF {a}", Kind::Read),
 ];
 
 /// The folder a server allows writes under, and a symbolic link inside it that leads out.
@@ -233,21 +236,59 @@ fn build(c: &Case, dir: &Path) -> (String, Option<Json>, bool, bool) {
     (text, params, allowed, well_formed)
 }
 
-/// The server's gate on one request: `Ok` when the statements would run.
+/// What the server does with a request.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    /// Its statements run.
+    Runs,
+    /// Refused: by the gate (`LQL-E1001`) or as a malformed request.
+    Refused(String),
+    /// The engine answers with its own error (a statement that does not bind); nothing runs.
+    EngineError(String),
+}
+
+/// The server's gate on one request, then what the engine does with each statement the
+/// gate lets through (it runs only if it binds).
 fn gate(
     conn: &lql::Connection,
     text: &str,
     params: Option<Json>,
     dir: Option<&Path>,
     get: bool,
-) -> Result<(), String> {
-    let params = params_of(params).map_err(|e| format!("400: {e:?}"))?;
-    check_statements(text, dir, get, params.is_some()).map_err(|e| e.message)?;
-    if let Some(p) = params {
-        let st = conn.prepare(text).map_err(|e| e.message)?;
-        check_bound(&st, &p, dir, get).map_err(|e| e.message)?;
+) -> Verdict {
+    let verdict = |e: lql::Error| {
+        if e.code() == lql_serve::access::REFUSED_CODE || e.code() == "LQL-E0701" {
+            Verdict::Refused(e.message)
+        } else {
+            Verdict::EngineError(e.message)
+        }
+    };
+    let params = match params_of(params) {
+        Ok(p) => p,
+        Err(e) => return Verdict::Refused(format!("400: {e:?}")),
+    };
+    if let Err(e) = check_statements(conn, text, dir, get, params.is_some()) {
+        return verdict(e);
     }
-    Ok(())
+    match params {
+        Some(p) => {
+            let st = match conn.prepare(text) {
+                Ok(st) => st,
+                Err(e) => return verdict(e),
+            };
+            if let Err(e) = check_bound(&st, &p, dir, get) {
+                return verdict(e);
+            }
+        }
+        None => {
+            for piece in lql::split_statements(text) {
+                if let Err(e) = conn.effects(&text[piece.range()]) {
+                    return verdict(e);
+                }
+            }
+        }
+    }
+    Verdict::Runs
 }
 
 #[test]
@@ -289,7 +330,7 @@ fn fuzz_policy() {
                 n -= 1;
             }
             let cut = &literal[..n];
-            if gate(&conn, cut, None, with_dir, c.get).is_ok() && lql_grammar::parse(cut).is_ok() {
+            if gate(&conn, cut, None, with_dir, c.get) == Verdict::Runs {
                 for i in 0..12u8 {
                     let (p, inside) = path_choice(i, &dir);
                     if !inside && !p.is_empty() {
@@ -303,12 +344,12 @@ fn fuzz_policy() {
             return;
         }
         let verdict = gate(&conn, &text, params.clone(), with_dir, c.get);
-        if verdict.is_ok() && !allowed {
+        if verdict == Verdict::Runs && !allowed {
             panic!("let through what the policy refuses: {text:?} params {params:?} dir {with_dir:?} get {}", c.get);
         }
         if !noisy && allowed {
             assert!(
-                verdict.is_ok(),
+                !matches!(verdict, Verdict::Refused(_)),
                 "refused what the policy allows: {text:?} params {params:?} dir {with_dir:?} get {}: {verdict:?}",
                 c.get
             );

@@ -99,10 +99,10 @@ fn explain_plan_equals_the_tree_that_runs() {
             let plan = conn
                 .execute(&format!("EXPLAIN PLAN {stmt}"))
                 .unwrap_or_else(|e| panic!("EXPLAIN PLAN {stmt}: {e}"));
-            // Cost warnings follow the tree in EXPLAIN PLAN only.
+            // Cost warnings and the declared effects follow the tree in EXPLAIN PLAN only.
             let plan: Vec<String> = lines_of(&plan, 0)
                 .into_iter()
-                .filter(|l| !l.starts_with("warning: "))
+                .filter(|l| !l.starts_with("warning: ") && !l.starts_with("effects: "))
                 .collect();
             // Columns known before running equal the result's.
             let before = conn.prepare(&stmt).unwrap().column_names().unwrap();

@@ -340,3 +340,36 @@ fn table_functions_take_parameters() {
     assert!(!literal.rows.is_empty());
     assert_eq!(with.rows, literal.rows);
 }
+
+/// Which statements may stand in FROM is decided from their declared effects: one that
+/// only reads the model may (DIFF CURRENT: no edits, no rows); one that changes the
+/// session or touches a file is refused, naming what it would do.
+#[test]
+fn statements_in_from_are_held_to_their_effects() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let r = conn
+        .execute("SELECT count(*) AS n FROM (DIFF CURRENT)")
+        .unwrap();
+    assert_eq!(r.rows[0][0], Value::Int(0));
+    for (q, says) in [
+        (
+            "SELECT * FROM (INSERT INTO edges (entity, relation, target) VALUES ('A', 'r', 'B'))",
+            "INSERT cannot be a relation in FROM: it edits the model state",
+        ),
+        (
+            "SELECT * FROM (TRACE 'x' SAVE 't.svg')",
+            "TRACE cannot be a relation in FROM: it writes \"t.svg\"",
+        ),
+        (
+            "SELECT * FROM (INSPECT 'c.vindex')",
+            "INSPECT cannot be a relation in FROM: it reads \"c.vindex\"",
+        ),
+        (
+            "SELECT * FROM (SET STEERING = OFF)",
+            "SET STEERING cannot be a relation in FROM: it changes the connection's steering",
+        ),
+    ] {
+        let e = conn.execute(q).unwrap_err();
+        assert!(e.message.contains(says), "{q}: {}", e.message);
+    }
+}

@@ -1,7 +1,8 @@
 //! EXPLAIN in its three forms, each showing the tree that really runs:
 //!
 //! - `EXPLAIN PLAN s` (and plain EXPLAIN of statements other than WALK and INFER): the
-//!   operator tree, one line per node; nothing runs.
+//!   operator tree, one line per node, then the statement's declared effects (`effects:
+//!   reads the model; writes "o.gguf"; long-running`); nothing runs.
 //! - `EXPLAIN ANALYZE s`: runs `s` through the interpreter and prints the same tree with,
 //!   per node, rows out, wall time, bytes of weights read, encodings read and layers run.
 //! - `EXPLAIN WALK …` / `EXPLAIN INFER …`: run the statement's own tree and print it with its
@@ -44,6 +45,9 @@ pub(crate) fn explain(cx: &mut Cx<'_>, mode: ExplainMode, plan: &PhysicalPlan) -
             for l in plan.lines().into_iter().chain(plan.warnings()) {
                 rows.push(vec![Value::from(l)]);
             }
+            // The declaration the read-only flag and the HTTP gate decide on.
+            let effects = lql_planner::effects(inner).describe();
+            rows.push(vec![Value::from(format!("effects: {effects}"))]);
         }
         ExplainMode::Analyze => {
             let ran = run_inner(cx, inner, plan, Mode::Plain)?;

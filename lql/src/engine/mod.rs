@@ -234,34 +234,6 @@ impl Cx<'_> {
     }
 }
 
-/// Whether a statement reads the bound model's mapped files (so a file changed since USE
-/// must refuse it). USE binds anew; VERIFY and EXTRACT read files themselves (VERIFY reports
-/// a changed container as FAILED rows); the schema and catalogue statements read no model.
-fn reads_bound_model(plan: &LogicalPlan) -> bool {
-    use lql_planner::{ExplainMode, ShowWhat};
-    match plan {
-        LogicalPlan::Use(_)
-        | LogicalPlan::Verify { .. }
-        | LogicalPlan::Extract(_)
-        | LogicalPlan::Represent(_)
-        | LogicalPlan::DescribeTable { .. } => false,
-        LogicalPlan::Artifact { .. } => false,
-        LogicalPlan::Show(s) => {
-            s.container.is_none()
-                && !matches!(
-                    s.what,
-                    ShowWhat::Models
-                        | ShowWhat::Tables
-                        | ShowWhat::Backends
-                        | ShowWhat::Architectures
-                )
-        }
-        LogicalPlan::Set(_) | LogicalPlan::SetSteering(None) => false,
-        LogicalPlan::Explain(e) => e.mode != ExplainMode::Plan && reads_bound_model(&e.inner),
-        _ => true,
-    }
-}
-
 /// The lql columns of a planner schema.
 pub(crate) fn columns_of(defs: &[lql_planner::ColumnDef]) -> Vec<Column> {
     defs.iter()
@@ -279,9 +251,34 @@ pub(crate) struct Prepared {
     pub stmt: lql_grammar::Statement,
     pub logical: LogicalPlan,
     pub physical: PhysicalPlan,
+    /// `WITH STEERING`: the steering the statement runs under, bound with it.
+    pub steering: Option<lql_planner::SteeringPlan>,
     /// The session version it was bound against.
     pub version: u64,
 }
+
+impl Prepared {
+    /// What the statement does besides returning rows (its plan's declared effects, and
+    /// the steering file it reads under `WITH STEERING`).
+    pub fn effects(&self) -> lql_planner::Effects {
+        let mut e = lql_planner::effects(&self.logical);
+        if let Some(s) = &self.steering {
+            let st = lql_planner::steering_effects(s);
+            e.reads_model |= st.reads_model;
+            e.network |= st.network;
+            for f in st.reads {
+                if !e.reads.contains(&f) {
+                    e.reads.push(f);
+                }
+            }
+        }
+        e
+    }
+}
+
+/// Decides, from a statement's declared effects, whether it may run: the engine calls it
+/// on the bound plan right before the statement runs (`lql serve`'s HTTP gate).
+pub type Gate<'a> = &'a dyn Fn(&lql_planner::Effects) -> Result<()>;
 
 impl Engine {
     pub(crate) fn new(db: Database) -> Self {
@@ -325,19 +322,32 @@ impl Engine {
             let catalog = EngineCatalog::new(self.bound.as_ref());
             lql_planner::bind(&stmt, &catalog)?
         };
+        let steering = match &stmt.kind {
+            lql_grammar::StatementKind::Steered { steering, .. } => {
+                let catalog = EngineCatalog::new(self.bound.as_ref());
+                Some(lql_planner::bind_steering(steering, &catalog)?)
+            }
+            _ => None,
+        };
         let physical = lql_planner::lower(&logical);
         Ok(Prepared {
             stmt,
             logical,
             physical,
+            steering,
             version: self.version,
         })
     }
 
     /// Parses, plans and runs one statement's text.
-    pub(crate) fn run_text(&mut self, text: &str, cancel: &Arc<AtomicBool>) -> Result<Rows> {
+    pub(crate) fn run_text(
+        &mut self,
+        text: &str,
+        cancel: &Arc<AtomicBool>,
+        gate: Option<Gate<'_>>,
+    ) -> Result<Rows> {
         let p = self.prepare(text)?;
-        self.run_prepared(&p, text, cancel)
+        self.run_prepared(&p, text, cancel, gate)
     }
 
     /// Runs a prepared statement.
@@ -346,10 +356,12 @@ impl Engine {
         p: &Prepared,
         text: &str,
         cancel: &Arc<AtomicBool>,
+        gate: Option<Gate<'_>>,
     ) -> Result<Rows> {
         let span = p.stmt.span.range();
+        let effects = p.effects();
         if self.db.flags().contains(crate::flags::OpenFlags::READ_ONLY) {
-            if let Some(what) = lql_planner::writes(&p.logical) {
+            if let Some(what) = effects.modifies() {
                 return Err(Error::semantic(format!(
                     "read-only connection: {} {what}",
                     p.logical.name()
@@ -359,10 +371,13 @@ impl Engine {
                 .with_help("open the connection without OpenFlags::READ_ONLY to write"));
             }
         }
+        if let Some(gate) = gate {
+            gate(&effects).map_err(|e| e.or_span(span.clone()))?;
+        }
         lql_planner::check_built(&p.stmt, &p.logical)?;
         // A mapped file replaced or truncated since USE would give wrong answers or SIGBUS.
         if let Some(b) = &self.bound {
-            if reads_bound_model(&p.logical) {
+            if effects.reads_model {
                 b.model().check_unchanged().map_err(|e| {
                     Error::from(e)
                         .with_code("LQL-E0502")
@@ -373,12 +388,9 @@ impl Engine {
         // Storage loops over file-declared counts poll this statement's interrupt flag.
         let _interruptible = lql_storage::interrupt::Scope::new(cancel);
         // WITH STEERING: the statement runs as its inner statement, steered.
-        let (stmt, steering) = match &p.stmt.kind {
-            lql_grammar::StatementKind::Steered {
-                steering,
-                statement,
-            } => (statement.as_ref(), Some(steering)),
-            _ => (&p.stmt, None),
+        let stmt = match &p.stmt.kind {
+            lql_grammar::StatementKind::Steered { statement, .. } => statement.as_ref(),
+            _ => &p.stmt,
         };
         let mut cx = Cx {
             engine: self,
@@ -387,16 +399,12 @@ impl Engine {
             stmt,
             plan: &p.logical,
         };
-        if let Some(spec) = steering {
-            let plan = {
-                let catalog = EngineCatalog::new(cx.engine.bound.as_ref());
-                lql_planner::bind_steering(spec, &catalog)?
-            };
-            let s = steering::build(&mut cx, &plan).map_err(|e| e.or_span(span.clone()))?;
+        if let Some(plan) = &p.steering {
+            let s = steering::build(&mut cx, plan).map_err(|e| e.or_span(span.clone()))?;
             cx.bound_mut()?.statement_steering = Some(s);
         }
         let out = interp::run(&mut cx, &p.physical, interp::Mode::Plain);
-        if steering.is_some() {
+        if p.steering.is_some() {
             if let Some(b) = cx.engine.bound.as_mut() {
                 b.statement_steering = None;
             }
