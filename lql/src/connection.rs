@@ -421,7 +421,7 @@ impl Connection {
             return Err(Error::semantic(
                 "this connection is busy: it was used from inside one of its own callbacks",
             )
-            .with_code("LQL-E0202")
+            .with_code(crate::Code::Busy)
             .with_help(
                 "collect the rows and run the next statement after the call returns, or use \
                  another connection of the same Database (Database::connect)",

@@ -1,8 +1,8 @@
 //! `lql::Error`: every failure an embedder or the REPL sees, as data.
 //!
 //! Each crate of the workspace has its own error enum; they are gathered here into one
-//! [`Error`]: a coarse [`ErrorKind`], a stable [`Error::code`] (`LQL-E0201`; the table is
-//! [`CODES`]), a message, the byte span of the statement text that caused it, secondary
+//! [`Error`]: a coarse [`ErrorKind`], a stable [`Error::code`] (`LQL-E0201`; the registry is
+//! [`Code`]), a message, the byte span of the statement text that caused it, secondary
 //! labels and help lines — the one diagnostic shape that syntax errors (grammar) and plan
 //! errors (planner) both convert to — and the lower layer's error as [`std::error::Error::source`].
 //! Rendering happens only at the edge: [`Error::render`] draws an ariadne report with a
@@ -11,6 +11,8 @@
 
 use std::fmt;
 use std::ops::Range;
+
+pub use crate::code::Code;
 
 /// What kind of failure an error is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,27 +75,6 @@ pub struct Label {
     pub message: String,
 }
 
-/// The error codes: a code names one class of failure and never changes meaning.
-pub const CODES: &[(&str, &str)] = &[
-    ("LQL-E0101", "syntax: the text does not parse"),
-    ("LQL-E0201", "semantic: the statement means nothing here (no model, layer out of range, type mismatch, …)"),
-    ("LQL-E0202", "busy: a connection was used from inside one of its own callbacks (a result, token or progress handler); use another connection of the same Database"),
-    ("LQL-E0203", "no rows: query_row found no row to map"),
-    ("LQL-E0204", "read-only: the connection was opened with OpenFlags::READ_ONLY and the statement writes a file or edits the model state"),
-    ("LQL-E0205", "panic: a handler or closure given to the connection (token or progress handler, execute_each callback, query_row/query_map closure) panicked; the statement stopped and the connection stays usable"),
-    ("LQL-E0206", "too large: a result beyond a bound the engine keeps (a join of more than 20,000,000 values); narrow the statement"),
-    ("LQL-E0301", "unsupported: not built yet, or not available for this model"),
-    ("LQL-E0401", "io: reading or writing a file failed"),
-    ("LQL-E0402", "device: the GPU backend failed (no adapter, a kernel that did not compile, device lost, out of device memory); the message names the adapter and the operation"),
-    ("LQL-E0403", "protected: the statement would write over a file the connection reads (the bound model or a file under its folder, an applied patch, a model the statement reads), under any alias"),
-    ("LQL-E0501", "format: a malformed, hostile or inconsistent file"),
-    ("LQL-E0502", "model file changed since USE: re-bind"),
-    ("LQL-E0601", "interrupted: the statement was cancelled"),
-    ("LQL-E0701", "parameters: wrong count, name or type of a prepared statement's parameters"),
-    ("LQL-E0801", "numeric: a computation produced a non-finite value"),
-    ("LQL-E0901", "internal: a bug in LQL"),
-];
-
 /// An LQL error. `span` is a byte range in the text given to `execute`/`prepare`.
 #[derive(Debug, Clone)]
 pub struct Error {
@@ -111,8 +92,8 @@ pub struct Error {
 
 #[derive(Debug, Clone, Default)]
 struct Extra {
-    /// A code more specific than the kind's default (see [`CODES`]).
-    code: Option<&'static str>,
+    /// A code more specific than the kind's default.
+    code: Option<Code>,
     /// The lower layer's error, when there is one.
     source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
     /// What an interrupted statement produced before it stopped (GENERATE's text so far).
@@ -147,24 +128,16 @@ impl Error {
         }
     }
 
-    /// The stable code of this error (`LQL-E0201`, …; see [`CODES`]).
-    pub fn code(&self) -> &'static str {
+    /// The stable code of this error (`LQL-E0201`, …; every code is in [`Code::ALL`]).
+    pub fn code(&self) -> Code {
         self.extra
             .as_ref()
             .and_then(|x| x.code)
-            .unwrap_or(match self.kind {
-                ErrorKind::Syntax => "LQL-E0101",
-                ErrorKind::Semantic => "LQL-E0201",
-                ErrorKind::Unsupported => "LQL-E0301",
-                ErrorKind::Io => "LQL-E0401",
-                ErrorKind::Format => "LQL-E0501",
-                ErrorKind::Interrupted => "LQL-E0601",
-                ErrorKind::Internal => "LQL-E0901",
-            })
+            .unwrap_or(Code::of_kind(self.kind))
     }
 
     /// Sets a code more specific than the kind's default.
-    pub fn with_code(mut self, code: &'static str) -> Self {
+    pub fn with_code(mut self, code: Code) -> Self {
         self.extra.get_or_insert_with(Default::default).code = Some(code);
         self
     }
@@ -325,7 +298,7 @@ impl Error {
                     .with_color(color)
                     .with_index_type(IndexType::Byte),
             )
-            .with_code(self.code())
+            .with_code(self.code().as_str())
             .with_message(&self.message);
         let primary_text = self
             .labels
@@ -440,11 +413,24 @@ impl From<lql_grammar::SyntaxError> for Error {
 
 impl From<lql_planner::PlanError> for Error {
     fn from(e: lql_planner::PlanError) -> Self {
+        use lql_planner::PlanErrorCode as P;
         let kind = match e.kind {
             lql_planner::PlanErrorKind::Semantic => ErrorKind::Semantic,
             lql_planner::PlanErrorKind::Unsupported => ErrorKind::Unsupported,
         };
-        spanned(kind, e.message, e.span, e.labels, e.help)
+        let code = e.code.map(|c| match c {
+            P::NoModel => Code::NoModel,
+            P::UnknownColumn => Code::UnknownColumn,
+            P::UnknownTable => Code::UnknownTable,
+            P::WrongType => Code::WrongType,
+            P::OutOfRange => Code::OutOfRange,
+            _ => Code::Semantic,
+        });
+        let err = spanned(kind, e.message, e.span, e.labels, e.help);
+        match code {
+            Some(c) => err.with_code(c),
+            None => err,
+        }
     }
 }
 
@@ -467,7 +453,7 @@ impl From<lql_storage::StorageError> for Error {
         let changed = matches!(e, S::Changed { .. });
         let err = Error::new(kind, e.to_string()).with_source(e);
         if changed {
-            err.with_code("LQL-E0502")
+            err.with_code(crate::Code::ModelChanged)
         } else {
             err
         }
@@ -491,9 +477,11 @@ impl From<lql_exec::ExecError> for Error {
             | X::Grammar { .. } => Error::semantic(e.to_string()),
             X::Shape { .. } | X::Surface(_) => Error::new(ErrorKind::Format, e.to_string()),
             X::Unsupported(_) => Error::unsupported(e.to_string()),
-            X::Device { .. } => Error::new(ErrorKind::Io, e.to_string()).with_code("LQL-E0402"),
+            X::Device { .. } => {
+                Error::new(ErrorKind::Io, e.to_string()).with_code(crate::Code::Device)
+            }
             X::NonFinite { .. } => {
-                Error::new(ErrorKind::Format, e.to_string()).with_code("LQL-E0801")
+                Error::new(ErrorKind::Format, e.to_string()).with_code(crate::Code::Numeric)
             }
             _ => Error::internal(e.to_string()),
         };
@@ -504,13 +492,15 @@ impl From<lql_exec::ExecError> for Error {
 impl From<lql_exec::tokenizer::TokenizerError> for Error {
     fn from(e: lql_exec::tokenizer::TokenizerError) -> Self {
         use lql_exec::tokenizer::TokenizerError as T;
-        match e {
-            T::Storage(s) => s.into(),
-            T::NoTokenizer => Error::semantic(e.to_string()),
-            T::UnknownModel(_) | T::UnknownPreTokenizer(_) => Error::unsupported(e.to_string()),
-            T::UnknownTokenId { .. } | T::Library(_) => Error::semantic(e.to_string()),
-            _ => Error::new(ErrorKind::Format, e.to_string()),
+        if let T::Storage(s) = e {
+            return s.into();
         }
+        let kind = match &e {
+            T::NoTokenizer | T::UnknownTokenId { .. } | T::Library(_) => ErrorKind::Semantic,
+            T::UnknownModel(_) | T::UnknownPreTokenizer(_) => ErrorKind::Unsupported,
+            _ => ErrorKind::Format,
+        };
+        Error::new(kind, e.to_string()).with_source(e)
     }
 }
 

@@ -31,6 +31,7 @@
 //! - [`Error`]: kind, message, span, labels, help; [`Error::render`] (ariadne) and
 //!   [`Error::to_json`].
 
+mod code;
 mod connection;
 mod database;
 mod engine;
@@ -47,7 +48,7 @@ mod value;
 pub use connection::{BenchReport, Connection, InterruptHandle, StatementResult};
 pub use database::Database;
 pub use engine::{Gate, StageInput, StageResult};
-pub use error::{Error, ErrorKind, Label, Result, CODES};
+pub use error::{Code, Error, ErrorKind, Label, Result};
 pub use flags::OpenFlags;
 pub use json::statement_json;
 /// What a statement does besides returning rows, declared by its bound plan.

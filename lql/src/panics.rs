@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 
 /// The code of a caught handler panic.
-pub const PANIC_CODE: &str = "LQL-E0205";
+pub const PANIC_CODE: crate::Code = crate::Code::Panic;
 
 /// The message of a panic payload (`panic!("…")` gives a `&str` or a `String`).
 pub(crate) fn payload_text(p: &(dyn Any + Send)) -> String {

@@ -1,6 +1,6 @@
 //! The language reference (`docs/reference.md`) rendered from the one schema source
 //! (`lql_planner::schema`: statements, result columns of each example as bound, virtual
-//! tables, SHOW targets), the error codes ([`crate::CODES`]), the importers' lists of
+//! tables, SHOW targets), the error codes ([`crate::Code::ALL`]), the importers' lists of
 //! architectures, the encodings (`DType::ALL`), the limits on input, and the user
 //! catalogue file's rules. `tests/tests/reference.rs` fails when the committed file
 //! differs, and says how to regenerate it.
@@ -151,8 +151,8 @@ pub fn reference_markdown() -> Result<String, String> {
         }
     }
     out.push_str("## Error codes\n\n| code | meaning |\n|---|---|\n");
-    for (code, meaning) in crate::CODES {
-        let _ = writeln!(out, "| `{code}` | {meaning} |");
+    for code in crate::Code::ALL {
+        let _ = writeln!(out, "| `{code}` | {} |", code.meaning());
     }
     out.push('\n');
     models_section(&mut out);

@@ -32,7 +32,7 @@ pub trait Params {
 }
 
 fn param_error(message: String) -> Error {
-    Error::new(ErrorKind::Semantic, message).with_code("LQL-E0701")
+    Error::new(ErrorKind::Semantic, message).with_code(crate::Code::Parameters)
 }
 
 fn positional(values: Vec<Value>, slots: &[lql_grammar::Placeholder]) -> Result<Vec<Value>> {
@@ -359,6 +359,6 @@ pub(crate) fn first_row<T>(
 ) -> Result<T> {
     match rows.row(0) {
         Some(r) => crate::panics::catch_closure("the query_row closure", || f(&r)),
-        None => Err(Error::semantic("the query returned no rows").with_code("LQL-E0203")),
+        None => Err(Error::semantic("the query returned no rows").with_code(crate::Code::NoRows)),
     }
 }

@@ -114,20 +114,29 @@ fn errors_carry_codes_and_sources() {
     let conn = Connection::open(MODEL).unwrap();
     let cases = [
         ("INFER", "LQL-E0101"),
-        ("WALK 'x' LAYERS 40-41", "LQL-E0201"),
+        ("WALK 'x' LAYERS 40-41", "LQL-E0211"),
         ("COMPILE CURRENT INTO PACKAGE 'p'", "LQL-E0201"),
         ("USE '/nonexistent/model.gguf'", "LQL-E0401"),
         (
             "UPDATE edges SET target = 'Rome' WHERE entity = 'France'",
             "LQL-E0301",
         ),
+        // The common semantic errors have codes of their own.
+        ("SELECT nope FROM layers", "LQL-E0208"),
+        ("SELECT a.layer FROM layers b", "LQL-E0209"),
+        ("SELECT * FROM layers WHERE layer = 'three'", "LQL-E0210"),
+        ("INFER 'x' TOP 0", "LQL-E0211"),
     ];
     for (stmt, code) in cases {
         let e = conn.execute(stmt).unwrap_err();
         assert_eq!(e.code(), code, "{stmt}: {e}");
         assert_eq!(e.to_json()["error"]["code"], code);
     }
-    assert!(lql::CODES.iter().any(|(c, _)| *c == "LQL-E0701"));
+    assert!(lql::Code::ALL.iter().any(|c| *c == "LQL-E0701"));
+    let unbound = Connection::open_in_memory().unwrap();
+    let e = unbound.execute("INFER 'x'").unwrap_err();
+    assert_eq!(e.code(), lql::Code::NoModel, "{e}");
+    assert_eq!(e.kind, lql::ErrorKind::Semantic);
 }
 
 #[test]

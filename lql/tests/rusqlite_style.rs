@@ -104,7 +104,7 @@ fn reentrant_use_from_a_callback_is_an_error_not_a_deadlock() {
         }
     }));
     conn.execute("GENERATE 'a' MAX 2").unwrap();
-    assert_eq!(*seen.lock().unwrap(), Some("LQL-E0202"));
+    assert_eq!(*seen.lock().unwrap(), Some(lql::Code::Busy));
     conn.set_token_handler(None::<fn(&str)>);
     // The connection is still usable afterwards.
     assert!(conn.execute("STATS").unwrap().len() > 1);

@@ -386,7 +386,7 @@ impl Binder {
 
     pub(crate) fn model(&self) -> Result<&ModelFacts> {
         self.facts.as_ref().ok_or_else(|| {
-            PlanError::semantic("no model bound; USE a model first", self.stmt_span)
+            PlanError::no_model("no model bound; USE a model first", self.stmt_span)
                 .with_label(self.stmt_span, "this statement needs a model")
                 .with_help("USE \"path/to/model.gguf\" or USE MODEL \"name\" binds one")
         })
@@ -477,7 +477,7 @@ impl Binder {
         match &r.value {
             ModelRef::Current => {
                 if self.facts.is_none() {
-                    return Err(PlanError::semantic(
+                    return Err(PlanError::no_model(
                         "CURRENT needs a bound model; USE a model first",
                         r.span,
                     )
@@ -571,7 +571,7 @@ impl Binder {
             } else {
                 r.last
             };
-            return Err(PlanError::semantic(
+            return Err(PlanError::out_of_range(
                 format!(
                     "layer {bad} out of range: {} has {} layers (0-{})",
                     m.name,
@@ -586,7 +586,7 @@ impl Binder {
             ));
         }
         if r.first < lo || r.last > hi {
-            return Err(PlanError::semantic(
+            return Err(PlanError::out_of_range(
                 format!("layers {r} are not in the bound stage ({lo}-{hi})"),
                 span,
             )
@@ -670,7 +670,7 @@ impl Binder {
         };
         let temperature = match &gen.temperature {
             Some(t) if t.value < 0.0 => {
-                return Err(PlanError::semantic(
+                return Err(PlanError::out_of_range(
                     format!(
                         "TEMPERATURE must be at least 0, got {}",
                         as_written(t.value)
@@ -682,7 +682,7 @@ impl Binder {
             }
             // Sampling runs in f32: a value it cannot hold is refused as written.
             Some(t) if t.value > f32::MAX as f64 => {
-                return Err(PlanError::semantic(
+                return Err(PlanError::out_of_range(
                     format!(
                         "TEMPERATURE must be at most {:e}, got {}",
                         f32::MAX,
@@ -702,14 +702,14 @@ impl Binder {
             .transpose()?;
         let top_p = match &gen.top_p {
             Some(p) if !(p.value > 0.0 && p.value <= 1.0) => {
-                return Err(PlanError::semantic(
+                return Err(PlanError::out_of_range(
                     format!("TOP_P must be in (0, 1], got {}", as_written(p.value)),
                     p.span,
                 )
                 .with_label(p.span, "out of range"));
             }
             Some(p) if (p.value as f32) == 0.0 => {
-                return Err(PlanError::semantic(
+                return Err(PlanError::out_of_range(
                     format!(
                         "TOP_P must be at least {:e} (sampling runs in f32), got {}",
                         f32::MIN_POSITIVE,
@@ -750,7 +750,7 @@ impl Binder {
         }
         let repeat_penalty = match &gen.repeat_penalty {
             Some(r) if !(r.value > 0.0 && r.value <= 100.0) => {
-                return Err(PlanError::semantic(
+                return Err(PlanError::out_of_range(
                     format!(
                         "REPEAT_PENALTY must be in (0, 100], got {}",
                         as_written(r.value)
@@ -764,7 +764,7 @@ impl Binder {
             None => None,
         };
         let openai_penalty = |p: &Option<Spanned<f64>>, name: &str| match p {
-            Some(p) if !(-2.0..=2.0).contains(&p.value) => Err(PlanError::semantic(
+            Some(p) if !(-2.0..=2.0).contains(&p.value) => Err(PlanError::out_of_range(
                 format!(
                     "{name} must be between -2 and 2, got {}",
                     as_written(p.value)
@@ -997,7 +997,7 @@ impl Binder {
             window: match &p.window {
                 None => 1,
                 Some(w) if w.value == 0 || w.value > m.n_layers as u64 => {
-                    return Err(PlanError::semantic(
+                    return Err(PlanError::out_of_range(
                         format!("WINDOW {} is out of range", w.value),
                         w.span,
                     )
@@ -1014,7 +1014,7 @@ impl Binder {
                     PatchMethod::Attribution(Some(n))
                         if !(1..=MAX_ATTRIBUTION_STEPS).contains(&n) =>
                     {
-                        return Err(PlanError::semantic(
+                        return Err(PlanError::out_of_range(
                             format!("STEPS {n} is out of range"),
                             m.span,
                         )
@@ -1133,7 +1133,7 @@ impl Binder {
         let unit = |c: &Option<Spanned<f64>>, name: &str, zero_ok: bool| -> Result<Option<f64>> {
             match c {
                 Some(v) if v.value > 1.0 || v.value < 0.0 || (!zero_ok && v.value == 0.0) => {
-                    Err(PlanError::semantic(
+                    Err(PlanError::out_of_range(
                         format!(
                             "{name} must be in {}, got {}",
                             if zero_ok { "[0, 1]" } else { "(0, 1]" },
@@ -1225,7 +1225,7 @@ impl Binder {
         let layer = match &d.layer {
             Some(l) => Some(
                 usize::try_from(l.value)
-                    .map_err(|_| PlanError::semantic("LAYER is out of range", l.span))?,
+                    .map_err(|_| PlanError::out_of_range("LAYER is out of range", l.span))?,
             ),
             None => None,
         };
@@ -1399,20 +1399,21 @@ fn unchecked_layers(l: &Spanned<LayerSpec>) -> Result<LayerRange> {
 /// A count clause: at least 1, at most `limit` when given.
 fn positive(c: &Spanned<i64>, name: &str, limit: Option<(usize, &str)>) -> Result<usize> {
     if c.value < 1 {
-        return Err(PlanError::semantic(
+        return Err(PlanError::out_of_range(
             format!("{name} must be at least 1, got {}", c.value),
             c.span,
         )
         .with_label(c.span, "must be positive"));
     }
     let v = usize::try_from(c.value)
-        .map_err(|_| PlanError::semantic(format!("{} is too large", c.value), c.span))?;
+        .map_err(|_| PlanError::out_of_range(format!("{} is too large", c.value), c.span))?;
     if let Some((max, what)) = limit {
         if v > max {
-            return Err(
-                PlanError::semantic(format!("{name} {v} exceeds {what} ({max})"), c.span)
-                    .with_label(c.span, format!("at most {max}")),
-            );
+            return Err(PlanError::out_of_range(
+                format!("{name} {v} exceeds {what} ({max})"),
+                c.span,
+            )
+            .with_label(c.span, format!("at most {max}")));
         }
     }
     Ok(v)
@@ -1427,7 +1428,7 @@ pub(crate) fn resolve<'s>(
         return Ok(col);
     }
     let names: Vec<&str> = schema.iter().map(|d| d.name.as_str()).collect();
-    let mut e = PlanError::semantic(
+    let mut e = PlanError::unknown_column(
         format!("unknown column `{}` in table {}", c.name, table.name()),
         c.span,
     )

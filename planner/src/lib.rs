@@ -41,7 +41,7 @@ pub use bind::{
 };
 pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
 pub use effects::{effects, steering_effects, Effects, FileRef, StateChange};
-pub use error::{PlanError, PlanErrorKind};
+pub use error::{PlanError, PlanErrorCode, PlanErrorKind};
 pub use logical::*;
 pub use physical::{lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode};
 pub use schema::{

@@ -118,9 +118,11 @@ impl Scope {
     /// The column `c` names.
     pub fn resolve(&self, c: &Ident) -> Result<&ColumnDef> {
         let found = self.find(&c.name).map_err(|rel| {
-            PlanError::semantic(format!("unknown table `{rel}` in `{}`", c.name), c.span).with_help(
-                format!("the relations here: {}", self.relations().join(", ")),
-            )
+            PlanError::unknown_table(format!("unknown table `{rel}` in `{}`", c.name), c.span)
+                .with_help(format!(
+                    "the relations here: {}",
+                    self.relations().join(", ")
+                ))
         })?;
         match found.as_slice() {
             [i] => Ok(&self.columns[*i]),
@@ -131,7 +133,7 @@ impl Scope {
                     .filter(|o| o.star)
                     .map(|o| o.base.as_str())
                     .collect();
-                let mut e = PlanError::semantic(
+                let mut e = PlanError::unknown_column(
                     format!("unknown column `{}` in {}", c.name, self.what),
                     c.span,
                 )

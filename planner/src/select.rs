@@ -429,7 +429,7 @@ fn item_by_name_or_position<'a>(o: &g::OrderItem, items: &'a [Item]) -> Result<O
                 .filter(|&i| i >= 1 && i <= items.len());
             match i {
                 Some(i) => Ok(Some(&items[i - 1])),
-                None => Err(PlanError::semantic(
+                None => Err(PlanError::out_of_range(
                     format!(
                         "ORDER BY position {n} is out of range: the result has {} columns",
                         items.len()

@@ -67,11 +67,11 @@ pub fn expr_type(e: &Expr, cols: &[ColumnDef]) -> Result<ColumnType> {
 fn column_index(cols: &[ColumnDef], name: &str, e: &Expr) -> Result<usize> {
     cols.iter()
         .position(|c| c.name.eq_ignore_ascii_case(name))
-        .ok_or_else(|| PlanError::semantic(format!("unknown column `{name}`"), e.span))
+        .ok_or_else(|| PlanError::unknown_column(format!("unknown column `{name}`"), e.span))
 }
 
 fn mismatch(e: &Expr, msg: String) -> PlanError {
-    PlanError::semantic(format!("type mismatch: {msg}"), e.span)
+    PlanError::wrong_type(format!("type mismatch: {msg}"), e.span)
 }
 
 /// Checks `e` against the columns; a WHERE clause must be boolean.

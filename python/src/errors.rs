@@ -89,7 +89,7 @@ pub fn to_py(py: Python<'_>, e: &lql::Error) -> PyErr {
     let message = e.message.clone();
     let err = match e.kind {
         K::Syntax => ParserError::new_err(message.clone()),
-        K::Semantic if e.code() == "LQL-E0202" => OperationalError::new_err(message.clone()),
+        K::Semantic if e.code() == lql::Code::Busy => OperationalError::new_err(message.clone()),
         K::Semantic => ProgrammingError::new_err(message.clone()),
         K::Unsupported => NotSupportedError::new_err(message.clone()),
         K::Io | K::Interrupted => OperationalError::new_err(message.clone()),
@@ -98,7 +98,7 @@ pub fn to_py(py: Python<'_>, e: &lql::Error) -> PyErr {
     };
     let value = err.value(py);
     let attach = || -> PyResult<()> {
-        value.setattr("code", e.code())?;
+        value.setattr("code", e.code().as_str())?;
         value.setattr("kind", e.kind.name())?;
         value.setattr("message", message.as_str())?;
         value.setattr("span", e.span.as_ref().map(|s| (s.start, s.end)))?;

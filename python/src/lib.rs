@@ -44,5 +44,8 @@ fn quote(text: &str) -> String {
 /// The registry of error codes: `[(code, meaning), …]`.
 #[pyfunction]
 fn error_codes() -> Vec<(&'static str, &'static str)> {
-    lql::CODES.to_vec()
+    lql::Code::ALL
+        .iter()
+        .map(|c| (c.as_str(), c.meaning()))
+        .collect()
 }

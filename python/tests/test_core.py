@@ -102,7 +102,7 @@ def test_errors_carry_code_kind_span_help(con):
 
     with pytest.raises(lql.ProgrammingError) as e:
         con.sql("SELECT nope FROM layers")
-    assert e.value.kind == "semantic" and e.value.code == "LQL-E0201"
+    assert e.value.kind == "semantic" and e.value.code == "LQL-E0208"
     assert e.value.span is not None
 
     with pytest.raises(lql.DatabaseError) as e:

@@ -376,7 +376,7 @@ impl Session {
         let s = if self.mode.json_errors() {
             format!(
                 "{}\n",
-                serde_json::json!({"error": {"kind": "semantic", "code": "LQL-E0201", "message": msg, "span": null}})
+                serde_json::json!({"error": {"kind": "semantic", "code": lql::Code::Semantic.as_str(), "message": msg, "span": null}})
             )
         } else {
             format!("Error: {}\n", crate::render::terminal_safe(msg))

@@ -27,7 +27,7 @@ use std::path::{Component, Path, PathBuf};
 use lql::{Effects, FileRef, StateChange};
 
 /// The error code of a statement refused over HTTP.
-pub const REFUSED_CODE: &str = "LQL-E1001";
+pub const REFUSED_CODE: lql::Code = lql::Code::Refused;
 
 /// Whether a statement with these effects may run over HTTP. `read_only`: the GET form.
 /// `Err` says why not (without the "refused over HTTP" prefix [`refusal`] adds).

@@ -270,7 +270,7 @@ pub fn check_statements(
             "params need exactly one statement; the text holds {}",
             pieces.len()
         ))
-        .with_code("LQL-E0701"));
+        .with_code(lql::Code::Parameters));
     }
     if with_params {
         return Ok(());

@@ -128,7 +128,7 @@ fn writes_are_refused_without_allow_writes_and_outside_its_folder() {
     let (st, body) = post_text(&s.url(), &stmt, None);
     assert_eq!(st, 403, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["error"]["code"], lql_serve::access::REFUSED_CODE);
+    assert_eq!(v["error"]["code"], lql_serve::access::REFUSED_CODE.as_str());
     assert!(v["error"]["message"]
         .as_str()
         .unwrap()
@@ -153,7 +153,7 @@ fn writes_are_refused_without_allow_writes_and_outside_its_folder() {
         );
         let (st, body) = post_text(&s.url(), &stmt, None);
         assert_eq!(st, 403, "{body}");
-        assert!(body.contains(lql_serve::access::REFUSED_CODE));
+        assert!(body.contains(lql_serve::access::REFUSED_CODE.as_str()));
     }
     assert!(!other.path().join("t.svg").exists());
     // Inside: it runs and writes the file.
@@ -258,7 +258,10 @@ fn paths_given_as_parameters_are_checked_like_literal_ones() {
                         assert!(st == 403 || st == 400, "{why}");
                     } else {
                         assert_eq!(st, 403, "{why}");
-                        assert!(answer.contains(lql_serve::access::REFUSED_CODE), "{why}");
+                        assert!(
+                            answer.contains(lql_serve::access::REFUSED_CODE.as_str()),
+                            "{why}"
+                        );
                     }
                     cases += 1;
                 }

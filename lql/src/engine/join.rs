@@ -130,7 +130,7 @@ pub(crate) fn join(
                         out.len(),
                         columns.len()
                     ))
-                    .with_code("LQL-E0206"));
+                    .with_code(crate::Code::TooLarge));
                 }
                 out.push(row.clone());
             }

@@ -130,6 +130,7 @@ impl Cx<'_> {
     pub fn bound(&self) -> Result<&Bound> {
         self.engine.bound.as_ref().ok_or_else(|| {
             Error::semantic("no model is bound")
+                .with_code(crate::Code::NoModel)
                 .with_span(0..self.text.len())
                 .with_help("bind one first: USE MODEL \"smollm2-135m-instruct\" or USE \"path/to/model.gguf\"")
         })
@@ -366,7 +367,7 @@ impl Engine {
                     "read-only connection: {} {what}",
                     p.logical.name()
                 ))
-                .with_code("LQL-E0204")
+                .with_code(crate::Code::ReadOnly)
                 .with_span(span)
                 .with_help("open the connection without OpenFlags::READ_ONLY to write"));
             }
@@ -380,7 +381,7 @@ impl Engine {
             if effects.reads_model {
                 b.model().check_unchanged().map_err(|e| {
                     Error::from(e)
-                        .with_code("LQL-E0502")
+                        .with_code(crate::Code::ModelChanged)
                         .with_help("bind it again: USE the same path or name")
                 })?;
             }

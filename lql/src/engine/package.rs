@@ -173,6 +173,7 @@ fn run_stage_output(
 ) -> Result<(StageOutput, StageSpan)> {
     let b = engine.bound.as_ref().ok_or_else(|| {
         Error::semantic("no model is bound")
+            .with_code(crate::Code::NoModel)
             .with_help("bind a package stage: USE \"dir\" LAYERS 0-9")
     })?;
     let st = b.stage.as_ref().ok_or_else(|| {

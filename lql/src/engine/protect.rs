@@ -121,7 +121,7 @@ pub(crate) fn refuse_overwrite(
                 "{what} {target:?}: that is {name} ({}); refusing to write over it",
                 p.display()
             ))
-            .with_code("LQL-E0403"));
+            .with_code(crate::Code::Protected));
         }
     }
     Ok(())

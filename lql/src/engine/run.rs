@@ -180,7 +180,7 @@ pub(crate) fn check_finite(values: &[f32], what: &str) -> Result<()> {
                 values[i]
             ),
         )
-        .with_code("LQL-E0801")),
+        .with_code(crate::Code::Numeric)),
     }
 }
 
@@ -240,7 +240,7 @@ fn locate_non_finite(exec: &lql_exec::Executor, ids: &[u32]) -> Option<Error> {
             crate::error::ErrorKind::Format,
             format!("the forward pass stops being finite at {at}: the model's weights or scales produce NaN or infinity"),
         )
-        .with_code("LQL-E0801"),
+        .with_code(crate::Code::Numeric),
     )
 }
 

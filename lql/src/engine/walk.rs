@@ -94,7 +94,7 @@ pub(crate) fn gate_scan(
                         ErrorKind::Format,
                         format!("the residual entering layer {l}'s FFN is not finite: the model's weights or scales produce NaN or infinity"),
                     )
-                    .with_code("LQL-E0801"));
+                    .with_code(crate::Code::Numeric));
                 }
             }
             let at = |l: usize| captured.iter().position(|&x| x == l);
@@ -168,7 +168,7 @@ fn bank_gate_scan(
                         ErrorKind::Format,
                         format!("the residual entering layer {l}'s FFN is not finite: the model's weights or scales produce NaN or infinity"),
                     )
-                    .with_code("LQL-E0801"));
+                    .with_code(crate::Code::Numeric));
                 }
                 by_layer.push((l, i));
             }
