@@ -44,6 +44,7 @@ pub(crate) fn check_where_size(f: &Spanned<Expr>) -> Result<()> {
 pub fn bind(stmt: &Statement, catalog: &dyn Catalog) -> Result<LogicalPlan> {
     Binder {
         facts: catalog.bound(),
+        backend: catalog.backend(),
         stmt_span: stmt.span,
     }
     .statement(stmt)
@@ -54,6 +55,7 @@ pub fn bind(stmt: &Statement, catalog: &dyn Catalog) -> Result<LogicalPlan> {
 pub fn bind_steering(spec: &Spanned<SteeringSpec>, catalog: &dyn Catalog) -> Result<SteeringPlan> {
     Binder {
         facts: catalog.bound(),
+        backend: catalog.backend(),
         stmt_span: spec.span,
     }
     .steering(spec)
@@ -61,6 +63,8 @@ pub fn bind_steering(spec: &Spanned<SteeringSpec>, catalog: &dyn Catalog) -> Res
 
 pub(crate) struct Binder {
     facts: Option<ModelFacts>,
+    /// The session's backend setting.
+    backend: lql_grammar::BackendChoice,
     stmt_span: Span,
 }
 
@@ -358,6 +362,7 @@ impl Binder {
             K::Explain(inner) | K::ExplainPlan(inner) | K::ExplainAnalyze(inner) => {
                 let b = Binder {
                     facts: self.facts.clone(),
+                    backend: self.backend,
                     stmt_span: inner.span,
                 };
                 let bound = b.statement(inner)?;
@@ -619,7 +624,7 @@ impl Binder {
             target,
             layers,
             profile,
-            backend: u.backend.as_ref().map(|b| b.value),
+            backend: u.backend.as_ref().map_or(self.backend, |b| b.value),
         }))
     }
 
@@ -1122,7 +1127,7 @@ impl Binder {
                 },
             });
         }
-        let layer = match &i.at_layer {
+        let pinned = match &i.at_layer {
             Some(l) => {
                 let n = to_usize(l.value, l.span)?;
                 self.check_layer_range(m, LayerRange::new(n, n), l.span)?;
@@ -1130,6 +1135,9 @@ impl Binder {
             }
             None => None,
         };
+        let layer = pinned.unwrap_or_else(|| default_edit_layer(m.n_layers));
+        let subject_layer =
+            subject_layer(m.n_layers, pinned.is_some(), self.stmt_span)?.filter(|&sl| sl < layer);
         let unit = |c: &Option<Spanned<f64>>, name: &str, zero_ok: bool| -> Result<Option<f64>> {
             match c {
                 Some(v) if v.value > 1.0 || v.value < 0.0 || (!zero_ok && v.value == 0.0) => {
@@ -1150,7 +1158,9 @@ impl Binder {
             table,
             rows,
             layer,
-            alpha: unit(&i.alpha, "ALPHA", false)?,
+            pinned: pinned.is_some(),
+            subject_layer,
+            alpha: unit(&i.alpha, "ALPHA", false)?.unwrap_or(DEFAULT_ALPHA),
             confidence: unit(&i.confidence, "CONFIDENCE", true)?,
         }))
     }
@@ -1186,6 +1196,10 @@ impl Binder {
                     format!("column {} assigned twice", col.name),
                     a.span,
                 ));
+            }
+            if table == Table::Features && matches!(col.name.as_str(), "gate_scale" | "down_scale")
+            {
+                check_scale(&col.name, &a.value)?;
             }
             assignments.push((col.name.clone(), a.value.value.clone()));
         }
@@ -1393,6 +1407,71 @@ fn unchecked_layers(l: &Spanned<LayerSpec>) -> Result<LayerRange> {
             l.span,
         )),
         LayerSpec::Range { first, last } => checked_range(first, last, l.span),
+    }
+}
+
+/// The default layer of an added feature, as a fraction of the model's depth (layer 18 of
+/// 30 on SmolLM2; docs/editing.md: chosen by the fact-set measurements).
+pub const DEFAULT_EDIT_LAYER_FRACTION: f64 = 0.6;
+/// The default ALPHA: the probability the edit prompt must give the target.
+pub const DEFAULT_ALPHA: f64 = 0.9;
+/// The default layer of the subject write, as a fraction of the model's depth (layer 6 of
+/// 30 on SmolLM2; docs/editing.md).
+pub const SUBJECT_LAYER_FRACTION: f64 = 0.2;
+
+/// INSERT's layer when AT LAYER does not pin it.
+pub fn default_edit_layer(n_layers: usize) -> usize {
+    ((n_layers as f64 * DEFAULT_EDIT_LAYER_FRACTION) as usize).min(n_layers.saturating_sub(1))
+}
+
+/// The layer of INSERT's subject write: `LQL_EDIT_SUBJECT_LAYER` (a layer, or `off` for
+/// none; a measurement switch, docs/editing.md); else none when AT LAYER pins the edit
+/// (one feature there), else [`SUBJECT_LAYER_FRACTION`] of the depth. An unreadable value
+/// is refused by name.
+fn subject_layer(n_layers: usize, pinned: bool, span: Span) -> Result<Option<usize>> {
+    match std::env::var("LQL_EDIT_SUBJECT_LAYER") {
+        Ok(v) if v == "off" => Ok(None),
+        Ok(v) => v.parse().map(Some).map_err(|_| {
+            PlanError::semantic(
+                format!("LQL_EDIT_SUBJECT_LAYER={v:?} is neither a layer nor \"off\""),
+                span,
+            )
+        }),
+        Err(_) if pinned => Ok(None),
+        Err(_) => Ok(Some((n_layers as f64 * SUBJECT_LAYER_FRACTION) as usize)),
+    }
+}
+
+/// The largest factor UPDATE features SET gate_scale/down_scale takes (in magnitude).
+pub const MAX_FEATURE_SCALE: f64 = 1e6;
+
+/// A feature scale's value: a finite number of magnitude at most [`MAX_FEATURE_SCALE`].
+fn check_scale(column: &str, v: &Spanned<Value>) -> Result<()> {
+    let x = match &v.value {
+        Value::Int(i) => *i as f64,
+        Value::Float(f) => *f,
+        other => {
+            return Err(PlanError::wrong_type(
+                format!("{column} takes a number, not {}", value_kind(other)),
+                v.span,
+            ))
+        }
+    };
+    if !x.is_finite() || x.abs() > MAX_FEATURE_SCALE {
+        return Err(PlanError::out_of_range(
+            format!("{column} = {x} is out of range (|x| ≤ 1e6)"),
+            v.span,
+        ));
+    }
+    Ok(())
+}
+
+fn value_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Int(_) | Value::Float(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Bool(_) => "a boolean",
+        Value::Null => "NULL",
     }
 }
 

@@ -5,6 +5,10 @@
 pub trait Catalog {
     /// Facts about the bound model; `None` when no model is bound.
     fn bound(&self) -> Option<ModelFacts>;
+    /// The session's backend setting (`SET backend`): where a USE that names none runs.
+    fn backend(&self) -> lql_grammar::BackendChoice {
+        lql_grammar::BackendChoice::Cpu
+    }
 }
 
 /// What kind of artefact the bound model came from.

@@ -37,7 +37,9 @@ mod typecheck;
 mod unbuilt;
 
 pub use bind::{
-    bind, bind_steering, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP, MAX_WHERE_NODES,
+    bind, bind_steering, default_edit_layer, DEFAULT_ALPHA, DEFAULT_EDIT_LAYER_FRACTION,
+    DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP, MAX_FEATURE_SCALE, MAX_WHERE_NODES,
+    SUBJECT_LAYER_FRACTION,
 };
 pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
 pub use effects::{effects, steering_effects, Effects, FileRef, StateChange};

@@ -61,8 +61,8 @@ pub struct UsePlan {
     /// Bind one stage (checked against the model by the engine once opened).
     pub layers: Option<LayerRange>,
     pub profile: Option<String>,
-    /// Where the forward pass runs (`None`: the session's setting).
-    pub backend: Option<BackendChoice>,
+    /// Where the forward pass runs: USE's BACKEND, else the session's setting.
+    pub backend: BackendChoice,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -480,13 +480,22 @@ pub struct EdgeRow {
     pub prompt: Option<String>,
 }
 
+/// INSERT with every value it runs with decided by the binder: the layers written and the
+/// strength's aim, as EXPLAIN PLAN shows them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct InsertPlan {
     pub table: Table,
     pub rows: Vec<EdgeRow>,
-    /// AT LAYER; None lets the engine choose.
-    pub layer: Option<usize>,
-    pub alpha: Option<f64>,
+    /// The layer of each row's added feature: AT LAYER's, else
+    /// [`crate::DEFAULT_EDIT_LAYER_FRACTION`] of the depth.
+    pub layer: usize,
+    /// Whether AT LAYER pinned `layer`.
+    pub pinned: bool,
+    /// The layer of the subject write (below `layer`; `None`: none).
+    pub subject_layer: Option<usize>,
+    /// The probability the edit prompt must give the target (ALPHA, default
+    /// [`crate::DEFAULT_ALPHA`]).
+    pub alpha: f64,
     pub confidence: Option<f64>,
 }
 

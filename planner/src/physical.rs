@@ -185,12 +185,8 @@ pub enum Operator {
         exprs: Vec<Expr>,
     },
     /// Writes edits into the overlay store (never the base files).
-    OverlayInsert {
-        rows: usize,
-        layer: Option<usize>,
-        alpha: Option<f64>,
-        confidence: Option<f64>,
-    },
+    /// INSERT's rows, written with the layers and aim the binder decided.
+    OverlayInsert(InsertPlan),
     OverlayDelete {
         table: Table,
     },
@@ -226,6 +222,8 @@ pub enum Operator {
         target: String,
         layers: Option<LayerRange>,
         profile: Option<String>,
+        /// USE: the backend the binding runs on.
+        backend: Option<lql_grammar::BackendChoice>,
     },
     /// The bound model's effective state (base + overlays).
     Current,
@@ -411,6 +409,7 @@ fn model_ref_op(r: &ModelRef) -> Operator {
             target: p.clone(),
             layers: None,
             profile: None,
+            backend: None,
         },
     }
 }
@@ -433,6 +432,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             },
             layers: u.layers,
             profile: u.profile.clone(),
+            backend: Some(u.backend),
         }],
         LogicalPlan::Infer(i) => vec![
             tokenize(&i.prompt),
@@ -533,12 +533,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             }
             ops
         }
-        LogicalPlan::Insert(i) => vec![O::OverlayInsert {
-            rows: i.rows.len(),
-            layer: i.layer,
-            alpha: i.alpha,
-            confidence: i.confidence,
-        }],
+        LogicalPlan::Insert(i) => vec![O::OverlayInsert(i.clone())],
         LogicalPlan::Delete(d) => vec![
             table_scan(d.table, &ScanSpec::full()),
             O::Filter {
@@ -609,6 +604,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 target: e.source.clone(),
                 layers: None,
                 profile: None,
+                backend: None,
             },
             O::Write {
                 kind: match (e.format, e.shape) {
@@ -1154,21 +1150,22 @@ impl fmt::Display for Operator {
                     .collect();
                 write!(f, "Project {}", items.join(", "))
             }
-            O::OverlayInsert {
-                rows,
-                layer,
-                alpha,
-                confidence,
-            } => {
-                write!(f, "OverlayInsert edges rows={rows}")?;
-                match layer {
-                    Some(l) => write!(f, " layer={l}")?,
-                    None => f.write_str(" layer=auto")?,
+            O::OverlayInsert(i) => {
+                write!(
+                    f,
+                    "OverlayInsert edges rows={} layer={}",
+                    i.rows.len(),
+                    i.layer
+                )?;
+                if i.pinned {
+                    f.write_str(" (AT LAYER)")?;
                 }
-                if let Some(a) = alpha {
-                    write!(f, " alpha={a}")?;
+                match i.subject_layer {
+                    Some(sl) => write!(f, " subject_layer={sl}")?,
+                    None => f.write_str(" subject_layer=none")?,
                 }
-                if let Some(c) = confidence {
+                write!(f, " alpha={}", i.alpha)?;
+                if let Some(c) = i.confidence {
                     write!(f, " confidence={c}")?;
                 }
                 Ok(())
@@ -1193,8 +1190,12 @@ impl fmt::Display for Operator {
                 target,
                 layers,
                 profile,
+                backend,
             } => {
                 write!(f, "Open {}", quote(target))?;
+                if let Some(b) = backend {
+                    write!(f, " backend={}", b.name())?;
+                }
                 if let Some(l) = layers {
                     write!(f, " layers={l}")?;
                 }

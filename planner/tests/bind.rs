@@ -491,7 +491,9 @@ fn edits() {
             prompt: None,
         }]
     );
-    assert_eq!((i.layer, i.alpha), (Some(24), Some(0.25)));
+    assert_eq!((i.layer, i.pinned, i.alpha), (24, true, 0.25));
+    // AT LAYER pins one feature there: no subject write.
+    assert_eq!(i.subject_layer, None);
     refuse(
         "INSERT INTO «features» (entity) VALUES ('a')",
         &m,
@@ -652,4 +654,61 @@ fn patch_defaults_and_refusals() {
         "a METRIC token is empty",
     );
     refuse("«PATCH 'a' FROM 'b'»", &browse_only(), "PATCH");
+}
+
+/// The binder decides what INSERT, USE and UPDATE run with, so EXPLAIN PLAN shows it.
+#[test]
+fn the_binder_decides_the_values_that_run() {
+    let m = smollm();
+    let LogicalPlan::Insert(i) = plan(
+        "INSERT INTO edges (entity, relation, target) VALUES ('France', 'capital', 'Paris')",
+        &m,
+    ) else {
+        panic!()
+    };
+    // 60 % and 20 % of SmolLM2's 30 layers; ALPHA's default.
+    assert_eq!(
+        (i.layer, i.pinned, i.subject_layer, i.alpha),
+        (18, false, Some(6), DEFAULT_ALPHA)
+    );
+    let tree = lower(&LogicalPlan::Insert(i)).to_string();
+    assert!(
+        tree.contains("OverlayInsert edges rows=1 layer=18 subject_layer=6 alpha=0.9"),
+        "{tree}"
+    );
+    // USE runs on the session's backend unless it names one.
+    struct Gpu;
+    impl Catalog for Gpu {
+        fn bound(&self) -> Option<ModelFacts> {
+            None
+        }
+        fn backend(&self) -> lql_grammar::BackendChoice {
+            lql_grammar::BackendChoice::Gpu
+        }
+    }
+    let LogicalPlan::Use(u) = plan("USE 'm.gguf'", &Gpu) else {
+        panic!()
+    };
+    assert_eq!(u.backend, lql_grammar::BackendChoice::Gpu);
+    let LogicalPlan::Use(u) = plan("USE 'm.gguf' BACKEND cpu", &Gpu) else {
+        panic!()
+    };
+    assert_eq!(u.backend, lql_grammar::BackendChoice::Cpu);
+    assert!(lower(&LogicalPlan::Use(u))
+        .to_string()
+        .contains("Open \"m.gguf\" backend=cpu"));
+    // UPDATE's scales: a number, finite, within range.
+    let e = refuse(
+        "UPDATE features SET gate_scale = «'x'» WHERE layer = 1",
+        &m,
+        "gate_scale takes a number, not a string",
+    );
+    assert_eq!(e.code, Some(PlanErrorCode::WrongType));
+    let e = refuse(
+        "UPDATE features SET down_scale = «2e7» WHERE layer = 1",
+        &m,
+        "out of range",
+    );
+    assert_eq!(e.code, Some(PlanErrorCode::OutOfRange));
+    plan("UPDATE features SET down_scale = 0 WHERE layer = 1", &m);
 }

@@ -31,7 +31,7 @@ pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
     };
     // `BACKEND gpu` without an adapter is refused before anything is bound.
     let backend = match cx.plan {
-        LogicalPlan::Use(u) => u.backend.unwrap_or(cx.engine.backend),
+        LogicalPlan::Use(u) => u.backend,
         _ => cx.engine.backend,
     };
     super::backend::check_available(backend).map_err(|e| match &cx.stmt.kind {

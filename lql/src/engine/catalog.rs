@@ -10,17 +10,21 @@ use super::Bound;
 /// The session as the planner sees it.
 pub(crate) struct EngineCatalog<'a> {
     bound: Option<&'a Bound>,
+    backend: lql_grammar::BackendChoice,
 }
 
 impl<'a> EngineCatalog<'a> {
-    pub fn new(bound: Option<&'a Bound>) -> Self {
-        EngineCatalog { bound }
+    pub fn new(bound: Option<&'a Bound>, backend: lql_grammar::BackendChoice) -> Self {
+        EngineCatalog { bound, backend }
     }
 }
 
 impl Catalog for EngineCatalog<'_> {
     fn bound(&self) -> Option<ModelFacts> {
         self.bound.map(|b| b.facts.clone())
+    }
+    fn backend(&self) -> lql_grammar::BackendChoice {
+        self.backend
     }
 }
 

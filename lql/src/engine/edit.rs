@@ -21,11 +21,6 @@ use crate::error::{Error, Result};
 use crate::rows::Rows;
 use crate::value::Value;
 
-/// The default layer of an added feature, as a fraction of the model's depth
-/// (docs/editing.md: chosen by the fact-set measurements).
-pub(crate) const DEFAULT_LAYER_FRACTION: f64 = 0.6;
-/// The default ALPHA: the probability the edit prompt must give the target.
-pub(crate) const DEFAULT_ALPHA: f64 = 0.9;
 /// The strength search stops here (in units of the normed residual direction).
 const MAX_MAGNITUDE: f32 = 4096.0;
 /// Text the key is centred on (the first eight; mean normed FFN input over their positions)
@@ -213,18 +208,14 @@ pub(crate) fn continuation(prompt: &str, target: &str) -> String {
     }
 }
 
-/// `OverlayInsert`: one added feature per row.
-pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
-    let LogicalPlan::Insert(plan) = cx.plan.clone() else {
-        return Err(Error::internal("OverlayInsert outside INSERT"));
-    };
+/// `OverlayInsert`: one added feature per row, at the layers the binder decided.
+pub(crate) fn insert(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
     refuse_banks(cx, "INSERT")?;
     refuse_post_norm(cx)?;
     refuse_long_text(&plan.rows)?;
-    let n_layers = cx.bound()?.facts.n_layers;
-    let layer = plan.layer.unwrap_or_else(|| default_layer(n_layers));
-    let aim = plan.alpha.unwrap_or(DEFAULT_ALPHA) as f32;
-    let subject = subject::subject_layer(n_layers, plan.layer.is_some())?.filter(|&sl| sl < layer);
+    let layer = plan.layer;
+    let aim = plan.alpha as f32;
+    let subject = plan.subject_layer;
     let mut built = 0usize;
     let mut notes = Vec::new();
     for row in &plan.rows {
@@ -233,7 +224,7 @@ pub(crate) fn insert(cx: &mut Cx<'_>) -> Result<Datum> {
         if made {
             notes.push(format!("built the prompt {prompt:?}"));
         }
-        let p = insert_one(cx, &plan, row, &prompt, layer, subject, aim)?;
+        let p = insert_one(cx, plan, row, &prompt, layer, subject, aim)?;
         let at = match (subject, prompt.contains(&row.entity)) {
             (Some(sl), true) => format!("layers {sl} (subject) and {layer}"),
             _ => format!("layer {layer}"),
@@ -276,10 +267,6 @@ fn refuse_long_text(rows: &[EdgeRow]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-pub(crate) fn default_layer(n_layers: usize) -> usize {
-    ((n_layers as f64 * DEFAULT_LAYER_FRACTION) as usize).min(n_layers.saturating_sub(1))
 }
 
 fn insert_one(
@@ -870,21 +857,17 @@ pub(crate) fn update(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     refuse_banks(cx, "UPDATE")?;
     let mut gate = None;
     let mut down = None;
+    // The binder checked each scale's value (a finite number within range).
     for (c, v) in &plan.assignments {
         let x = match v {
             lql_grammar::Value::Int(i) => *i as f64,
             lql_grammar::Value::Float(f) => *f,
             other => {
-                return Err(Error::semantic(format!(
-                    "{c} takes a number, not {other:?}"
+                return Err(Error::internal(format!(
+                    "{c} = {other:?} reached UPDATE unchecked"
                 )))
             }
         };
-        if !x.is_finite() || x.abs() > 1e6 {
-            return Err(Error::semantic(format!(
-                "{c} = {x} is out of range (|x| ≤ 1e6)"
-            )));
-        }
         match c.as_str() {
             "gate_scale" => gate = Some(x as f32),
             "down_scale" => down = Some(x as f32),

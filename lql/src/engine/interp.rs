@@ -307,7 +307,7 @@ fn operator(
         O::DescribeTable { table } => introspect::describe_table(cx, *table),
         O::Rows { columns } => rows(cx, inputs, columns),
         O::Explain { mode, plan } => explain::explain(cx, *mode, plan),
-        O::OverlayInsert { .. } => edit::insert(cx),
+        O::OverlayInsert(plan) => edit::insert(cx, plan),
         O::OverlayDelete { table } => edit::delete(cx, one(inputs, "OverlayDelete")?, *table),
         O::OverlayUpdate { .. } => edit::update(cx, one(inputs, "OverlayUpdate")?),
         O::PatchBegin { path } => patch::begin(cx, path),

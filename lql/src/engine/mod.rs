@@ -320,12 +320,12 @@ impl Engine {
     pub(crate) fn prepare(&self, text: &str) -> Result<Prepared> {
         let stmt = lql_grammar::parse_statement(text)?;
         let logical = {
-            let catalog = EngineCatalog::new(self.bound.as_ref());
+            let catalog = EngineCatalog::new(self.bound.as_ref(), self.backend);
             lql_planner::bind(&stmt, &catalog)?
         };
         let steering = match &stmt.kind {
             lql_grammar::StatementKind::Steered { steering, .. } => {
-                let catalog = EngineCatalog::new(self.bound.as_ref());
+                let catalog = EngineCatalog::new(self.bound.as_ref(), self.backend);
                 Some(lql_planner::bind_steering(steering, &catalog)?)
             }
             _ => None,

@@ -77,7 +77,7 @@ fn run(cx: &mut Cx<'_>, query: &Select, at: &Expr) -> Result<Vec<Value>> {
         span: at.span,
     };
     let logical = {
-        let catalog = EngineCatalog::new(cx.engine.bound.as_ref());
+        let catalog = EngineCatalog::new(cx.engine.bound.as_ref(), cx.engine.backend);
         lql_planner::bind(&stmt, &catalog)?
     };
     let physical = lql_planner::lower(&logical);

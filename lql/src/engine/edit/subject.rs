@@ -96,27 +96,6 @@ fn contexts(cx: &mut Cx<'_>, prompt: &str, entity: &str) -> Result<Vec<Context>>
     Ok(out)
 }
 
-/// The default layer of the subject write, as a fraction of the model's depth (layer 6 of
-/// 30 on SmolLM2; docs/editing.md).
-pub(super) const SUBJECT_LAYER_FRACTION: f64 = 0.2;
-
-/// The layer of the subject write: `LQL_EDIT_SUBJECT_LAYER` (a layer, or `off` for none;
-/// a measurement switch, docs/editing.md); else none when the INSERT pins its layer (`AT
-/// LAYER n`: the edit is one feature there), else [`SUBJECT_LAYER_FRACTION`] of the depth.
-/// An unreadable value is refused by name.
-pub(super) fn subject_layer(n_layers: usize, pinned: bool) -> Result<Option<usize>> {
-    match std::env::var("LQL_EDIT_SUBJECT_LAYER") {
-        Ok(v) if v == "off" => Ok(None),
-        Ok(v) => v.parse().map(Some).map_err(|_| {
-            Error::semantic(format!(
-                "LQL_EDIT_SUBJECT_LAYER={v:?} is neither a layer nor \"off\""
-            ))
-        }),
-        Err(_) if pinned => Ok(None),
-        Err(_) => Ok(Some((n_layers as f64 * SUBJECT_LAYER_FRACTION) as usize)),
-    }
-}
-
 /// Adds the subject features of `row` at `layer` (none when the prompt does not name the
 /// entity). Returns the edit contexts' target probabilities under the optimised value.
 pub(super) fn write(
