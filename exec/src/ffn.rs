@@ -346,6 +346,11 @@ fn bank(
         buf.up.resize(m * ef, 0.0);
         buf.ys.resize(m * d, 0.0);
         let (g, u) = (expert(&wg, &gu_shape, e)?, expert(&wu, &gu_shape, e)?);
+        let dv = expert(&wd, &d_shape, e)?;
+        // Only this expert's rows are read: counted at the seam (EXPLAIN ANALYZE's read=).
+        for (key, part) in [(b.gate, &g), (b.up, &u), (b.down, &dv)] {
+            cx.source.record_read(key, part.bytes.len() as u64);
+        }
         be.matmul_group(
             &[g, u],
             &buf.xs,
@@ -353,12 +358,7 @@ fn bank(
             &mut [&mut buf.gate[..m * ef], &mut buf.up[..m * ef]],
         )?;
         be.glu(cx.activation, &mut buf.gate[..m * ef], &buf.up[..m * ef]);
-        be.matmul(
-            &expert(&wd, &d_shape, e)?,
-            &buf.gate[..m * ef],
-            m,
-            &mut buf.ys[..m * d],
-        )?;
+        be.matmul(&dv, &buf.gate[..m * ef], m, &mut buf.ys[..m * d])?;
         for (i, &(t, w)) in users.iter().enumerate() {
             axpy(w, &buf.ys[i * d..(i + 1) * d], &mut out[t * d..(t + 1) * d]);
         }

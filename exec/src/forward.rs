@@ -310,6 +310,10 @@ pub(crate) fn head(
         o.on_final_norm(positions, &normed);
     }
     let head = view(source, plan.head)?;
+    if plan.head.role == lql_storage::Role::TokenEmbedding {
+        // A tied head reads the whole embedding table (a gathered table is counted per row).
+        source.record_read(plan.head, head.bytes.len() as u64);
+    }
     let mut logits = vec![0.0f32; m * s.vocab];
     be.matmul(&head, &normed, m, &mut logits)?;
     block::cap_logits(plan, &mut logits);

@@ -34,6 +34,7 @@ pub mod interrupt;
 pub mod json_strict;
 pub mod mapped;
 pub mod material;
+pub mod meter;
 pub mod model;
 pub mod overlay;
 pub mod surface;

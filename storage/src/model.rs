@@ -381,6 +381,11 @@ pub trait OperandSource: Send + Sync {
     fn ffn_overlay(&self, _layer: usize) -> Option<&crate::overlay::LayerOverlay> {
         None
     }
+
+    /// Records that an operator read `bytes` of `key` (a part of its view: the experts of a
+    /// bank it routed to). A metered source counts them (`meter::Metered`); others ignore
+    /// them.
+    fn record_read(&self, _key: OperandKey, _bytes: u64) {}
 }
 
 /// The operands `src` lacks to run a forward pass, grouped per role ("attn_q of layers

@@ -294,15 +294,12 @@ pub(crate) fn activation_patch(
             (metric.score(&a.corrupt_logits), Some(a.estimates))
         }
     };
-    // Every run reads every layer: ANALYZE's read= and layers_run= count all of them (the
-    // backward pass as one more).
-    let model = cx.model()?;
+    // Every run passes every layer: ANALYZE's layers_run= counts all of them (the backward
+    // pass as one more); read= is measured at the operand seam.
     let runs = match spec.method {
         PatchMethod::Runs => cells.len() + 2,
         PatchMethod::Attribution(steps) => 2 + 2 * steps.unwrap_or(1) as usize,
     };
-    super::run::layer_cost(&model, LayerRange::new(0, surface.n_layers - 1), cost);
-    cost.weight_bytes = cost.weight_bytes.saturating_mul(runs as u64);
     cost.layers_run = runs * surface.n_layers;
 
     let component = match spec.component {

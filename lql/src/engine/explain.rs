@@ -4,7 +4,8 @@
 //!   operator tree, one line per node, then the statement's declared effects (`effects:
 //!   reads the model; writes "o.gguf"; long-running`); nothing runs.
 //! - `EXPLAIN ANALYZE s`: runs `s` through the interpreter and prints the same tree with,
-//!   per node, rows out, wall time, bytes of weights read, encodings read and layers run.
+//!   per node, rows out, wall time, operand bytes read (measured at the operand seam,
+//!   `storage::meter`), encodings read and layers run.
 //! - `EXPLAIN WALK …` / `EXPLAIN INFER …`: run the statement's own tree and print it with its
 //!   measured costs, then the per-layer trace interpretability users read: for WALK the
 //!   features with gates, activations and down tokens; for INFER (rows section, layer,

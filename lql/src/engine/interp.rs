@@ -117,7 +117,16 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
     cx.check_cancel()?;
     let t0 = Instant::now();
     let mut cost = Cost::default();
+    // The operand bytes the node's kernels read, measured at the operand seam.
+    let meter = cx.engine.bound.as_ref().map(|b| b.meter.clone());
+    let before = meter.as_ref().map(|m| m.snapshot());
     let out = operator(cx, &n.op, inputs, r, &mut cost)?;
+    if let (Some(m), Some(before)) = (&meter, &before) {
+        for (encoding, bytes) in m.since(before) {
+            cost.weight_bytes += bytes;
+            cost.encodings.insert(encoding.to_string());
+        }
+    }
     let s = &mut r.stats[id];
     s.millis = t0.elapsed().as_secs_f64() * 1e3;
     s.rows = out.count();
@@ -180,7 +189,7 @@ fn operator(
         O::Forward {
             layers, capture, ..
         } => run::forward(cx, one(inputs, "Forward")?, *layers, capture, r, cost),
-        O::Head => run::head(cx, one(inputs, "Head")?, r, cost),
+        O::Head => run::head(cx, one(inputs, "Head")?, r),
         O::TopK { k } => run::top_k(one(inputs, "TopK")?, *k),
         O::DecodeLoop {
             max_tokens,

@@ -77,6 +77,9 @@ pub(crate) struct Bound {
     pub steering: Option<Arc<lql_exec::steer::Steering>>,
     /// The running statement's steering (`WITH STEERING`), in place of the connection's.
     pub statement_steering: Option<Arc<lql_exec::steer::Steering>>,
+    /// Bytes the executor's operators read from the operands, per encoding (EXPLAIN
+    /// ANALYZE's `read=`): the executor runs over a `Metered` source counting into it.
+    pub meter: Arc<lql_storage::meter::ReadMeter>,
 }
 
 impl Bound {
@@ -92,6 +95,7 @@ impl Bound {
             backend: lql_grammar::BackendChoice::Cpu,
             steering: None,
             statement_steering: None,
+            meter: Arc::default(),
         }
     }
 
@@ -197,7 +201,12 @@ impl Cx<'_> {
                 Some(state) => state.clone(),
                 None => b.model().clone(),
             };
-            b.executor = Some(backend::executor(source, b.backend)?.with_cancel_flag(cancel));
+            let metered = lql_storage::meter::Metered::new(source, b.meter.clone());
+            // Building the plan checks shapes through views; it reads no payload.
+            let exec = b
+                .meter
+                .paused(|| backend::executor(Arc::new(metered), b.backend))?;
+            b.executor = Some(exec.with_cancel_flag(cancel));
         }
         let steering = b.statement_steering.clone().or_else(|| b.steering.clone());
         let exec = b

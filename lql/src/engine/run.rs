@@ -8,7 +8,6 @@ use std::sync::Arc;
 use lql_exec::trace::{self, CaptureOptions, TraceCapture};
 use lql_exec::{Control, FinishReason, GenerateOptions, Sampling};
 use lql_planner::{Capture, LayerRange, LogicalPlan, Positions};
-use lql_storage::Model;
 
 use super::datum::Datum;
 use super::interp::{wrong_input, Cost, Mode, Run};
@@ -35,32 +34,10 @@ pub(crate) fn tokenize(cx: &mut Cx<'_>, text: &str) -> Result<Datum> {
     Ok(Datum::Tokens(ids))
 }
 
-/// Weight bytes and encodings of layers `layers` (every operand the layers own).
-pub(crate) fn layer_cost(model: &Model, layers: LayerRange, cost: &mut Cost) {
-    for (k, op) in &model.operands {
-        if k.layer.is_some_and(|l| layers.contains(l)) {
-            cost.weight_bytes += op.len as u64;
-            cost.encodings.insert(op.dtype.name().to_string());
-        }
-    }
+/// Counts `layers` as run (the bytes they read are measured at the operand seam by the
+/// interpreter, `storage::meter`).
+pub(crate) fn layers_run(layers: LayerRange, cost: &mut Cost) {
     cost.layers_run += layers.len();
-}
-
-/// Weight bytes of the head (final norm + output matrix).
-fn head_cost(model: &Model, cost: &mut Cost) {
-    use lql_storage::{OperandKey, Role};
-    for role in [Role::OutputNorm, Role::Output] {
-        if let Some(op) = model.operand(OperandKey::global(role)) {
-            cost.weight_bytes += op.len as u64;
-            cost.encodings.insert(op.dtype.name().to_string());
-        }
-    }
-    if model.surface.tied_head {
-        if let Some(op) = model.operand(OperandKey::global(Role::TokenEmbedding)) {
-            cost.weight_bytes += op.len as u64;
-            cost.encodings.insert(op.dtype.name().to_string());
-        }
-    }
 }
 
 /// `Forward layers=a-b capture=…`: runs exactly those layers over the prompt.
@@ -83,7 +60,7 @@ pub(crate) fn forward(
     };
     let exec = cx.executor()?;
     let model = cx.model()?;
-    layer_cost(&model, layers, cost);
+    layers_run(layers, cost);
     if capture.contains(&Capture::FfnInput) {
         let scanned: Vec<usize> = match cx.plan {
             LogicalPlan::Walk(w) => w.layers.iter().collect(),
@@ -139,7 +116,7 @@ pub(crate) fn forward(
 }
 
 /// `Head`: final norm and output projection of the last position.
-pub(crate) fn head(cx: &mut Cx<'_>, input: Datum, r: &mut Run, cost: &mut Cost) -> Result<Datum> {
+pub(crate) fn head(cx: &mut Cx<'_>, input: Datum, r: &mut Run) -> Result<Datum> {
     let Datum::Prefilled {
         residual,
         capture,
@@ -150,7 +127,6 @@ pub(crate) fn head(cx: &mut Cx<'_>, input: Datum, r: &mut Run, cost: &mut Cost) 
         return Err(wrong_input("Head", &input));
     };
     let exec = cx.executor()?;
-    head_cost(cx.model()?.as_ref(), cost);
     let logits = finite_head(&exec, &residual, &tokens)?;
     let Some(cap) = capture else {
         return Ok(Datum::Logits(logits));
@@ -317,15 +293,11 @@ pub(crate) fn decode_loop(
         let rows = generation_rows(cx, g, "interrupted")?;
         return Err(Error::interrupted().with_partial_rows(rows));
     }
-    // Each token after the first is one more pass through every layer; every sampled
-    // token reads the head once.
+    // Each token after the first is one more pass through every layer.
     let passes = g.generated_tokens.saturating_sub(1);
     let all = LayerRange::new(0, model.surface.n_layers.saturating_sub(1));
     for _ in 0..passes {
-        layer_cost(&model, all, cost);
-    }
-    for _ in 0..=passes {
-        head_cost(&model, cost);
+        layers_run(all, cost);
     }
     Ok(Datum::Generation(g))
 }
