@@ -1,12 +1,12 @@
 //! Where the forward pass runs: the session's `backend` setting (`SET backend = …`), the
 //! binding's choice (`USE … BACKEND …`), building the bound model's executor on the CPU
 //! or the GPU backend (`auto`: the GPU when an adapter can run the model, else the CPU),
-//! and `SHOW BACKENDS`.
+//! and `SHOW BACKENDS`. The GPU backend is the `gpu` feature of this crate (on by
+//! default); a build without it runs on the CPU and refuses `gpu` by name.
 
 use std::sync::Arc;
 
 use lql_exec::{Backend, Executor};
-use lql_gpu::GpuBackend;
 use lql_grammar::{BackendChoice, Setting};
 use lql_planner::LogicalPlan;
 use lql_storage::OperandSource;
@@ -17,19 +17,51 @@ use crate::error::{Error, Result};
 use crate::rows::Rows;
 use crate::value::Value;
 
+/// The GPU backend of this build.
+#[cfg(feature = "gpu")]
+mod gpu {
+    use super::*;
+    use lql_gpu::GpuBackend;
+
+    /// The backend on the best adapter (`fallback`: ops it lacks run on the CPU).
+    pub(super) fn backend(threads: usize, fallback: bool) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::new(
+            GpuBackend::new(None, threads)?.with_fallback(fallback),
+        ))
+    }
+
+    /// The adapters present: (name, api, kind, driver).
+    pub(super) fn adapters() -> Vec<[String; 4]> {
+        lql_gpu::adapters()
+            .into_iter()
+            .map(|a| [a.name, a.api, a.kind, a.driver])
+            .collect()
+    }
+}
+
+/// A build without the `gpu` feature: no adapter, `gpu` refused by name.
+#[cfg(not(feature = "gpu"))]
+mod gpu {
+    use super::*;
+
+    pub(super) fn backend(_threads: usize, _fallback: bool) -> Result<Arc<dyn Backend>> {
+        Err(Error::unsupported(
+            "not supported by this build: the GPU backend (lql was built without its `gpu` feature)",
+        ))
+    }
+
+    pub(super) fn adapters() -> Vec<[String; 4]> {
+        Vec::new()
+    }
+}
+
 /// An executor over `source` on the backend `choice` names.
 pub(crate) fn executor(source: Arc<dyn OperandSource>, choice: BackendChoice) -> Result<Executor> {
     match choice {
         BackendChoice::Cpu => Ok(Executor::new(source, 0)?),
-        BackendChoice::Gpu => {
-            let gpu: Arc<dyn Backend> = Arc::new(GpuBackend::new(None, 0)?);
-            Ok(Executor::with_backend(source, gpu)?)
-        }
-        BackendChoice::Auto => match GpuBackend::new(None, 0) {
-            Ok(g) => {
-                let gpu: Arc<dyn Backend> = Arc::new(g.with_fallback(true));
-                Ok(Executor::with_backend(source, gpu)?)
-            }
+        BackendChoice::Gpu => Ok(Executor::with_backend(source, gpu::backend(0, false)?)?),
+        BackendChoice::Auto => match gpu::backend(0, true) {
+            Ok(g) => Ok(Executor::with_backend(source, g)?),
             Err(_) => Ok(Executor::new(source, 0)?),
         },
     }
@@ -38,7 +70,7 @@ pub(crate) fn executor(source: Arc<dyn OperandSource>, choice: BackendChoice) ->
 /// `gpu` needs an adapter: refused up front (before anything changes) when there is none.
 pub(crate) fn check_available(choice: BackendChoice) -> Result<()> {
     if choice == BackendChoice::Gpu {
-        GpuBackend::new(None, 1)?;
+        gpu::backend(1, false)?;
     }
     Ok(())
 }
@@ -79,7 +111,7 @@ pub(crate) fn show(cx: &Cx<'_>) -> Rows {
         .bound
         .as_ref()
         .map_or(cx.engine.backend, |b| b.backend);
-    let adapters = lql_gpu::adapters();
+    let adapters = gpu::adapters();
     let active = running(cx).unwrap_or(match choice {
         BackendChoice::Cpu => "cpu",
         BackendChoice::Gpu => "gpu",
@@ -96,18 +128,18 @@ pub(crate) fn show(cx: &Cx<'_>) -> Rows {
         Value::from(""),
         Value::from(active == "cpu"),
     ]);
-    for (i, a) in adapters.iter().enumerate() {
-        let kind = if a.kind == "cpu" {
-            "cpu-emulated".to_string()
+    for (i, [name, api, kind, driver]) in adapters.iter().enumerate() {
+        let kind = if kind == "cpu" {
+            "cpu-emulated"
         } else {
-            a.kind.clone()
+            kind.as_str()
         };
         rows.push(vec![
             Value::from("gpu"),
-            Value::from(a.name.as_str()),
-            Value::from(a.api.as_str()),
+            Value::from(name.as_str()),
+            Value::from(api.as_str()),
             Value::from(kind),
-            Value::from(a.driver.as_str()),
+            Value::from(driver.as_str()),
             // The GPU backend runs on the first (best) adapter.
             Value::from(active == "gpu" && i == 0),
         ]);
