@@ -17,6 +17,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::ops::Range;
+
 use crate::connection::Connection;
 use crate::engine::{Gate, Prepared};
 use crate::error::{Error, ErrorKind, Result};
@@ -231,21 +233,54 @@ impl<'conn> Statement<'conn> {
         Ok(self
             .conn
             .prepare_plan(&text)
-            .map_err(|e| self.value_error(e))?
+            .map_err(|e| self.value_error(e, &values))?
             .effects())
     }
 
-    /// A statement's error with its parameters in place: a syntax error means a value did
-    /// not fit where it stands; spans in the substituted text are dropped.
-    fn value_error(&self, e: Error) -> Error {
-        if e.kind == ErrorKind::Syntax {
-            param_error(format!(
+    /// A statement's error with its parameters in place (`values`): a syntax error means a
+    /// value did not fit where it stands. Spans in the substituted text are mapped back to
+    /// the statement as written (a span inside a value to its placeholder), then to the
+    /// text given to `prepare`.
+    fn value_error(&self, e: Error, values: &[Value]) -> Error {
+        let e = if e.kind == ErrorKind::Syntax {
+            let message = format!(
                 "a parameter's value does not fit where it stands: {}",
                 e.message
-            ))
+            );
+            let span = e.span.clone();
+            let mut p = param_error(message);
+            p.span = span;
+            p
         } else {
-            e.without_spans()
+            e
+        };
+        match self.substitutions(values) {
+            Ok(subs) => e
+                .map_spans(|r| {
+                    let start = to_written(&subs, r.start, false);
+                    let end = to_written(&subs, r.end, true).max(start);
+                    start..end
+                })
+                .offset_spans(self.offset),
+            Err(_) => e.without_spans(),
         }
+    }
+
+    /// Where each value stands in the substituted text: (start, end there, the
+    /// placeholder's span as written).
+    fn substitutions(&self, values: &[Value]) -> Result<Vec<(usize, usize, Range<usize>)>> {
+        let mut out = Vec::with_capacity(self.slots.len());
+        let mut shift: isize = 0;
+        for s in &self.slots {
+            let v = values
+                .get(s.index - 1)
+                .ok_or_else(|| param_error(format!("no value for parameter {}", s.index)))?;
+            let len = literal(v)?.len();
+            let start = (s.span.start as isize + shift) as usize;
+            out.push((start, start + len, s.span.range()));
+            shift += len as isize - (s.span.end - s.span.start) as isize;
+        }
+        Ok(out)
     }
 
     fn run<P: Params>(&mut self, params: P, gate: Option<Gate<'_>>) -> Result<Rows> {
@@ -258,7 +293,8 @@ impl<'conn> Statement<'conn> {
         }
         let text = self.text_with(&values)?;
         let conn = self.conn;
-        conn.run_one(&text, gate).map_err(|e| self.value_error(e))
+        conn.run_one(&text, gate)
+            .map_err(|e| self.value_error(e, &values))
     }
 
     /// Runs the statement and maps its first row with `f` (as rusqlite's `query_row`); a
@@ -337,6 +373,27 @@ impl<'conn> Statement<'conn> {
         out.push_str(&self.text[at..]);
         Ok(out)
     }
+}
+
+/// An offset of the substituted text as an offset of the statement as written: past a
+/// value, shifted by the difference in lengths; inside one, the placeholder's start (or its
+/// end, for the end of a span).
+fn to_written(subs: &[(usize, usize, Range<usize>)], at: usize, is_end: bool) -> usize {
+    let mut shift: isize = 0;
+    for (start, end, written) in subs {
+        if at < *start || (at == *start && !is_end) {
+            break;
+        }
+        if at < *end || (at == *end && is_end) {
+            return if is_end && at > *start {
+                written.end
+            } else {
+                written.start
+            };
+        }
+        shift = written.end as isize - *end as isize;
+    }
+    (at as isize + shift).max(0) as usize
 }
 
 /// A value as an LQL literal.

@@ -138,3 +138,25 @@ fn an_interrupted_generate_keeps_its_text_so_far() {
     conn.set_token_handler(None::<fn(&str)>);
     assert_eq!(conn.execute("TOKENIZE 'a'").unwrap().len(), 1);
 }
+
+/// An error of a statement run with parameters keeps its span, in the text given to
+/// `prepare`: a clause after a value is found where it is written, and a value that does
+/// not fit is pointed at by its placeholder.
+#[test]
+fn errors_with_parameters_keep_their_spans() {
+    let conn = Connection::open(MODEL).unwrap();
+    let text = "STATS; WALK :p LAYERS 40-41";
+    let mut st = conn.prepare(&text[7..]).unwrap();
+    let e = st
+        .query(lql::named_params! {":p": "a long prompt about France"})
+        .unwrap_err();
+    assert_eq!(e.code(), lql::Code::OutOfRange, "{e}");
+    let span = e.span.clone().expect("the span is kept");
+    assert_eq!(&text[7..][span], "LAYERS 40-41", "{e:?}");
+    // A value that does not fit where it stands: the span is its placeholder's.
+    let text = "INFER 'x' TOP ?";
+    let mut st = conn.prepare(text).unwrap();
+    let e = st.query(lql::params!["three"]).unwrap_err();
+    assert_eq!(e.code(), lql::Code::Parameters, "{e}");
+    assert_eq!(&text[e.span.clone().expect("span")], "?", "{e:?}");
+}

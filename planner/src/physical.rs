@@ -9,7 +9,7 @@
 //! Rows [layer, feature, gate, activation, top_token, down_tokens, mode, expert]
 //!   FeatureLabels
 //!     GateScan layers=20-22 top=3 query=residual encoding=Q4_1
-//!       Forward layers=0-22 capture=ffn_input positions=last
+//!       Forward layers=0-22 capture=ffn_input@20-22 positions=last
 //!         Tokenize "France"
 //! ```
 
@@ -30,20 +30,42 @@ pub enum GateQuery {
 /// What a forward pass records for observers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Capture {
-    /// The normalised residual entering each FFN (WALK MODE RESIDUAL).
-    FfnInput,
+    /// The normalised residual entering the FFN of each of these layers (WALK MODE
+    /// RESIDUAL: the layers it scans).
+    FfnInput(LayerRange),
     /// Residual stream after each layer.
     Residual,
     /// Attention and FFN contributions per layer (TRACE DECOMPOSE).
     Deltas,
+    /// Attention weights and FFN activity per layer (TRACE … SAVE to a trace file).
+    Activity,
+}
+
+/// What a Tokenize's text is, which decides how it is encoded and whether it may be empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum TextRole {
+    /// A prompt: encoded with the model's BOS; it must yield a token.
+    Prompt,
+    /// DESCRIBE's entity: encoded without BOS (its own tokens); it must yield a token.
+    Entity,
+    /// TOKENIZE's text: encoded with BOS; it may be empty.
+    Text,
+}
+
+impl TextRole {
+    /// Whether the tokenizer's BOS is added.
+    pub fn bos(self) -> bool {
+        self != TextRole::Entity
+    }
 }
 
 /// One physical operator.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub enum Operator {
-    /// Text → token ids (with the model's BOS handling).
+    /// Text → token ids (with the model's BOS handling, as `role` says).
     Tokenize {
         text: String,
+        role: TextRole,
     },
     /// Embedding rows of the chosen positions.
     EmbedLookup {
@@ -415,8 +437,13 @@ fn model_ref_op(r: &ModelRef) -> Operator {
 }
 
 fn tokenize(text: &str) -> Operator {
+    tokenize_as(text, TextRole::Prompt)
+}
+
+fn tokenize_as(text: &str, role: TextRole) -> Operator {
     Operator::Tokenize {
         text: text.to_string(),
+        role,
     }
 }
 
@@ -472,7 +499,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 WalkMode::Residual => {
                     ops.push(O::Forward {
                         layers: w.forward_layers(),
-                        capture: vec![Capture::FfnInput],
+                        capture: vec![Capture::FfnInput(w.layers)],
                         positions: Positions::Last,
                     });
                     GateQuery::Residual
@@ -489,7 +516,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             ops
         }
         LogicalPlan::Describe(d) => vec![
-            tokenize(&d.entity),
+            tokenize_as(&d.entity, TextRole::Entity),
             O::DescribeScan {
                 layers: d.layers,
                 mode: d.mode,
@@ -504,6 +531,13 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             let mut capture = vec![Capture::Residual];
             if t.decompose {
                 capture.push(Capture::Deltas);
+            }
+            // A trace file keeps attention weights and FFN activity; an SVG does not.
+            if t.save
+                .as_deref()
+                .is_some_and(|p| !p.to_ascii_lowercase().ends_with(".svg"))
+            {
+                capture.push(Capture::Activity);
             }
             let mut ops = vec![
                 tokenize(&t.prompt),
@@ -674,7 +708,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             what: "STATS".into(),
             like: None,
         }],
-        LogicalPlan::Tokenize { text } => vec![tokenize(text), O::Detokenize],
+        LogicalPlan::Tokenize { text } => vec![tokenize_as(text, TextRole::Text), O::Detokenize],
         LogicalPlan::DescribeTable { table } => vec![O::DescribeTable { table: *table }],
         LogicalPlan::Explain(e) => vec![O::Explain {
             mode: e.mode,
@@ -875,7 +909,13 @@ impl fmt::Display for Operator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use Operator as O;
         match self {
-            O::Tokenize { text } => write!(f, "Tokenize {}", quote(text)),
+            O::Tokenize { text, role } => {
+                write!(f, "Tokenize {}", quote(text))?;
+                if !role.bos() {
+                    f.write_str(" bos=no")?;
+                }
+                Ok(())
+            }
             O::EmbedLookup { positions } => {
                 write!(f, "EmbedLookup position={}", positions_word(*positions))
             }
@@ -886,12 +926,13 @@ impl fmt::Display for Operator {
             } => {
                 write!(f, "Forward layers={layers}")?;
                 if !capture.is_empty() {
-                    let c: Vec<&str> = capture
+                    let c: Vec<String> = capture
                         .iter()
                         .map(|c| match c {
-                            Capture::FfnInput => "ffn_input",
-                            Capture::Residual => "residual",
-                            Capture::Deltas => "attn_delta+ffn_delta",
+                            Capture::FfnInput(l) => format!("ffn_input@{l}"),
+                            Capture::Residual => "residual".into(),
+                            Capture::Deltas => "attn_delta+ffn_delta".into(),
+                            Capture::Activity => "attention+ffn_activity".into(),
                         })
                         .collect();
                     write!(

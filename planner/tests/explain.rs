@@ -48,7 +48,7 @@ fn walk_residual() {
 Rows [layer, feature, gate, activation, top_token, down_tokens, mode, expert]
   FeatureLabels
     GateScan layers=10-12 top=10 query=residual encoding=Q4_1 bytes/layer=648.0 KiB total=1.9 MiB
-      Forward layers=0-12 capture=ffn_input positions=last
+      Forward layers=0-12 capture=ffn_input@10-12 positions=last
         Tokenize "France"
 "#
         .trim_start(),
@@ -111,7 +111,7 @@ Rows [position, layer, rank, prob, attn_contrib, ffn_contrib, contrib, who]
   SaveTrace "t.trace"
     LogitLens for="Paris"
       Head final_norm+output position=last
-        Forward layers=0-29 capture=residual positions=all
+        Forward layers=0-29 capture=residual,attention+ffn_activity positions=all
           Tokenize "x"
 "#
         .trim_start(),
@@ -284,4 +284,24 @@ Rows [layer, position, token, component, head, clean, corrupted, patched, recove
 "#
         .trim_start(),
     );
+}
+
+/// What each operator runs with is on the operator (not read back from the statement):
+/// DESCRIBE's entity is encoded without BOS, a trace file's pass keeps attention and FFN
+/// activity, WALK's capture names the layers it scans.
+#[test]
+fn operators_carry_their_decisions() {
+    let m = smollm();
+    let text = |src: &str| {
+        let stmt = lql_grammar::parse_statement(src).unwrap();
+        lower(&bind(&stmt, &m).unwrap()).to_string()
+    };
+    assert!(text("DESCRIBE 'France'").contains("Tokenize \"France\" bos=no"));
+    assert!(
+        text("TOKENIZE 'x'").contains("Tokenize \"x\"\n")
+            || text("TOKENIZE 'x'").ends_with("Tokenize \"x\"")
+    );
+    assert!(text("TRACE 'x' SAVE 't.trace'").contains("capture=residual,attention+ffn_activity"));
+    assert!(!text("TRACE 'x' SAVE 't.svg'").contains("attention+ffn_activity"));
+    assert!(text("WALK 'x' MODE RESIDUAL LAYERS 3-4").contains("capture=ffn_input@3-4"));
 }

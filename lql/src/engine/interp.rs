@@ -184,11 +184,21 @@ fn operator(
             persist::compile(cx, one(inputs, "Write")?)
         }
         O::Open { target, .. } => bind::open(cx, target),
-        O::Tokenize { text } => run::tokenize(cx, text),
+        O::Tokenize { text, role } => run::tokenize(cx, text, *role),
         O::EmbedLookup { .. } => walk::embed_lookup(cx, one(inputs, "EmbedLookup")?, cost),
         O::Forward {
-            layers, capture, ..
-        } => run::forward(cx, one(inputs, "Forward")?, *layers, capture, r, cost),
+            layers,
+            capture,
+            positions,
+        } => run::forward(
+            cx,
+            one(inputs, "Forward")?,
+            *layers,
+            capture,
+            *positions,
+            r,
+            cost,
+        ),
         O::Head => run::head(cx, one(inputs, "Head")?, r),
         O::TopK { k } => run::top_k(one(inputs, "TopK")?, *k),
         O::DecodeLoop {

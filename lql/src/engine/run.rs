@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use lql_exec::trace::{self, CaptureOptions, TraceCapture};
 use lql_exec::{Control, FinishReason, GenerateOptions, Sampling};
-use lql_planner::{Capture, LayerRange, LogicalPlan, Positions};
+use lql_planner::{Capture, LayerRange, LogicalPlan, Positions, TextRole};
 
 use super::datum::Datum;
 use super::interp::{wrong_input, Cost, Mode, Run};
@@ -18,18 +18,23 @@ use crate::value::Value;
 
 /// `Tokenize "text"`: the text's ids, with BOS when the tokenizer adds one (TOKENIZE,
 /// INFER, GENERATE, WALK, TRACE); DESCRIBE's entity is tokenized without it.
-pub(crate) fn tokenize(cx: &mut Cx<'_>, text: &str) -> Result<Datum> {
+pub(crate) fn tokenize(cx: &mut Cx<'_>, text: &str, role: TextRole) -> Result<Datum> {
     let tok = cx.tokenizer()?;
-    let bos = !matches!(cx.plan, LogicalPlan::Describe(_));
-    let ids = tok.encode(text, bos)?;
-    let needs_tokens = !matches!(cx.plan, LogicalPlan::Tokenize { .. });
-    if ids.is_empty() && needs_tokens {
-        return Err(match cx.plan {
-            LogicalPlan::Describe(_) => Error::semantic(format!(
-                "{text:?} tokenizes to no tokens: nothing to describe"
-            )),
-            _ => Error::semantic("the prompt is empty: at least one token is needed"),
-        });
+    let ids = tok.encode(text, role.bos())?;
+    if ids.is_empty() {
+        match role {
+            TextRole::Text => {}
+            TextRole::Entity => {
+                return Err(Error::semantic(format!(
+                    "{text:?} tokenizes to no tokens: nothing to describe"
+                )))
+            }
+            TextRole::Prompt => {
+                return Err(Error::semantic(
+                    "the prompt is empty: at least one token is needed",
+                ))
+            }
+        }
     }
     Ok(Datum::Tokens(ids))
 }
@@ -52,6 +57,7 @@ pub(crate) fn forward(
     input: Datum,
     layers: LayerRange,
     capture: &[Capture],
+    positions: Positions,
     r: &mut Run,
     cost: &mut Cost,
 ) -> Result<Datum> {
@@ -61,11 +67,12 @@ pub(crate) fn forward(
     let exec = cx.executor()?;
     let model = cx.model()?;
     layers_run(layers, cost);
-    if capture.contains(&Capture::FfnInput) {
-        let scanned: Vec<usize> = match cx.plan {
-            LogicalPlan::Walk(w) => w.layers.iter().collect(),
-            _ => layers.iter().collect(),
-        };
+    let ffn_input = capture.iter().find_map(|c| match c {
+        Capture::FfnInput(l) => Some(*l),
+        _ => None,
+    });
+    if let Some(at) = ffn_input {
+        let scanned: Vec<usize> = at.iter().collect();
         let caps = lql_exec::browse::residual::capture(&exec, &ids, &scanned)
             .map_err(super::walk::browse_err)?;
         return Ok(Datum::FfnCaptures {
@@ -81,16 +88,15 @@ pub(crate) fn forward(
         )));
     }
     let capture_opts = if capture.contains(&Capture::Residual) {
-        let positions = match cx.plan {
-            LogicalPlan::Trace(t) if t.positions == Positions::All => trace::Positions::All,
-            _ => trace::Positions::Last,
+        let positions = match positions {
+            Positions::All => trace::Positions::All,
+            Positions::Last => trace::Positions::Last,
         };
-        let save_trace_file = matches!(cx.plan, LogicalPlan::Trace(t)
-            if t.save.as_deref().is_some_and(|p| !p.to_ascii_lowercase().ends_with(".svg")));
+        let activity = capture.contains(&Capture::Activity);
         Some(CaptureOptions {
             positions,
-            attention: save_trace_file,
-            ffn_activity: save_trace_file,
+            attention: activity,
+            ffn_activity: activity,
         })
     } else if r.mode == Mode::TapTrace {
         Some(CaptureOptions {
