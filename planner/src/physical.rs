@@ -123,6 +123,8 @@ pub enum Operator {
     /// `references` reference words per layer, strong hits labelled and grouped into edges
     /// by layer band. In RESIDUAL mode each word runs layers `forward` first.
     DescribeScan {
+        /// The entity described (its tokens are the input).
+        entity: String,
         layers: LayerRange,
         mode: WalkMode,
         forward: Option<LayerRange>,
@@ -212,9 +214,10 @@ pub enum Operator {
     OverlayDelete {
         table: Table,
     },
+    /// UPDATE's assignments, checked by the binder, on the rows its input yields.
     OverlayUpdate {
         table: Table,
-        columns: Vec<String>,
+        assignments: Vec<(String, lql_grammar::Value)>,
     },
     PatchBegin {
         path: String,
@@ -518,6 +521,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
         LogicalPlan::Describe(d) => vec![
             tokenize_as(&d.entity, TextRole::Entity),
             O::DescribeScan {
+                entity: d.entity.clone(),
                 layers: d.layers,
                 mode: d.mode,
                 forward: (d.mode == WalkMode::Residual).then(|| LayerRange::new(0, d.layers.last)),
@@ -582,7 +586,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             },
             O::OverlayUpdate {
                 table: u.table,
-                columns: u.assignments.iter().map(|(c, _)| c.clone()).collect(),
+                assignments: u.assignments.clone(),
             },
         ],
         LogicalPlan::BeginPatch { path } => vec![O::PatchBegin { path: path.clone() }],
@@ -905,6 +909,17 @@ fn fmt_bytes(b: u64) -> String {
     }
 }
 
+/// A literal as LQL spells it.
+fn literal_text(v: &lql_grammar::Value) -> String {
+    match v {
+        lql_grammar::Value::Int(i) => i.to_string(),
+        lql_grammar::Value::Float(x) => x.to_string(),
+        lql_grammar::Value::String(s) => quote(s),
+        lql_grammar::Value::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
+        lql_grammar::Value::Null => "NULL".into(),
+    }
+}
+
 impl fmt::Display for Operator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use Operator as O;
@@ -1015,6 +1030,7 @@ impl fmt::Display for Operator {
             }
             O::FeatureLabels => f.write_str("FeatureLabels"),
             O::DescribeScan {
+                entity: _,
                 layers,
                 mode,
                 forward,
@@ -1212,8 +1228,12 @@ impl fmt::Display for Operator {
                 Ok(())
             }
             O::OverlayDelete { table } => write!(f, "OverlayDelete {table}"),
-            O::OverlayUpdate { table, columns } => {
-                write!(f, "OverlayUpdate {table} set={}", columns.join(","))
+            O::OverlayUpdate { table, assignments } => {
+                let set: Vec<String> = assignments
+                    .iter()
+                    .map(|(c, v)| format!("{c}={}", literal_text(v)))
+                    .collect();
+                write!(f, "OverlayUpdate {table} set {}", set.join(","))
             }
             O::PatchBegin { path } => write!(f, "PatchBegin {}", quote(path)),
             O::PatchSave => f.write_str("PatchSave"),

@@ -18,6 +18,7 @@ use crate::value::Value;
 pub(crate) fn describe_scan(
     cx: &mut Cx<'_>,
     input: Datum,
+    entity: &str,
     layers: LayerRange,
     mode: WalkMode,
     detail: lql_grammar::Detail,
@@ -25,12 +26,7 @@ pub(crate) fn describe_scan(
     let Datum::Tokens(ids) = input else {
         return Err(wrong_input("DescribeScan", &input));
     };
-    let lql_planner::LogicalPlan::Describe(plan) = cx.plan else {
-        return Err(crate::error::Error::internal(
-            "DescribeScan outside DESCRIBE",
-        ));
-    };
-    let entity = plan.entity.clone();
+    let entity = entity.to_string();
     let exec = match mode {
         WalkMode::Residual => Some(cx.executor()?),
         WalkMode::Embedding => None,

@@ -850,15 +850,16 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
 }
 
 /// `OverlayUpdate`: `UPDATE features SET gate_scale = a, down_scale = b WHERE …`.
-pub(crate) fn update(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
-    let LogicalPlan::Update(plan) = cx.plan.clone() else {
-        return Err(Error::internal("OverlayUpdate outside UPDATE"));
-    };
+pub(crate) fn update(
+    cx: &mut Cx<'_>,
+    input: Datum,
+    assignments: &[(String, lql_grammar::Value)],
+) -> Result<Datum> {
     refuse_banks(cx, "UPDATE")?;
     let mut gate = None;
     let mut down = None;
     // The binder checked each scale's value (a finite number within range).
-    for (c, v) in &plan.assignments {
+    for (c, v) in assignments {
         let x = match v {
             lql_grammar::Value::Int(i) => *i as f64,
             lql_grammar::Value::Float(f) => *f,

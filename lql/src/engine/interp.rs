@@ -221,11 +221,19 @@ fn operator(
         } => walk::gate_scan(cx, one(inputs, "GateScan")?, *layers, *top, *query, cost),
         O::FeatureLabels => walk::feature_labels(cx, one(inputs, "FeatureLabels")?, cost),
         O::DescribeScan {
+            entity,
             layers,
             mode,
             detail,
             ..
-        } => describe::describe_scan(cx, one(inputs, "DescribeScan")?, *layers, *mode, *detail),
+        } => describe::describe_scan(
+            cx,
+            one(inputs, "DescribeScan")?,
+            entity,
+            *layers,
+            *mode,
+            *detail,
+        ),
         O::LogitLens { target } => {
             trace::logit_lens(cx, one(inputs, "LogitLens")?, target.as_deref())
         }
@@ -328,7 +336,9 @@ fn operator(
         O::Explain { mode, plan } => explain::explain(cx, *mode, plan),
         O::OverlayInsert(plan) => edit::insert(cx, plan),
         O::OverlayDelete { table } => edit::delete(cx, one(inputs, "OverlayDelete")?, *table),
-        O::OverlayUpdate { .. } => edit::update(cx, one(inputs, "OverlayUpdate")?),
+        O::OverlayUpdate { assignments, .. } => {
+            edit::update(cx, one(inputs, "OverlayUpdate")?, assignments)
+        }
         O::PatchBegin { path } => patch::begin(cx, path),
         O::PatchSave => patch::save(cx),
         O::SetSetting { name, value } => super::backend::set(cx, name, value),
