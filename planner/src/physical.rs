@@ -137,8 +137,12 @@ pub enum Operator {
     },
     /// Splits each layer's update into attention and FFN parts.
     Decompose,
+    /// Writes the trace (a trace file, or an SVG of the lens) at `path`, recording the
+    /// prompt and FOR's target it traced.
     SaveTrace {
         path: String,
+        prompt: String,
+        target: Option<String>,
     },
     /// Draws the rows' `recovered` as an SVG heat map (layers × cells) at `path` and passes
     /// the rows on (PATCH … SAVE).
@@ -567,7 +571,11 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 ops.push(O::Decompose);
             }
             if let Some(p) = &t.save {
-                ops.push(O::SaveTrace { path: p.clone() });
+                ops.push(O::SaveTrace {
+                    path: p.clone(),
+                    prompt: t.prompt.clone(),
+                    target: t.target.clone(),
+                });
             }
             ops
         }
@@ -1110,7 +1118,7 @@ impl fmt::Display for Operator {
                 }
             }
             O::Decompose => f.write_str("Decompose attn/ffn"),
-            O::SaveTrace { path } => write!(f, "SaveTrace {}", quote(path)),
+            O::SaveTrace { path, .. } => write!(f, "SaveTrace {}", quote(path)),
             O::SaveHeatmap { path } => write!(f, "SaveHeatmap {} value=recovered", quote(path)),
             O::TableScan {
                 table,

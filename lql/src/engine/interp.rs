@@ -260,7 +260,17 @@ fn operator(
             },
             cost,
         ),
-        O::SaveTrace { path } => trace::save(cx, one(inputs, "SaveTrace")?, path),
+        O::SaveTrace {
+            path,
+            prompt,
+            target,
+        } => trace::save(
+            cx,
+            one(inputs, "SaveTrace")?,
+            path,
+            prompt,
+            target.as_deref(),
+        ),
         O::SaveHeatmap { path } => {
             activation_patch::save_heatmap(cx, one(inputs, "SaveHeatmap")?, path)
         }

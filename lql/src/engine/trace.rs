@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use lql_exec::trace::{self, lens, LogitLens, Trace, TraceError, TraceFile};
-use lql_planner::{LogicalPlan, Positions, TracePlan};
+use lql_planner::{LogicalPlan, Positions};
 
 use super::datum::Datum;
 use super::interp::wrong_input;
@@ -115,7 +115,13 @@ pub(crate) fn decompose(input: Datum) -> Result<Datum> {
 
 /// `SaveTrace "path"`: `.svg` draws the logit-lens heatmap, any other name writes a
 /// `.trace` file; the trace passes through.
-pub(crate) fn save(cx: &mut Cx<'_>, input: Datum, path: &str) -> Result<Datum> {
+pub(crate) fn save(
+    cx: &mut Cx<'_>,
+    input: Datum,
+    path: &str,
+    prompt: &str,
+    target: Option<&str>,
+) -> Result<Datum> {
     let Datum::Trace {
         trace,
         lens,
@@ -124,11 +130,8 @@ pub(crate) fn save(cx: &mut Cx<'_>, input: Datum, path: &str) -> Result<Datum> {
     else {
         return Err(wrong_input("SaveTrace", &input));
     };
-    let LogicalPlan::Trace(plan) = cx.plan else {
-        return Err(Error::internal("SaveTrace outside TRACE"));
-    };
     let text = cx.token_texts();
-    save_to(cx, plan, &trace, lens.as_ref(), path, &text)?;
+    save_to(cx, prompt, target, &trace, lens.as_ref(), path, &text)?;
     Ok(Datum::Trace {
         trace,
         lens,
@@ -238,7 +241,8 @@ pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Resul
 
 fn save_to(
     cx: &mut Cx<'_>,
-    plan: &TracePlan,
+    prompt: &str,
+    target: Option<&str>,
     tr: &Trace,
     lens: Option<&LogitLens>,
     path: &str,
@@ -253,14 +257,14 @@ fn save_to(
             .iter()
             .map(|&i| format!("{i}:{}", text(tr.tokens[i])))
             .collect();
-        let title = format!("logit lens: {:?}", plan.prompt);
+        let title = format!("logit lens: {:?}", prompt);
         trace::write_heatmap_svg(p, lens, text, &labels, &title).map_err(trace_err)
     } else {
         let b = cx.bound()?;
         let meta = serde_json::json!({
-            "prompt": plan.prompt,
+            "prompt": prompt,
             "model": b.name,
-            "target": plan.target,
+            "target": target,
             "norm_eps": b.model().surface.norm_eps,
             "written_by": "lql TRACE",
         });
