@@ -11,6 +11,10 @@ pub struct SyntaxError {
     pub span: Span,
     pub labels: Vec<(Span, String)>,
     pub help: Option<String>,
+    /// A name outside a closed list the text otherwise parses around — `table` for a FROM
+    /// name that is no table — which callers report as an unknown name rather than a
+    /// spelling error of the language.
+    pub unknown: Option<&'static str>,
 }
 
 impl SyntaxError {
@@ -20,7 +24,13 @@ impl SyntaxError {
             span,
             labels: Vec::new(),
             help: None,
+            unknown: None,
         }
+    }
+    /// Marks the error as an unknown name of kind `what`.
+    pub fn unknown_name(mut self, what: &'static str) -> Self {
+        self.unknown = Some(what);
+        self
     }
     pub fn with_label(mut self, span: Span, text: impl Into<String>) -> Self {
         self.labels.push((span, text.into()));

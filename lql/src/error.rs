@@ -416,6 +416,12 @@ fn spanned(
 
 impl From<lql_grammar::SyntaxError> for Error {
     fn from(e: lql_grammar::SyntaxError) -> Self {
+        // A FROM name that is no table parses as a name: it is an unknown table, not a
+        // spelling error of the language.
+        if e.unknown == Some("table") {
+            return spanned(ErrorKind::Semantic, e.message, e.span, e.labels, e.help)
+                .with_code(Code::UnknownTable);
+        }
         spanned(ErrorKind::Syntax, e.message, e.span, e.labels, e.help)
     }
 }

@@ -124,6 +124,7 @@ fn errors_carry_codes_and_sources() {
         // The common semantic errors have codes of their own.
         ("SELECT nope FROM layers", "LQL-E0208"),
         ("SELECT a.layer FROM layers b", "LQL-E0209"),
+        ("SELECT * FROM featurs", "LQL-E0209"),
         ("SELECT * FROM layers WHERE layer = 'three'", "LQL-E0210"),
         ("INFER 'x' TOP 0", "LQL-E0211"),
     ];

@@ -731,7 +731,7 @@ const TABLES: &[(&str, Table)] = &[
 
 fn table(p: Pair<Rule>) -> Result<Spanned<Table>> {
     let w = last_child(p)?;
-    choose(&w, "table", TABLES)
+    choose(&w, "table", TABLES).map_err(|e| e.unknown_name("table"))
 }
 
 fn select_stmt(p: Pair<Rule>) -> Result<StatementKind> {
