@@ -228,10 +228,7 @@ pub enum Operator {
     },
     PatchSave,
     /// `SET name = value`: change a session setting.
-    SetSetting {
-        name: String,
-        value: String,
-    },
+    SetSetting(crate::logical::Setting),
     /// `SET STEERING`: build the connection's steering (None: remove it).
     SetSteering {
         steering: Option<SteeringPlan>,
@@ -603,12 +600,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             steering: s.clone(),
         }],
         LogicalPlan::SaveSteering { path } => vec![O::SaveSteering { path: path.clone() }],
-        LogicalPlan::Set(s) => vec![match s {
-            crate::logical::Setting::Backend(b) => O::SetSetting {
-                name: "backend".into(),
-                value: b.name().into(),
-            },
-        }],
+        LogicalPlan::Set(s) => vec![O::SetSetting(*s)],
         LogicalPlan::ApplyPatch { path } => vec![O::PatchApply { path: path.clone() }],
         LogicalPlan::RemovePatch { path } => vec![O::PatchRemove { path: path.clone() }],
         LogicalPlan::Diff(d) => {
@@ -1245,7 +1237,9 @@ impl fmt::Display for Operator {
             }
             O::PatchBegin { path } => write!(f, "PatchBegin {}", quote(path)),
             O::PatchSave => f.write_str("PatchSave"),
-            O::SetSetting { name, value } => write!(f, "SetSetting {name}={}", quote(value)),
+            O::SetSetting(crate::logical::Setting::Backend(b)) => {
+                write!(f, "SetSetting backend={}", quote(b.name()))
+            }
             O::SetSteering { steering: None } => f.write_str("SetSteering off"),
             O::SetSteering { steering: Some(s) } => write!(f, "SetSteering {s}"),
             O::SaveSteering { path } => write!(

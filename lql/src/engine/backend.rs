@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use lql_exec::{Backend, Executor};
 use lql_grammar::{BackendChoice, Setting};
-use lql_planner::LogicalPlan;
 use lql_storage::OperandSource;
 
 use super::datum::Datum;
 use super::Cx;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::rows::Rows;
 use crate::value::Value;
 
@@ -43,6 +42,7 @@ mod gpu {
 #[cfg(not(feature = "gpu"))]
 mod gpu {
     use super::*;
+    use crate::error::Error;
 
     pub(super) fn backend(_threads: usize, _fallback: bool) -> Result<Arc<dyn Backend>> {
         Err(Error::unsupported(
@@ -77,11 +77,8 @@ pub(crate) fn check_available(choice: BackendChoice) -> Result<()> {
 
 /// `SetSetting`: `SET backend = 'cpu' | 'gpu' | 'auto'` — for the bound model (its
 /// executor is rebuilt on next use) and for later USE statements.
-pub(crate) fn set(cx: &mut Cx<'_>, name: &str, value: &str) -> Result<Datum> {
-    let LogicalPlan::Set(Setting::Backend(choice)) = cx.plan else {
-        return Err(Error::internal(format!("SetSetting {name} outside SET")));
-    };
-    let choice = *choice;
+pub(crate) fn set(cx: &mut Cx<'_>, setting: Setting) -> Result<Datum> {
+    let Setting::Backend(choice) = setting;
     check_available(choice)?;
     cx.engine.backend = choice;
     if let Some(b) = cx.engine.bound.as_mut() {
@@ -90,7 +87,7 @@ pub(crate) fn set(cx: &mut Cx<'_>, name: &str, value: &str) -> Result<Datum> {
     }
     cx.engine.version += 1;
     let mut rows = Rows::new(super::result_columns(cx.plan));
-    rows.push(vec![Value::from(name), Value::from(value)]);
+    rows.push(vec![Value::from("backend"), Value::from(choice.name())]);
     Ok(Datum::Rows(rows))
 }
 

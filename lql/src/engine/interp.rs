@@ -351,7 +351,7 @@ fn operator(
         }
         O::PatchBegin { path } => patch::begin(cx, path),
         O::PatchSave => patch::save(cx),
-        O::SetSetting { name, value } => super::backend::set(cx, name, value),
+        O::SetSetting(setting) => super::backend::set(cx, *setting),
         O::SetSteering { steering } => super::steering::set(cx, steering.as_ref()),
         O::SaveSteering { path } => super::steering::save(cx, path),
         O::PatchApply { path } => patch::apply(cx, path),
