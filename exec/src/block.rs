@@ -76,9 +76,9 @@ pub(crate) fn embed(
     let emb = view(source, plan.embedding)?;
     let pos = plan.positions.map(|k| view(source, k)).transpose()?;
     // A row per token is read (counted at the operand seam; the table is not read whole).
-    source.record_read(plan.embedding, (ids.len() * emb.row_bytes()) as u64);
-    if let (Some(k), Some(pe)) = (plan.positions, &pos) {
-        source.record_read(k, (positions.len() * pe.row_bytes()) as u64);
+    source.record_read(emb.dtype, (ids.len() * emb.row_bytes()) as u64);
+    if let Some(pe) = &pos {
+        source.record_read(pe.dtype, (positions.len() * pe.row_bytes()) as u64);
     }
     let mut x = vec![0.0f32; ids.len() * d];
     let mut p_row = vec![0.0f32; if pos.is_some() { d } else { 0 }];

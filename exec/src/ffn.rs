@@ -348,8 +348,8 @@ fn bank(
         let (g, u) = (expert(&wg, &gu_shape, e)?, expert(&wu, &gu_shape, e)?);
         let dv = expert(&wd, &d_shape, e)?;
         // Only this expert's rows are read: counted at the seam (EXPLAIN ANALYZE's read=).
-        for (key, part) in [(b.gate, &g), (b.up, &u), (b.down, &dv)] {
-            cx.source.record_read(key, part.bytes.len() as u64);
+        for part in [&g, &u, &dv] {
+            cx.source.record_read(part.dtype, part.bytes.len() as u64);
         }
         be.matmul_group(
             &[g, u],

@@ -312,7 +312,7 @@ pub(crate) fn head(
     let head = view(source, plan.head)?;
     if plan.head.role == lql_storage::Role::TokenEmbedding {
         // A tied head reads the whole embedding table (a gathered table is counted per row).
-        source.record_read(plan.head, head.bytes.len() as u64);
+        source.record_read(head.dtype, head.bytes.len() as u64);
     }
     let mut logits = vec![0.0f32; m * s.vocab];
     be.matmul(&head, &normed, m, &mut logits)?;

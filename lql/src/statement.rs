@@ -254,8 +254,8 @@ impl<'conn> Statement<'conn> {
         } else {
             e
         };
-        match self.substitutions(values) {
-            Ok(subs) => e
+        match self.substitute(values) {
+            Ok((_, subs)) => e
                 .map_spans(|r| {
                     let start = to_written(&subs, r.start, false);
                     let end = to_written(&subs, r.end, true).max(start);
@@ -264,23 +264,6 @@ impl<'conn> Statement<'conn> {
                 .offset_spans(self.offset),
             Err(_) => e.without_spans(),
         }
-    }
-
-    /// Where each value stands in the substituted text: (start, end there, the
-    /// placeholder's span as written).
-    fn substitutions(&self, values: &[Value]) -> Result<Vec<(usize, usize, Range<usize>)>> {
-        let mut out = Vec::with_capacity(self.slots.len());
-        let mut shift: isize = 0;
-        for s in &self.slots {
-            let v = values
-                .get(s.index - 1)
-                .ok_or_else(|| param_error(format!("no value for parameter {}", s.index)))?;
-            let len = literal(v)?.len();
-            let start = (s.span.start as isize + shift) as usize;
-            out.push((start, start + len, s.span.range()));
-            shift += len as isize - (s.span.end - s.span.start) as isize;
-        }
-        Ok(out)
     }
 
     fn run<P: Params>(&mut self, params: P, gate: Option<Gate<'_>>) -> Result<Rows> {
@@ -360,25 +343,38 @@ impl<'conn> Statement<'conn> {
 
     /// The text with every placeholder replaced by its value as a literal.
     fn text_with(&self, values: &[Value]) -> Result<String> {
+        Ok(self.substitute(values)?.0)
+    }
+
+    /// The text with every placeholder replaced by its value as a literal, and where each
+    /// value stands in it.
+    fn substitute(&self, values: &[Value]) -> Result<(String, Vec<Substitution>)> {
         let mut out = String::with_capacity(self.text.len());
+        let mut subs = Vec::with_capacity(self.slots.len());
         let mut at = 0;
         for s in &self.slots {
             out.push_str(&self.text[at..s.span.start]);
             let v = values
                 .get(s.index - 1)
                 .ok_or_else(|| param_error(format!("no value for parameter {}", s.index)))?;
+            let start = out.len();
             out.push_str(&literal(v)?);
+            subs.push((start, out.len(), s.span.range()));
             at = s.span.end;
         }
         out.push_str(&self.text[at..]);
-        Ok(out)
+        Ok((out, subs))
     }
 }
+
+/// Where a value stands in the substituted text: its start and end there, and its
+/// placeholder's span in the statement as written.
+type Substitution = (usize, usize, Range<usize>);
 
 /// An offset of the substituted text as an offset of the statement as written: past a
 /// value, shifted by the difference in lengths; inside one, the placeholder's start (or its
 /// end, for the end of a span).
-fn to_written(subs: &[(usize, usize, Range<usize>)], at: usize, is_end: bool) -> usize {
+fn to_written(subs: &[Substitution], at: usize, is_end: bool) -> usize {
     let mut shift: isize = 0;
     for (start, end, written) in subs {
         if at < *start || (at == *start && !is_end) {

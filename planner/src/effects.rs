@@ -169,8 +169,9 @@ impl Effects {
         parts
     }
 
-    /// Both statements' effects (a statement that runs another inside it).
-    fn union(mut self, other: Effects) -> Effects {
+    /// Both declarations' effects (a statement that runs another inside it, a statement
+    /// under WITH STEERING).
+    pub fn union(mut self, other: Effects) -> Effects {
         self.reads_model |= other.reads_model;
         self.state = self.state.or(other.state);
         for f in other.reads {

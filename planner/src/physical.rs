@@ -909,17 +909,6 @@ fn fmt_bytes(b: u64) -> String {
     }
 }
 
-/// A literal as LQL spells it.
-fn literal_text(v: &lql_grammar::Value) -> String {
-    match v {
-        lql_grammar::Value::Int(i) => i.to_string(),
-        lql_grammar::Value::Float(x) => x.to_string(),
-        lql_grammar::Value::String(s) => quote(s),
-        lql_grammar::Value::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
-        lql_grammar::Value::Null => "NULL".into(),
-    }
-}
-
 impl fmt::Display for Operator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use Operator as O;
@@ -1231,7 +1220,7 @@ impl fmt::Display for Operator {
             O::OverlayUpdate { table, assignments } => {
                 let set: Vec<String> = assignments
                     .iter()
-                    .map(|(c, v)| format!("{c}={}", literal_text(v)))
+                    .map(|(c, v)| format!("{c}={v}"))
                     .collect();
                 write!(f, "OverlayUpdate {table} set {}", set.join(","))
             }

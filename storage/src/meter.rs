@@ -99,10 +99,8 @@ impl OperandSource for Metered {
         self.inner.ffn_overlay(layer)
     }
 
-    fn record_read(&self, key: OperandKey, bytes: u64) {
-        if let Some(v) = self.inner.view(key) {
-            self.meter.add(v.dtype.name(), bytes);
-        }
+    fn record_read(&self, dtype: crate::DType, bytes: u64) {
+        self.meter.add(dtype.name(), bytes);
     }
 }
 
@@ -127,7 +125,7 @@ mod tests {
         m.view(key).unwrap();
         m.view(key).unwrap();
         assert_eq!(meter.since(&before).get(enc), Some(&(2 * len)));
-        m.record_read(key, 10);
+        m.record_read(v.dtype, 10);
         assert_eq!(meter.since(&before).get(enc), Some(&(2 * len + 10)));
         // Absent operands count nothing; nor does anything while paused.
         m.view(OperandKey::layer(999, Role::AttnQ));

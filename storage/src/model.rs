@@ -382,10 +382,10 @@ pub trait OperandSource: Send + Sync {
         None
     }
 
-    /// Records that an operator read `bytes` of `key` (a part of its view: the experts of a
-    /// bank it routed to). A metered source counts them (`meter::Metered`); others ignore
-    /// them.
-    fn record_read(&self, _key: OperandKey, _bytes: u64) {}
+    /// Records that an operator read `bytes` in `dtype` of an operand it took in parts (the
+    /// experts of a bank it routed to, the rows of a table it gathered). A metered source
+    /// counts them (`meter::Metered`); others ignore them.
+    fn record_read(&self, _dtype: crate::DType, _bytes: u64) {}
 }
 
 /// The operands `src` lacks to run a forward pass, grouped per role ("attn_q of layers

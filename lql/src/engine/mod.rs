@@ -271,18 +271,11 @@ impl Prepared {
     /// What the statement does besides returning rows (its plan's declared effects, and
     /// the steering file it reads under `WITH STEERING`).
     pub fn effects(&self) -> lql_planner::Effects {
-        let mut e = lql_planner::effects(&self.logical);
-        if let Some(s) = &self.steering {
-            let st = lql_planner::steering_effects(s);
-            e.reads_model |= st.reads_model;
-            e.network |= st.network;
-            for f in st.reads {
-                if !e.reads.contains(&f) {
-                    e.reads.push(f);
-                }
-            }
+        let e = lql_planner::effects(&self.logical);
+        match &self.steering {
+            Some(s) => e.union(lql_planner::steering_effects(s)),
+            None => e,
         }
-        e
     }
 }
 
