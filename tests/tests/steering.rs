@@ -37,8 +37,10 @@ const PROMPTS: [&str; 10] = [
 ];
 const SCALE: f32 = 0.5;
 
+/// Cargo's per-target scratch folder: one fixed place that each run overwrites, so the
+/// half-gigabyte F32 model does not pile up in the system's temp folder run after run.
 fn work_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("lql-steering-{}", std::process::id()));
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("steering");
     std::fs::create_dir_all(&d).unwrap();
     d
 }

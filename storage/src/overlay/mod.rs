@@ -310,9 +310,9 @@ mod tests {
     use crate::format::gguf::synth::TinyModel;
 
     fn tiny() -> Arc<Model> {
-        let dir = std::env::temp_dir().join(format!("lql-overlay-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("tiny.gguf");
+        // The mapping outlives the folder: the file is unlinked when `dir` drops.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tiny.gguf");
         TinyModel::llama().write(&p).unwrap();
         Arc::new(Model::open(&p).unwrap())
     }
