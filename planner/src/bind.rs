@@ -915,6 +915,7 @@ impl Binder {
             forward: self.layers(m, None)?,
             positions: t.positions.as_ref().map_or(Positions::Last, |p| p.value),
             save,
+            head: true,
         }))
     }
 

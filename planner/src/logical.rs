@@ -383,6 +383,35 @@ pub struct TracePlan {
     /// Default LAST.
     pub positions: Positions,
     pub save: Option<String>,
+    /// The final norm and output head run after the pass: false when a LIMIT over the
+    /// trace's rows needs only the first layers, so the pass stops there
+    /// ([`TracePlan::stop_after`]).
+    pub head: bool,
+}
+
+impl TracePlan {
+    /// Narrows the trace to what its first `rows` rows need, for a LIMIT over it that
+    /// nothing before it reorders or filters: the rows come one per stage in layer order
+    /// (the embedding's, when shown, then each shown layer's), so only the layers up to the
+    /// last row's run. Applies only where each row depends on its own layer alone: no FOR
+    /// (its contributions read the final logits), no SAVE (the file holds every layer),
+    /// one position (LAST). Returns whether the pass got shorter.
+    pub fn stop_after(&mut self, rows: usize) -> bool {
+        if self.target.is_some() || self.save.is_some() || self.positions != Positions::Last {
+            return false;
+        }
+        let embedding_row = usize::from(self.layers.first == 0);
+        // Layer rows wanted after the embedding's; at least one layer runs.
+        let layer_rows = rows.saturating_sub(embedding_row).max(1);
+        let last = self.layers.first.saturating_add(layer_rows - 1);
+        if last >= self.layers.last || self.forward.first != 0 {
+            return false;
+        }
+        self.layers.last = last;
+        self.forward.last = last;
+        self.head = false;
+        true
+    }
 }
 
 /// PATCH: activation patching. A clean run records `component` at every layer and

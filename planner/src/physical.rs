@@ -551,8 +551,10 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                     capture,
                     positions: t.positions,
                 },
-                O::Head,
             ];
+            if t.head {
+                ops.push(O::Head);
+            }
             // The lens feeds FOR's trajectory, the default rows and the SVG heatmap;
             // DECOMPOSE alone does not read it.
             let svg = t

@@ -253,7 +253,18 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
             };
             scan_join_tables(b, &mut source, &mut js, true, s)?;
         }
-        SelectSource::Statement { .. } | SelectSource::OneRow => {}
+        SelectSource::Statement { plan, .. } => {
+            // A LIMIT that nothing before it narrows or reorders stops a trace's pass after
+            // the layers its rows need.
+            if let (LogicalPlan::Trace(t), Some(n), true) = (
+                plan.as_mut(),
+                limit,
+                filter.is_none() && !aggregated && !distinct && order_by.is_empty(),
+            ) {
+                t.stop_after(n.saturating_add(offset));
+            }
+        }
+        SelectSource::OneRow => {}
     }
     Ok(LogicalPlan::Select(Box::new(SelectPlan {
         source,

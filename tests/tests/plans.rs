@@ -173,3 +173,53 @@ fn walk_over_layers_20_to_22_runs_23_layers() {
         .expect("a GateScan node");
     assert!(scan.contains("rows=9"), "3 layers × top 3: {scan}");
 }
+
+/// A LIMIT over a trace's rows stops its pass after the layers those rows need: the
+/// embedding's row and layers 0–1 for `LIMIT 3`, so two layers run and no head; the rows
+/// equal the first three of the whole trace, bit for bit.
+#[test]
+fn limit_over_a_trace_runs_only_the_layers_its_rows_need() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let prompt = "'The capital of France is'";
+    let q = format!("SELECT * FROM TRACE({prompt}) LIMIT 3");
+    let lines = lines_of(&conn.execute(&format!("EXPLAIN ANALYZE {q}")).unwrap(), 0);
+    let forward = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("Forward"))
+        .expect("a Forward node");
+    assert!(forward.contains("layers=0-1"), "{forward}");
+    assert!(forward.contains("layers_run=2"), "{forward}");
+    assert!(
+        !lines.iter().any(|l| l.trim_start().starts_with("Head")),
+        "{lines:#?}"
+    );
+    let planned = lines_of(&conn.execute(&format!("EXPLAIN PLAN {q}")).unwrap(), 0);
+    assert!(
+        planned.iter().any(|l| l.contains("Forward layers=0-1")),
+        "{planned:#?}"
+    );
+
+    let limited = conn.execute(&q).unwrap();
+    let whole = conn.execute(&format!("TRACE {prompt}")).unwrap();
+    assert_eq!(limited.len(), 3);
+    for i in 0..3 {
+        assert_eq!(
+            limited.row(i).unwrap().values(),
+            whole.row(i).unwrap().values(),
+            "row {i}"
+        );
+    }
+
+    // What needs every layer keeps the whole pass: a filter, an order, or FOR.
+    for q in [
+        format!("SELECT * FROM TRACE({prompt}) WHERE top_prob > 0.5 LIMIT 3"),
+        format!("SELECT * FROM TRACE({prompt}) ORDER BY top_prob LIMIT 3"),
+        format!("SELECT * FROM TRACE({prompt}, FOR => ' Paris') LIMIT 3"),
+    ] {
+        let lines = lines_of(&conn.execute(&format!("EXPLAIN PLAN {q}")).unwrap(), 0);
+        assert!(
+            lines.iter().any(|l| l.contains("Forward layers=0-29")),
+            "{q}: {lines:#?}"
+        );
+    }
+}

@@ -82,22 +82,41 @@ pub(crate) fn forward(
         });
     }
     let n_layers = model.surface.n_layers;
-    if layers.first != 0 || layers.last + 1 != n_layers {
-        return Err(Error::unsupported(format!(
-            "not supported yet: a forward pass over layers {layers} alone (the model has {n_layers})"
-        )));
-    }
-    let capture_opts = if capture.contains(&Capture::Residual) {
-        let positions = match positions {
-            Positions::All => trace::Positions::All,
-            Positions::Last => trace::Positions::Last,
-        };
+    let residual_capture = capture.contains(&Capture::Residual).then(|| {
         let activity = capture.contains(&Capture::Activity);
-        Some(CaptureOptions {
-            positions,
+        CaptureOptions {
+            positions: match positions {
+                Positions::All => trace::Positions::All,
+                Positions::Last => trace::Positions::Last,
+            },
             attention: activity,
             ffn_activity: activity,
-        })
+        }
+    });
+    let whole = layers.first == 0 && layers.last + 1 == n_layers;
+    if !whole {
+        // A trace whose LIMIT needs only the first layers: the pass stops after them and
+        // yields the trace itself (no head runs; the rows read the lens alone).
+        return match residual_capture {
+            Some(opts) if layers.first == 0 && layers.last < n_layers => {
+                let mut cap = TraceCapture::new(opts);
+                exec.observe_layers(&ids, layers.last, &mut cap)?;
+                let trace = cap
+                    .finish(&ids, Vec::new())
+                    .map_err(super::trace::trace_err)?;
+                Ok(Datum::Trace {
+                    trace,
+                    lens: None,
+                    decompose: false,
+                })
+            }
+            _ => Err(Error::unsupported(format!(
+                "not supported yet: a forward pass over layers {layers} alone (the model has {n_layers})"
+            ))),
+        };
+    }
+    let capture_opts = if let Some(opts) = residual_capture {
+        Some(opts)
     } else if r.mode == Mode::TapTrace {
         Some(CaptureOptions {
             positions: trace::Positions::Last,
