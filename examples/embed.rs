@@ -2,8 +2,8 @@
 //! into the local cache on first use), run INFER, and read the typed rows.
 //!
 //! ```text
-//! cargo run --release -p lql --example embed
-//! cargo run --release -p lql --example embed -- "The capital of Italy is"
+//! cargo run --release -p lql-engine --example embed
+//! cargo run --release -p lql-engine --example embed -- "The capital of Italy is"
 //! ```
 
 use lql::{Connection, Progress};

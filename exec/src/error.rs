@@ -105,3 +105,11 @@ pub(crate) fn layer_suffix(layer: Option<usize>) -> String {
 }
 
 pub type Result<T, E = ExecError> = std::result::Result<T, E>;
+
+/// A codec's refusal (lengths that are not whole blocks, an encoding it does not write) is
+/// a storage error: the bytes came from a model file.
+impl From<lql_storage::codec::CodecError> for ExecError {
+    fn from(e: lql_storage::codec::CodecError) -> Self {
+        ExecError::Storage(e.into())
+    }
+}

@@ -5,7 +5,7 @@
 //! B cores busy on one connection cannot go below a ratio of B / C. Checks the results are
 //! identical.
 //!
-//! `cargo run --release -p lql --example concurrency [-- THREADS PER_THREAD]`
+//! `cargo run --release -p lql-engine --example concurrency [-- THREADS PER_THREAD]`
 
 use std::time::Instant;
 

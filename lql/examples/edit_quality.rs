@@ -3,7 +3,7 @@
 //! neighbourhood success and the KL divergence on unrelated prompts — with all edits in one
 //! patch, then after 500 sequential edits — plus the patch's apply time and bytes per edit.
 //!
-//! `cargo run --release -p lql --example edit_quality [-- --facts N] [--sequential N]
+//! `cargo run --release -p lql-engine --example edit_quality [-- --facts N] [--sequential N]
 //!  [--layer L] [--alpha A] [--skip-sequential] [--skip-one-patch] [--show-failures]
 //!  [--near-duplicate-names]`
 //!

@@ -6,7 +6,7 @@
 //! median, with their Pearson correlation with it. The kernel path is the CPU's (AVX-512,
 //! AVX2 or NEON; `LQL_CODEC_NO_AVX512=1` forces AVX2).
 //!
-//! `cargo run --release -p lql --example patching [-- REPEATS]`
+//! `cargo run --release -p lql-engine --example patching [-- REPEATS]`
 
 use std::time::Instant;
 

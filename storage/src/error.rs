@@ -78,3 +78,13 @@ impl StorageError {
 }
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+impl From<lql_codec::CodecError> for StorageError {
+    fn from(e: lql_codec::CodecError) -> Self {
+        match e {
+            lql_codec::CodecError::Unsupported(m) => StorageError::Unsupported(m),
+            lql_codec::CodecError::Invalid(m) => StorageError::Invalid(m),
+            other => StorageError::Invalid(other.to_string()),
+        }
+    }
+}

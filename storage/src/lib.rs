@@ -9,8 +9,8 @@
 //!  VINDEX3  ──┘   (mmap, no copies) └─ operands  (layer, role) → TensorView into the map
 //! ```
 //!
-//! - [`dtype`]: tensor encodings and block geometry.
-//! - [`codec`]: decode, encode and fused dot products per encoding.
+//! - [`dtype`] and [`codec`]: the `lql-codec` crate, re-exported (tensor encodings; decode,
+//!   encode and fused dot products per encoding).
 //! - [`format`]: the file formats (GGUF reader/writer, safetensors, VINDEX3).
 //! - [`import`]: architecture judgement, source → [`model::Model`].
 //! - [`catalogue`]: named models and the local cache.
@@ -23,9 +23,7 @@
 //! - [`overlay`]: the effective model state (base + patches) and the patch file format.
 
 pub mod catalogue;
-pub mod codec;
 pub mod diff;
-pub mod dtype;
 pub mod error;
 pub mod format;
 pub mod fsutil;
@@ -41,7 +39,7 @@ pub mod surface;
 pub mod tokenizer_spec;
 pub mod user_catalogue;
 
-pub use dtype::DType;
 pub use error::{Result, StorageError};
+pub use lql_codec::{self as codec, dtype, DType};
 pub use model::{Model, OperandKey, OperandSource, Role, TensorView};
 pub use surface::ExecutionSurface;

@@ -96,12 +96,12 @@ pub trait MaterialSource: Send + Sync {
             )));
         }
         let rb = view.row_bytes();
-        codec::decode_rows(
+        Ok(codec::decode_rows(
             view.dtype,
             &view.bytes[start * rb..(start + n) * rb],
             view.row_len(),
             out,
-        )
+        )?)
     }
 }
 

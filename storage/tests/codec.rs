@@ -4,11 +4,12 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use lql_storage::codec::CodecError;
 use lql_storage::codec::{
     self, cpu::Kernels, decode::decode_scalar, decode_row, decode_rows, dot::dot_scalar, dot_row,
     dot_rows, dot_rows_using, encode_row,
 };
-use lql_storage::{DType, StorageError};
+use lql_storage::DType;
 use sha2::{Digest, Sha256};
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -96,7 +97,7 @@ fn encode_refuses_unsupported_targets_and_partial_blocks() {
     ] {
         assert!(!codec::can_encode(dt));
         let err = encode_row(dt, &[0.0; 256], &mut Vec::new()).unwrap_err();
-        assert!(matches!(err, StorageError::Unsupported(_)), "{dt}: {err}");
+        assert!(matches!(err, CodecError::Unsupported(_)), "{dt}: {err}");
         assert!(
             err.to_string()
                 .contains(&format!("not supported yet: encoding to {dt}")),

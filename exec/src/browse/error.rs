@@ -54,3 +54,10 @@ pub enum BrowseError {
 }
 
 pub type Result<T, E = BrowseError> = std::result::Result<T, E>;
+
+/// A codec's refusal is a storage error: the bytes came from a model file.
+impl From<lql_storage::codec::CodecError> for BrowseError {
+    fn from(e: lql_storage::codec::CodecError) -> Self {
+        BrowseError::Storage(e.into())
+    }
+}

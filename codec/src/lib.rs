@@ -1,5 +1,8 @@
+//! # lql-codec
+//!
 //! Tensor codecs: decode a row, encode a row, and fused dot products of an encoded row with an
-//! f32 vector.
+//! f32 vector. Storage (reading and writing files), the executor (its hot path) and the
+//! GPU backend (uploads) all use these; this crate knows nothing of files.
 //!
 //! ```text
 //!  encoded row ──decode_row──▶ f32 values        (bit-exact with gguf-py `dequantize`)
@@ -7,6 +10,7 @@
 //!  encoded row · x ──dot_row──▶ f32              (fused: no decoded row is materialised)
 //! ```
 //!
+//! - [`dtype`]: tensor encodings and block geometry.
 //! - [`block`]: the scalar reference decoder of every encoding, block by block.
 //! - [`encode`]: the encoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
 //! - [`decode`]: [`decode_row`] / [`decode_rows`], checked, with SIMD for the common formats.
@@ -41,7 +45,9 @@ pub mod block;
 pub mod cpu;
 pub mod decode;
 pub mod dot;
+pub mod dtype;
 pub mod encode;
+pub mod error;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -57,18 +63,18 @@ mod neon;
 pub use decode::{decode_row, decode_rows};
 pub use dot::{dot_row, dot_rows, dot_rows_using};
 
-use crate::dtype::DType;
-use crate::error::StorageError;
+pub use dtype::DType;
+pub use error::CodecError;
 
 /// Encodes `src` as `dtype` and appends the bytes to `out`.
 ///
 /// `src.len()` must be a whole number of blocks. Supported targets: F32, F16, BF16, Q8_0,
 /// Q4_0, Q4_1 (same rounding as gguf-py's `gguf.quants.quantize`); the other encodings refuse
-/// with [`StorageError::Unsupported`].
-pub fn encode_row(dtype: DType, src: &[f32], out: &mut Vec<u8>) -> Result<(), StorageError> {
+/// with [`CodecError::Unsupported`].
+pub fn encode_row(dtype: DType, src: &[f32], out: &mut Vec<u8>) -> Result<(), CodecError> {
     let be = dtype.block_elems();
     if !src.len().is_multiple_of(be) {
-        return Err(StorageError::Invalid(format!(
+        return Err(CodecError::Invalid(format!(
             "cannot encode {} values as {dtype}: not a whole number of {be}-element blocks",
             src.len()
         )));
@@ -88,7 +94,7 @@ pub fn encode_row(dtype: DType, src: &[f32], out: &mut Vec<u8>) -> Result<(), St
         | DType::Q5_K
         | DType::Q6_K
         | DType::MXFP4 => {
-            return Err(StorageError::Unsupported(format!(
+            return Err(CodecError::Unsupported(format!(
                 "not supported yet: encoding to {dtype}"
             )))
         }
@@ -105,18 +111,18 @@ pub fn can_encode(dtype: DType) -> bool {
 }
 
 /// Checks that `bytes` encodes exactly `elems` elements of `dtype`.
-fn check_lengths(dtype: DType, bytes: usize, elems: usize, what: &str) -> Result<(), StorageError> {
+fn check_lengths(dtype: DType, bytes: usize, elems: usize, what: &str) -> Result<(), CodecError> {
     let be = dtype.block_elems();
     if !elems.is_multiple_of(be) {
-        return Err(StorageError::Invalid(format!(
+        return Err(CodecError::Invalid(format!(
             "{what}: {elems} {dtype} elements is not a whole number of {be}-element blocks"
         )));
     }
     let want = (elems / be)
         .checked_mul(dtype.block_bytes())
-        .ok_or_else(|| StorageError::Invalid(format!("{what}: {elems} elements overflow")))?;
+        .ok_or_else(|| CodecError::Invalid(format!("{what}: {elems} elements overflow")))?;
     if bytes != want {
-        return Err(StorageError::Invalid(format!(
+        return Err(CodecError::Invalid(format!(
             "{what}: {elems} {dtype} elements take {want} bytes, got {bytes}"
         )));
     }

@@ -3,14 +3,14 @@
 use super::block;
 use super::check_lengths;
 use crate::dtype::DType;
-use crate::error::StorageError;
+use crate::error::CodecError;
 
 /// Decodes `out.len()` elements of `dtype` from `src`.
 ///
 /// `out.len()` must be a whole number of blocks and `src` exactly their encoded size;
 /// otherwise an error (never a panic). Values are bit-identical to gguf-py's
 /// `gguf.quants.dequantize`.
-pub fn decode_row(dtype: DType, src: &[u8], out: &mut [f32]) -> Result<(), StorageError> {
+pub fn decode_row(dtype: DType, src: &[u8], out: &mut [f32]) -> Result<(), CodecError> {
     check_lengths(dtype, src.len(), out.len(), "decode_row")?;
     decode_unchecked(dtype, src, out);
     Ok(())
@@ -23,15 +23,15 @@ pub fn decode_rows(
     src: &[u8],
     row_len: usize,
     out: &mut [f32],
-) -> Result<(), StorageError> {
+) -> Result<(), CodecError> {
     if row_len == 0 || !out.len().is_multiple_of(row_len) {
-        return Err(StorageError::Invalid(format!(
+        return Err(CodecError::Invalid(format!(
             "decode_rows: output of {} values is not a whole number of {row_len}-element rows",
             out.len()
         )));
     }
     if !row_len.is_multiple_of(dtype.block_elems()) {
-        return Err(StorageError::Invalid(format!(
+        return Err(CodecError::Invalid(format!(
             "decode_rows: rows of {row_len} {dtype} elements are not whole {}-element blocks",
             dtype.block_elems()
         )));
