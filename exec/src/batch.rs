@@ -161,7 +161,7 @@ impl Step<'_> {
                 if id as usize >= s.vocab {
                     return Err(ExecError::TokenOutOfRange {
                         id,
-                        position: p + j,
+                        position: Some(p + j),
                         vocab: s.vocab,
                     });
                 }

@@ -1,8 +1,13 @@
-//! The executor's error type: every variant names what went wrong and where.
+//! The executor's error type, the crate's one error enum (as candle keeps one per crate):
+//! running a model, browsing its features (WALK, DESCRIBE, the virtual tables), tracing it
+//! (captures, `.trace` files, drawings) and tokenizing. Every variant names what went wrong
+//! and where; a wrapped error keeps its `source()`.
+
+use std::path::PathBuf;
 
 use lql_storage::StorageError;
 
-/// Errors from planning and running a model.
+/// Errors from running, browsing, tracing and tokenizing a model.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExecError {
@@ -29,12 +34,65 @@ pub enum ExecError {
     /// More positions than the model's context allows.
     #[error("context limit exceeded: {needed} positions needed, the model's context is {limit}")]
     ContextOverflow { needed: usize, limit: usize },
-    #[error("token id {id} at position {position} is out of range (vocabulary size {vocab})")]
+    /// A token id outside the vocabulary (at `position` of the ids given, when there
+    /// were several).
+    #[error("token id {id}{} is out of range (vocabulary size {vocab})", position_suffix(*.position))]
     TokenOutOfRange {
         id: u32,
-        position: usize,
+        position: Option<usize>,
         vocab: usize,
     },
+    /// A layer outside the model.
+    #[error("layer {layer} is out of range: the model has {n_layers} layers (0-{})", n_layers.saturating_sub(1))]
+    LayerOutOfRange { layer: usize, n_layers: usize },
+    /// A reversed or empty layer range.
+    #[error("empty layer range {start}-{end}")]
+    EmptyLayerRange { start: usize, end: usize },
+    /// Nothing to build a browse query from.
+    #[error("empty input: {0} tokenizes to no tokens")]
+    EmptyInput(String),
+    /// RESIDUAL mode (or another forward pass) on a binding that cannot run the model.
+    #[error(
+        "MODE RESIDUAL needs to run the model, but this binding is browse-only: missing {}",
+        missing.join(", ")
+    )]
+    NotExecutable { missing: Vec<String> },
+    /// A request a trace cannot answer (a position not kept, a token that is not one).
+    #[error("{0}")]
+    Invalid(String),
+    /// Reading or writing a file (a trace, a drawing) failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `.trace` file that is not one, or is damaged.
+    #[error("{}: not a valid trace file: {what}", path.display())]
+    TraceFormat { path: PathBuf, what: String },
+    /// Drawing a heatmap failed.
+    #[error("drawing {}: {message}", path.display())]
+    Draw { path: PathBuf, message: String },
+    /// The source carries no tokenizer at all.
+    #[error("the model carries no tokenizer")]
+    NoTokenizer,
+    /// `tokenizer.ggml.model` names a tokenizer family that is not built.
+    #[error(
+        "not supported yet: tokenizer model `{0}` (tokenizer.ggml.model; supported: gpt2, llama)"
+    )]
+    UnknownTokenizerModel(String),
+    /// `tokenizer.ggml.pre` names a pre-tokenizer that is not built.
+    #[error("not supported yet: pre-tokenizer `{0}` (tokenizer.ggml.pre)")]
+    UnknownPreTokenizer(String),
+    /// The vocabulary description is inconsistent (`what` names the field and entry).
+    #[error("invalid tokenizer vocabulary: {what}: {message}")]
+    InvalidVocab { what: String, message: String },
+    /// A Hugging Face `tokenizer.json` could not be loaded.
+    #[error("invalid tokenizer.json: {0}")]
+    TokenizerJson(String),
+    /// The `tokenizers` library refused an input.
+    #[error("tokenizer: {0}")]
+    TokenizerLibrary(String),
     #[error("invalid option: {0}")]
     InvalidOption(String),
     #[error("cancelled")]
@@ -94,6 +152,21 @@ impl std::fmt::Display for DeviceFault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
+}
+
+impl ExecError {
+    /// An inconsistent vocabulary: `what` names the field and entry.
+    pub(crate) fn vocab(what: impl Into<String>, message: impl Into<String>) -> Self {
+        ExecError::InvalidVocab {
+            what: what.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// " at position 3" for a token among several, nothing for a single one.
+fn position_suffix(position: Option<usize>) -> String {
+    position.map_or_else(String::new, |p| format!(" at position {p}"))
 }
 
 /// " of layer 3" for a per-layer operand, nothing for a global one.

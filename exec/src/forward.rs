@@ -268,7 +268,7 @@ pub fn check_pass(
                 if id as usize >= s.vocab {
                     return Err(ExecError::TokenOutOfRange {
                         id,
-                        position: p0 + i,
+                        position: Some(p0 + i),
                         vocab: s.vocab,
                     });
                 }

@@ -414,7 +414,7 @@ fn bad_input_is_refused_with_clear_errors() {
             e,
             ExecError::TokenOutOfRange {
                 id: 96,
-                position: 1,
+                position: Some(1),
                 vocab: 96
             }
         ),

@@ -476,6 +476,10 @@ impl From<lql_storage::StorageError> for Error {
 }
 
 impl From<lql_exec::ExecError> for Error {
+    /// One mapping for everything the executor refuses: running, browsing, tracing and
+    /// tokenizing. The kind says whose fault it is: the statement's (semantic: what it asks
+    /// does not fit the bound model), the file's (format: the model's own data is
+    /// inconsistent), the platform's (io), or what is not built (unsupported).
     fn from(e: lql_exec::ExecError) -> Self {
         use lql_exec::ExecError as X;
         let e = match e {
@@ -488,10 +492,24 @@ impl From<lql_exec::ExecError> for Error {
             | X::EmptyPrompt
             | X::ContextOverflow { .. }
             | X::TokenOutOfRange { .. }
+            | X::LayerOutOfRange { .. }
+            | X::EmptyLayerRange { .. }
+            | X::EmptyInput(_)
+            | X::Invalid(_)
             | X::InvalidOption(_)
-            | X::Grammar { .. } => Error::semantic(e.to_string()),
-            X::Shape { .. } | X::Surface(_) => Error::new(ErrorKind::Format, e.to_string()),
-            X::Unsupported(_) => Error::unsupported(e.to_string()),
+            | X::Grammar { .. }
+            | X::NoTokenizer
+            | X::TokenizerLibrary(_) => Error::semantic(e.to_string()),
+            X::Shape { .. }
+            | X::Surface(_)
+            | X::TraceFormat { .. }
+            | X::InvalidVocab { .. }
+            | X::TokenizerJson(_) => Error::new(ErrorKind::Format, e.to_string()),
+            X::Unsupported(_)
+            | X::NotExecutable { .. }
+            | X::UnknownTokenizerModel(_)
+            | X::UnknownPreTokenizer(_) => Error::unsupported(e.to_string()),
+            X::Io { .. } | X::Draw { .. } => Error::io(e.to_string()),
             X::Device { .. } => {
                 Error::new(ErrorKind::Io, e.to_string()).with_code(crate::Code::Device)
             }
@@ -501,21 +519,6 @@ impl From<lql_exec::ExecError> for Error {
             _ => Error::internal(e.to_string()),
         };
         base.with_source(e)
-    }
-}
-
-impl From<lql_exec::tokenizer::TokenizerError> for Error {
-    fn from(e: lql_exec::tokenizer::TokenizerError) -> Self {
-        use lql_exec::tokenizer::TokenizerError as T;
-        if let T::Storage(s) = e {
-            return s.into();
-        }
-        let kind = match &e {
-            T::NoTokenizer | T::UnknownTokenId { .. } | T::Library(_) => ErrorKind::Semantic,
-            T::UnknownModel(_) | T::UnknownPreTokenizer(_) => ErrorKind::Unsupported,
-            _ => ErrorKind::Format,
-        };
-        Error::new(kind, e.to_string()).with_source(e)
     }
 }
 

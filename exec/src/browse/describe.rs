@@ -28,7 +28,6 @@ use std::collections::HashMap;
 
 use lql_storage::model::OperandSource;
 
-use super::error::{BrowseError, Result};
 use super::experts::{flat_scores, BankLayout, ExpertId};
 use super::gate_scan::GateRegion;
 use super::labels::LabelCache;
@@ -36,6 +35,7 @@ use super::query::mean_embedding;
 use super::residual::capture;
 use super::vocab::{is_content, Vocab};
 use super::walk::{layer_range, resolve_mode, WalkMode};
+use crate::error::{ExecError, Result};
 use crate::session::Executor;
 use rayon::prelude::*;
 
@@ -155,9 +155,7 @@ pub fn layer_scores(
             .into_iter()
             .map(|c| c.gate)
             .collect()),
-        (WalkMode::Residual, None) => {
-            Err(BrowseError::Internal("RESIDUAL without executor".into()))
-        }
+        (WalkMode::Residual, None) => Err(ExecError::Internal("RESIDUAL without executor".into())),
         (WalkMode::Embedding, _) => {
             let q = mean_embedding(src, ids)?;
             layers
@@ -201,9 +199,7 @@ pub fn bank_scores(
             }
             Ok((scores, ran))
         }
-        (WalkMode::Residual, None) => {
-            Err(BrowseError::Internal("RESIDUAL without executor".into()))
-        }
+        (WalkMode::Residual, None) => Err(ExecError::Internal("RESIDUAL without executor".into())),
         (WalkMode::Embedding, _) => {
             let q = mean_embedding(src, ids)?;
             let scores = layers
@@ -228,7 +224,7 @@ pub fn describe(
     opts: &DescribeOptions,
 ) -> Result<DescribeResult> {
     if ids.is_empty() {
-        return Err(BrowseError::EmptyInput(format!("{entity:?}")));
+        return Err(ExecError::EmptyInput(format!("{entity:?}")));
     }
     let n_layers = src.surface().n_layers;
     let layers = layer_range(n_layers, opts.layers)?;

@@ -21,8 +21,8 @@ use lql_storage::surface::Activation;
 use lql_storage::DType;
 use rayon::prelude::*;
 
-use super::error::{BrowseError, Result};
 use super::topk::top_k_abs;
+use crate::error::{ExecError, Result};
 
 /// Rows per parallel task of an expert scan.
 const ROWS_PER_TASK: usize = 128;
@@ -159,7 +159,7 @@ impl<'a> ExpertMatrix<'a> {
     /// `out[r] = row_r · x` for every row, in parallel over row chunks.
     pub fn dot_rows(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
         if x.len() != self.row_len || out.len() != self.rows {
-            return Err(BrowseError::Internal(format!(
+            return Err(ExecError::Internal(format!(
                 "expert {} scan: query of {} values, {} outputs, matrix is {}×{}",
                 self.expert,
                 x.len(),
@@ -225,7 +225,7 @@ pub fn matrix<'a>(
 ) -> Result<ExpertMatrix<'a>> {
     let s = src.surface();
     if layer >= s.n_layers {
-        return Err(BrowseError::LayerOutOfRange {
+        return Err(ExecError::LayerOutOfRange {
             layer,
             n_layers: s.n_layers,
         });
@@ -234,7 +234,7 @@ pub fn matrix<'a>(
     let (key_role, name, stacked) = match e {
         ExpertId::Routed(i) => {
             if i >= layout.n_experts {
-                return Err(BrowseError::Internal(format!(
+                return Err(ExecError::Internal(format!(
                     "expert {i} of layer {layer} is out of range: the bank has {}",
                     layout.n_experts
                 )));
@@ -243,7 +243,7 @@ pub fn matrix<'a>(
         }
         ExpertId::Shared => {
             if layout.shared_ffn == 0 {
-                return Err(BrowseError::Internal(format!(
+                return Err(ExecError::Internal(format!(
                     "layer {layer} has no shared expert"
                 )));
             }
@@ -257,7 +257,7 @@ pub fn matrix<'a>(
     };
     let view = src
         .view(OperandKey::layer(layer, key_role))
-        .ok_or(BrowseError::MissingOperand {
+        .ok_or(ExecError::MissingOperand {
             operand: name,
             layer: Some(layer),
         })?;
@@ -286,7 +286,7 @@ fn check_stacked(
     [row_len, rows, n]: [usize; 3],
 ) -> Result<()> {
     let bad = |message: String| {
-        Err(BrowseError::Shape {
+        Err(ExecError::Shape {
             operand,
             layer: Some(layer),
             message,
@@ -446,7 +446,7 @@ pub fn activation(
     for (role, out) in [(ExpertRole::Gate, &mut g), (ExpertRole::Up, &mut u)] {
         let m = matrix(src, layout, layer, e, role)?;
         if f >= m.rows || x.len() != m.row_len {
-            return Err(BrowseError::Internal(format!(
+            return Err(ExecError::Internal(format!(
                 "feature {layer}:{e}:{f} is outside its expert ({} rows)",
                 m.rows
             )));

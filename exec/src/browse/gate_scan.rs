@@ -19,8 +19,8 @@ use lql_storage::overlay::LayerOverlay;
 use lql_storage::DType;
 use rayon::prelude::*;
 
-use super::error::{BrowseError, Result};
 use super::topk::{top_k_abs, Hit};
+use crate::error::{ExecError, Result};
 
 /// Rows per parallel task: small enough to balance, large enough to amortise scheduling.
 const ROWS_PER_TASK: usize = 128;
@@ -39,14 +39,14 @@ impl<'a> GateRegion<'a> {
     pub fn open(src: &'a dyn OperandSource, layer: usize) -> Result<GateRegion<'a>> {
         let s = src.surface();
         if layer >= s.n_layers {
-            return Err(BrowseError::LayerOutOfRange {
+            return Err(ExecError::LayerOutOfRange {
                 layer,
                 n_layers: s.n_layers,
             });
         }
         let view = src
             .view(OperandKey::layer(layer, s.feature_key_role()))
-            .ok_or(BrowseError::MissingOperand {
+            .ok_or(ExecError::MissingOperand {
                 operand: "ffn_gate",
                 layer: Some(layer),
             })?;
@@ -54,7 +54,7 @@ impl<'a> GateRegion<'a> {
         let overlay = src.ffn_overlay(layer);
         if let Some(o) = overlay {
             if o.ffn != view.rows() || o.hidden != s.hidden {
-                return Err(BrowseError::Internal(format!(
+                return Err(ExecError::Internal(format!(
                     "layer {layer}'s overlay is for {}×{} features, the gate rows are {}×{}",
                     o.ffn,
                     o.hidden,
@@ -92,7 +92,7 @@ impl<'a> GateRegion<'a> {
     /// `out[f] = gate_row_f · query` for every feature, in parallel over row chunks.
     pub fn scores_into(&self, query: &[f32], out: &mut [f32]) -> Result<()> {
         if query.len() != self.hidden() || out.len() != self.features() {
-            return Err(BrowseError::Internal(format!(
+            return Err(ExecError::Internal(format!(
                 "gate scan of layer {}: query of {} values, {} outputs, region is {}×{}",
                 self.layer,
                 query.len(),
@@ -167,7 +167,7 @@ pub(crate) fn check_matrix(
     rows: Option<usize>,
 ) -> Result<()> {
     let bad = |message: String| {
-        Err(BrowseError::Shape {
+        Err(ExecError::Shape {
             operand,
             layer,
             message,

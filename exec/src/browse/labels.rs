@@ -30,9 +30,9 @@ use lql_storage::codec;
 use lql_storage::model::{OperandKey, OperandSource, Role, TensorView};
 use rayon::prelude::*;
 
-use super::error::{BrowseError, Result};
 use super::gate_scan::check_matrix;
 use super::topk::TopValues;
+use crate::error::{ExecError, Result};
 
 /// Tokens kept per feature label.
 pub const LABEL_TOP_K: usize = 10;
@@ -68,7 +68,7 @@ impl<'a> LabelSource<'a> {
             None => (
                 UnembedKind::TiedEmbedding,
                 src.view(OperandKey::global(Role::TokenEmbedding)).ok_or(
-                    BrowseError::MissingOperand {
+                    ExecError::MissingOperand {
                         operand: "token_embedding",
                         layer: None,
                     },
@@ -123,7 +123,7 @@ pub fn down_columns(src: &dyn OperandSource, layer: usize, features: &[usize]) -
     let s = src.surface();
     let view =
         src.view(OperandKey::layer(layer, Role::FfnDown))
-            .ok_or(BrowseError::MissingOperand {
+            .ok_or(ExecError::MissingOperand {
                 operand: "ffn_down",
                 layer: Some(layer),
             })?;
@@ -132,7 +132,7 @@ pub fn down_columns(src: &dyn OperandSource, layer: usize, features: &[usize]) -
     let overlay = src.ffn_overlay(layer).filter(|o| o.hidden == s.hidden);
     let width = ffn + overlay.map_or(0, |o| o.added());
     if let Some(&f) = features.iter().find(|&&f| f >= width) {
-        return Err(BrowseError::Internal(format!(
+        return Err(ExecError::Internal(format!(
             "feature {layer}:{f} is out of range: layer {layer} has {width} features"
         )));
     }
@@ -167,7 +167,7 @@ fn expert_down_columns(
     let mut groups: std::collections::BTreeMap<_, Vec<(usize, usize)>> = Default::default();
     for (j, &flat) in features.iter().enumerate() {
         let (e, f) = layout.split(flat).ok_or_else(|| {
-            BrowseError::Internal(format!(
+            ExecError::Internal(format!(
                 "feature {layer}:{flat} is out of range: layer {layer} has {} features",
                 layout.features()
             ))
@@ -225,7 +225,7 @@ fn gather_columns<'r>(
                 o[j] = buf[i];
             }
         }
-        Ok::<(), BrowseError>(())
+        Ok::<(), ExecError>(())
     })?;
     Ok(out)
 }
@@ -242,7 +242,7 @@ pub fn unembed_top(
     let hidden = view.row_len();
     let vocab = view.rows();
     if cols.len() != hidden * n {
-        return Err(BrowseError::Internal(format!(
+        return Err(ExecError::Internal(format!(
             "unembed_top: {} column values for {n} columns of {hidden}",
             cols.len()
         )));
@@ -280,7 +280,7 @@ pub fn unembed_top(
                     }
                 }
             }
-            Ok::<_, BrowseError>(acc)
+            Ok::<_, ExecError>(acc)
         })
         .try_reduce(empty, |mut a, b| {
             for (x, y) in a.iter_mut().zip(b) {
@@ -332,22 +332,22 @@ pub fn compute_all(
     if s.moe.is_some() {
         // Labels of expert features are computed on demand (keyed by flat numbers); the
         // stored table has one width per layer and no expert axis.
-        return Err(BrowseError::Unsupported(
+        return Err(ExecError::Unsupported(
             "stored labels of a mixture-of-experts model (its expert features are labelled on demand)".into(),
         ));
     }
     let mut ffn = None;
     for l in 0..s.n_layers {
-        let v =
-            src.view(OperandKey::layer(l, Role::FfnDown))
-                .ok_or(BrowseError::MissingOperand {
-                    operand: "ffn_down",
-                    layer: Some(l),
-                })?;
+        let v = src
+            .view(OperandKey::layer(l, Role::FfnDown))
+            .ok_or(ExecError::MissingOperand {
+                operand: "ffn_down",
+                layer: Some(l),
+            })?;
         match ffn {
             None => ffn = Some(v.row_len()),
             Some(f) if f != v.row_len() => {
-                return Err(BrowseError::Internal(format!(
+                return Err(ExecError::Internal(format!(
                     "layer {l} has {} features and layer 0 has {f}: stored labels need one width",
                     v.row_len()
                 )))
@@ -362,7 +362,7 @@ pub fn compute_all(
     let mut out = Vec::with_capacity(wanted.len());
     for chunk in wanted.chunks(PASS_FEATURES) {
         if cancelled() {
-            return Err(BrowseError::Cancelled);
+            return Err(ExecError::Cancelled);
         }
         out.extend(compute_pass(src, chunk)?);
     }
@@ -382,7 +382,7 @@ fn compute_pass(src: &dyn OperandSource, wanted: &[(usize, usize)]) -> Result<Ve
     }
     for (layer, js) in by_layer {
         if layer >= s.n_layers {
-            return Err(BrowseError::LayerOutOfRange {
+            return Err(ExecError::LayerOutOfRange {
                 layer,
                 n_layers: s.n_layers,
             });
@@ -509,9 +509,7 @@ impl LabelCache {
                 map.get(k)
                     .or_else(|| fresh_added.get(k))
                     .cloned()
-                    .ok_or_else(|| {
-                        BrowseError::Internal(format!("label {}:{} not cached", k.0, k.1))
-                    })
+                    .ok_or_else(|| ExecError::Internal(format!("label {}:{} not cached", k.0, k.1)))
             })
             .collect()
     }

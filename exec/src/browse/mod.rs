@@ -15,7 +15,6 @@
 //! ([`labels::LabelCache`]); see `docs/browse.md` for the measurements behind that choice.
 
 pub mod describe;
-pub mod error;
 pub mod experts;
 pub mod gate_scan;
 pub mod labels;
@@ -29,7 +28,7 @@ pub mod walk;
 pub use describe::{
     describe, Band, DescribeEdge, DescribeOptions, DescribeResult, Detail, REFERENCE_WORDS,
 };
-pub use error::BrowseError;
+
 pub use experts::{BankLayout, ExpertHit, ExpertId};
 pub use gate_scan::{scan_layers, GateRegion, LayerHits};
 pub use labels::{FeatureLabel, LabelCache, LabelSource};

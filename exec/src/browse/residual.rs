@@ -4,7 +4,7 @@
 //! features edits added to a dense layer follow its base features (numbered `ffn + i`, as the
 //! gate scan numbers them).
 
-use super::error::{BrowseError, Result};
+use crate::error::{ExecError, Result};
 use crate::observer::{LayerRecord, Observer};
 use crate::session::Executor;
 
@@ -63,7 +63,7 @@ pub fn capture(exec: &Executor, ids: &[u32], layers: &[usize]) -> Result<Vec<Cap
     let mut wanted = vec![false; n_layers];
     for &l in layers {
         if l >= n_layers {
-            return Err(BrowseError::LayerOutOfRange { layer: l, n_layers });
+            return Err(ExecError::LayerOutOfRange { layer: l, n_layers });
         }
         wanted[l] = true;
     }
@@ -79,7 +79,7 @@ pub fn capture(exec: &Executor, ids: &[u32], layers: &[usize]) -> Result<Vec<Cap
         .map(|&l| {
             cap.layers[l]
                 .clone()
-                .ok_or_else(|| BrowseError::Internal(format!("layer {l} was not observed")))
+                .ok_or_else(|| ExecError::Internal(format!("layer {l} was not observed")))
         })
         .collect()
 }

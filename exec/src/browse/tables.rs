@@ -12,10 +12,10 @@ use std::sync::Arc;
 use lql_storage::model::{OperandKey, OperandSource, Role};
 use lql_storage::DType;
 
-use super::error::{BrowseError, Result};
 use super::experts::{matrix, BankLayout, ExpertId, ExpertRole};
 use super::gate_scan::GateRegion;
 use super::labels::{FeatureLabel, LabelCache};
+use crate::error::{ExecError, Result};
 
 /// Label batches are computed this many features at a time (one unembedding pass each).
 pub const LABEL_BATCH: usize = super::labels::PASS_FEATURES;
@@ -109,7 +109,7 @@ pub fn scan_features(
     if labels {
         for (chunk, out) in keys.chunks(LABEL_BATCH).zip(rows.chunks_mut(LABEL_BATCH)) {
             if cancelled() {
-                return Err(BrowseError::Cancelled);
+                return Err(ExecError::Cancelled);
             }
             for (row, label) in out.iter_mut().zip(cache.labels(src, chunk)?) {
                 row.label = Some(label);

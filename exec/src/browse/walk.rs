@@ -12,11 +12,11 @@ use lql_storage::model::{missing_for_execution, OperandSource};
 use lql_storage::DType;
 use rayon::prelude::*;
 
-use super::error::{BrowseError, Result};
 use super::experts::{self, BankLayout, ExpertId};
 use super::gate_scan::scan_layers;
 use super::query::embedding_row;
 use super::residual::capture;
+use crate::error::{ExecError, Result};
 use crate::session::Executor;
 
 /// How a walk builds its query vector.
@@ -115,10 +115,10 @@ pub fn layer_range(n_layers: usize, range: Option<(usize, usize)>) -> Result<Vec
         None => Ok((0..n_layers).collect()),
         Some((a, b)) => {
             if a > b {
-                return Err(BrowseError::EmptyLayerRange { start: a, end: b });
+                return Err(ExecError::EmptyLayerRange { start: a, end: b });
             }
             if b >= n_layers {
-                return Err(BrowseError::LayerOutOfRange { layer: b, n_layers });
+                return Err(ExecError::LayerOutOfRange { layer: b, n_layers });
             }
             Ok((a..=b).collect())
         }
@@ -134,7 +134,7 @@ pub fn resolve_mode(
     match (mode, exec) {
         (Some(WalkMode::Residual), None) => {
             let missing = missing_for_execution(src);
-            Err(BrowseError::NotExecutable {
+            Err(ExecError::NotExecutable {
                 missing: if missing.is_empty() {
                     vec!["an executor (the binding was opened for browsing only)".into()]
                 } else {
@@ -172,7 +172,7 @@ pub fn walk(
 ) -> Result<WalkResult> {
     let last = *tokens
         .last()
-        .ok_or_else(|| BrowseError::EmptyInput("the prompt".into()))?;
+        .ok_or_else(|| ExecError::EmptyInput("the prompt".into()))?;
     let (mode, mode_defaulted, note) = resolve_mode(src, exec, opts.mode)?;
     let layers = layer_range(src.surface().n_layers, opts.layers)?;
     match mode {
@@ -190,7 +190,7 @@ pub fn walk(
         }
         WalkMode::Residual => {
             let exec =
-                exec.ok_or_else(|| BrowseError::Internal("RESIDUAL without executor".into()))?;
+                exec.ok_or_else(|| ExecError::Internal("RESIDUAL without executor".into()))?;
             let t0 = Instant::now();
             let caps = capture(exec, tokens, &layers)?;
             let forward_ms = t0.elapsed().as_secs_f64() * 1e3;

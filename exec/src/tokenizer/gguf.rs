@@ -27,21 +27,21 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
 
-use super::error::{Result, TokenizerError};
 use super::kind::TokenKind;
 use super::{byte_level, pretokenize, Parts, Tokenizer, TokenizerConfig};
+use crate::error::{ExecError, Result};
 
 /// Build a tokenizer from a GGUF vocabulary.
 pub fn build(vocab: &GgufVocab, config: &TokenizerConfig) -> Result<Tokenizer> {
     let n = vocab.tokens.len();
     if n == 0 {
-        return Err(TokenizerError::vocab(
+        return Err(ExecError::vocab(
             "tokenizer.ggml.tokens",
             "the vocabulary is empty",
         ));
     }
     if n > u32::MAX as usize {
-        return Err(TokenizerError::vocab(
+        return Err(ExecError::vocab(
             "tokenizer.ggml.tokens",
             format!("{n} entries do not fit 32-bit token ids"),
         ));
@@ -51,7 +51,7 @@ pub fn build(vocab: &GgufVocab, config: &TokenizerConfig) -> Result<Tokenizer> {
         ("tokenizer.ggml.token_type", vocab.token_types.len()),
     ] {
         if len != 0 && len != n {
-            return Err(TokenizerError::vocab(
+            return Err(ExecError::vocab(
                 key,
                 format!("{len} entries for {n} tokens"),
             ));
@@ -64,7 +64,7 @@ pub fn build(vocab: &GgufVocab, config: &TokenizerConfig) -> Result<Tokenizer> {
     ] {
         if let Some(id) = id {
             if id as usize >= n {
-                return Err(TokenizerError::vocab(
+                return Err(ExecError::vocab(
                     format!("tokenizer.ggml.{key}"),
                     format!("token id {id} is outside the vocabulary of {n}"),
                 ));
@@ -96,7 +96,7 @@ pub fn build(vocab: &GgufVocab, config: &TokenizerConfig) -> Result<Tokenizer> {
     match vocab.model.as_str() {
         "gpt2" => build_bpe(vocab, raw, kinds, config),
         "llama" => build_spm(vocab, raw, kinds, config),
-        other => Err(TokenizerError::UnknownModel(other.to_string())),
+        other => Err(ExecError::UnknownTokenizerModel(other.to_string())),
     }
 }
 
@@ -119,7 +119,7 @@ fn add_verbatim(hf: &mut tokenizers::Tokenizer, raw: &[String], kinds: &[TokenKi
             .map(|(t, _)| AddedToken::from(t.clone(), !user).normalized(false))
             .collect()
     };
-    let err = |e: tokenizers::Error| TokenizerError::Library(e.to_string());
+    let err = |e: tokenizers::Error| ExecError::TokenizerLibrary(e.to_string());
     hf.add_special_tokens(pick(false)).map_err(err)?;
     hf.add_tokens(pick(true)).map_err(err)?;
     Ok(())
@@ -160,7 +160,7 @@ fn set_post_processor(
             specials.push((raw[e as usize].clone(), e));
         }
     }
-    let err = |e: String| TokenizerError::Library(format!("post-processor: {e}"));
+    let err = |e: String| ExecError::TokenizerLibrary(format!("post-processor: {e}"));
     let tp = TemplateProcessing::builder()
         .try_single(single)
         .map_err(err)?
@@ -173,8 +173,8 @@ fn set_post_processor(
     Ok(())
 }
 
-fn library_error(what: &str, e: impl std::fmt::Display) -> TokenizerError {
-    TokenizerError::vocab(what, e.to_string())
+fn library_error(what: &str, e: impl std::fmt::Display) -> ExecError {
+    ExecError::vocab(what, e.to_string())
 }
 
 fn build_bpe(
@@ -185,7 +185,7 @@ fn build_bpe(
 ) -> Result<Tokenizer> {
     let recipe = pretokenize::recipe(vocab.pre.as_deref())?;
     if vocab.merges.is_empty() {
-        return Err(TokenizerError::vocab(
+        return Err(ExecError::vocab(
             "tokenizer.ggml.merges",
             "a gpt2 (byte-level BPE) vocabulary needs merges; none are present",
         ));
@@ -193,7 +193,7 @@ fn build_bpe(
     let mut merges = Vec::with_capacity(vocab.merges.len());
     for (i, m) in vocab.merges.iter().enumerate() {
         let Some((a, b)) = m.split_once(' ') else {
-            return Err(TokenizerError::vocab(
+            return Err(ExecError::vocab(
                 format!("tokenizer.ggml.merges[{i}]"),
                 format!("`{m}` is not two tokens separated by a space"),
             ));
@@ -213,7 +213,7 @@ fn build_bpe(
             SplitDelimiterBehavior::Isolated,
             false,
         )
-        .map_err(|e| TokenizerError::Library(format!("pre-tokenizer expression {re}: {e}")))?;
+        .map_err(|e| ExecError::TokenizerLibrary(format!("pre-tokenizer expression {re}: {e}")))?;
         steps.push(split.into());
     }
     steps.push(ByteLevel::new(false, false, false).into());
@@ -368,15 +368,15 @@ fn build_spm(
     }
     norms.push(
         Replace::new(" ", SPACE_MARK.to_string())
-            .map_err(|e| TokenizerError::Library(e.to_string()))?
+            .map_err(|e| ExecError::TokenizerLibrary(e.to_string()))?
             .into(),
     );
     let mut hf = tokenizers::Tokenizer::new(model);
     hf.with_normalizer(Some(NormSequence::new(norms)))
-        .map_err(|e| TokenizerError::Library(e.to_string()))?;
+        .map_err(|e| ExecError::TokenizerLibrary(e.to_string()))?;
     let mut decoders: Vec<DecoderWrapper> = vec![
         Replace::new(SPACE_MARK.to_string(), " ")
-            .map_err(|e| TokenizerError::Library(e.to_string()))?
+            .map_err(|e| ExecError::TokenizerLibrary(e.to_string()))?
             .into(),
         ByteFallback::new().into(),
         Fuse::new().into(),

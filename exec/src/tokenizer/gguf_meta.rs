@@ -7,18 +7,18 @@
 use lql_storage::format::gguf::GgufFile;
 use lql_storage::tokenizer_spec::GgufVocab;
 
-use super::error::{Result, TokenizerError};
 use super::TokenizerConfig;
+use crate::error::{ExecError, Result};
 
 /// The vocabulary and settings stored in `file`.
 pub fn read(file: &GgufFile) -> Result<(GgufVocab, TokenizerConfig)> {
     let Some(model) = file.get_str("tokenizer.ggml.model")? else {
-        return Err(TokenizerError::NoTokenizer);
+        return Err(ExecError::NoTokenizer);
     };
     let tokens = file
         .get_str_array("tokenizer.ggml.tokens")?
         .ok_or_else(|| {
-            TokenizerError::vocab(
+            ExecError::vocab(
                 format!("{}: tokenizer.ggml.tokens", file.path().display()),
                 "absent",
             )

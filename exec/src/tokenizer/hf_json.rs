@@ -7,10 +7,10 @@
 
 use serde_json::Value;
 
-use super::error::{Result, TokenizerError};
 use super::gguf::spm_byte;
 use super::kind::TokenKind;
 use super::{byte_level, Parts, Tokenizer, TokenizerConfig};
+use crate::error::{ExecError, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Style {
@@ -72,16 +72,16 @@ fn style(root: &Value) -> Style {
 /// Build a tokenizer from the text of a `tokenizer.json`.
 pub fn build(json: &str, config: &TokenizerConfig) -> Result<Tokenizer> {
     let root: Value =
-        serde_json::from_str(json).map_err(|e| TokenizerError::Json(e.to_string()))?;
+        serde_json::from_str(json).map_err(|e| ExecError::TokenizerJson(e.to_string()))?;
     let hf: tokenizers::Tokenizer = json
         .parse()
-        .map_err(|e: tokenizers::Error| TokenizerError::Json(e.to_string()))?;
+        .map_err(|e: tokenizers::Error| ExecError::TokenizerJson(e.to_string()))?;
     let style = style(&root);
 
     let vocab = hf.get_vocab(true);
     let n = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
     if n == 0 {
-        return Err(TokenizerError::vocab(
+        return Err(ExecError::vocab(
             "tokenizer.json",
             "the vocabulary is empty",
         ));

@@ -19,7 +19,6 @@
 //! - [`stream`]: incremental decoding.
 
 pub mod byte_level;
-pub mod error;
 pub mod gguf;
 pub mod gguf_meta;
 pub mod hf_json;
@@ -32,7 +31,7 @@ use std::collections::HashMap;
 use lql_storage::surface::SpecialTokens;
 use lql_storage::tokenizer_spec::TokenizerSpec;
 
-pub use error::{Result, TokenizerError};
+pub use crate::error::{ExecError, Result};
 pub use kind::TokenKind;
 pub use stream::StreamDecoder;
 
@@ -158,7 +157,7 @@ impl Tokenizer {
         match spec {
             TokenizerSpec::Gguf { vocab, .. } => gguf::build(vocab, config),
             TokenizerSpec::Json { json, .. } => hf_json::build(json, config),
-            TokenizerSpec::None => Err(TokenizerError::NoTokenizer),
+            TokenizerSpec::None => Err(ExecError::NoTokenizer),
         }
     }
 
@@ -177,13 +176,13 @@ impl Tokenizer {
             let enc = self
                 .hf
                 .encode_fast(text, add_special)
-                .map_err(|e| TokenizerError::Library(e.to_string()))?;
+                .map_err(|e| ExecError::TokenizerLibrary(e.to_string()))?;
             return Ok(enc.get_ids().to_vec());
         }
         let enc = self
             .hf
             .encode_fast(text, false)
-            .map_err(|e| TokenizerError::Library(e.to_string()))?;
+            .map_err(|e| ExecError::TokenizerLibrary(e.to_string()))?;
         let body = enc.get_ids();
         let mut ids = Vec::with_capacity(body.len() + 2);
         if add_special && s.add_bos {
@@ -209,7 +208,7 @@ impl Tokenizer {
             return self
                 .hf
                 .decode(ids, false)
-                .map_err(|e| TokenizerError::Library(e.to_string()));
+                .map_err(|e| ExecError::TokenizerLibrary(e.to_string()));
         }
         let bytes = self.decode_bytes(ids)?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
@@ -332,15 +331,15 @@ impl Tokenizer {
     pub fn to_tokenizer_json(&self, pretty: bool) -> Result<String> {
         self.hf
             .to_string(pretty)
-            .map_err(|e| TokenizerError::Library(e.to_string()))
+            .map_err(|e| ExecError::TokenizerLibrary(e.to_string()))
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
         let n = self.raw.len();
         match ids.iter().position(|&id| id as usize >= n) {
-            Some(position) => Err(TokenizerError::UnknownTokenId {
+            Some(position) => Err(ExecError::TokenOutOfRange {
                 id: ids[position],
-                position,
+                position: Some(position),
                 vocab: n,
             }),
             None => Ok(()),

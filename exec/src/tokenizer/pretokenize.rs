@@ -7,7 +7,7 @@
 //! tokenizer.json expression for `std::regex` (case-insensitive contractions), the
 //! rewritten form is used: it matches the same text.
 
-use super::error::{Result, TokenizerError};
+use crate::error::{ExecError, Result};
 
 /// How a byte-level BPE vocabulary splits text before merging.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +102,7 @@ pub fn recipe(pre: Option<&str>) -> Result<PreTokenizerRecipe> {
         ),
         "tekken" => r("tekken", &[TEKKEN], true),
         "gpt-4o" | "llama4" | "kanana2" | "talkie" => r("gpt-4o", &[GPT4O], false),
-        other => return Err(TokenizerError::UnknownPreTokenizer(other.to_string())),
+        other => return Err(ExecError::UnknownPreTokenizer(other.to_string())),
     })
 }
 

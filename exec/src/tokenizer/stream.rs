@@ -5,8 +5,8 @@
 //! until the rest arrives, so every piece of text it hands out is final. Pieces are
 //! concatenated as they are (no space is removed): this is for generated continuations.
 
-use super::error::{Result, TokenizerError};
 use super::Tokenizer;
+use crate::error::{ExecError, Result};
 
 /// Turns ids into text one id at a time. Get one from [`Tokenizer::stream_decoder`].
 #[derive(Debug)]
@@ -31,9 +31,9 @@ impl<'a> StreamDecoder<'a> {
         let bytes = self
             .tokenizer
             .token_bytes(id)
-            .ok_or(TokenizerError::UnknownTokenId {
+            .ok_or(ExecError::TokenOutOfRange {
                 id,
-                position: self.position,
+                position: Some(self.position),
                 vocab: self.tokenizer.vocab_size(),
             })?;
         self.position += 1;

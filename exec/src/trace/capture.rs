@@ -8,7 +8,7 @@ use crate::forward::LogitsWanted;
 use crate::observer::{LayerRecord, Observer};
 use crate::session::Executor;
 
-use super::error::{Result, TraceError};
+use crate::error::{ExecError, Result};
 
 /// Which positions a trace keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +144,7 @@ impl TraceCapture {
     /// The captured trace of the pass over `tokens` (the ids that were run).
     pub fn finish(self, tokens: &[u32], final_logits: Vec<f32>) -> Result<Trace> {
         if self.passes != 1 {
-            return Err(TraceError::Internal(format!(
+            return Err(ExecError::Internal(format!(
                 "a trace capture observes exactly one pass, saw {}",
                 self.passes
             )));
@@ -223,17 +223,17 @@ pub fn run_trace(exec: &Executor, ids: &[u32], opts: CaptureOptions) -> Result<T
     let mut logits = exec.observe(ids, LogitsWanted::Last, &mut cap)?;
     let last = logits
         .pop()
-        .ok_or_else(|| TraceError::Internal("no logits for the last position".into()))?;
+        .ok_or_else(|| ExecError::Internal("no logits for the last position".into()))?;
     let trace = cap.finish(ids, last.values)?;
     if trace.layers.len() != exec.surface().n_layers {
-        return Err(TraceError::Internal(format!(
+        return Err(ExecError::Internal(format!(
             "captured {} layers of {}",
             trace.layers.len(),
             exec.surface().n_layers
         )));
     }
     if opts.attention && trace.layers.iter().any(|l| l.attention.is_none()) {
-        return Err(TraceError::Internal(
+        return Err(ExecError::Internal(
             "the backend did not provide attention weights".into(),
         ));
     }

@@ -28,7 +28,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::capture::{LayerCapture, Trace};
-use super::error::{Result, TraceError};
+use crate::error::{ExecError, Result};
 
 /// The file's first 8 bytes.
 pub const MAGIC: &[u8; 8] = b"LQLTRACE";
@@ -88,8 +88,8 @@ pub struct TraceFile {
     data: Vec<Vec<f32>>,
 }
 
-fn fmt_err(path: &Path, what: impl Into<String>) -> TraceError {
-    TraceError::Format {
+fn fmt_err(path: &Path, what: impl Into<String>) -> ExecError {
+    ExecError::TraceFormat {
         path: path.to_path_buf(),
         what: what.into(),
     }
@@ -229,7 +229,7 @@ impl TraceFile {
     /// The file's bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let json = serde_json::to_vec(&self.header)
-            .map_err(|e| TraceError::Internal(format!("trace header: {e}")))?;
+            .map_err(|e| ExecError::Internal(format!("trace header: {e}")))?;
         let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
@@ -431,10 +431,10 @@ impl TraceFile {
 }
 
 /// A storage-layer failure as a trace error (the I/O cause kept).
-fn from_storage(e: lql_storage::StorageError) -> TraceError {
+fn from_storage(e: lql_storage::StorageError) -> ExecError {
     match e {
-        lql_storage::StorageError::Io { path, source } => TraceError::Io { path, source },
-        other => TraceError::Invalid(other.to_string()),
+        lql_storage::StorageError::Io { path, source } => ExecError::Io { path, source },
+        other => ExecError::Storage(other),
     }
 }
 
@@ -444,7 +444,7 @@ fn from_storage(e: lql_storage::StorageError) -> TraceError {
 /// file (a device, a directory or a symlink is refused), then the folder synced.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     if path.file_name().is_none() {
-        return Err(TraceError::Invalid(format!(
+        return Err(ExecError::Invalid(format!(
             "{} is not a file name",
             path.display()
         )));
@@ -544,7 +544,7 @@ mod tests {
         f.header.arrays[0].shape = vec![usize::MAX / 2, 3];
         let bytes = f.to_bytes().unwrap();
         let e = TraceFile::from_bytes(Path::new("x"), &bytes).unwrap_err();
-        assert!(matches!(e, TraceError::Format { .. }), "{e}");
+        assert!(matches!(e, ExecError::TraceFormat { .. }), "{e}");
     }
 
     #[test]

@@ -19,10 +19,9 @@
 
 use std::ops::Range;
 
-use super::error::{Result, TraceError};
 use super::lens::LogitDirection;
 use crate::block;
-use crate::error::ExecError;
+use crate::error::{ExecError, Result};
 use crate::forward::LogitsWanted;
 use crate::observer::{LayerRecord, Observer, Site};
 use crate::session::{Executor, Logits};
@@ -95,7 +94,7 @@ pub fn capture(exec: &Executor, ids: &[u32]) -> Result<HeadsCapture> {
     let mut logits = exec.observe(ids, LogitsWanted::Last, &mut keep)?;
     let n_layers = exec.plan().layers.len();
     if keep.attention.len() != n_layers || keep.z_last.len() != n_layers {
-        return Err(TraceError::Internal(format!(
+        return Err(ExecError::Internal(format!(
             "the pass kept {} attention maps and {} head outputs for {n_layers} layers",
             keep.attention.len(),
             keep.z_last.len()
@@ -109,7 +108,7 @@ pub fn capture(exec: &Executor, ids: &[u32]) -> Result<HeadsCapture> {
         final_residual: keep.final_residual,
         logits: logits
             .pop()
-            .ok_or_else(|| TraceError::Internal("the pass gave no logits".into()))?,
+            .ok_or_else(|| ExecError::Internal("the pass gave no logits".into()))?,
     })
 }
 
@@ -231,7 +230,7 @@ pub fn contributions(
         }
     });
     if let Some(e) = failed {
-        return Err(TraceError::Exec(e));
+        return Err(e);
     }
     Ok(out)
 }

@@ -21,11 +21,10 @@
 use lql_storage::model::TensorView;
 
 use crate::backend::encoded;
-use crate::error::ExecError;
 use crate::session::Executor;
 
 use super::capture::Trace;
-use super::error::{Result, TraceError};
+use crate::error::{ExecError, Result};
 
 /// The logit-lens reading of one (stage, kept position).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,12 +64,12 @@ pub fn stage_residual(trace: &Trace, stage: usize, slot: usize) -> &[f32] {
 }
 
 fn head_view(exec: &Executor) -> Result<TensorView<'_>> {
-    exec.source().view(exec.plan().head).ok_or_else(|| {
-        TraceError::Exec(ExecError::MissingOperand {
+    exec.source()
+        .view(exec.plan().head)
+        .ok_or_else(|| ExecError::MissingOperand {
             operand: exec.plan().head.role.name(),
             layer: None,
         })
-    })
 }
 
 /// Logit lens of every stage at every kept position; with `target`, also its rank,
@@ -81,7 +80,7 @@ pub fn logit_lens(exec: &Executor, trace: &Trace, target: Option<u32>) -> Result
     let vocab = s.vocab;
     if let Some(t) = target {
         if t as usize >= vocab {
-            return Err(TraceError::Invalid(format!(
+            return Err(ExecError::Invalid(format!(
                 "token id {t} is out of range (vocabulary size {vocab})"
             )));
         }
@@ -106,7 +105,7 @@ pub fn logit_lens(exec: &Executor, trace: &Trace, target: Option<u32>) -> Result
     let cancel = exec.cancel_flag();
     for slot in 0..k {
         if cancel.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(TraceError::Exec(ExecError::Cancelled));
+            return Err(ExecError::Cancelled);
         }
         for st in 0..stages {
             rows[st * d..(st + 1) * d].copy_from_slice(stage_residual(trace, st, slot));
@@ -162,7 +161,7 @@ fn check_shape(trace: &Trace, hidden: usize, n_layers: usize) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(TraceError::Invalid(format!(
+        Err(ExecError::Invalid(format!(
             "the trace does not fit the bound model (hidden {hidden}, {n_layers} layers)"
         )))
     }
@@ -199,14 +198,14 @@ pub struct Trajectory {
 pub fn unembedding_row(exec: &Executor, token: u32) -> Result<Vec<f32>> {
     let head = head_view(exec)?;
     if token as usize >= head.rows() {
-        return Err(TraceError::Invalid(format!(
+        return Err(ExecError::Invalid(format!(
             "token id {token} is out of range (vocabulary size {})",
             head.rows()
         )));
     }
     let mut u = vec![0.0f32; head.row_len()];
     encoded::decode_row(head.dtype, head.row(token as usize), &mut u)
-        .map_err(|m| TraceError::Exec(ExecError::Unsupported(m)))?;
+        .map_err(ExecError::Unsupported)?;
     Ok(u)
 }
 
@@ -294,7 +293,7 @@ pub fn target_trajectory(
     let d = trace.hidden;
     let x_final = trace
         .final_residual(slot)
-        .ok_or_else(|| TraceError::Invalid(format!("no kept position at slot {slot}")))?;
+        .ok_or_else(|| ExecError::Invalid(format!("no kept position at slot {slot}")))?;
     let dir = LogitDirection::new(exec, x_final, token)?;
     let c = |v: &[f32]| dir.apply(v);
     let bias_term = dir.bias_term;
@@ -303,7 +302,7 @@ pub fn target_trajectory(
     for st in 0..lens.stages {
         let cell = lens.cell(st, slot);
         let (rank, prob, _) = cell.target.ok_or_else(|| {
-            TraceError::Internal("the lens was computed without the target".into())
+            ExecError::Internal("the lens was computed without the target".into())
         })?;
         let (attn, ffn, total) = if st == 0 {
             let e = c(Trace::row(&trace.embedding, slot, d)) + bias_term;

@@ -15,14 +15,13 @@
 //! documented in `docs/trace.md`.
 
 pub mod capture;
-pub mod error;
 pub mod file;
 pub mod heads;
 pub mod lens;
 pub mod svg;
 
+pub use crate::error::{ExecError, Result};
 pub use capture::{run_trace, CaptureOptions, LayerCapture, Positions, Trace, TraceCapture};
-pub use error::{Result, TraceError};
 pub use file::{ArrayInfo, TraceDims, TraceFile};
 pub use lens::{
     decompose, logit_lens, target_trajectory, who, Decomposition, LensCell, LogitLens, TargetStep,

@@ -10,9 +10,9 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::error::{Result, TraceError};
 use super::file::write_atomically;
 use super::lens::LogitLens;
+use crate::error::{ExecError, Result};
 
 const CELL_W: u32 = 84;
 const CELL_H: u32 = 18;
@@ -75,7 +75,7 @@ pub fn render(map: &Heatmap) -> Result<String> {
     let cols = map.column_labels.len() as u32;
     let rows = map.row_labels.len() as u32;
     if map.cells.len() != (rows * cols) as usize {
-        return Err(TraceError::Internal(format!(
+        return Err(ExecError::Internal(format!(
             "a heat map of {rows} × {cols} has {} cells",
             map.cells.len()
         )));
@@ -83,7 +83,7 @@ pub fn render(map: &Heatmap) -> Result<String> {
     let w = LEFT + cols.max(1) * CELL_W + RIGHT;
     let h = TOP + rows * CELL_H + BOTTOM;
     let mut buf = String::new();
-    let draw_err = |e: &dyn std::fmt::Display| TraceError::Internal(format!("svg: {e}"));
+    let draw_err = |e: &dyn std::fmt::Display| ExecError::Internal(format!("svg: {e}"));
     {
         let root = SVGBackend::with_string(&mut buf, (w, h)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| draw_err(&e))?;
@@ -204,7 +204,7 @@ fn cell_label_title(t: &str) -> String {
 
 /// Renders a heat map and writes it to `path` safely (temporary name, sync, rename).
 pub fn write_svg(path: &Path, map: &Heatmap) -> Result<()> {
-    let svg = render(map).map_err(|e| TraceError::Draw {
+    let svg = render(map).map_err(|e| ExecError::Draw {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;

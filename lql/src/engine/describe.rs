@@ -8,7 +8,6 @@ use lql_planner::{LayerRange, WalkMode};
 
 use super::datum::Datum;
 use super::interp::wrong_input;
-use super::walk::browse_err;
 use super::{columns_of, Cx};
 use crate::error::Result;
 use crate::rows::Rows;
@@ -60,7 +59,7 @@ pub(crate) fn describe_scan(
         &ids,
         &opts,
     )
-    .map_err(browse_err)?;
+    .map_err(crate::Error::from)?;
     let mut rows = Rows::new(columns_of(&lql_planner::statement_columns(cx.plan)));
     for e in r.edges {
         rows.push(vec![

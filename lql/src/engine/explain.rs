@@ -20,7 +20,6 @@ use lql_planner::{ExplainMode, LogicalPlan, PhysicalPlan};
 
 use super::datum::Datum;
 use super::interp::{self, Executed, Mode, NodeStats};
-use super::walk::browse_err;
 use super::{result_columns, Cx};
 use crate::error::{Error, Result};
 use crate::rows::Rows;
@@ -250,7 +249,7 @@ fn infer_report(
         ]);
     }
     let layers: Vec<usize> = plan.layers.iter().collect();
-    let lens = lens::logit_lens(&exec, tr, None).map_err(super::trace::trace_err)?;
+    let lens = lens::logit_lens(&exec, tr, None).map_err(Error::from)?;
     cx.check_cancel()?;
     // Features: a gate scan of each layer's normed FFN input (WALK RESIDUAL's query).
     let src = exec.source().as_ref();
@@ -268,9 +267,9 @@ fn infer_report(
                 .copied()
         }),
     )
-    .map_err(browse_err)?;
+    .map_err(Error::from)?;
     let keys: Vec<(usize, usize)> = scan.hits().map(|h| (h.layer, h.feature)).collect();
-    let labels = cx.labels()?.labels(src, &keys).map_err(browse_err)?;
+    let labels = cx.labels()?.labels(src, &keys).map_err(Error::from)?;
     cx.check_cancel()?;
     let skip: Vec<u32> = [tok.bos_id(), tok.eos_id()].into_iter().flatten().collect();
     let mut li = labels.iter();

@@ -13,7 +13,7 @@ use lql_exec::trace::heads::{self, HeadsCapture};
 use lql_grammar::Table;
 
 use super::datum::Datum;
-use super::trace::{single_token, trace_err};
+use super::trace::single_token;
 use super::{columns_of, Cx};
 use crate::error::{Error, Result};
 use crate::value::Value;
@@ -23,7 +23,7 @@ fn run(cx: &mut Cx<'_>, table: Table, prompt: Option<&str>) -> Result<(HeadsCapt
         prompt.ok_or_else(|| Error::internal(format!("{} scan without a prompt", table.name())))?;
     let (tok, ids) = super::select::prompt_ids(cx, prompt)?;
     let exec = cx.executor()?;
-    let cap = heads::capture(&exec, &ids).map_err(trace_err)?;
+    let cap = heads::capture(&exec, &ids).map_err(Error::from)?;
     let texts = ids.iter().map(|&i| tok.token_text(i).into()).collect();
     Ok((cap, texts))
 }
@@ -77,7 +77,7 @@ pub(crate) fn heads_scan(
     };
     let target_text = Value::from(tok.token_text(target));
     let exec = cx.executor()?;
-    let terms = heads::contributions(&exec, &cap, target).map_err(trace_err)?;
+    let terms = heads::contributions(&exec, &cap, target).map_err(Error::from)?;
     let prompt = Value::from(prompt.unwrap_or_default());
     let opt = |v: Option<f64>| v.map_or(Value::Null, Value::from);
     let mut rows = Vec::new();

@@ -73,8 +73,8 @@ pub(crate) fn forward(
     });
     if let Some(at) = ffn_input {
         let scanned: Vec<usize> = at.iter().collect();
-        let caps = lql_exec::browse::residual::capture(&exec, &ids, &scanned)
-            .map_err(super::walk::browse_err)?;
+        let caps =
+            lql_exec::browse::residual::capture(&exec, &ids, &scanned).map_err(Error::from)?;
         return Ok(Datum::FfnCaptures {
             tokens: ids,
             layers: scanned,
@@ -103,7 +103,7 @@ pub(crate) fn forward(
                 exec.observe_layers(&ids, layers.last, &mut cap)?;
                 let trace = cap
                     .finish(&ids, Vec::new())
-                    .map_err(super::trace::trace_err)?;
+                    .map_err(Error::from)?;
                 Ok(Datum::Trace {
                     trace,
                     lens: None,
@@ -158,7 +158,7 @@ pub(crate) fn head(cx: &mut Cx<'_>, input: Datum, r: &mut Run) -> Result<Datum> 
     };
     let trace = cap
         .finish(&tokens, logits.values.clone())
-        .map_err(super::trace::trace_err)?;
+        .map_err(Error::from)?;
     if r.mode == Mode::TapTrace && !matches!(cx.plan, LogicalPlan::Trace(_)) {
         r.tapped = Some(trace);
         return Ok(Datum::Logits(logits));

@@ -26,7 +26,7 @@ use lql_planner::{LabelSet, LabelTiming, SortKey};
 
 use super::datum::Datum;
 use super::interp::wrong_input;
-use super::walk::{browse_err, DOWN_TOKENS};
+use super::walk::DOWN_TOKENS;
 use super::{aggregate, columns_of, rowexec, subquery, Cx};
 use crate::error::{Error, Result};
 use crate::rows::Column;
@@ -142,7 +142,7 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
     let labels = cx
         .labels()?
         .labels(model.as_ref(), &keys)
-        .map_err(browse_err)?;
+        .map_err(Error::from)?;
     let text = cx.token_texts();
     let rows = rows
         .iter()
@@ -273,7 +273,7 @@ fn features_rows(
         range.limit,
         &|| cancel.load(std::sync::atomic::Ordering::Relaxed),
     )
-    .map_err(browse_err)?;
+    .map_err(Error::from)?;
     let text = cx.token_texts();
     Ok(scan
         .iter()

@@ -19,27 +19,15 @@
 
 use std::path::Path;
 
-use lql_exec::trace::{self, lens, LogitLens, Trace, TraceError, TraceFile};
+use lql_exec::trace::{self, lens, LogitLens, Trace, TraceFile};
 use lql_planner::{LogicalPlan, Positions};
 
 use super::datum::Datum;
 use super::interp::wrong_input;
 use super::Cx;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::rows::{Column, Rows};
 use crate::value::Value;
-
-/// Maps a trace error to an LQL error.
-pub(crate) fn trace_err(e: TraceError) -> Error {
-    match e {
-        TraceError::Exec(e) => Error::from(e),
-        TraceError::Io { .. } | TraceError::Draw { .. } => Error::io(e.to_string()),
-        TraceError::Format { .. } => Error::new(ErrorKind::Format, e.to_string()),
-        TraceError::Invalid(m) => Error::semantic(m),
-        TraceError::Internal(m) => Error::internal(m),
-        other => Error::internal(other.to_string()),
-    }
-}
 
 /// The single token `text` stands for, or an error naming its pieces (`clause`: where the
 /// text was given, e.g. `FOR`).
@@ -93,7 +81,7 @@ pub(crate) fn logit_lens(cx: &mut Cx<'_>, input: Datum, target: Option<&str>) ->
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
     let target = target.map(|t| single_token(&tok, t, "FOR")).transpose()?;
-    let lens = lens::logit_lens(&exec, &trace, target).map_err(trace_err)?;
+    let lens = lens::logit_lens(&exec, &trace, target).map_err(Error::from)?;
     Ok(Datum::Trace {
         trace,
         lens: Some(lens),
@@ -179,7 +167,7 @@ pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Resul
         let trajectory = match target {
             Some(t) => {
                 let l = lens.as_ref().ok_or_else(need_lens)?;
-                Some(lens::target_trajectory(&exec, &tr, l, t, slot).map_err(trace_err)?)
+                Some(lens::target_trajectory(&exec, &tr, l, t, slot).map_err(Error::from)?)
             }
             None => None,
         };
@@ -258,7 +246,7 @@ fn save_to(
             .map(|&i| format!("{i}:{}", text(tr.tokens[i])))
             .collect();
         let title = format!("logit lens: {:?}", prompt);
-        trace::write_heatmap_svg(p, lens, text, &labels, &title).map_err(trace_err)
+        trace::write_heatmap_svg(p, lens, text, &labels, &title).map_err(Error::from)
     } else {
         let b = cx.bound()?;
         let meta = serde_json::json!({
@@ -268,6 +256,6 @@ fn save_to(
             "norm_eps": b.model().surface.norm_eps,
             "written_by": "lql TRACE",
         });
-        TraceFile::from_trace(tr, meta).save(p).map_err(trace_err)
+        TraceFile::from_trace(tr, meta).save(p).map_err(Error::from)
     }
 }

@@ -123,7 +123,6 @@ fn store_labels(
     model: &lql_storage::Model,
     dir: &Path,
 ) -> Result<(labels::FeatureLabelsEntry, labels::LabelTable)> {
-    use super::walk::browse_err;
     use lql_exec::browse::labels::{compute_all, LabelSource, LABEL_TOP_K};
     if model.kind != SourceKind::Vindex3 {
         return Err(Error::semantic(format!(
@@ -135,11 +134,11 @@ fn store_labels(
     if model.surface.moe.is_some() {
         return Err(Error::not_supported_yet(MOE_STORED_LABELS));
     }
-    let source = LabelSource::open(model).map_err(browse_err)?.describe();
+    let source = LabelSource::open(model).map_err(Error::from)?.describe();
     let cancel = cx.cancel.clone();
     let (features, computed) =
         compute_all(model, &|| cancel.load(std::sync::atomic::Ordering::Relaxed))
-            .map_err(browse_err)?;
+            .map_err(Error::from)?;
     let top_k = LABEL_TOP_K.min(model.surface.vocab);
     let mut top = Vec::with_capacity(computed.len() * top_k);
     for (i, l) in computed.iter().enumerate() {

@@ -8,7 +8,7 @@
 //! the binding can run the model, else EMBEDDING) and the `mode` column says which and why;
 //! RESIDUAL's Forward runs layers 0 through the last one scanned, no further.
 
-use lql_exec::browse::{self, BrowseError};
+use lql_exec::browse;
 use lql_planner::{GateQuery, LayerRange, LogicalPlan};
 use lql_storage::{OperandKey, Role};
 
@@ -22,23 +22,6 @@ use crate::value::Value;
 /// Down tokens shown per feature.
 pub(crate) const DOWN_TOKENS: usize = 5;
 
-/// Maps a browse error to an LQL error.
-pub(crate) fn browse_err(e: BrowseError) -> Error {
-    match e {
-        BrowseError::Exec(e) => Error::from(e),
-        BrowseError::Storage(e) => Error::from(e),
-        BrowseError::NotExecutable { .. } | BrowseError::Unsupported(_) => {
-            Error::unsupported(e.to_string())
-        }
-        BrowseError::MissingOperand { .. } | BrowseError::Shape { .. } => {
-            Error::new(ErrorKind::Format, e.to_string())
-        }
-        BrowseError::Internal(m) => Error::internal(m),
-        BrowseError::Cancelled => Error::interrupted(),
-        other => Error::semantic(other.to_string()),
-    }
-}
-
 /// `EmbedLookup position=last`: the last token's scaled embedding row, the query of every
 /// layer (no layer runs).
 pub(crate) fn embed_lookup(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> Result<Datum> {
@@ -49,7 +32,7 @@ pub(crate) fn embed_lookup(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> Re
     let last = *tokens
         .last()
         .ok_or_else(|| Error::semantic("the prompt is empty: at least one token is needed"))?;
-    let query = browse::query::embedding_row(model.as_ref(), last).map_err(browse_err)?;
+    let query = browse::query::embedding_row(model.as_ref(), last).map_err(Error::from)?;
     if let Some(op) = model.operand(OperandKey::global(Role::TokenEmbedding)) {
         let rows = op.shape.get(1).copied().unwrap_or(1).max(1);
         cost.weight_bytes += (op.len / rows) as u64;
@@ -77,7 +60,7 @@ pub(crate) fn gate_scan(
     let (mut result, tokens) = match (input, query) {
         (Datum::Query { tokens, query }, GateQuery::Embedding) => (
             browse::walk::scan_with(model.as_ref(), &list, top, |_| &query, None)
-                .map_err(browse_err)?,
+                .map_err(Error::from)?,
             tokens,
         ),
         (
@@ -109,7 +92,7 @@ pub(crate) fn gate_scan(
                 |l| &caps[at(l).unwrap_or(0)].ffn_input,
                 Some(&|l: usize, f: usize| caps[at(l)?].activation.get(f).copied()),
             )
-            .map_err(browse_err)?;
+            .map_err(Error::from)?;
             (r, tokens)
         }
         (other, _) => return Err(wrong_input("GateScan", &other)),
@@ -145,7 +128,7 @@ fn bank_gate_scan(
     let (mut result, tokens) = match (input, query) {
         (Datum::Query { tokens, query }, GateQuery::Embedding) => (
             browse::walk::scan_bank(model, bank, list, top, |_| (&query[..], None))
-                .map_err(browse_err)?,
+                .map_err(Error::from)?,
             tokens,
         ),
         (
@@ -177,7 +160,7 @@ fn bank_gate_scan(
                 let c = &caps[at(l)];
                 (&c.ffn_input[..], Some(&c.routes[..]))
             })
-            .map_err(browse_err)?;
+            .map_err(Error::from)?;
             (r, tokens)
         }
         (other, _) => return Err(wrong_input("GateScan", &other)),
@@ -222,9 +205,9 @@ pub(crate) fn feature_labels(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> 
     let keys: Vec<(usize, usize)> = hits.hits().map(|h| (h.layer, h.feature)).collect();
     let cache = cx.labels()?;
     let missing = cache.missing(&keys);
-    let labels = cache.labels(model.as_ref(), &keys).map_err(browse_err)?;
+    let labels = cache.labels(model.as_ref(), &keys).map_err(Error::from)?;
     let source = browse::LabelSource::open(model.as_ref())
-        .map_err(browse_err)?
+        .map_err(Error::from)?
         .describe();
     let n = labels.len();
     cost.notes.push(match cache.stored_origin() {
