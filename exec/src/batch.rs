@@ -96,7 +96,7 @@ impl Executor {
         let mut result = Err(ExecError::Internal("batched step did not run".into()));
         let cancel = self.cancel_flag();
         self.backend().scope(&mut || {
-            result = step.run(&mut kvs, ids, &cancel);
+            result = step.run(&mut kvs, ids, &cancel, self.layer_counter());
         });
         drop(kvs);
         let flat = match result {
@@ -140,6 +140,7 @@ impl Step<'_> {
         kvs: &mut [&mut KvCache],
         seqs: &[&[u32]],
         cancel: &std::sync::atomic::AtomicBool,
+        layers_run: &std::sync::atomic::AtomicU64,
     ) -> Result<Vec<f32>> {
         let plan = self.plan;
         let s = &plan.surface;
@@ -197,6 +198,7 @@ impl Step<'_> {
                 return Err(ExecError::Cancelled);
             }
             layer.run(lp, kl, &mut x, &x_seqs, kvs, &mut buf, Taps::default())?;
+            layers_run.fetch_add(1, Ordering::Relaxed);
         }
         for (kv, t) in kvs.iter_mut().zip(seqs) {
             kv.commit(t.len());

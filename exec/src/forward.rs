@@ -2,7 +2,7 @@
 //! key/value cache, calling an observer if one is attached, and computing the logits asked
 //! for. Generic: every fact comes from the [`Plan`]; nothing branches on an architecture.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use lql_storage::model::OperandSource;
 
@@ -47,6 +47,8 @@ pub(crate) struct Pass<'a> {
     pub plan: &'a Plan,
     pub backend: &'a dyn Backend,
     pub cancel: &'a AtomicBool,
+    /// Each layer the pass runs adds one (EXPLAIN ANALYZE's measured `layers_run=`).
+    pub layers_run: &'a AtomicU64,
     /// The last layer this pass runs (`n_layers - 1` for a whole pass). A pass that stops
     /// early computes no logits.
     pub last_layer: usize,
@@ -92,7 +94,11 @@ impl Pass<'_> {
                     "interventions inside the layers (activation patching, noise, steering) on the GPU backend; USE the model with BACKEND cpu for them".into(),
                 ));
             }
-            return dev.run(kv, input, want, observer, self.last_layer, self.cancel);
+            let out = dev.run(kv, input, want, observer, self.last_layer, self.cancel)?;
+            // The device ran the stage's layers through the last one asked for.
+            let ran = (self.last_layer + 1).saturating_sub(self.plan.stage.first);
+            self.layers_run.fetch_add(ran as u64, Ordering::Relaxed);
+            return Ok(out);
         }
         let start = kv.len();
         let mut result = Err(ExecError::Internal("forward pass did not run".into()));
@@ -176,6 +182,7 @@ impl Pass<'_> {
                     },
                 },
             )?;
+            self.layers_run.fetch_add(1, Ordering::Relaxed);
             if let Some(o) = obs.as_deref_mut() {
                 o.on_layer(&LayerRecord {
                     layer: l,

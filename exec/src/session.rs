@@ -1,7 +1,7 @@
 //! `Executor` (a validated plan over an operand source, plus a backend) and `Session`
 //! (one continuation: the key/value cache and the tokens it holds).
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use lql_storage::model::OperandSource;
@@ -99,6 +99,9 @@ pub struct Executor {
     /// The model resident on the backend's device (a device backend only).
     device: Option<Arc<dyn DeviceModel>>,
     cancel: Arc<AtomicBool>,
+    /// Decoder layers run by this executor's passes, counted as each layer runs (EXPLAIN
+    /// ANALYZE's `layers_run=`; shared by the executors derived from this one).
+    layers_run: Arc<AtomicU64>,
     /// Vectors every pass adds to the residual stream (none: the model as it is).
     steering: Option<Arc<Steering>>,
     /// An edited state of `source` whose FFN overlays every pass applies, the weights still
@@ -149,6 +152,7 @@ impl Executor {
             backend,
             device,
             cancel: Arc::new(AtomicBool::new(false)),
+            layers_run: Arc::default(),
             steering: None,
             overlay: None,
         })
@@ -165,6 +169,7 @@ impl Executor {
             backend: self.backend.clone(),
             device,
             cancel: self.cancel.clone(),
+            layers_run: self.layers_run.clone(),
             steering: None,
             overlay: None,
         })
@@ -190,6 +195,7 @@ impl Executor {
             backend: self.backend.clone(),
             device: None,
             cancel: self.cancel.clone(),
+            layers_run: self.layers_run.clone(),
             steering: None,
             overlay: None,
         })
@@ -211,6 +217,7 @@ impl Executor {
             backend,
             device: None,
             cancel: Arc::new(AtomicBool::new(false)),
+            layers_run: Arc::default(),
             steering: None,
             overlay: None,
         })
@@ -226,6 +233,23 @@ impl Executor {
     pub fn with_cancel_flag(mut self, flag: Arc<AtomicBool>) -> Executor {
         self.cancel = flag;
         self
+    }
+
+    /// Count the layers this executor's passes run into `counter` (the caller reads it
+    /// before and after a piece of work to measure it).
+    pub fn with_layer_counter(mut self, counter: Arc<AtomicU64>) -> Executor {
+        self.layers_run = counter;
+        self
+    }
+
+    /// The counter its passes add each layer they run to.
+    pub(crate) fn layer_counter(&self) -> &AtomicU64 {
+        &self.layers_run
+    }
+
+    /// Decoder layers run so far by this executor's passes (and those sharing its counter).
+    pub fn layers_run(&self) -> u64 {
+        self.layers_run.load(Ordering::Relaxed)
     }
 
     /// This executor with `steering` added in every pass (none: unsteered). Refused on a
@@ -467,6 +491,7 @@ impl Session {
             plan: &self.exec.plan,
             backend: self.exec.backend.as_ref(),
             cancel: &self.exec.cancel,
+            layers_run: &self.exec.layers_run,
             last_layer: self.last_layer(),
             device: self.exec.device.as_deref(),
             steering: self.exec.steering.as_deref(),
@@ -491,6 +516,7 @@ impl Session {
             plan: &self.exec.plan,
             backend: self.exec.backend.as_ref(),
             cancel: &self.exec.cancel,
+            layers_run: &self.exec.layers_run,
             last_layer,
             device: self.exec.device.as_deref(),
             steering: self.exec.steering.as_deref(),

@@ -223,3 +223,41 @@ fn limit_over_a_trace_runs_only_the_layers_its_rows_need() {
         );
     }
 }
+
+/// ANALYZE's `layers_run=` is counted by the executor as each layer runs: GENERATE's
+/// prefill runs every layer once, and each token after the first one more pass.
+#[test]
+fn layers_run_is_counted_as_the_layers_run() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let n_layers: i64 = conn
+        .query_row("SELECT count(*) FROM layers", (), |r| r.get(0))
+        .unwrap();
+    let lines = lines_of(
+        &conn
+            .execute("EXPLAIN ANALYZE GENERATE 'The capital of France is' MAX 5")
+            .unwrap(),
+        0,
+    );
+    let count = |op: &str| -> i64 {
+        let l = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with(op))
+            .unwrap_or_else(|| panic!("no {op} in {lines:#?}"));
+        l.split("layers_run=").nth(1).expect(l)[..]
+            .trim_end_matches(|c: char| !c.is_ascii_digit())
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(count("Forward"), n_layers);
+    let generated: i64 = conn
+        .query_row(
+            "SELECT generated_tokens FROM (GENERATE 'The capital of France is' MAX 5)",
+            (),
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(count("DecodeLoop"), (generated - 1) * n_layers);
+}

@@ -294,13 +294,11 @@ pub(crate) fn activation_patch(
             (metric.score(&a.corrupt_logits), Some(a.estimates))
         }
     };
-    // Every run passes every layer: ANALYZE's layers_run= counts all of them (the backward
-    // pass as one more); read= is measured at the operand seam.
-    let runs = match spec.method {
-        PatchMethod::Runs => cells.len() + 2,
-        PatchMethod::Attribution(steps) => 2 + 2 * steps.unwrap_or(1) as usize,
-    };
-    cost.layers_run = runs * surface.n_layers;
+    // Every run goes through the executor, which counts its layers; the gradient passes of
+    // attribution (a forward and a backward per step) do not, so they are added here.
+    if let PatchMethod::Attribution(steps) = spec.method {
+        cost.layers_run = 2 * steps.unwrap_or(1) as usize * surface.n_layers;
+    }
 
     let component = match spec.component {
         PatchComponent::Head(_) => "head".to_string(),

@@ -4,6 +4,7 @@
 //! the tree that ran.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use lql_planner::{Operator, PhysicalPlan, PlanNode};
@@ -62,6 +63,8 @@ pub(crate) struct Run {
 pub(crate) struct Cost {
     pub weight_bytes: u64,
     pub encodings: BTreeSet<String>,
+    /// Layers the operator ran outside the executor's passes (the gradient passes of
+    /// attribution patching), which the binding's layer counter does not see.
     pub layers_run: usize,
     pub notes: Vec<String>,
 }
@@ -120,7 +123,13 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
     // The operand bytes the node's kernels read, measured at the operand seam.
     let meter = cx.engine.bound.as_ref().map(|b| b.meter.clone());
     let before = meter.as_ref().map(|m| m.snapshot());
+    // The decoder layers its passes ran, counted by the executor as each layer runs.
+    let layers = cx.engine.bound.as_ref().map(|b| b.layers_run.clone());
+    let layers_before = layers.as_ref().map_or(0, |l| l.load(Ordering::Relaxed));
     let out = operator(cx, &n.op, inputs, r, &mut cost)?;
+    let layers_measured = layers.as_ref().map_or(0, |l| {
+        l.load(Ordering::Relaxed).saturating_sub(layers_before)
+    });
     if let (Some(m), Some(before)) = (&meter, &before) {
         for (encoding, bytes) in m.since(before) {
             cost.weight_bytes += bytes;
@@ -132,7 +141,7 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
     s.rows = out.count();
     s.weight_bytes = cost.weight_bytes;
     s.encodings = cost.encodings;
-    s.layers_run = cost.layers_run;
+    s.layers_run = layers_measured as usize + cost.layers_run;
     s.notes = cost.notes;
     s.ran = true;
     Ok(out)
@@ -190,15 +199,7 @@ fn operator(
             layers,
             capture,
             positions,
-        } => run::forward(
-            cx,
-            one(inputs, "Forward")?,
-            *layers,
-            capture,
-            *positions,
-            r,
-            cost,
-        ),
+        } => run::forward(cx, one(inputs, "Forward")?, *layers, capture, *positions, r),
         O::Head => run::head(cx, one(inputs, "Head")?, r),
         O::TopK { k } => run::top_k(one(inputs, "TopK")?, *k),
         O::DecodeLoop {
@@ -213,7 +214,6 @@ fn operator(
             sampling,
             stop,
             constraint.as_ref(),
-            cost,
         ),
         O::Detokenize => run::detokenize(cx, one(inputs, "Detokenize")?),
         O::GateScan {

@@ -80,6 +80,9 @@ pub(crate) struct Bound {
     /// Bytes the executor's operators read from the operands, per encoding (EXPLAIN
     /// ANALYZE's `read=`): the executor runs over a `Metered` source counting into it.
     pub meter: Arc<lql_storage::meter::ReadMeter>,
+    /// Decoder layers the executor's passes ran (EXPLAIN ANALYZE's `layers_run=`): every
+    /// executor built for the binding counts into it as each layer runs.
+    pub layers_run: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Bound {
@@ -96,6 +99,7 @@ impl Bound {
             steering: None,
             statement_steering: None,
             meter: Arc::default(),
+            layers_run: Arc::default(),
         }
     }
 
@@ -206,7 +210,10 @@ impl Cx<'_> {
             let exec = b
                 .meter
                 .paused(|| backend::executor(Arc::new(metered), b.backend))?;
-            b.executor = Some(exec.with_cancel_flag(cancel));
+            b.executor = Some(
+                exec.with_cancel_flag(cancel)
+                    .with_layer_counter(b.layers_run.clone()),
+            );
         }
         let steering = b.statement_steering.clone().or_else(|| b.steering.clone());
         let exec = b

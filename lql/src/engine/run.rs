@@ -10,7 +10,7 @@ use lql_exec::{Control, FinishReason, GenerateOptions, Sampling};
 use lql_planner::{Capture, LayerRange, LogicalPlan, Positions, TextRole};
 
 use super::datum::Datum;
-use super::interp::{wrong_input, Cost, Mode, Run};
+use super::interp::{wrong_input, Mode, Run};
 use super::{columns_of, Cx};
 use crate::error::{Error, Result};
 use crate::rows::Rows;
@@ -39,12 +39,6 @@ pub(crate) fn tokenize(cx: &mut Cx<'_>, text: &str, role: TextRole) -> Result<Da
     Ok(Datum::Tokens(ids))
 }
 
-/// Counts `layers` as run (the bytes they read are measured at the operand seam by the
-/// interpreter, `storage::meter`).
-pub(crate) fn layers_run(layers: LayerRange, cost: &mut Cost) {
-    cost.layers_run += layers.len();
-}
-
 /// `Forward layers=a-b capture=…`: runs exactly those layers over the prompt.
 ///
 /// - no capture (INFER, GENERATE): a continuation prefilled through every layer, and the
@@ -59,14 +53,12 @@ pub(crate) fn forward(
     capture: &[Capture],
     positions: Positions,
     r: &mut Run,
-    cost: &mut Cost,
 ) -> Result<Datum> {
     let Datum::Tokens(ids) = input else {
         return Err(wrong_input("Forward", &input));
     };
     let exec = cx.executor()?;
     let model = cx.model()?;
-    layers_run(layers, cost);
     let ffn_input = capture.iter().find_map(|c| match c {
         Capture::FfnInput(l) => Some(*l),
         _ => None,
@@ -261,7 +253,6 @@ pub(crate) fn decode_loop(
     s: &lql_planner::Sampling,
     stop: &[String],
     constraint: Option<&lql_planner::OutputConstraint>,
-    cost: &mut Cost,
 ) -> Result<Datum> {
     let Datum::Prefilled {
         session, residual, ..
@@ -271,7 +262,6 @@ pub(crate) fn decode_loop(
     };
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
-    let model = cx.model()?;
     let grammar = match constraint {
         Some(c) => Some(compile_constraint(c, &tok)?),
         None => None,
@@ -317,12 +307,6 @@ pub(crate) fn decode_loop(
         // The text so far rides on the error: callers that interrupted get it back.
         let rows = generation_rows(cx, g, "interrupted")?;
         return Err(Error::interrupted().with_partial_rows(rows));
-    }
-    // Each token after the first is one more pass through every layer.
-    let passes = g.generated_tokens.saturating_sub(1);
-    let all = LayerRange::new(0, model.surface.n_layers.saturating_sub(1));
-    for _ in 0..passes {
-        layers_run(all, cost);
     }
     Ok(Datum::Generation(g))
 }
