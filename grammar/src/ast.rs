@@ -10,7 +10,19 @@
 //! [`SpanVisit::without_spans`] and [`Statement::eq_ignoring_spans`]).
 
 /// A half-open byte range `start..end` into the source text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Span {
     pub start: usize,
     pub end: usize,
@@ -36,7 +48,7 @@ impl Span {
 }
 
 /// A value with the span it came from.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Spanned<T> {
     pub value: T,
     pub span: Span,
@@ -49,14 +61,14 @@ impl<T> Spanned<T> {
 }
 
 /// An identifier (a column name), as written.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Ident {
     pub name: String,
     pub span: Span,
 }
 
 /// One statement; `span` is its source text (without `;`), for echoing it back.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Statement {
     pub kind: StatementKind,
     pub span: Span,
@@ -73,7 +85,7 @@ impl Statement {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum StatementKind {
     Use(Use),
     Infer(Infer),
@@ -187,7 +199,7 @@ impl StatementKind {
 }
 
 /// `LAYERS a-b`, `LAYERS n` (first == last) or `LAYERS ALL`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LayerSpec {
     All,
     /// Inclusive on both ends, as written (first may exceed last; the planner refuses it).
@@ -198,7 +210,7 @@ pub enum LayerSpec {
 }
 
 /// `USE "path" | USE MODEL "name"`, with optional `LAYERS a-b` and `PROFILE "name"`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Use {
     pub source: UseSource,
     pub layers: Option<Spanned<LayerSpec>>,
@@ -208,7 +220,7 @@ pub struct Use {
 }
 
 /// Where the forward pass runs (`USE … BACKEND x`, `SET backend = 'x'`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum BackendChoice {
     /// The CPU backend (the default).
     Cpu,
@@ -230,7 +242,7 @@ impl BackendChoice {
 }
 
 /// What steers: a control-vector file or activation addition, scaled, on some layers.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SteeringSpec {
     pub source: SteeringSource,
     /// SCALE s (default 1).
@@ -241,7 +253,7 @@ pub struct SteeringSpec {
 }
 
 /// Where steering vectors come from.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum SteeringSource {
     /// A llama.cpp control-vector GGUF.
     File(Spanned<String>),
@@ -253,13 +265,13 @@ pub enum SteeringSource {
 }
 
 /// A session setting (`SET name = value`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Setting {
     /// `SET backend = 'cpu' | 'gpu' | 'auto'`
     Backend(BackendChoice),
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum UseSource {
     /// A GGUF file, VINDEX3 container, layer package or HF folder.
     Path(Spanned<String>),
@@ -268,7 +280,7 @@ pub enum UseSource {
 }
 
 /// `INFER "prompt" [TOP n] [GENERATE n]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Infer {
     pub prompt: Spanned<String>,
     pub top: Option<Spanned<i64>>,
@@ -276,7 +288,7 @@ pub struct Infer {
 }
 
 /// `VERIFY ["container" [AGAINST "source"]]`; no target: the bound model.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Verify {
     pub target: Option<Spanned<String>>,
     /// The source the target was made from (a layer package against its GGUF).
@@ -284,7 +296,7 @@ pub struct Verify {
 }
 
 /// What a pipeline stage starts from.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum StageSource {
     /// A prompt (the stage owns the input boundary).
     Prompt(Spanned<String>),
@@ -293,14 +305,14 @@ pub enum StageSource {
 }
 
 /// `RUN STAGE "prompt" | FROM "h.bin" INTO "out.bin"`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunStage {
     pub input: StageSource,
     pub into: Spanned<String>,
 }
 
 /// `INFER FROM "h.bin" [TOP n]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InferFrom {
     pub file: Spanned<String>,
     pub top: Option<Spanned<i64>>,
@@ -309,7 +321,7 @@ pub struct InferFrom {
 /// `GENERATE "prompt" [MAX n] [TEMPERATURE t] [TOP_K k] [TOP_P p] [SEED s] [STOP "…", …]
 /// [SCHEMA 'json schema' | GRAMMAR 'gbnf'] [REPEAT_PENALTY r] [FREQUENCY_PENALTY f]
 /// [PRESENCE_PENALTY p]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Generate {
     pub prompt: Spanned<String>,
     pub max: Option<Spanned<i64>>,
@@ -327,7 +339,7 @@ pub struct Generate {
 }
 
 /// GENERATE's `SCHEMA` or `GRAMMAR` clause, as written.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OutputConstraint {
     /// `SCHEMA '…'`: JSON valid against this JSON schema.
     Schema(String),
@@ -336,7 +348,7 @@ pub enum OutputConstraint {
 }
 
 /// `WALK "prompt" [TOP k] [LAYERS a-b] [MODE EMBEDDING|RESIDUAL]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Walk {
     pub prompt: Spanned<String>,
     pub top: Option<Spanned<i64>>,
@@ -344,7 +356,7 @@ pub struct Walk {
     pub mode: Option<Spanned<WalkMode>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum WalkMode {
     /// LARQL's browse: the prompt's last-token embedding against every layer's gates.
     Embedding,
@@ -353,20 +365,20 @@ pub enum WalkMode {
 }
 
 /// `DESCRIBE "entity" [AT LAYER n | LAYERS a-b] [BRIEF|VERBOSE|RAW]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Describe {
     pub entity: Spanned<String>,
     pub scope: Option<Spanned<DescribeScope>>,
     pub detail: Option<Spanned<Detail>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DescribeScope {
     AtLayer(u64),
     Layers(LayerSpec),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Detail {
     Brief,
     Verbose,
@@ -374,7 +386,7 @@ pub enum Detail {
 }
 
 /// The virtual tables of SELECT / INSERT / DELETE / UPDATE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Table {
     Features,
     Edges,
@@ -422,7 +434,7 @@ impl Table {
 
 /// `SELECT [DISTINCT] <items|*> [FROM from-item] [WHERE expr] [GROUP BY …] [HAVING expr]
 /// [ORDER BY …] [LIMIT n] [OFFSET m]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Select {
     /// The span of the DISTINCT keyword when present.
     pub distinct: Option<Span>,
@@ -443,7 +455,7 @@ pub struct Select {
 /// What a SELECT reads: a model table, another statement's rows (a subquery `(SELECT …)`,
 /// any statement in parentheses, or a table function `TRACE('…', FOR => ' Paris')`), or
 /// a join of two of them.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum FromItem {
     Table {
         table: Spanned<Table>,
@@ -477,7 +489,7 @@ impl FromItem {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum JoinKind {
     Inner,
     Left,
@@ -486,7 +498,7 @@ pub enum JoinKind {
 }
 
 /// The scalar functions of SELECT (SQLite's semantics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ScalarFunc {
     Abs,
     Round,
@@ -565,7 +577,7 @@ impl ScalarFunc {
 }
 
 /// The types `CAST(x AS type)` converts to (SQLite's affinities by name).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CastType {
     Integer,
     Real,
@@ -582,21 +594,21 @@ impl CastType {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum SelectList {
     All,
     Items(Vec<SelectItem>),
 }
 
 /// One item of a select list: an expression with an optional `AS alias`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SelectItem {
     pub expr: Expr,
     pub alias: Option<Ident>,
     pub span: Span,
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OrderItem {
     /// A column, an alias of the select list, or an expression.
     pub expr: Expr,
@@ -605,14 +617,14 @@ pub struct OrderItem {
     pub span: Span,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SortDirection {
     Asc,
     Desc,
 }
 
 /// `TRACE "prompt" [FOR "tok"] [DECOMPOSE] [LAYERS a-b] [POSITIONS LAST|ALL] [SAVE "file"]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Trace {
     pub prompt: Spanned<String>,
     pub target: Option<Spanned<String>>,
@@ -623,7 +635,7 @@ pub struct Trace {
     pub save: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Positions {
     Last,
     All,
@@ -634,7 +646,7 @@ pub enum Positions {
 /// [COMPONENT resid_pre|resid_mid|attn_out|mlp_out|head [h]] [METRIC f("tok"[, "tok"])]
 /// [BY RUNS|ATTRIBUTION [STEPS n]] [WINDOW n] [SAVE "map.svg"]`:
 /// activation patching (AT LAYER l is LAYERS l).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Patch {
     /// The corrupted run's prompt (with NOISE, the prompt both runs share).
     pub prompt: Spanned<String>,
@@ -652,7 +664,7 @@ pub struct Patch {
 }
 
 /// How the corrupted run differs from the clean one.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Corruption {
     /// `FROM "clean prompt"`: the clean run is another prompt of the same length.
     Prompt(Spanned<String>),
@@ -665,7 +677,7 @@ pub enum Corruption {
 }
 
 /// How PATCH finds each cell's effect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PatchMethod {
     /// `BY RUNS`: one corrupted run per cell with the cell restored (exact).
     Runs,
@@ -687,7 +699,7 @@ impl std::fmt::Display for PatchMethod {
 }
 
 /// Which positions a patching grid restores, one cell each (or all together).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PatchPositions {
     All,
     Last,
@@ -697,7 +709,7 @@ pub enum PatchPositions {
 }
 
 /// The activation a cell restores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PatchComponent {
     ResidPre,
     ResidMid,
@@ -708,7 +720,7 @@ pub enum PatchComponent {
 }
 
 /// What a run is scored by (on the last position's logits).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum PatchMetric {
     /// `LOGIT_DIFF("a", "b")`: logit(a) − logit(b).
     LogitDiff(String, String),
@@ -719,7 +731,7 @@ pub enum PatchMetric {
 }
 
 /// `INSERT INTO table (c, …) VALUES (v, …)[, (…)] [AT LAYER n] [ALPHA a] [CONFIDENCE c]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Insert {
     pub table: Spanned<Table>,
     pub columns: Vec<Ident>,
@@ -731,21 +743,21 @@ pub struct Insert {
 }
 
 /// `DELETE FROM table [WHERE expr]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Delete {
     pub table: Spanned<Table>,
     pub filter: Option<Spanned<Expr>>,
 }
 
 /// `UPDATE table SET col = value, … [WHERE expr]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Update {
     pub table: Spanned<Table>,
     pub assignments: Vec<Assignment>,
     pub filter: Option<Spanned<Expr>>,
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Assignment {
     pub column: Ident,
     pub value: Spanned<Value>,
@@ -753,7 +765,7 @@ pub struct Assignment {
 }
 
 /// The current effective model (base + overlays) or a path.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ModelRef {
     Current,
     Path(String),
@@ -761,7 +773,7 @@ pub enum ModelRef {
 
 /// `DIFF "a" "b"` · `DIFF CURRENT` · `DIFF "a" CURRENT` ·
 /// `[LAYER n] [LIMIT n] [PHYSICAL] [INTO PATCH "out"]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Diff {
     pub left: Spanned<ModelRef>,
     pub right: Option<Spanned<ModelRef>>,
@@ -774,7 +786,7 @@ pub struct Diff {
 }
 
 /// `COMPILE CURRENT|"src" INTO VINDEX|PACKAGE|GGUF "out"`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Compile {
     pub source: Spanned<ModelRef>,
     pub target: Spanned<CompileTarget>,
@@ -785,7 +797,7 @@ pub struct Compile {
     pub source_revision: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CompileTarget {
     Vindex,
     Package,
@@ -793,7 +805,7 @@ pub enum CompileTarget {
 }
 
 /// `EXTRACT MODEL "src" INTO "out" [FORMAT VINDEX3|PACKAGE] [ENCODING …] [LAYERS a-b]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Extract {
     pub source: Spanned<String>,
     pub output: Spanned<String>,
@@ -815,7 +827,7 @@ pub struct Extract {
 }
 
 /// Which artifact-only answer a statement asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ArtifactWhat {
     Inspect,
     DescribeObject,
@@ -823,7 +835,7 @@ pub enum ArtifactWhat {
 }
 
 /// `INSPECT "c"` | `DESCRIBE OBJECT "c" "object"` | `PRECISION "c"`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Artifact {
     pub what: ArtifactWhat,
     pub container: Spanned<String>,
@@ -832,7 +844,7 @@ pub struct Artifact {
 }
 
 /// What `REPRESENT` adds to a container.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RepresentTarget {
     /// `LABELS`: every feature's label, as a derived segment.
     Labels,
@@ -843,7 +855,7 @@ pub enum RepresentTarget {
 }
 
 /// `REPRESENT LABELS ["container"]` | `REPRESENT "object"|ALL [FFN] AS <encoding> [INTO "container"]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Represent {
     pub target: Spanned<RepresentTarget>,
     pub encoding: Option<Spanned<Encoding>>,
@@ -854,7 +866,7 @@ pub struct Represent {
 }
 
 /// The on-disk shape of a VINDEX3 EXTRACT (seed 002 §5.3, §5.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ExtractShape {
     /// `system_graph.json` + plain tensor-table segments.
     Graph,
@@ -862,14 +874,14 @@ pub enum ExtractShape {
     Bank,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ExtractFormat {
     Vindex3,
     Package,
 }
 
 /// Encodings EXTRACT may write; `Source` keeps each tensor as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Encoding {
     Source,
     F32,
@@ -879,14 +891,14 @@ pub enum Encoding {
 }
 
 /// `COMPACT "container" [INTO "out"]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Compact {
     pub container: Spanned<String>,
     pub into: Option<Spanned<String>>,
 }
 
 /// `SHOW MODELS|LAYERS|COMPONENTS|REPRESENTATIONS|TENSORS|PROFILES|PATCHES [LIKE "pattern"]`
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Show {
     pub what: Spanned<ShowWhat>,
     /// `SHOW REPRESENTATIONS|PROFILES|COMPONENTS "container"`: that container's artifact.
@@ -894,7 +906,7 @@ pub struct Show {
     pub like: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ShowWhat {
     Models,
     /// The backends and GPU adapters present.
@@ -918,7 +930,7 @@ pub enum ShowWhat {
 }
 
 /// A literal value.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Value {
     Int(i64),
     Float(f64),
@@ -928,13 +940,13 @@ pub enum Value {
 }
 
 /// An expression of WHERE clauses.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Expr {
     pub kind: ExprKind,
     pub span: Span,
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ExprKind {
     Column(Ident),
     Literal(Value),
@@ -1122,7 +1134,7 @@ impl ExprKind {
 }
 
 /// Arithmetic operators of the select list and WHERE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ArithOp {
     Add,
     Sub,
@@ -1147,7 +1159,7 @@ impl ArithOp {
 }
 
 /// The aggregate functions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum AggFunc {
     Count,
     Sum,
@@ -1249,7 +1261,7 @@ impl Expr {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CmpOp {
     Eq,
     NotEq,

@@ -32,6 +32,8 @@ pub use ast::*;
 pub use error::{edit_distance, suggest, SyntaxError};
 pub use keywords::{KEYWORDS, STATEMENT_KEYWORDS};
 pub use params::{placeholders, Placeholder, MAX_PARAMS};
-pub use parser::{parse, parse_statement};
+pub use parser::{
+    parse, parse_statement, parse_with_placeholders, PLACEHOLDER_INT, PLACEHOLDER_TEXT,
+};
 pub use print::{print_script, quote};
 pub use scan::{is_complete, split_statements, MAX_PAREN_DEPTH};

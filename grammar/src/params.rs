@@ -1,7 +1,8 @@
 //! Statement parameters, as SQLite spells them: `?` (the next index), `?NNN` (index NNN,
-//! 1-based) and `:name`. The scanner finds them outside strings and comments; the caller
-//! substitutes each with a literal (see `lql::Statement`) before parsing, so a parameter
-//! stands wherever a literal may stand (prompts, counts, WHERE values).
+//! 1-based) and `:name`. The scanner finds them outside strings and comments and numbers
+//! them; the grammar accepts one wherever a string or a number stands (prompts, counts,
+//! WHERE values), and `lql::Statement` binds each value into the parsed statement at its
+//! placeholder's span.
 
 use crate::ast::Span;
 use crate::error::SyntaxError;

@@ -334,18 +334,19 @@ impl Connection {
         }
     }
 
-    /// Runs one statement's text (used by [`Statement`]).
-    pub(crate) fn run_one(&self, stmt_text: &str, gate: Option<Gate<'_>>) -> Result<Rows> {
-        let mut engine = self.engine()?;
-        self.interrupt.store(false, Ordering::SeqCst);
-        self.panicked
-            .run(|| engine.run_text(stmt_text, &self.interrupt, gate))
-    }
-
     /// Binds and lowers one statement's text without running it.
     pub(crate) fn prepare_plan(&self, stmt_text: &str) -> Result<crate::engine::Prepared> {
         let engine = self.engine()?;
         self.panicked.run(|| engine.prepare(stmt_text))
+    }
+
+    /// Binds and lowers a parsed statement without running it.
+    pub(crate) fn prepare_parsed(
+        &self,
+        stmt: lql_grammar::Statement,
+    ) -> Result<crate::engine::Prepared> {
+        let engine = self.engine()?;
+        self.panicked.run(|| engine.prepare_parsed(stmt))
     }
 
     /// Runs a prepared plan, re-binding it first when the session changed since.

@@ -179,14 +179,6 @@ impl Error {
         self
     }
 
-    /// Drops the spans (for an error about text the caller never saw, e.g. a statement
-    /// with its parameters substituted).
-    pub(crate) fn without_spans(mut self) -> Self {
-        self.span = None;
-        self.labels.clear();
-        self
-    }
-
     pub fn semantic(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::Semantic, message)
     }
@@ -231,15 +223,6 @@ impl Error {
     }
 
     /// Shifts every span by `offset` bytes (a statement's spans → the script's).
-    /// The error with every span (primary and labels) passed through `f`.
-    pub(crate) fn map_spans(mut self, f: impl Fn(Range<usize>) -> Range<usize>) -> Self {
-        self.span = self.span.map(&f);
-        for l in &mut self.labels {
-            l.span = f(l.span.clone());
-        }
-        self
-    }
-
     pub fn offset_spans(mut self, offset: usize) -> Self {
         if let Some(s) = &mut self.span {
             *s = s.start + offset..s.end + offset;

@@ -1,11 +1,12 @@
 //! `Statement`: one prepared statement, with parameters, ready to run (and re-run).
 //!
 //! Parameters are written as SQLite writes them: `?` (the next index), `?NNN` (1-based) and
-//! `:name`. Each bound value replaces its placeholder as a literal (text is quoted, numbers
-//! written exactly), so a parameter stands wherever a literal may: prompts, counts, WHERE
-//! values. A statement without parameters keeps its bound and lowered plan and re-binds only
-//! when the session it was bound against changed (USE); one with parameters binds with the
-//! values of each call.
+//! `:name`, wherever a string or a number may stand: prompts, counts, WHERE values. The text
+//! is parsed once, each placeholder holding a stand-in value at its span; each run binds its
+//! values into that parsed statement (a value that does not fit its place is refused at the
+//! placeholder, and no text is parsed again). A statement without parameters keeps its bound
+//! and lowered plan and re-binds only when the session it was bound against changed (USE);
+//! one with parameters binds with the values of each call.
 //!
 //! ```no_run
 //! # fn main() -> lql::Result<()> {
@@ -16,8 +17,6 @@
 //! let top = infer.query(lql::named_params! { ":prompt": "The capital of France is" })?;
 //! # Ok(()) }
 //! ```
-
-use std::ops::Range;
 
 use crate::connection::Connection;
 use crate::engine::{Gate, Prepared};
@@ -131,20 +130,36 @@ pub struct Statement<'conn> {
     slots: Vec<lql_grammar::Placeholder>,
     /// The bound plan of a statement without parameters.
     plan: Option<Prepared>,
+    /// A statement with parameters, parsed once: its syntax tree as a JSON tree, each
+    /// placeholder holding a stand-in value at its span (the values of a run are set there).
+    template: Option<serde_json::Value>,
 }
 
 impl<'conn> Statement<'conn> {
     pub(crate) fn new(conn: &'conn Connection, text: String, offset: usize) -> Result<Self> {
         let slots =
             lql_grammar::placeholders(&text).map_err(|e| Error::from(e).offset_spans(offset))?;
-        let plan = if slots.is_empty() {
-            Some(
-                conn.prepare_plan(&text)
-                    .map_err(|e| e.offset_spans(offset))?,
-            )
+        let (plan, template) = if slots.is_empty() {
+            let plan = conn
+                .prepare_plan(&text)
+                .map_err(|e| e.offset_spans(offset))?;
+            (Some(plan), None)
         } else {
-            // Syntax is checked with every placeholder as a neutral literal at bind time.
-            None
+            let stmt = lql_grammar::parse_with_placeholders(&text)
+                .map_err(|e| Error::from(e).offset_spans(offset))?;
+            let tree = serde_json::to_value(&stmt)
+                .map_err(|e| Error::internal(format!("the parsed statement as JSON: {e}")))?;
+            for slot in &slots {
+                if !has_literal_at(&tree, slot.span) {
+                    let mut e = param_error(format!(
+                        "parameter {} stands where no value can be bound (only where a string or a number may)",
+                        slot_name(slot)
+                    ));
+                    e.span = Some(slot.span.range());
+                    return Err(e.offset_spans(offset));
+                }
+            }
+            (None, Some(tree))
         };
         Ok(Statement {
             conn,
@@ -152,6 +167,7 @@ impl<'conn> Statement<'conn> {
             offset,
             slots,
             plan,
+            template,
         })
     }
 
@@ -177,21 +193,50 @@ impl<'conn> Statement<'conn> {
         Ok(crate::engine::columns_of(p.physical.columns()))
     }
 
-    /// Binds the statement with neutral values in its placeholders (NULL, else text, else a
-    /// number: whichever fits where each stands), to learn its plan without running it.
+    /// Binds the statement with neutral values in its placeholders (NULL, else a number,
+    /// else text: whichever fits where each stands), to learn its plan (columns, EXPLAIN)
+    /// without running it.
     fn bind_neutral(&self) -> Result<Prepared> {
-        let n = self.parameter_count();
+        let Some(template) = &self.template else {
+            return self
+                .conn
+                .prepare_plan(&self.text)
+                .map_err(|e| e.offset_spans(self.offset));
+        };
         let mut last = None;
-        for neutral in [Value::Null, Value::Text("?".into()), Value::Int(1)] {
-            let text = self.text_with(&vec![neutral; n])?;
-            match self.conn.prepare_plan(&text) {
+        for neutral in [Value::Null, Value::Int(1), Value::Text("?".into())] {
+            let mut tree = template.clone();
+            for slot in &self.slots {
+                // Where the neutral value does not fit, the stand-in stays.
+                let _ = set_literal_at(&mut tree, slot.span, &neutral);
+            }
+            match self.conn.prepare_parsed(from_tree(tree)?) {
                 Ok(p) => return Ok(p),
                 Err(e) => last = Some(e),
             }
         }
         Err(last
             .unwrap_or_else(|| param_error("the statement does not bind".into()))
-            .without_spans())
+            .offset_spans(self.offset))
+    }
+
+    /// The parsed statement with `values` bound at its placeholders.
+    fn bind_values(&self, values: &[Value]) -> Result<lql_grammar::Statement> {
+        let mut tree = self
+            .template
+            .clone()
+            .ok_or_else(|| Error::internal("a statement without parameters has no template"))?;
+        for slot in &self.slots {
+            let v = values
+                .get(slot.index - 1)
+                .ok_or_else(|| param_error(format!("no value for parameter {}", slot.index)))?;
+            set_literal_at(&mut tree, slot.span, v).map_err(|message| {
+                let mut e = param_error(format!("parameter {}: {message}", slot_name(slot)));
+                e.span = Some(slot.span.range());
+                e.offset_spans(self.offset)
+            })?;
+        }
+        from_tree(tree)
     }
 
     /// The column names (as rusqlite's `column_names`).
@@ -199,8 +244,8 @@ impl<'conn> Statement<'conn> {
         Ok(self.columns()?.into_iter().map(|c| c.name).collect())
     }
 
-    /// The statement's text with `params` in its placeholders: the text that runs (a
-    /// gate deciding what a statement may do decides on this, not on the placeholders).
+    /// The statement written with `params` as literals in its placeholders, for display
+    /// and logs (what runs is the parsed statement with the values bound, not this text).
     pub fn bound_text<P: Params>(&self, params: P) -> Result<String> {
         let values = params.resolve(&self.slots)?;
         if self.plan.is_some() {
@@ -229,41 +274,12 @@ impl<'conn> Statement<'conn> {
                 return Ok(p.effects());
             }
         }
-        let text = self.text_with(&values)?;
+        let stmt = self.bind_values(&values)?;
         Ok(self
             .conn
-            .prepare_plan(&text)
-            .map_err(|e| self.value_error(e, &values))?
+            .prepare_parsed(stmt)
+            .map_err(|e| e.offset_spans(self.offset))?
             .effects())
-    }
-
-    /// A statement's error with its parameters in place (`values`): a syntax error means a
-    /// value did not fit where it stands. Spans in the substituted text are mapped back to
-    /// the statement as written (a span inside a value to its placeholder), then to the
-    /// text given to `prepare`.
-    fn value_error(&self, e: Error, values: &[Value]) -> Error {
-        let e = if e.kind == ErrorKind::Syntax {
-            let message = format!(
-                "a parameter's value does not fit where it stands: {}",
-                e.message
-            );
-            let span = e.span.clone();
-            let mut p = param_error(message);
-            p.span = span;
-            p
-        } else {
-            e
-        };
-        match self.substitute(values) {
-            Ok((_, subs)) => e
-                .map_spans(|r| {
-                    let start = to_written(&subs, r.start, false);
-                    let end = to_written(&subs, r.end, true).max(start);
-                    start..end
-                })
-                .offset_spans(self.offset),
-            Err(_) => e.without_spans(),
-        }
     }
 
     fn run<P: Params>(&mut self, params: P, gate: Option<Gate<'_>>) -> Result<Rows> {
@@ -274,10 +290,14 @@ impl<'conn> Statement<'conn> {
                 .run_prepared(p, &self.text, gate)
                 .map_err(|e| e.offset_spans(self.offset));
         }
-        let text = self.text_with(&values)?;
-        let conn = self.conn;
-        conn.run_one(&text, gate)
-            .map_err(|e| self.value_error(e, &values))
+        let stmt = self.bind_values(&values)?;
+        let mut prepared = self
+            .conn
+            .prepare_parsed(stmt)
+            .map_err(|e| e.offset_spans(self.offset))?;
+        self.conn
+            .run_prepared(&mut prepared, &self.text, gate)
+            .map_err(|e| e.offset_spans(self.offset))
     }
 
     /// Runs the statement and maps its first row with `f` (as rusqlite's `query_row`); a
@@ -343,53 +363,211 @@ impl<'conn> Statement<'conn> {
 
     /// The text with every placeholder replaced by its value as a literal.
     fn text_with(&self, values: &[Value]) -> Result<String> {
-        Ok(self.substitute(values)?.0)
-    }
-
-    /// The text with every placeholder replaced by its value as a literal, and where each
-    /// value stands in it.
-    fn substitute(&self, values: &[Value]) -> Result<(String, Vec<Substitution>)> {
         let mut out = String::with_capacity(self.text.len());
-        let mut subs = Vec::with_capacity(self.slots.len());
         let mut at = 0;
         for s in &self.slots {
             out.push_str(&self.text[at..s.span.start]);
             let v = values
                 .get(s.index - 1)
                 .ok_or_else(|| param_error(format!("no value for parameter {}", s.index)))?;
-            let start = out.len();
             out.push_str(&literal(v)?);
-            subs.push((start, out.len(), s.span.range()));
             at = s.span.end;
         }
         out.push_str(&self.text[at..]);
-        Ok((out, subs))
+        Ok(out)
     }
 }
 
-/// Where a value stands in the substituted text: its start and end there, and its
-/// placeholder's span in the statement as written.
-type Substitution = (usize, usize, Range<usize>);
+/// How a placeholder is written (`:name`, or `?N`).
+fn slot_name(slot: &lql_grammar::Placeholder) -> String {
+    slot.name
+        .clone()
+        .unwrap_or_else(|| format!("?{}", slot.index))
+}
 
-/// An offset of the substituted text as an offset of the statement as written: past a
-/// value, shifted by the difference in lengths; inside one, the placeholder's start (or its
-/// end, for the end of a span).
-fn to_written(subs: &[Substitution], at: usize, is_end: bool) -> usize {
-    let mut shift: isize = 0;
-    for (start, end, written) in subs {
-        if at < *start || (at == *start && !is_end) {
-            break;
-        }
-        if at < *end || (at == *end && is_end) {
-            return if is_end && at > *start {
-                written.end
-            } else {
-                written.start
-            };
-        }
-        shift = written.end as isize - *end as isize;
+/// A value's type as errors name it.
+fn kind_name(v: &Value) -> &'static str {
+    v.value_type().map_or("NULL", |t| t.name())
+}
+
+/// The statement back from its JSON tree.
+fn from_tree(tree: serde_json::Value) -> Result<lql_grammar::Statement> {
+    serde_json::from_value(tree).map_err(|e| {
+        param_error(format!(
+            "a parameter's value does not fit where it stands: {e}"
+        ))
+    })
+}
+
+type JsonMap = serde_json::Map<String, serde_json::Value>;
+
+/// Whether the node holds the placeholder at `span`: its span ends with the placeholder's
+/// (a literal's node spans the literal itself, or its clause: `TOP ?` spans `TOP ?`).
+fn at_span(map: &JsonMap, span: lql_grammar::Span) -> bool {
+    map.get("span").is_some_and(|s| {
+        s.get("start")
+            .and_then(|v| v.as_u64())
+            .is_some_and(|start| start <= span.start as u64)
+            && s.get("end").and_then(|v| v.as_u64()) == Some(span.end as u64)
+    })
+}
+
+/// A grammar `Value` as serde writes it (`{"Int": 1}`, `{"String": "…"}`, …) holding a
+/// placeholder's stand-in.
+fn is_literal_value(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Object(m) if m.len() == 1 => m.iter().all(|(k, v)| match k.as_str() {
+            "String" => v.as_str() == Some(lql_grammar::PLACEHOLDER_TEXT),
+            "Int" | "Float" => v.as_f64() == Some(lql_grammar::PLACEHOLDER_INT as f64),
+            _ => false,
+        }),
+        _ => false,
     }
-    (at as isize + shift).max(0) as usize
+}
+
+/// Whether a `Spanned` node's value is a placeholder's stand-in: the text, the number or
+/// the literal value the parser gives a placeholder (so a node that merely ends where the
+/// placeholder does, such as a clause keyword's unit variant, is never taken for it).
+fn is_literal_slot(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::String(t) => t == lql_grammar::PLACEHOLDER_TEXT,
+        serde_json::Value::Number(n) => n.as_f64() == Some(lql_grammar::PLACEHOLDER_INT as f64),
+        other => is_literal_value(other),
+    }
+}
+
+/// The stand-in a node holds, if any: a `Spanned` value that is the stand-in itself, a
+/// literal value, or a one-field variant around a stand-in text (`{"Path": "?"}`); or an
+/// expression's `Literal`.
+fn stand_in(map: &mut JsonMap) -> Option<&mut serde_json::Value> {
+    let value_kind = map.get("value").map(|v| {
+        if is_literal_slot(v) {
+            1
+        } else if wraps_stand_in(v) {
+            2
+        } else {
+            0
+        }
+    });
+    match value_kind {
+        Some(1) => map.get_mut("value"),
+        Some(2) => map
+            .get_mut("value")
+            .and_then(|v| v.as_object_mut())
+            .and_then(|m| m.values_mut().next()),
+        _ => map
+            .get_mut("kind")
+            .and_then(|k| k.get_mut("Literal"))
+            .filter(|v| is_literal_value(v)),
+    }
+}
+
+/// A one-field enum variant around a stand-in text, as serde writes it.
+fn wraps_stand_in(v: &serde_json::Value) -> bool {
+    v.as_object().is_some_and(|m| {
+        m.len() == 1
+            && m.values()
+                .all(|x| x.as_str() == Some(lql_grammar::PLACEHOLDER_TEXT))
+    })
+}
+
+/// Whether `span` is a literal's in the tree (see [`stand_in`]).
+fn has_literal_at(tree: &serde_json::Value, span: lql_grammar::Span) -> bool {
+    match tree {
+        serde_json::Value::Object(map) => {
+            let here = at_span(map, span) && stand_in(&mut map.clone()).is_some();
+            here || map.values().any(|v| has_literal_at(v, span))
+        }
+        serde_json::Value::Array(items) => items.iter().any(|v| has_literal_at(v, span)),
+        _ => false,
+    }
+}
+
+/// Sets the literal at `span` to `value`, checked against what stands there: text where a
+/// string stands, an integer where a count does, a number where a scale does, any value
+/// where a literal value does.
+fn set_literal_at(
+    tree: &mut serde_json::Value,
+    span: lql_grammar::Span,
+    value: &Value,
+) -> std::result::Result<(), String> {
+    let mut set = 0usize;
+    set_in(tree, span, value, &mut set)?;
+    if set == 0 {
+        return Err("it stands where no value can be bound".into());
+    }
+    Ok(())
+}
+
+fn set_in(
+    tree: &mut serde_json::Value,
+    span: lql_grammar::Span,
+    value: &Value,
+    set: &mut usize,
+) -> std::result::Result<(), String> {
+    match tree {
+        serde_json::Value::Object(map) => {
+            if at_span(map, span) {
+                if let Some(slot) = stand_in(map) {
+                    *slot = fitted(slot, value)?;
+                    *set += 1;
+                }
+            }
+            for v in map.values_mut() {
+                set_in(v, span, value, set)?;
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for v in items {
+                set_in(v, span, value, set)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `value` in the shape of the stand-in that `slot` holds, or why it does not fit there.
+fn fitted(
+    slot: &serde_json::Value,
+    value: &Value,
+) -> std::result::Result<serde_json::Value, String> {
+    use serde_json::json;
+    let finite = |f: f64| {
+        if f.is_finite() {
+            Ok(f)
+        } else {
+            Err(format!("{f} is not finite"))
+        }
+    };
+    if let Value::List(_) = value {
+        return Err("a list cannot be a parameter".into());
+    }
+    if is_literal_value(slot) {
+        return Ok(match value {
+            Value::Bool(b) => json!({ "Bool": b }),
+            Value::Int(i) => json!({ "Int": i }),
+            Value::Float(f) => json!({ "Float": finite(*f)? }),
+            Value::Text(t) => json!({ "String": t }),
+            _ => json!("Null"),
+        });
+    }
+    match (slot, value) {
+        (serde_json::Value::String(_), Value::Text(t)) => Ok(json!(t)),
+        (serde_json::Value::String(_), other) => {
+            Err(format!("text stands here, not {}", kind_name(other)))
+        }
+        (serde_json::Value::Number(n), Value::Int(i)) if !n.is_f64() => Ok(json!(i)),
+        (serde_json::Value::Number(_), Value::Int(i)) => Ok(json!(*i as f64)),
+        (serde_json::Value::Number(n), Value::Float(f)) if n.is_f64() => Ok(json!(finite(*f)?)),
+        (serde_json::Value::Number(_), Value::Float(_)) => {
+            Err("an integer stands here, not a float".into())
+        }
+        (serde_json::Value::Number(_), other) => {
+            Err(format!("a number stands here, not {}", kind_name(other)))
+        }
+        _ => Err("it stands where no value can be bound".into()),
+    }
 }
 
 /// A value as an LQL literal.

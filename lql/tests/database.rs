@@ -189,3 +189,33 @@ fn inserts_on_two_connections_share_one_optimisation_cache() {
         .unwrap();
     assert_eq!(db.cache_bytes(), one);
 }
+
+/// A prepared statement is parsed once and its values are bound into the parsed statement:
+/// a value that would not survive being pasted into the text (quotes, a comment marker, a
+/// placeholder) arrives exactly; a value that does not fit its place is refused at its
+/// placeholder; and text run directly refuses placeholders.
+#[test]
+fn parameters_are_bound_as_values_not_pasted_as_text() {
+    let conn = Connection::open(MODEL).unwrap();
+    let mut tok = conn.prepare("TOKENIZE ?").unwrap();
+    let tricky = "it's -- not a comment ? :x \"quoted\"";
+    let direct = conn
+        .execute(&format!("TOKENIZE {}", lql::quote(tricky)))
+        .unwrap();
+    assert_eq!(tok.query(params![tricky]).unwrap(), direct);
+
+    let mut top = conn
+        .prepare("INFER 'The capital of France is' TOP ?")
+        .unwrap();
+    assert_eq!(top.query(params![2]).unwrap().len(), 2);
+    let e = top.query(params![2.5]).unwrap_err();
+    assert_eq!(e.code(), "LQL-E0701", "{e}");
+    let at = "INFER 'The capital of France is' TOP ".len();
+    assert_eq!(e.span, Some(at..at + 1), "{e}");
+    let e = top.query(params!["three"]).unwrap_err();
+    assert_eq!(e.code(), "LQL-E0701", "{e}");
+
+    let e = conn.execute("INFER ? TOP 3").unwrap_err();
+    assert!(e.message.contains("prepared statement"), "{e}");
+    assert_eq!(e.span, Some(6..7), "{e}");
+}

@@ -165,12 +165,15 @@ const WORD_ARGUMENTS: &[&str] = &["layers", "positions", "mode", "component"];
 
 /// `NAME('text', ARG => value, …)`: the statement `NAME 'text' ARG value …`, parsed by the
 /// statement grammar itself (each piece is one literal as written, so nothing can be
-/// injected); `FLAG => true` writes the flag alone, `=> false` leaves it out. Every span of
-/// the statement is the call's.
+/// injected); `FLAG => true` writes the flag alone, `=> false` leaves it out. A span inside
+/// a value copied as written is that value's in the call (so a placeholder is found where it
+/// stands); every other span of the statement is the call's.
 fn table_fn(p: Pair<Rule>) -> Result<Statement> {
     let sp = span(&p);
     let mut text = String::new();
     let mut name = String::new();
+    // Values copied as written: (start in `text`, span in the call's source).
+    let mut copied: Vec<(usize, Span)> = Vec::new();
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::word => {
@@ -179,6 +182,7 @@ fn table_fn(p: Pair<Rule>) -> Result<Statement> {
             }
             Rule::string => {
                 text.push(' ');
+                copied.push((text.len(), span(&q)));
                 text.push_str(q.as_str());
             }
             Rule::fn_arg => {
@@ -223,6 +227,7 @@ fn table_fn(p: Pair<Rule>) -> Result<Statement> {
                         text.push(' ');
                         text.push_str(arg.as_str());
                         text.push(' ');
+                        copied.push((text.len(), span(&value)));
                         text.push_str(value.as_str());
                     }
                 }
@@ -231,12 +236,24 @@ fn table_fn(p: Pair<Rule>) -> Result<Statement> {
             _ => return Err(internal(&q)),
         }
     }
-    let mut stmt = super::parse_statement(&text).map_err(|e| {
+    let mut stmt = super::parse_with_placeholders(&text).map_err(|e| {
         SyntaxError::new(format!("{name}(…) as a table: {}", e.message), sp).with_help(format!(
             "a table function is a statement with its clauses as NAME => value: {name}('…', TOP => 5); \
              or write the statement in parentheses: FROM ({name} '…' …)"
         ))
     })?;
-    stmt.visit_spans(&mut |s| *s = sp);
+    // Each end of a span inside a copied value maps into that value in the call; an end
+    // outside every value becomes the call's (so a clause `FOR ?` spans from the call's
+    // start to its value's end).
+    let map = |x: usize, outside: usize| {
+        copied
+            .iter()
+            .find(|(at, from)| x >= *at && x <= at + from.len())
+            .map_or(outside, |(at, from)| from.start + (x - at))
+    };
+    stmt.visit_spans(&mut |s| {
+        let start = map(s.start, sp.start);
+        *s = Span::new(start, map(s.end, sp.end).max(start));
+    });
     Ok(stmt)
 }

@@ -24,8 +24,28 @@ struct LqlParser;
 
 type Result<T> = std::result::Result<T, SyntaxError>;
 
-/// Parses a script: zero or more statements separated by `;` (the last `;` optional).
+/// Parses a script: zero or more statements separated by `;` (the last `;` optional). A
+/// statement parameter (`?`, `:name`) is refused: only a prepared statement holds one
+/// ([`parse_with_placeholders`]).
 pub fn parse(src: &str) -> Result<Vec<Statement>> {
+    let stmts = parse_script(src)?;
+    if let Some(p) = crate::params::placeholders(src)?.first() {
+        return Err(
+            SyntaxError::new("a parameter stands only in a prepared statement", p.span)
+                .with_help("prepare the statement and pass the parameter's value when it runs"),
+        );
+    }
+    Ok(stmts)
+}
+
+/// Parses one statement whose literals may be placeholders (`?`, `?NNN`, `:name`): each
+/// holds a stand-in value at the placeholder's span until the statement is bound
+/// (`lql::Statement` sets the values in the parsed statement; the text is parsed once).
+pub fn parse_with_placeholders(src: &str) -> Result<Statement> {
+    one_statement(src, parse_script(src)?)
+}
+
+fn parse_script(src: &str) -> Result<Vec<Statement>> {
     scan::precheck(src)?;
     let mut pairs = LqlParser::parse(Rule::script, src).map_err(|e| convert_error(e, src))?;
     let script = pairs
@@ -42,7 +62,10 @@ pub fn parse(src: &str) -> Result<Vec<Statement>> {
 
 /// Parses exactly one statement (a trailing `;` is allowed).
 pub fn parse_statement(src: &str) -> Result<Statement> {
-    let mut stmts = parse(src)?;
+    one_statement(src, parse(src)?)
+}
+
+fn one_statement(src: &str, mut stmts: Vec<Statement>) -> Result<Statement> {
     match stmts.len() {
         0 => Err(SyntaxError::new(
             "expected a statement, found end of input",
@@ -94,7 +117,20 @@ fn out_of_range(p: &Pair<Rule>, what: &str) -> SyntaxError {
         .with_label(span(p), format!("does not fit {what}"))
 }
 
+/// Whether a literal's text is a statement parameter (its value is bound later).
+pub(super) fn is_placeholder(text: &str) -> bool {
+    text.starts_with('?') || text.starts_with(':')
+}
+
+/// The value a placeholder holds until its statement is bound: one that fits every check
+/// the parser makes of a literal (a count of at least 1, a non-empty text).
+pub const PLACEHOLDER_INT: i64 = 1;
+pub const PLACEHOLDER_TEXT: &str = "?";
+
 fn integer(p: Pair<Rule>) -> Result<Spanned<i64>> {
+    if is_placeholder(p.as_str()) {
+        return Ok(Spanned::new(PLACEHOLDER_INT, span(&p)));
+    }
     let v = p
         .as_str()
         .parse::<i64>()
@@ -111,6 +147,9 @@ fn unsigned(p: Pair<Rule>) -> Result<Spanned<u64>> {
 }
 
 fn float(p: Pair<Rule>) -> Result<Spanned<f64>> {
+    if is_placeholder(p.as_str()) {
+        return Ok(Spanned::new(PLACEHOLDER_INT as f64, span(&p)));
+    }
     match p.as_str().parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(Spanned::new(v, span(&p))),
         _ => Err(out_of_range(&p, "a 64-bit float")),
@@ -128,6 +167,9 @@ fn last_child(p: Pair<Rule>) -> Result<Pair<Rule>> {
 fn string(p: Pair<Rule>) -> Result<Spanned<String>> {
     let sp = span(&p);
     let raw = p.as_str();
+    if is_placeholder(raw) {
+        return Ok(Spanned::new(PLACEHOLDER_TEXT.to_string(), sp));
+    }
     if raw.len() < 2 {
         return Err(SyntaxError::new("unterminated string", sp));
     }

@@ -327,7 +327,12 @@ impl Engine {
 
     /// Parses, binds and lowers one statement's text.
     pub(crate) fn prepare(&self, text: &str) -> Result<Prepared> {
-        let stmt = lql_grammar::parse_statement(text)?;
+        self.prepare_parsed(lql_grammar::parse_statement(text)?)
+    }
+
+    /// Binds and lowers a parsed statement (a prepared statement's, its parameters' values
+    /// already in place).
+    pub(crate) fn prepare_parsed(&self, stmt: lql_grammar::Statement) -> Result<Prepared> {
         let logical = {
             let catalog = EngineCatalog::new(self.bound.as_ref(), self.backend);
             lql_planner::bind(&stmt, &catalog)?
