@@ -60,13 +60,6 @@ pub enum ExecError {
     /// A request a trace cannot answer (a position not kept, a token that is not one).
     #[error("{0}")]
     Invalid(String),
-    /// Reading or writing a file (a trace, a drawing) failed.
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     /// A `.trace` file that is not one, or is damaged.
     #[error("{}: not a valid trace file: {what}", path.display())]
     TraceFormat { path: PathBuf, what: String },

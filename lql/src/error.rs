@@ -492,7 +492,7 @@ impl From<lql_exec::ExecError> for Error {
             | X::NotExecutable { .. }
             | X::UnknownTokenizerModel(_)
             | X::UnknownPreTokenizer(_) => Error::unsupported(e.to_string()),
-            X::Io { .. } | X::Draw { .. } => Error::io(e.to_string()),
+            X::Draw { .. } => Error::io(e.to_string()),
             X::Device { .. } => {
                 Error::new(ErrorKind::Io, e.to_string()).with_code(crate::Code::Device)
             }

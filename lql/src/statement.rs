@@ -239,6 +239,14 @@ impl<'conn> Statement<'conn> {
         from_tree(tree)
     }
 
+    /// The statement bound and lowered with `values` at its placeholders.
+    fn prepare_with(&self, values: &[Value]) -> Result<Prepared> {
+        let stmt = self.bind_values(values)?;
+        self.conn
+            .prepare_parsed(stmt)
+            .map_err(|e| e.offset_spans(self.offset))
+    }
+
     /// The column names (as rusqlite's `column_names`).
     pub fn column_names(&mut self) -> Result<Vec<String>> {
         Ok(self.columns()?.into_iter().map(|c| c.name).collect())
@@ -274,12 +282,7 @@ impl<'conn> Statement<'conn> {
                 return Ok(p.effects());
             }
         }
-        let stmt = self.bind_values(&values)?;
-        Ok(self
-            .conn
-            .prepare_parsed(stmt)
-            .map_err(|e| e.offset_spans(self.offset))?
-            .effects())
+        Ok(self.prepare_with(&values)?.effects())
     }
 
     fn run<P: Params>(&mut self, params: P, gate: Option<Gate<'_>>) -> Result<Rows> {
@@ -290,11 +293,7 @@ impl<'conn> Statement<'conn> {
                 .run_prepared(p, &self.text, gate)
                 .map_err(|e| e.offset_spans(self.offset));
         }
-        let stmt = self.bind_values(&values)?;
-        let mut prepared = self
-            .conn
-            .prepare_parsed(stmt)
-            .map_err(|e| e.offset_spans(self.offset))?;
+        let mut prepared = self.prepare_with(&values)?;
         self.conn
             .run_prepared(&mut prepared, &self.text, gate)
             .map_err(|e| e.offset_spans(self.offset))
@@ -436,29 +435,40 @@ fn is_literal_slot(v: &serde_json::Value) -> bool {
     }
 }
 
-/// The stand-in a node holds, if any: a `Spanned` value that is the stand-in itself, a
-/// literal value, or a one-field variant around a stand-in text (`{"Path": "?"}`); or an
-/// expression's `Literal`.
-fn stand_in(map: &mut JsonMap) -> Option<&mut serde_json::Value> {
-    let value_kind = map.get("value").map(|v| {
-        if is_literal_slot(v) {
-            1
-        } else if wraps_stand_in(v) {
-            2
-        } else {
-            0
-        }
-    });
-    match value_kind {
-        Some(1) => map.get_mut("value"),
-        Some(2) => map
+/// Where a node holds a placeholder's stand-in.
+#[derive(Clone, Copy)]
+enum StandIn {
+    /// A `Spanned` value that is the stand-in itself (text, number or literal value).
+    Value,
+    /// A `Spanned` value that is a one-field variant around a stand-in text
+    /// (`{"Path": "?"}`).
+    Wrapped,
+    /// An expression's `Literal`.
+    Literal,
+}
+
+/// Where the node holds a stand-in, if it does.
+fn stand_in(map: &JsonMap) -> Option<StandIn> {
+    match map.get("value") {
+        Some(v) if is_literal_slot(v) => Some(StandIn::Value),
+        Some(v) if wraps_stand_in(v) => Some(StandIn::Wrapped),
+        _ => map
+            .get("kind")
+            .and_then(|k| k.get("Literal"))
+            .filter(|v| is_literal_value(v))
+            .map(|_| StandIn::Literal),
+    }
+}
+
+/// The stand-in itself, where [`stand_in`] found it.
+fn stand_in_mut(map: &mut JsonMap, at: StandIn) -> Option<&mut serde_json::Value> {
+    match at {
+        StandIn::Value => map.get_mut("value"),
+        StandIn::Wrapped => map
             .get_mut("value")
             .and_then(|v| v.as_object_mut())
             .and_then(|m| m.values_mut().next()),
-        _ => map
-            .get_mut("kind")
-            .and_then(|k| k.get_mut("Literal"))
-            .filter(|v| is_literal_value(v)),
+        StandIn::Literal => map.get_mut("kind").and_then(|k| k.get_mut("Literal")),
     }
 }
 
@@ -475,8 +485,8 @@ fn wraps_stand_in(v: &serde_json::Value) -> bool {
 fn has_literal_at(tree: &serde_json::Value, span: lql_grammar::Span) -> bool {
     match tree {
         serde_json::Value::Object(map) => {
-            let here = at_span(map, span) && stand_in(&mut map.clone()).is_some();
-            here || map.values().any(|v| has_literal_at(v, span))
+            (at_span(map, span) && stand_in(map).is_some())
+                || map.values().any(|v| has_literal_at(v, span))
         }
         serde_json::Value::Array(items) => items.iter().any(|v| has_literal_at(v, span)),
         _ => false,
@@ -507,8 +517,8 @@ fn set_in(
 ) -> std::result::Result<(), String> {
     match tree {
         serde_json::Value::Object(map) => {
-            if at_span(map, span) {
-                if let Some(slot) = stand_in(map) {
+            if let Some(at) = stand_in(map).filter(|_| at_span(map, span)) {
+                if let Some(slot) = stand_in_mut(map, at) {
                     *slot = fitted(slot, value)?;
                     *set += 1;
                 }

@@ -53,6 +53,14 @@ fn lines_of(rows: &lql::Rows, col: usize) -> Vec<String> {
 }
 
 /// The tree part of an analyzed line: everything before the `  [stats]` suffix.
+/// The line of the first `op` node in an EXPLAIN tree.
+fn node_line<'a>(lines: &'a [String], op: &str) -> &'a str {
+    lines
+        .iter()
+        .find(|l| l.trim_start().starts_with(op))
+        .unwrap_or_else(|| panic!("no {op} node in {lines:#?}"))
+}
+
 fn strip_stats(l: &str) -> String {
     match l.rfind("  [") {
         Some(i) => l[..i].to_string(),
@@ -161,16 +169,10 @@ fn walk_over_layers_20_to_22_runs_23_layers() {
         .execute("EXPLAIN ANALYZE WALK 'The capital of France is' TOP 3 LAYERS 20-22 MODE RESIDUAL")
         .unwrap();
     let lines = lines_of(&rows, 0);
-    let forward = lines
-        .iter()
-        .find(|l| l.trim_start().starts_with("Forward"))
-        .expect("a Forward node");
+    let forward = node_line(&lines, "Forward");
     assert!(forward.contains("layers=0-22"), "{forward}");
     assert!(forward.contains("layers_run=23"), "{forward}");
-    let scan = lines
-        .iter()
-        .find(|l| l.trim_start().starts_with("GateScan"))
-        .expect("a GateScan node");
+    let scan = node_line(&lines, "GateScan");
     assert!(scan.contains("rows=9"), "3 layers × top 3: {scan}");
 }
 
@@ -183,10 +185,7 @@ fn limit_over_a_trace_runs_only_the_layers_its_rows_need() {
     let prompt = "'The capital of France is'";
     let q = format!("SELECT * FROM TRACE({prompt}) LIMIT 3");
     let lines = lines_of(&conn.execute(&format!("EXPLAIN ANALYZE {q}")).unwrap(), 0);
-    let forward = lines
-        .iter()
-        .find(|l| l.trim_start().starts_with("Forward"))
-        .expect("a Forward node");
+    let forward = node_line(&lines, "Forward");
     assert!(forward.contains("layers=0-1"), "{forward}");
     assert!(forward.contains("layers_run=2"), "{forward}");
     assert!(
@@ -239,17 +238,10 @@ fn layers_run_is_counted_as_the_layers_run() {
         0,
     );
     let count = |op: &str| -> i64 {
-        let l = lines
-            .iter()
-            .find(|l| l.trim_start().starts_with(op))
-            .unwrap_or_else(|| panic!("no {op} in {lines:#?}"));
-        l.split("layers_run=").nth(1).expect(l)[..]
-            .trim_end_matches(|c: char| !c.is_ascii_digit())
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
+        let l = node_line(&lines, op);
+        let after = l.split_once("layers_run=").expect(l).1;
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().expect(l)
     };
     assert_eq!(count("Forward"), n_layers);
     let generated: i64 = conn

@@ -256,8 +256,7 @@ impl TraceFile {
     /// Reads and checks a `.trace` file.
     pub fn load(path: &Path) -> Result<TraceFile> {
         // A regular file only (a FIFO would hang the read), under a size cap.
-        let bytes =
-            lql_storage::fsutil::read_capped(path, "trace file", MAX_FILE).map_err(from_storage)?;
+        let bytes = lql_storage::fsutil::read_capped(path, "trace file", MAX_FILE)?;
         TraceFile::from_bytes(path, &bytes)
     }
 
@@ -430,14 +429,6 @@ impl TraceFile {
     }
 }
 
-/// A storage-layer failure as a trace error (the I/O cause kept).
-fn from_storage(e: lql_storage::StorageError) -> ExecError {
-    match e {
-        lql_storage::StorageError::Io { path, source } => ExecError::Io { path, source },
-        other => ExecError::Storage(other),
-    }
-}
-
 /// Writes `bytes` to `path` the way every LQL writer does (`lql_storage::fsutil`): an
 /// exclusive temporary file with an unpredictable name beside `path` (a planted symlink is
 /// never followed), synced, renamed over `path` only when `path` is absent or a regular
@@ -449,7 +440,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
             path.display()
         )));
     }
-    lql_storage::fsutil::write_atomic(path, bytes).map_err(from_storage)
+    lql_storage::fsutil::write_atomic(path, bytes).map_err(ExecError::from)
 }
 
 #[cfg(test)]

@@ -361,7 +361,7 @@ pub(crate) fn save_heatmap(cx: &mut Cx<'_>, input: Datum, path: &str) -> Result<
     };
     super::protect::refuse_overwrite(cx, path, "PATCH … SAVE", &[])?;
     let map = heatmap(&rows)?;
-    trace::write_svg(std::path::Path::new(path), &map).map_err(Error::from)?;
+    trace::write_svg(std::path::Path::new(path), &map)?;
     Ok(Datum::Rows(rows))
 }
 

@@ -58,8 +58,7 @@ pub(crate) fn describe_scan(
         &entity,
         &ids,
         &opts,
-    )
-    .map_err(crate::Error::from)?;
+    )?;
     let mut rows = Rows::new(columns_of(&lql_planner::statement_columns(cx.plan)));
     for e in r.edges {
         rows.push(vec![

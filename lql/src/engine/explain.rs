@@ -249,7 +249,7 @@ fn infer_report(
         ]);
     }
     let layers: Vec<usize> = plan.layers.iter().collect();
-    let lens = lens::logit_lens(&exec, tr, None).map_err(Error::from)?;
+    let lens = lens::logit_lens(&exec, tr, None)?;
     cx.check_cancel()?;
     // Features: a gate scan of each layer's normed FFN input (WALK RESIDUAL's query).
     let src = exec.source().as_ref();
@@ -266,10 +266,9 @@ fn infer_report(
                 .or_else(|| c.added_activation.as_ref()?.get(f - a.len()))
                 .copied()
         }),
-    )
-    .map_err(Error::from)?;
+    )?;
     let keys: Vec<(usize, usize)> = scan.hits().map(|h| (h.layer, h.feature)).collect();
-    let labels = cx.labels()?.labels(src, &keys).map_err(Error::from)?;
+    let labels = cx.labels()?.labels(src, &keys)?;
     cx.check_cancel()?;
     let skip: Vec<u32> = [tok.bos_id(), tok.eos_id()].into_iter().flatten().collect();
     let mut li = labels.iter();

@@ -23,7 +23,7 @@ fn run(cx: &mut Cx<'_>, table: Table, prompt: Option<&str>) -> Result<(HeadsCapt
         prompt.ok_or_else(|| Error::internal(format!("{} scan without a prompt", table.name())))?;
     let (tok, ids) = super::select::prompt_ids(cx, prompt)?;
     let exec = cx.executor()?;
-    let cap = heads::capture(&exec, &ids).map_err(Error::from)?;
+    let cap = heads::capture(&exec, &ids)?;
     let texts = ids.iter().map(|&i| tok.token_text(i).into()).collect();
     Ok((cap, texts))
 }
@@ -77,7 +77,7 @@ pub(crate) fn heads_scan(
     };
     let target_text = Value::from(tok.token_text(target));
     let exec = cx.executor()?;
-    let terms = heads::contributions(&exec, &cap, target).map_err(Error::from)?;
+    let terms = heads::contributions(&exec, &cap, target)?;
     let prompt = Value::from(prompt.unwrap_or_default());
     let opt = |v: Option<f64>| v.map_or(Value::Null, Value::from);
     let mut rows = Vec::new();

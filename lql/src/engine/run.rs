@@ -65,8 +65,7 @@ pub(crate) fn forward(
     });
     if let Some(at) = ffn_input {
         let scanned: Vec<usize> = at.iter().collect();
-        let caps =
-            lql_exec::browse::residual::capture(&exec, &ids, &scanned).map_err(Error::from)?;
+        let caps = lql_exec::browse::residual::capture(&exec, &ids, &scanned)?;
         return Ok(Datum::FfnCaptures {
             tokens: ids,
             layers: scanned,
@@ -95,7 +94,7 @@ pub(crate) fn forward(
                 exec.observe_layers(&ids, layers.last, &mut cap)?;
                 let trace = cap
                     .finish(&ids, Vec::new())
-                    .map_err(Error::from)?;
+                    ?;
                 Ok(Datum::Trace {
                     trace,
                     lens: None,
@@ -107,17 +106,14 @@ pub(crate) fn forward(
             ))),
         };
     }
-    let capture_opts = if let Some(opts) = residual_capture {
-        Some(opts)
-    } else if r.mode == Mode::TapTrace {
-        Some(CaptureOptions {
+    // EXPLAIN INFER's tap captures the last position's layers, attention and activity.
+    let capture_opts = residual_capture.or_else(|| {
+        (r.mode == Mode::TapTrace).then_some(CaptureOptions {
             positions: trace::Positions::Last,
             attention: true,
             ffn_activity: true,
         })
-    } else {
-        None
-    };
+    });
     let mut capture = capture_opts.map(TraceCapture::new);
     let mut session = exec.session();
     let residual = session.extend_to_residual(
@@ -148,9 +144,7 @@ pub(crate) fn head(cx: &mut Cx<'_>, input: Datum, r: &mut Run) -> Result<Datum> 
     let Some(cap) = capture else {
         return Ok(Datum::Logits(logits));
     };
-    let trace = cap
-        .finish(&tokens, logits.values.clone())
-        .map_err(Error::from)?;
+    let trace = cap.finish(&tokens, logits.values.clone())?;
     if r.mode == Mode::TapTrace && !matches!(cx.plan, LogicalPlan::Trace(_)) {
         r.tapped = Some(trace);
         return Ok(Datum::Logits(logits));

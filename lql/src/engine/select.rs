@@ -139,10 +139,7 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
             )
         })
         .collect();
-    let labels = cx
-        .labels()?
-        .labels(model.as_ref(), &keys)
-        .map_err(Error::from)?;
+    let labels = cx.labels()?.labels(model.as_ref(), &keys)?;
     let text = cx.token_texts();
     let rows = rows
         .iter()
@@ -272,8 +269,7 @@ fn features_rows(
         labels_now,
         range.limit,
         &|| cancel.load(std::sync::atomic::Ordering::Relaxed),
-    )
-    .map_err(Error::from)?;
+    )?;
     let text = cx.token_texts();
     Ok(scan
         .iter()

@@ -81,7 +81,7 @@ pub(crate) fn logit_lens(cx: &mut Cx<'_>, input: Datum, target: Option<&str>) ->
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
     let target = target.map(|t| single_token(&tok, t, "FOR")).transpose()?;
-    let lens = lens::logit_lens(&exec, &trace, target).map_err(Error::from)?;
+    let lens = lens::logit_lens(&exec, &trace, target)?;
     Ok(Datum::Trace {
         trace,
         lens: Some(lens),
@@ -167,7 +167,7 @@ pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Resul
         let trajectory = match target {
             Some(t) => {
                 let l = lens.as_ref().ok_or_else(need_lens)?;
-                Some(lens::target_trajectory(&exec, &tr, l, t, slot).map_err(Error::from)?)
+                Some(lens::target_trajectory(&exec, &tr, l, t, slot)?)
             }
             None => None,
         };

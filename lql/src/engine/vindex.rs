@@ -134,11 +134,10 @@ fn store_labels(
     if model.surface.moe.is_some() {
         return Err(Error::not_supported_yet(MOE_STORED_LABELS));
     }
-    let source = LabelSource::open(model).map_err(Error::from)?.describe();
+    let source = LabelSource::open(model)?.describe();
     let cancel = cx.cancel.clone();
     let (features, computed) =
-        compute_all(model, &|| cancel.load(std::sync::atomic::Ordering::Relaxed))
-            .map_err(Error::from)?;
+        compute_all(model, &|| cancel.load(std::sync::atomic::Ordering::Relaxed))?;
     let top_k = LABEL_TOP_K.min(model.surface.vocab);
     let mut top = Vec::with_capacity(computed.len() * top_k);
     for (i, l) in computed.iter().enumerate() {

@@ -32,7 +32,7 @@ pub(crate) fn embed_lookup(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> Re
     let last = *tokens
         .last()
         .ok_or_else(|| Error::semantic("the prompt is empty: at least one token is needed"))?;
-    let query = browse::query::embedding_row(model.as_ref(), last).map_err(Error::from)?;
+    let query = browse::query::embedding_row(model.as_ref(), last)?;
     if let Some(op) = model.operand(OperandKey::global(Role::TokenEmbedding)) {
         let rows = op.shape.get(1).copied().unwrap_or(1).max(1);
         cost.weight_bytes += (op.len / rows) as u64;
@@ -59,8 +59,7 @@ pub(crate) fn gate_scan(
     }
     let (mut result, tokens) = match (input, query) {
         (Datum::Query { tokens, query }, GateQuery::Embedding) => (
-            browse::walk::scan_with(model.as_ref(), &list, top, |_| &query, None)
-                .map_err(Error::from)?,
+            browse::walk::scan_with(model.as_ref(), &list, top, |_| &query, None)?,
             tokens,
         ),
         (
@@ -91,8 +90,7 @@ pub(crate) fn gate_scan(
                 top,
                 |l| &caps[at(l).unwrap_or(0)].ffn_input,
                 Some(&|l: usize, f: usize| caps[at(l)?].activation.get(f).copied()),
-            )
-            .map_err(Error::from)?;
+            )?;
             (r, tokens)
         }
         (other, _) => return Err(wrong_input("GateScan", &other)),
@@ -127,8 +125,7 @@ fn bank_gate_scan(
 ) -> Result<Datum> {
     let (mut result, tokens) = match (input, query) {
         (Datum::Query { tokens, query }, GateQuery::Embedding) => (
-            browse::walk::scan_bank(model, bank, list, top, |_| (&query[..], None))
-                .map_err(Error::from)?,
+            browse::walk::scan_bank(model, bank, list, top, |_| (&query[..], None))?,
             tokens,
         ),
         (
@@ -159,8 +156,7 @@ fn bank_gate_scan(
             let r = browse::walk::scan_bank(model, bank, list, top, |l| {
                 let c = &caps[at(l)];
                 (&c.ffn_input[..], Some(&c.routes[..]))
-            })
-            .map_err(Error::from)?;
+            })?;
             (r, tokens)
         }
         (other, _) => return Err(wrong_input("GateScan", &other)),
@@ -205,10 +201,8 @@ pub(crate) fn feature_labels(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> 
     let keys: Vec<(usize, usize)> = hits.hits().map(|h| (h.layer, h.feature)).collect();
     let cache = cx.labels()?;
     let missing = cache.missing(&keys);
-    let labels = cache.labels(model.as_ref(), &keys).map_err(Error::from)?;
-    let source = browse::LabelSource::open(model.as_ref())
-        .map_err(Error::from)?
-        .describe();
+    let labels = cache.labels(model.as_ref(), &keys)?;
+    let source = browse::LabelSource::open(model.as_ref())?.describe();
     let n = labels.len();
     cost.notes.push(match cache.stored_origin() {
         Some(seg) => format!(
