@@ -293,9 +293,9 @@ impl<'conn> Statement<'conn> {
                 .run_prepared(p, &self.text, gate)
                 .map_err(|e| e.offset_spans(self.offset));
         }
-        let mut prepared = self.prepare_with(&values)?;
+        let stmt = self.bind_values(&values)?;
         self.conn
-            .run_prepared(&mut prepared, &self.text, gate)
+            .run_parsed(stmt, &self.text, gate)
             .map_err(|e| e.offset_spans(self.offset))
     }
 
