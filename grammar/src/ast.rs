@@ -96,6 +96,8 @@ pub enum StatementKind {
     Trace(Trace),
     Patch(Patch),
     Insert(Insert),
+    /// `EVALUATE EDITS FROM "facts" …`: inserts a fact set and scores it.
+    EvaluateEdits(EvaluateEdits),
     Delete(Delete),
     Update(Update),
     /// `BEGIN PATCH "file"`
@@ -164,6 +166,7 @@ impl StatementKind {
             StatementKind::Trace(_) => "TRACE",
             StatementKind::Patch(_) => "PATCH",
             StatementKind::Insert(_) => "INSERT",
+            StatementKind::EvaluateEdits(_) => "EVALUATE EDITS",
             StatementKind::Delete(_) => "DELETE",
             StatementKind::Update(_) => "UPDATE",
             StatementKind::BeginPatch(_) => "BEGIN PATCH",
@@ -730,16 +733,37 @@ pub enum PatchMetric {
     Prob(String),
 }
 
-/// `INSERT INTO table (c, …) VALUES (v, …)[, (…)] [AT LAYER n] [ALPHA a] [CONFIDENCE c]`
+/// `INSERT INTO table (c, …) VALUES (v, …)[, (…)] | FROM "facts.json"` `[AT LAYER n]
+/// [ALPHA a] [CONFIDENCE c]`
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Insert {
     pub table: Spanned<Table>,
     pub columns: Vec<Ident>,
     /// Each row with the span of its parenthesised tuple.
     pub rows: Vec<Spanned<Vec<Spanned<Value>>>>,
+    /// `FROM "file"`: the rows of a fact file instead (no columns, no rows).
+    pub file: Option<Spanned<String>>,
     pub at_layer: Option<Spanned<u64>>,
     pub alpha: Option<Spanned<f64>>,
     pub confidence: Option<Spanned<f64>>,
+}
+
+/// `EVALUATE EDITS FROM "facts.json" [SEQUENTIAL BATCH n] [PER FACT] [LIMIT n] [AT LAYER n]
+/// [ALPHA a] [SAVE "scores.json"]`
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EvaluateEdits {
+    /// The fact file: CounterFact-shaped records or LQL's own fact files.
+    pub facts: Spanned<String>,
+    /// `SEQUENTIAL BATCH n`: insert the facts n at a time, scoring each batch after it.
+    pub batch: Option<Spanned<i64>>,
+    /// `PER FACT`: a row per fact and stage besides the aggregates.
+    pub per_fact: Option<Spanned<bool>>,
+    /// `LIMIT n`: the file's first n facts only.
+    pub limit: Option<Spanned<i64>>,
+    pub at_layer: Option<Spanned<u64>>,
+    pub alpha: Option<Spanned<f64>>,
+    /// `SAVE "file"`: every scored prompt's token log-probabilities, as JSON.
+    pub save: Option<Spanned<String>>,
 }
 
 /// `DELETE FROM table [WHERE expr]`
@@ -1494,6 +1518,7 @@ fields!(Insert {
     table,
     columns,
     rows,
+    file,
     at_layer,
     alpha,
     confidence
@@ -1543,6 +1568,15 @@ fields!(Represent {
 });
 fields!(Compact { container, into });
 fields!(Verify { target, against });
+fields!(EvaluateEdits {
+    facts,
+    batch,
+    per_fact,
+    limit,
+    at_layer,
+    alpha,
+    save
+});
 fields!(RunStage { input, into });
 fields!(InferFrom { file, top });
 fields!(Show {
@@ -1622,6 +1656,7 @@ impl SpanVisit for StatementKind {
             StatementKind::Trace(s) => s.visit_spans(f),
             StatementKind::Patch(s) => s.visit_spans(f),
             StatementKind::Insert(s) => s.visit_spans(f),
+            StatementKind::EvaluateEdits(s) => s.visit_spans(f),
             StatementKind::Delete(s) => s.visit_spans(f),
             StatementKind::Update(s) => s.visit_spans(f),
             StatementKind::BeginPatch(s)

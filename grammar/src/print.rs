@@ -674,9 +674,14 @@ impl Display for StatementKind {
                 opt_str(f, "SAVE", &p.save)
             }
             StatementKind::Insert(i) => {
-                write!(f, "INSERT INTO {} (", i.table.value)?;
-                write_list(f, &i.columns)?;
-                f.write_str(") VALUES ")?;
+                write!(f, "INSERT INTO {}", i.table.value)?;
+                if let Some(file) = &i.file {
+                    write!(f, " FROM {}", Q(&file.value))?;
+                } else {
+                    f.write_str(" (")?;
+                    write_list(f, &i.columns)?;
+                    f.write_str(") VALUES ")?;
+                }
                 for (n, row) in i.rows.iter().enumerate() {
                     if n > 0 {
                         f.write_str(", ")?;
@@ -695,6 +700,19 @@ impl Display for StatementKind {
                 }
                 opt_float(f, "ALPHA", &i.alpha)?;
                 opt_float(f, "CONFIDENCE", &i.confidence)
+            }
+            StatementKind::EvaluateEdits(e) => {
+                write!(f, "EVALUATE EDITS FROM {}", Q(&e.facts.value))?;
+                opt_int(f, "SEQUENTIAL BATCH", &e.batch)?;
+                if e.per_fact.is_some() {
+                    f.write_str(" PER FACT")?;
+                }
+                opt_int(f, "LIMIT", &e.limit)?;
+                if let Some(l) = &e.at_layer {
+                    write!(f, " AT LAYER {}", l.value)?;
+                }
+                opt_float(f, "ALPHA", &e.alpha)?;
+                opt_str(f, "SAVE", &e.save)
             }
             StatementKind::Delete(d) => {
                 write!(f, "DELETE FROM {}", d.table.value)?;

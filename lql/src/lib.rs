@@ -47,7 +47,7 @@ mod value;
 
 pub use connection::{BenchReport, Connection, InterruptHandle, StatementResult};
 pub use database::Database;
-pub use engine::{Gate, StageInput, StageResult};
+pub use engine::{Gate, StageInput, StageResult, UNRELATED_PROMPTS};
 pub use error::{Code, Error, ErrorKind, Label, Result};
 pub use flags::OpenFlags;
 pub use json::statement_json;

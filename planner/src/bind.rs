@@ -81,6 +81,7 @@ impl Binder {
             K::Trace(t) => self.trace(t)?,
             K::Patch(p) => self.patch(p)?,
             K::Insert(i) => self.insert(i)?,
+            K::EvaluateEdits(e) => self.evaluate_edits(e)?,
             K::Delete(d) => self.delete(d)?,
             K::Update(u) => self.update(u)?,
             K::BeginPatch(p) => {
@@ -1064,6 +1065,15 @@ impl Binder {
     fn insert(&self, i: &g::Insert) -> Result<LogicalPlan> {
         let m = self.browsable(self.stmt_span, "INSERT")?;
         let table = self.edit_table(&i.table, &[Table::Edges], "INSERT")?;
+        if let Some(file) = &i.file {
+            return Ok(LogicalPlan::Insert(InsertPlan {
+                table,
+                rows: Vec::new(),
+                file: Some(path(file, "fact file")?),
+                settings: self.edit_settings(m, &i.at_layer, &i.alpha)?,
+                confidence: unit(&i.confidence, "CONFIDENCE", true)?,
+            }));
+        }
         // Columns: entity, relation, target and optionally prompt (any order).
         let wanted = ["entity", "relation", "target", "prompt"];
         let mut index = [usize::MAX; 4];
@@ -1128,7 +1138,24 @@ impl Binder {
                 },
             });
         }
-        let pinned = match &i.at_layer {
+        Ok(LogicalPlan::Insert(InsertPlan {
+            table,
+            rows,
+            file: None,
+            settings: self.edit_settings(m, &i.at_layer, &i.alpha)?,
+            confidence: unit(&i.confidence, "CONFIDENCE", true)?,
+        }))
+    }
+
+    /// The layers an edit writes and the strength's aim: AT LAYER and ALPHA as given, the
+    /// defaults otherwise.
+    fn edit_settings(
+        &self,
+        m: &ModelFacts,
+        at_layer: &Option<Spanned<u64>>,
+        alpha: &Option<Spanned<f64>>,
+    ) -> Result<EditSettings> {
+        let pinned = match at_layer {
             Some(l) => {
                 let n = to_usize(l.value, l.span)?;
                 self.check_layer_range(m, LayerRange::new(n, n), l.span)?;
@@ -1139,30 +1166,26 @@ impl Binder {
         let layer = pinned.unwrap_or_else(|| default_edit_layer(m.n_layers));
         let subject_layer =
             subject_layer(m.n_layers, pinned.is_some(), self.stmt_span)?.filter(|&sl| sl < layer);
-        let unit = |c: &Option<Spanned<f64>>, name: &str, zero_ok: bool| -> Result<Option<f64>> {
-            match c {
-                Some(v) if v.value > 1.0 || v.value < 0.0 || (!zero_ok && v.value == 0.0) => {
-                    Err(PlanError::out_of_range(
-                        format!(
-                            "{name} must be in {}, got {}",
-                            if zero_ok { "[0, 1]" } else { "(0, 1]" },
-                            v.value
-                        ),
-                        v.span,
-                    ))
-                }
-                Some(v) => Ok(Some(v.value)),
-                None => Ok(None),
-            }
-        };
-        Ok(LogicalPlan::Insert(InsertPlan {
-            table,
-            rows,
+        Ok(EditSettings {
             layer,
             pinned: pinned.is_some(),
             subject_layer,
-            alpha: unit(&i.alpha, "ALPHA", false)?.unwrap_or(DEFAULT_ALPHA),
-            confidence: unit(&i.confidence, "CONFIDENCE", true)?,
+            alpha: unit(alpha, "ALPHA", false)?.unwrap_or(DEFAULT_ALPHA),
+        })
+    }
+
+    fn evaluate_edits(&self, e: &g::EvaluateEdits) -> Result<LogicalPlan> {
+        let m = self.browsable(self.stmt_span, "EVALUATE EDITS")?;
+        let count = |c: &Option<Spanned<i64>>, name: &str| -> Result<Option<usize>> {
+            c.as_ref().map(|c| positive(c, name, None)).transpose()
+        };
+        Ok(LogicalPlan::EvaluateEdits(EvaluatePlan {
+            facts: path(&e.facts, "fact file")?,
+            batch: count(&e.batch, "SEQUENTIAL BATCH")?,
+            limit: count(&e.limit, "LIMIT")?,
+            per_fact: e.per_fact.is_some(),
+            settings: self.edit_settings(m, &e.at_layer, &e.alpha)?,
+            save: e.save.as_ref().map(|p| path(p, "file")).transpose()?,
         }))
     }
 
@@ -1202,6 +1225,26 @@ impl Binder {
             {
                 check_scale(&col.name, &a.value)?;
             }
+            if table == Table::Edges {
+                if !matches!(
+                    col.name.as_str(),
+                    "entity" | "relation" | "target" | "prompt"
+                ) {
+                    return Err(PlanError::semantic(
+                        format!(
+                            "UPDATE edges sets entity, relation, target or prompt; {} follows from the edit",
+                            col.name
+                        ),
+                        a.span,
+                    ));
+                }
+                if !matches!(&a.value.value, Value::String(s) if !s.trim().is_empty()) {
+                    return Err(PlanError::semantic(
+                        format!("{} must be a non-empty string", col.name),
+                        a.value.span,
+                    ));
+                }
+            }
             assignments.push((col.name.clone(), a.value.value.clone()));
         }
         let Some(f) = &u.filter else {
@@ -1212,10 +1255,19 @@ impl Binder {
             .with_help("to update every row, write WHERE TRUE"));
         };
         check_where_size(f)?;
+        let settings = match table {
+            Table::Edges => Some(self.edit_settings(
+                self.browsable(self.stmt_span, "UPDATE edges")?,
+                &None,
+                &None,
+            )?),
+            _ => None,
+        };
         Ok(LogicalPlan::Update(UpdatePlan {
             table,
             assignments,
             filter: resolve_expr(&schema, table, &f.value)?,
+            settings,
         }))
     }
 
@@ -1361,6 +1413,24 @@ pub(crate) fn pushdown(
         prompt: None,
         token: None,
         limit: None,
+    }
+}
+
+/// A probability-like clause value: in (0, 1], or [0, 1] when `zero_ok`.
+fn unit(c: &Option<Spanned<f64>>, name: &str, zero_ok: bool) -> Result<Option<f64>> {
+    match c {
+        Some(v) if v.value > 1.0 || v.value < 0.0 || (!zero_ok && v.value == 0.0) => {
+            Err(PlanError::out_of_range(
+                format!(
+                    "{name} must be in {}, got {}",
+                    if zero_ok { "[0, 1]" } else { "(0, 1]" },
+                    v.value
+                ),
+                v.span,
+            ))
+        }
+        Some(v) => Ok(Some(v.value)),
+        None => Ok(None),
     }
 }
 

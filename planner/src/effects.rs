@@ -302,7 +302,25 @@ pub fn effects(plan: &LogicalPlan) -> Effects {
             Some(f) => long(writing(model_read(), path(f))),
             None => long(model_read()),
         },
-        LogicalPlan::Insert(_) => long(state(StateChange::Edits, model_read())),
+        LogicalPlan::Insert(i) => match &i.file {
+            Some(f) => long(state(
+                StateChange::Edits,
+                model_read().union(reading([f.clone()])),
+            )),
+            None => long(state(StateChange::Edits, model_read())),
+        },
+        LogicalPlan::EvaluateEdits(e) => {
+            let read = model_read().union(reading([e.facts.clone()]));
+            let e = match &e.save {
+                Some(f) => writing(read, path(f)),
+                None => read,
+            };
+            long(state(StateChange::Edits, e))
+        }
+        // UPDATE edges writes its edges again, as INSERT does.
+        LogicalPlan::Update(u) if u.settings.is_some() => {
+            long(state(StateChange::Edits, model_read()))
+        }
         LogicalPlan::Delete(_) | LogicalPlan::Update(_) => state(StateChange::Edits, model_read()),
         LogicalPlan::BeginPatch { path: p } => {
             writing(state(StateChange::Recording, model_read()), path(p))

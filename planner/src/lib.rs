@@ -47,7 +47,7 @@ pub use error::{PlanError, PlanErrorCode, PlanErrorKind};
 pub use logical::*;
 pub use physical::{lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode, TextRole};
 pub use schema::{
-    show_columns, statement_columns, table_columns, table_requires, ColumnDef, ColumnType,
-    QUERYABLE_TABLES,
+    evaluate_edits_columns, show_columns, statement_columns, table_columns, table_requires,
+    ColumnDef, ColumnType, QUERYABLE_TABLES,
 };
 pub use unbuilt::check_built;

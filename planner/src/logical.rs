@@ -514,7 +514,17 @@ pub struct EdgeRow {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct InsertPlan {
     pub table: Table,
+    /// The rows of VALUES (none with `file`).
     pub rows: Vec<EdgeRow>,
+    /// `FROM "file"`: a fact file whose rows the engine reads when the statement runs.
+    pub file: Option<String>,
+    pub settings: EditSettings,
+    pub confidence: Option<f64>,
+}
+
+/// How an edit is written, decided by the binder for INSERT and EVALUATE EDITS alike.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct EditSettings {
     /// The layer of each row's added feature: AT LAYER's, else
     /// [`crate::DEFAULT_EDIT_LAYER_FRACTION`] of the depth.
     pub layer: usize,
@@ -525,7 +535,38 @@ pub struct InsertPlan {
     /// The probability the edit prompt must give the target (ALPHA, default
     /// [`crate::DEFAULT_ALPHA`]).
     pub alpha: f64,
-    pub confidence: Option<f64>,
+}
+
+/// As EXPLAIN PLAN shows them: `layer=18 subject_layer=6 alpha=0.9`.
+impl std::fmt::Display for EditSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "layer={}", self.layer)?;
+        if self.pinned {
+            f.write_str(" (AT LAYER)")?;
+        }
+        match self.subject_layer {
+            Some(sl) => write!(f, " subject_layer={sl}")?,
+            None => f.write_str(" subject_layer=none")?,
+        }
+        write!(f, " alpha={}", self.alpha)
+    }
+}
+
+/// `EVALUATE EDITS`: a fact file inserted (in one batch, or `batch` at a time) and scored
+/// before, after each batch and at the end.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EvaluatePlan {
+    /// The fact file.
+    pub facts: String,
+    /// Facts per batch (`SEQUENTIAL BATCH n`); `None`: all in one batch.
+    pub batch: Option<usize>,
+    /// The file's first `limit` facts only.
+    pub limit: Option<usize>,
+    /// A row per fact and stage besides the aggregates.
+    pub per_fact: bool,
+    pub settings: EditSettings,
+    /// Where the scored prompts' token log-probabilities are written.
+    pub save: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -539,6 +580,8 @@ pub struct UpdatePlan {
     pub table: Table,
     pub assignments: Vec<(String, Value)>,
     pub filter: Expr,
+    /// How an updated edge is written again (UPDATE edges only).
+    pub settings: Option<EditSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -617,6 +660,7 @@ pub enum LogicalPlan {
     Trace(TracePlan),
     Patch(PatchPlan),
     Insert(InsertPlan),
+    EvaluateEdits(EvaluatePlan),
     Delete(DeletePlan),
     Update(UpdatePlan),
     BeginPatch {
@@ -730,6 +774,7 @@ impl LogicalPlan {
             LogicalPlan::Trace(_) => "TRACE",
             LogicalPlan::Patch(_) => "PATCH",
             LogicalPlan::Insert(_) => "INSERT",
+            LogicalPlan::EvaluateEdits(_) => "EVALUATE EDITS",
             LogicalPlan::Delete(_) => "DELETE",
             LogicalPlan::Update(_) => "UPDATE",
             LogicalPlan::BeginPatch { .. } => "BEGIN PATCH",
@@ -770,6 +815,7 @@ impl LogicalPlan {
             self,
             LogicalPlan::Use(_)
                 | LogicalPlan::Insert(_)
+                | LogicalPlan::EvaluateEdits(_)
                 | LogicalPlan::Delete(_)
                 | LogicalPlan::Update(_)
                 | LogicalPlan::BeginPatch { .. }

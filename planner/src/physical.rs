@@ -215,6 +215,8 @@ pub enum Operator {
     /// Writes edits into the overlay store (never the base files).
     /// INSERT's rows, written with the layers and aim the binder decided.
     OverlayInsert(InsertPlan),
+    /// Insert a fact set batch by batch and score it (EVALUATE EDITS).
+    EvaluateEdits(EvaluatePlan),
     OverlayDelete {
         table: Table,
     },
@@ -222,6 +224,8 @@ pub enum Operator {
     OverlayUpdate {
         table: Table,
         assignments: Vec<(String, lql_grammar::Value)>,
+        /// How an updated edge is written again (UPDATE edges only).
+        settings: Option<EditSettings>,
     },
     PatchBegin {
         path: String,
@@ -579,6 +583,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             ops
         }
         LogicalPlan::Insert(i) => vec![O::OverlayInsert(i.clone())],
+        LogicalPlan::EvaluateEdits(e) => vec![O::EvaluateEdits(e.clone())],
         LogicalPlan::Delete(d) => vec![
             table_scan(d.table, &ScanSpec::full()),
             O::Filter {
@@ -594,6 +599,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             O::OverlayUpdate {
                 table: u.table,
                 assignments: u.assignments.clone(),
+                settings: u.settings,
             },
         ],
         LogicalPlan::BeginPatch { path } => vec![O::PatchBegin { path: path.clone() }],
@@ -1199,32 +1205,49 @@ impl fmt::Display for Operator {
                 write!(f, "Project {}", items.join(", "))
             }
             O::OverlayInsert(i) => {
-                write!(
-                    f,
-                    "OverlayInsert edges rows={} layer={}",
-                    i.rows.len(),
-                    i.layer
-                )?;
-                if i.pinned {
-                    f.write_str(" (AT LAYER)")?;
+                match &i.file {
+                    Some(file) => write!(f, "OverlayInsert edges from={}", quote(file))?,
+                    None => write!(f, "OverlayInsert edges rows={}", i.rows.len())?,
                 }
-                match i.subject_layer {
-                    Some(sl) => write!(f, " subject_layer={sl}")?,
-                    None => f.write_str(" subject_layer=none")?,
-                }
-                write!(f, " alpha={}", i.alpha)?;
+                write!(f, " {}", i.settings)?;
                 if let Some(c) = i.confidence {
                     write!(f, " confidence={c}")?;
                 }
                 Ok(())
             }
+            O::EvaluateEdits(e) => {
+                write!(f, "EvaluateEdits facts={}", quote(&e.facts))?;
+                match e.batch {
+                    Some(n) => write!(f, " batch={n}")?,
+                    None => f.write_str(" batch=all")?,
+                }
+                if let Some(n) = e.limit {
+                    write!(f, " limit={n}")?;
+                }
+                write!(f, " {}", e.settings)?;
+                if e.per_fact {
+                    f.write_str(" per_fact")?;
+                }
+                if let Some(p) = &e.save {
+                    write!(f, " save={}", quote(p))?;
+                }
+                Ok(())
+            }
             O::OverlayDelete { table } => write!(f, "OverlayDelete {table}"),
-            O::OverlayUpdate { table, assignments } => {
+            O::OverlayUpdate {
+                table,
+                assignments,
+                settings,
+            } => {
                 let set: Vec<String> = assignments
                     .iter()
                     .map(|(c, v)| format!("{c}={v}"))
                     .collect();
-                write!(f, "OverlayUpdate {table} set {}", set.join(","))
+                write!(f, "OverlayUpdate {table} set {}", set.join(","))?;
+                match settings {
+                    Some(s) => write!(f, " {s}"),
+                    None => Ok(()),
+                }
             }
             O::PatchBegin { path } => write!(f, "PatchBegin {}", quote(path)),
             O::PatchSave => f.write_str("PatchSave"),

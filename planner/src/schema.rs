@@ -220,6 +220,56 @@ const EDIT_RESULT: Spec = &[
     ("edits", Int, "edits the statement made or removed"),
     ("detail", Text, "what changed, in words"),
 ];
+const EVALUATE_EDITS: Spec = &[
+    (
+        "scope",
+        Text,
+        "all (every fact), first_batch (the first batch's facts, SEQUENTIAL only) or fact (one fact, PER FACT)",
+    ),
+    ("fact", Int, "the fact's index in the file (0-based); NULL on an aggregate"),
+    ("subject", Text, "the fact's subject; NULL on an aggregate"),
+    (
+        "stage",
+        Text,
+        "before (the state the statement started from), after_batch (right after the fact's own batch) or final (after every batch)",
+    ),
+    ("facts", Int, "facts the row scores"),
+    (
+        "efficacy",
+        Float,
+        "ROME's efficacy score: share of edit prompts where P(new) > P(true), P the geometric mean of the target's token probabilities",
+    ),
+    ("paraphrase", Float, "ROME's paraphrase score: the same on the paraphrase prompts"),
+    (
+        "neighbourhood",
+        Float,
+        "ROME's neighbourhood score: share of neighbour prompts where P(true) > P(new)",
+    ),
+    ("efficacy_diff", Float, "ROME's efficacy magnitude: mean P(new) − P(true)"),
+    ("paraphrase_diff", Float, "ROME's paraphrase magnitude: mean P(new) − P(true)"),
+    (
+        "neighbourhood_diff",
+        Float,
+        "ROME's neighbourhood magnitude: mean P(true) − P(new)",
+    ),
+    (
+        "efficacy_acc",
+        Float,
+        "EasyEdit's rewrite accuracy: share of the new target's tokens that are the teacher-forced top-1",
+    ),
+    ("paraphrase_acc", Float, "EasyEdit's rephrase accuracy: the same on the paraphrase prompts"),
+    (
+        "locality_acc",
+        Float,
+        "EasyEdit's locality: share of the top-1 tokens over the true target on the neighbour prompts that equal the before stage's",
+    ),
+    (
+        "kl",
+        Float,
+        "mean KL(before ‖ now) in nats of the next-token distribution over the unrelated prompts (aggregates)",
+    ),
+    ("edit_seconds", Float, "wall time spent inserting up to this stage (aggregates)"),
+];
 const PATCHES: Spec = &[
     (
         "patch",
@@ -860,6 +910,11 @@ pub fn trace_columns(t: &TracePlan) -> Vec<ColumnDef> {
         .collect()
 }
 
+/// The columns of `EVALUATE EDITS`.
+pub fn evaluate_edits_columns() -> Vec<ColumnDef> {
+    defs(EVALUATE_EDITS)
+}
+
 /// The columns of a statement's result, known before it runs.
 pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
     match plan {
@@ -897,6 +952,7 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
             (crate::ExplainMode::Trace, LogicalPlan::Infer(_)) => defs(EXPLAIN_INFER),
             _ => defs(PLAN),
         },
+        LogicalPlan::EvaluateEdits(_) => evaluate_edits_columns(),
         LogicalPlan::Insert(_)
         | LogicalPlan::Delete(_)
         | LogicalPlan::Update(_)
@@ -1029,9 +1085,12 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("PATCH", r#"PATCH "corrupted" FROM "clean" | NOISE ON "subject" [SCALE s] [SEED n] [LAYERS a-b|ALL | AT LAYER l] [POSITIONS ALL|LAST|TOGETHER | POSITION p] [COMPONENT resid_pre|resid_mid|attn_out|mlp_out|head [h]] [METRIC LOGIT_DIFF("a", "b")|LOGIT("a")|PROB("a")] [BY RUNS|ATTRIBUTION [STEPS n]] [WINDOW n] [SAVE "map.svg"]"#,
           "Activation patching (docs/interpretability.md): runs the clean prompt once recording the component, the corrupted prompt once, then the corrupted prompt once per cell (layer × position, × head for `head`) with that cell restored from the clean run; one row per cell with the metric on the clean, corrupted and patched runs and the fraction recovered. FROM pairs two prompts of the same token count; NOISE ON adds seeded Gaussian noise of SCALE (default 3) × the embeddings' standard deviation to the subject's tokens (ROME's causal tracing; SEED default 0). Defaults: every layer, each position, resid_pre, and the probability of the clean run's top token. POSITIONS TOGETHER restores every position in one cell. BY ATTRIBUTION estimates every cell from the clean run, the corrupted run and one backward pass ((clean − corrupted) · ∂metric/∂activation; pre-norm RMSNorm blocks with dense FFNs); STEPS n averages the gradient over n runs interpolated from the corrupted input to the clean one. WINDOW n restores n layers around each cell's layer at once (ROME's window: `l − n/2 .. l + ⌈n/2⌉`). SAVE draws the fraction recovered as an SVG heat map (layers up, cells across). CPU backend.".into(),
           r#"PATCH "When Mary and John went out, Mary gave a drink to" FROM "When Mary and John went out, John gave a drink to" AT LAYER 10 METRIC LOGIT_DIFF(" Mary", " John")"#, OfExample),
-        d("INSERT", "INSERT INTO edges (entity, relation, target) VALUES (…), … [AT LAYER n] [ALPHA a] [CONFIDENCE c]",
-          "A knowledge edit: an added gated FFN feature per row in the connection's effective state (never the base files); optional prompt column, AT LAYER, ALPHA (docs/editing.md).".into(),
+        d("INSERT", r#"INSERT INTO edges (entity, relation, target[, prompt]) VALUES (…), … | FROM "facts.json" [AT LAYER n] [ALPHA a] [CONFIDENCE c]"#,
+          "A knowledge edit: an added gated FFN feature per row in the connection's effective state (never the base files); optional prompt column, AT LAYER, ALPHA. FROM reads the rows of a fact file (LQL's fact files or CounterFact records: entity, relation, target or new, prompt). Every row is checked before any is written, and the statement applies all its rows or none (docs/editing.md).".into(),
           r#"INSERT INTO edges (entity, relation, target) VALUES ("A", "r", "B")"#, OfExample),
+        d("EVALUATE EDITS", r#"EVALUATE EDITS FROM "facts.json" [SEQUENTIAL BATCH n] [PER FACT] [LIMIT n] [AT LAYER n] [ALPHA a] [SAVE "scores.json"]"#,
+          "Inserts a fact set (CounterFact records or LQL's fact files) into the connection's edits — all in one batch, or n at a time with SEQUENTIAL BATCH — and scores it before, right after each fact's batch and at the end, by ROME's definitions (efficacy, paraphrase, neighbourhood and their magnitudes) and EasyEdit's accuracies, with the KL divergence over unrelated prompts. Every fact is checked before anything is inserted. One row per scope and stage; PER FACT adds a row per fact and stage; SAVE writes every scored prompt's token log-probabilities and top-1 tokens as JSON (docs/editing.md). The edits stay in force (REMOVE PATCH \"(session)\" drops them).".into(),
+          r#"EVALUATE EDITS FROM "facts.json" SEQUENTIAL BATCH 10"#, OfExample),
         d("DELETE", "DELETE FROM table [WHERE expr]", "Removes rows through the overlay.".into(),
           "DELETE FROM edges WHERE entity = 'A'", OfExample),
         d("UPDATE", "UPDATE table SET column = value, … [WHERE expr]", "Changes rows through the overlay.".into(),

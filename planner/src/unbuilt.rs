@@ -61,8 +61,11 @@ pub fn check_built(stmt: &Statement, plan: &LogicalPlan) -> Result<(), PlanError
             }
         }
         (_, LogicalPlan::Update(u)) => {
-            if u.table != Table::Features {
-                return refuse(&format!("UPDATE {}", u.table.name()), stmt.span);
+            match u.table {
+                Table::Features => {}
+                // The binder checked the columns (entity, relation, target, prompt).
+                Table::Edges => return Ok(()),
+                t => return refuse(&format!("UPDATE {}", t.name()), stmt.span),
             }
             match u
                 .assignments

@@ -491,9 +491,12 @@ fn edits() {
             prompt: None,
         }]
     );
-    assert_eq!((i.layer, i.pinned, i.alpha), (24, true, 0.25));
+    assert_eq!(
+        (i.settings.layer, i.settings.pinned, i.settings.alpha),
+        (24, true, 0.25)
+    );
     // AT LAYER pins one feature there: no subject write.
-    assert_eq!(i.subject_layer, None);
+    assert_eq!(i.settings.subject_layer, None);
     refuse(
         "INSERT INTO «features» (entity) VALUES ('a')",
         &m,
@@ -668,7 +671,12 @@ fn the_binder_decides_the_values_that_run() {
     };
     // 60 % and 20 % of SmolLM2's 30 layers; ALPHA's default.
     assert_eq!(
-        (i.layer, i.pinned, i.subject_layer, i.alpha),
+        (
+            i.settings.layer,
+            i.settings.pinned,
+            i.settings.subject_layer,
+            i.settings.alpha
+        ),
         (18, false, Some(6), DEFAULT_ALPHA)
     );
     let tree = lower(&LogicalPlan::Insert(i)).to_string();

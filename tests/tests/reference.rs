@@ -18,6 +18,7 @@ fn name_of(k: &K) -> &'static str {
         | K::Trace(_)
         | K::Patch(_)
         | K::Insert(_)
+        | K::EvaluateEdits(_)
         | K::Delete(_)
         | K::Update(_)
         | K::BeginPatch(_)
@@ -57,6 +58,7 @@ const ALL: &[&str] = &[
     "TRACE",
     "PATCH",
     "INSERT",
+    "EVALUATE EDITS",
     "DELETE",
     "UPDATE",
     "BEGIN PATCH",

@@ -120,6 +120,8 @@ fn describe_rule(rule: Rule) -> String {
         Rule::save_clause => "SAVE",
         Rule::alpha_clause => "ALPHA",
         Rule::confidence_clause => "CONFIDENCE",
+        Rule::sequential_clause => "SEQUENTIAL",
+        Rule::per_fact_clause => "PER",
         Rule::into_patch_clause | Rule::into_clause => "INTO",
         Rule::format_clause => "FORMAT",
         Rule::shape_clause => "SHAPE",

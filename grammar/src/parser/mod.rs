@@ -374,6 +374,7 @@ fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
         Rule::trace_stmt => trace_stmt(p)?,
         Rule::patch_stmt => patch::patch_stmt(p)?,
         Rule::insert_stmt => insert_stmt(p)?,
+        Rule::evaluate_stmt => evaluate_stmt(p)?,
         Rule::delete_stmt => delete_stmt(p)?,
         Rule::update_stmt => update_stmt(p)?,
         Rule::begin_patch_stmt => StatementKind::BeginPatch(first_string(p)?),
@@ -934,6 +935,7 @@ fn insert_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut columns = Vec::new();
     let mut rows = Vec::new();
     let (mut at_layer, mut alpha, mut confidence) = (None, None, None);
+    let mut file = None;
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_insert | Rule::kw_into | Rule::kw_values | Rule::comma => {}
@@ -953,6 +955,7 @@ fn insert_stmt(p: Pair<Rule>) -> Result<StatementKind> {
                 }
                 rows.push(Spanned::new(vals, sp));
             }
+            Rule::insert_file => file = Some(clause_str(q)?),
             Rule::at_layer_clause => {
                 let sp = span(&q);
                 let n = unsigned(last_child(q)?)?.value;
@@ -968,10 +971,45 @@ fn insert_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         table,
         columns,
         rows,
+        file,
         at_layer,
         alpha,
         confidence,
     }))
+}
+
+fn evaluate_stmt(p: Pair<Rule>) -> Result<StatementKind> {
+    let mut facts = None;
+    let mut e = EvaluateEdits {
+        facts: Spanned::new(String::new(), Span::default()),
+        batch: None,
+        per_fact: None,
+        limit: None,
+        at_layer: None,
+        alpha: None,
+        save: None,
+    };
+    for q in p.into_inner() {
+        match q.as_rule() {
+            Rule::kw_evaluate | Rule::kw_edits | Rule::kw_from => {}
+            Rule::string => facts = Some(string(q)?),
+            Rule::sequential_clause => set(&mut e.batch, clause_int(q)?, "SEQUENTIAL BATCH")?,
+            Rule::per_fact_clause => {
+                set(&mut e.per_fact, Spanned::new(true, span(&q)), "PER FACT")?
+            }
+            Rule::limit_clause => set(&mut e.limit, clause_int(q)?, "LIMIT")?,
+            Rule::at_layer_clause => {
+                let sp = span(&q);
+                let n = unsigned(last_child(q)?)?.value;
+                set(&mut e.at_layer, Spanned::new(n, sp), "AT LAYER")?
+            }
+            Rule::alpha_clause => set(&mut e.alpha, clause_float(q)?, "ALPHA")?,
+            Rule::save_clause => set(&mut e.save, clause_str(q)?, "SAVE")?,
+            _ => return Err(internal(&q)),
+        }
+    }
+    e.facts = facts.ok_or_else(|| SyntaxError::new("expected a fact file", Span::default()))?;
+    Ok(StatementKind::EvaluateEdits(e))
 }
 
 fn delete_stmt(p: Pair<Rule>) -> Result<StatementKind> {

@@ -208,14 +208,59 @@ pub(crate) fn continuation(prompt: &str, target: &str) -> String {
     }
 }
 
-/// `OverlayInsert`: one added feature per row, at the layers the binder decided.
+/// `OverlayInsert`: one added feature per row, at the layers the binder decided. Every row
+/// is checked before any is written, and a row that fails part-way takes the statement's
+/// earlier rows with it: an INSERT applies all its rows or none.
 pub(crate) fn insert(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
+    if let Some(file) = &plan.file {
+        let rows = super::facts::read(file, None)?
+            .iter()
+            .map(super::facts::Fact::edge_row)
+            .collect();
+        return insert(
+            cx,
+            &InsertPlan {
+                rows,
+                file: None,
+                ..plan.clone()
+            },
+        );
+    }
     refuse_banks(cx, "INSERT")?;
     refuse_post_norm(cx)?;
     refuse_long_text(&plan.rows)?;
-    let layer = plan.layer;
-    let aim = plan.alpha as f32;
-    let subject = plan.subject_layer;
+    let batch = plan.rows.len() > 1;
+    refuse_unusable_rows(cx, &plan.rows, batch, |n, row| {
+        if batch {
+            format!("row {} ({} → {})", n + 1, row.entity, row.target)
+        } else {
+            format!("the edge {} → {}", row.entity, row.target)
+        }
+    })?;
+    all_or_nothing(cx, |cx| insert_rows(cx, plan))
+}
+
+/// Runs `work`, which adds edits; when it fails, every edit it added is taken back.
+pub(crate) fn all_or_nothing<T>(
+    cx: &mut Cx<'_>,
+    work: impl FnOnce(&mut Cx<'_>) -> Result<T>,
+) -> Result<T> {
+    let mark = bound_mut(cx)?.edits.target().len();
+    let done = work(cx);
+    if done.is_err() {
+        let edits = bound_mut(cx)?.edits.target();
+        if edits.len() > mark {
+            edits.truncate(mark);
+            rebuild(cx)?;
+        }
+    }
+    done
+}
+
+fn insert_rows(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
+    let layer = plan.settings.layer;
+    let aim = plan.settings.alpha as f32;
+    let subject = plan.settings.subject_layer;
     let mut built = 0usize;
     let mut notes = Vec::new();
     for row in &plan.rows {
@@ -234,6 +279,17 @@ pub(crate) fn insert(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
             row.entity, row.target, p.prob, p.magnitude
         ));
         built += 1;
+        if plan.rows.len() > 1 {
+            if let Some(h) = &cx.engine.progress {
+                h(&crate::progress::Progress {
+                    task: "INSERT".into(),
+                    done: built as u64,
+                    total: Some(plan.rows.len() as u64),
+                    unit: crate::progress::ProgressUnit::Items,
+                    finished: built == plan.rows.len(),
+                });
+            }
+        }
     }
     let detail = if notes.len() <= 4 {
         notes.join("; ")
@@ -246,9 +302,51 @@ pub(crate) fn insert(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
     Ok(status("INSERT", built, detail))
 }
 
+/// Refuses, before anything is written, a row that cannot be edited, naming it as `name`
+/// does: a target of only whitespace or one that tokenizes to nothing, a prompt that
+/// tokenizes to nothing, and — in a batch — a prompt that does not name its entity (a
+/// batch's rows are told apart by their entities: each row's key is contrasted with the
+/// prompt under the other rows' entities).
+pub(crate) fn refuse_unusable_rows(
+    cx: &mut Cx<'_>,
+    rows: &[EdgeRow],
+    batch: bool,
+    name: impl Fn(usize, &EdgeRow) -> String,
+) -> Result<()> {
+    let tok = cx.tokenizer()?;
+    for (n, row) in rows.iter().enumerate() {
+        let (prompt, _) = edge_prompt(row);
+        let refuse = |why: String| {
+            Err(Error::semantic(format!(
+                "{}: {why}; nothing was inserted",
+                name(n, row)
+            )))
+        };
+        if row.target.trim().is_empty() {
+            return refuse("the target is empty".into());
+        }
+        if tok.encode(&prompt, true)?.is_empty() {
+            return refuse("the prompt tokenizes to nothing".into());
+        }
+        if tok
+            .encode(&continuation(&prompt, &row.target), false)?
+            .is_empty()
+        {
+            return refuse(format!("the target {:?} tokenizes to nothing", row.target));
+        }
+        if batch && !prompt.contains(&row.entity) {
+            return refuse(format!(
+                "the prompt {prompt:?} does not name the entity {:?}",
+                row.entity
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// An edge's texts are kept whole in a patch file, whose fields hold at most
 /// `MAX_TEXT` bytes each: a longer one is refused here, before any work.
-fn refuse_long_text(rows: &[EdgeRow]) -> Result<()> {
+pub(crate) fn refuse_long_text(rows: &[EdgeRow]) -> Result<()> {
     use lql_storage::overlay::patch::MAX_TEXT;
     for row in rows {
         let (prompt, _) = edge_prompt(row);
@@ -713,7 +811,7 @@ fn centre(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
 /// The (layer, feature) of each input row of a features scan.
 /// Edits of a mixture-of-experts model are not built: the overlay scales dense features
 /// and its computation reads dense gate rows, so refuse rather than edit nothing.
-fn refuse_banks(cx: &mut Cx<'_>, what: &str) -> Result<()> {
+pub(crate) fn refuse_banks(cx: &mut Cx<'_>, what: &str) -> Result<()> {
     if cx.model()?.surface.moe.is_some() {
         return Err(Error::not_supported_yet(&format!(
             "{what} on a mixture-of-experts model (editing features of experts)"
@@ -725,7 +823,7 @@ fn refuse_banks(cx: &mut Cx<'_>, what: &str) -> Result<()> {
 /// An added feature writes into the FFN's output; where a norm follows the FFN (gemma2,
 /// gemma3, olmo2) that norm rescales the whole output and the edit's strength search
 /// cannot reach its target, so INSERT refuses rather than store an edit that does nothing.
-fn refuse_post_norm(cx: &mut Cx<'_>) -> Result<()> {
+pub(crate) fn refuse_post_norm(cx: &mut Cx<'_>) -> Result<()> {
     let s = &cx.model()?.surface;
     if !s.block.takes_edits() {
         return Err(Error::not_supported_yet(&format!(
@@ -736,16 +834,19 @@ fn refuse_post_norm(cx: &mut Cx<'_>) -> Result<()> {
     Ok(())
 }
 
+/// The position of column `n` among an edit input's columns (the scan's, `what`).
+fn input_column(columns: &[crate::rows::Column], n: &str, what: &str) -> Result<usize> {
+    columns
+        .iter()
+        .position(|c| c.name == n)
+        .ok_or_else(|| Error::internal(format!("{what} scan lacks {n}")))
+}
+
 fn layer_features(input: Datum) -> Result<Vec<(usize, usize)>> {
     let Datum::Table { columns, rows } = input else {
         return Err(Error::internal("edit input is not a table"));
     };
-    let col = |n: &str| {
-        columns
-            .iter()
-            .position(|c| c.name == n)
-            .ok_or_else(|| Error::internal(format!("features scan lacks {n}")))
-    };
+    let col = |n: &str| input_column(&columns, n, "features");
     let (li, fi) = (col("layer")?, col("feature")?);
     rows.iter()
         .map(|r| match (&r[li], &r[fi]) {
@@ -847,6 +948,85 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
         removed,
         format!("{removed} edges removed"),
     ))
+}
+
+/// `OverlayUpdate` on edges: `UPDATE edges SET target = …, prompt = … WHERE …` rewrites each
+/// matching edge — its features removed and the edge with the new values inserted, as an
+/// INSERT writes it — in one step: if the new edges cannot be written, the old ones stay.
+/// Like DELETE FROM edges, it works on the session's and the recording patch's edges.
+pub(crate) fn update_edges(
+    cx: &mut Cx<'_>,
+    input: Datum,
+    assignments: &[(String, lql_grammar::Value)],
+    settings: Option<lql_planner::EditSettings>,
+) -> Result<Datum> {
+    let settings =
+        settings.ok_or_else(|| Error::internal("UPDATE edges reached the engine unplanned"))?;
+    let Datum::Table { columns, rows } = input else {
+        return Err(Error::internal("edit input is not a table"));
+    };
+    let pos = |n: &str| input_column(&columns, n, "edges");
+    let text = |r: &[Value], n: &str| -> Result<String> {
+        Ok(match &r[pos(n)?] {
+            Value::Text(s) => s.clone(),
+            other => other.to_string(),
+        })
+    };
+    let mut new_rows = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let mut row = EdgeRow {
+            entity: text(r, "entity")?,
+            relation: text(r, "relation")?,
+            target: text(r, "target")?,
+            prompt: Some(text(r, "prompt")?),
+        };
+        for (c, v) in assignments {
+            let lql_grammar::Value::String(v) = v else {
+                return Err(Error::internal(format!(
+                    "{c} = {v:?} reached UPDATE unchecked"
+                )));
+            };
+            match c.as_str() {
+                "entity" => row.entity = v.clone(),
+                "relation" => row.relation = v.clone(),
+                "target" => row.target = v.clone(),
+                "prompt" => row.prompt = Some(v.clone()),
+                _ => return Err(Error::internal(format!("UPDATE edges SET {c}"))),
+            }
+        }
+        new_rows.push(row);
+    }
+    if new_rows.is_empty() {
+        return Ok(status("UPDATE", 0, "no edge matched".into()));
+    }
+    let n = new_rows.len();
+    // The edges' lists as they were: restored if the new edges cannot be written.
+    let saved = {
+        let e = &bound_mut(cx)?.edits;
+        (e.session.clone(), e.open.as_ref().map(|o| o.1.clone()))
+    };
+    let done = delete_edges(cx, Datum::Table { columns, rows }).and_then(|_| {
+        insert(
+            cx,
+            &InsertPlan {
+                table: lql_grammar::Table::Edges,
+                rows: new_rows,
+                file: None,
+                settings,
+                confidence: None,
+            },
+        )
+    });
+    if let Err(e) = done {
+        let edits = &mut bound_mut(cx)?.edits;
+        edits.session = saved.0;
+        if let (Some(open), Some(list)) = (edits.open.as_mut(), saved.1) {
+            open.1 = list;
+        }
+        rebuild(cx)?;
+        return Err(e);
+    }
+    Ok(status("UPDATE", n, format!("{n} edges rewritten")))
 }
 
 /// `OverlayUpdate`: `UPDATE features SET gate_scale = a, down_scale = b WHERE …`.

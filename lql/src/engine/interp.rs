@@ -345,7 +345,13 @@ fn operator(
         O::Rows { columns } => rows(cx, inputs, columns),
         O::Explain { mode, plan } => explain::explain(cx, *mode, plan),
         O::OverlayInsert(plan) => edit::insert(cx, plan),
+        O::EvaluateEdits(plan) => super::evaluate::evaluate(cx, plan),
         O::OverlayDelete { table } => edit::delete(cx, one(inputs, "OverlayDelete")?, *table),
+        O::OverlayUpdate {
+            table: lql_grammar::Table::Edges,
+            assignments,
+            settings,
+        } => edit::update_edges(cx, one(inputs, "OverlayUpdate")?, assignments, *settings),
         O::OverlayUpdate { assignments, .. } => {
             edit::update(cx, one(inputs, "OverlayUpdate")?, assignments)
         }

@@ -22,7 +22,9 @@ mod datum;
 mod describe;
 mod diff_patch;
 mod edit;
+mod evaluate;
 mod explain;
+mod facts;
 mod heads;
 mod interp;
 mod introspect;
@@ -55,6 +57,7 @@ use crate::progress::ProgressHandler;
 use crate::rows::{Column, Rows};
 
 pub(crate) use catalog::EngineCatalog;
+pub use evaluate::UNRELATED_PROMPTS;
 pub(crate) use package::{bound_files, run_stage};
 pub use package::{StageInput, StageResult};
 
