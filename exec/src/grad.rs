@@ -93,6 +93,27 @@ pub struct Frozen {
     kv: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
 }
 
+impl Frozen {
+    /// The rows of the segments `keep` (indices into the frozen segments), in that order.
+    fn select(&self, keep: &[usize]) -> Frozen {
+        Frozen {
+            kv: self
+                .kv
+                .iter()
+                .map(|layer| keep.iter().map(|&i| layer[i].clone()).collect())
+                .collect(),
+        }
+    }
+}
+
+/// One value [`optimise_each`] optimises: the segments it is added to and the residual norm
+/// it is measured against.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub segs: Vec<Segment>,
+    pub norm: f32,
+}
+
 /// ∂metric/∂activation at one layer, every position (`[T × width]` each): what
 /// [`DenseTail::site_gradients`] returns per layer.
 #[derive(Debug, Clone, Default)]
@@ -482,15 +503,35 @@ impl DenseTail {
         delta: &[f32],
         grad: bool,
     ) -> Result<Evaluation> {
+        self.evaluate_groups(source, segs, &vec![0; segs.len()], frozen, delta, grad)
+    }
+
+    /// [`DenseTail::evaluate_with`] for several values at once: segment `i` takes value
+    /// `of[i]` of `deltas` (`[values × hidden]`), and the gradient is one row per value. One
+    /// pass carries every segment, so each layer's weights are read once for all of them.
+    pub fn evaluate_groups(
+        &self,
+        source: &dyn OperandSource,
+        segs: &[Segment],
+        of: &[usize],
+        frozen: Option<&Frozen>,
+        deltas: &[f32],
+        grad: bool,
+    ) -> Result<Evaluation> {
         let d = self.hidden;
-        if delta.len() != d {
-            return Err(ExecError::Internal("δ is not one hidden row".into()));
+        let values = deltas.len() / d;
+        if values == 0 || deltas.len() != values * d {
+            return Err(ExecError::Internal("δ is not whole hidden rows".into()));
+        }
+        if of.len() != segs.len() || of.iter().any(|&g| g >= values) {
+            return Err(ExecError::Internal("a segment names no δ".into()));
         }
         let (spans, mut x) = self.spans(segs, frozen)?;
         let rows = x.len() / d;
-        for (s, sp) in segs.iter().zip(&spans) {
+        for ((s, sp), &g) in segs.iter().zip(&spans).zip(of) {
             let at = sp.row + s.pos - sp.p0;
             let r = &mut x[at * d..(at + 1) * d];
+            let delta = &deltas[g * d..(g + 1) * d];
             r.iter_mut().zip(delta).for_each(|(v, dv)| *v += dv);
         }
         let table = self.table(&spans);
@@ -574,11 +615,14 @@ impl DenseTail {
                 None,
             );
         }
-        let mut g = vec![0.0f32; d];
-        for (s, sp) in segs.iter().zip(&spans) {
+        let mut g = vec![0.0f32; values * d];
+        for ((s, sp), &v) in segs.iter().zip(&spans).zip(of) {
             let at = sp.row + s.pos - sp.p0;
             let r = &dx[at * d..(at + 1) * d];
-            g.iter_mut().zip(r).for_each(|(a, b)| *a += b);
+            g[v * d..(v + 1) * d]
+                .iter_mut()
+                .zip(r)
+                .for_each(|(a, b)| *a += b);
         }
         Ok(Evaluation {
             loss,
@@ -1004,50 +1048,159 @@ pub fn optimise(
     norm: f32,
     opts: Optimise,
 ) -> Result<(Vec<f32>, Evaluation)> {
+    let group = Group {
+        segs: segs.to_vec(),
+        norm,
+    };
+    optimise_each(tail, source, std::slice::from_ref(&group), opts)?
+        .pop()
+        .ok_or_else(|| ExecError::Internal("no value optimised".into()))
+}
+
+/// [`optimise`] for several values at once, each on its own segments, as independent
+/// optimisations whose passes are shared: every step runs the segments of the values not yet
+/// done in one pass ([`DenseTail::evaluate_groups`]), so the layers' weights and the head
+/// are read once per step for all of them. Each value stops on its own once its segments
+/// reach the aim, with what [`optimise`] alone would have reached.
+pub fn optimise_each(
+    tail: &DenseTail,
+    source: &dyn OperandSource,
+    groups: &[Group],
+    opts: Optimise,
+) -> Result<Vec<(Vec<f32>, Evaluation)>> {
     let d = tail.hidden;
-    if !(norm.is_finite() && norm > 0.0) || segs.is_empty() {
+    if groups
+        .iter()
+        .any(|g| !(g.norm.is_finite() && g.norm > 0.0) || g.segs.is_empty())
+    {
         return Err(ExecError::InvalidOption(
             "value optimisation needs prompts and a residual to scale by".into(),
         ));
     }
-    let lr = opts.rate * norm / (d as f32).sqrt();
+    let n = groups.len();
     let (b1, b2, eps) = (0.9f32, 0.999f32, 1e-8f32);
-    let mut delta = vec![0.0f32; d];
-    let mut m = vec![0.0f32; d];
-    let mut v = vec![0.0f32; d];
-    let frozen = tail.freeze(source, segs)?;
+    let mut delta = vec![vec![0.0f32; d]; n];
+    let mut m = vec![vec![0.0f32; d]; n];
+    let mut v = vec![vec![0.0f32; d]; n];
+    let mut done: Vec<Option<Evaluation>> = vec![None; n];
+    let all: Vec<Segment> = groups.iter().flat_map(|g| g.segs.iter().cloned()).collect();
+    let owner: Vec<usize> = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(i, g)| std::iter::repeat_n(i, g.segs.len()))
+        .collect();
+    let frozen_all = tail.freeze(source, &all)?;
+    // The pass of the values still running: their segments, which value each takes, and
+    // their frozen rows (rebuilt when a value finishes).
+    let pass_of = |active: &[usize]| {
+        let idx: Vec<usize> = (0..all.len())
+            .filter(|&i| active.contains(&owner[i]))
+            .collect();
+        let segs: Vec<Segment> = idx.iter().map(|&i| all[i].clone()).collect();
+        let of: Vec<usize> = idx
+            .iter()
+            .map(|&i| active.iter().position(|&g| g == owner[i]).unwrap_or(0))
+            .collect();
+        (segs, of, frozen_all.select(&idx))
+    };
+    let mut active: Vec<usize> = (0..n).collect();
+    let mut pass = pass_of(&active);
     for step in 1..=opts.steps {
-        let e = tail.evaluate_with(source, segs, Some(&frozen), &delta, true)?;
-        if e.probs.iter().all(|&p| p >= opts.aim) {
-            return Ok((
-                delta,
-                Evaluation {
+        let flat: Vec<f32> = active
+            .iter()
+            .flat_map(|&g| delta[g].iter().copied())
+            .collect();
+        let (segs, of, frozen) = &pass;
+        let e = tail.evaluate_groups(source, segs, of, Some(frozen), &flat, true)?;
+        for (k, &g) in active.iter().enumerate() {
+            let probs: Vec<f32> = e
+                .probs
+                .iter()
+                .zip(of)
+                .filter(|(_, &o)| o == k)
+                .map(|(p, _)| *p)
+                .collect();
+            if probs.iter().all(|&p| p >= opts.aim) {
+                done[g] = Some(Evaluation {
+                    loss: group_loss(&groups[g].segs, &probs),
+                    probs,
+                    grad: Vec::new(),
                     steps: step - 1,
-                    ..e
-                },
-            ));
+                });
+                continue;
+            }
+            let norm = groups[g].norm;
+            let lr = opts.rate * norm / (d as f32).sqrt();
+            let k2 = 2.0 * opts.decay / (norm * norm);
+            let count = groups[g].segs.len() as f32;
+            let grad = &e.grad[k * d..(k + 1) * d];
+            let (delta, m, v) = (&mut delta[g], &mut m[g], &mut v[g]);
+            for i in 0..d {
+                let gr = grad[i] / count + k2 * delta[i];
+                m[i] = b1 * m[i] + (1.0 - b1) * gr;
+                v[i] = b2 * v[i] + (1.0 - b2) * gr * gr;
+                let mh = m[i] / (1.0 - b1.powi(step as i32));
+                let vh = v[i] / (1.0 - b2.powi(step as i32));
+                delta[i] -= lr * mh / (vh.sqrt() + eps);
+            }
+            let len = delta.iter().map(|x| x * x).sum::<f32>().sqrt();
+            let cap = opts.max_norm * norm;
+            if len > cap {
+                delta.iter_mut().for_each(|x| *x *= cap / len);
+            }
         }
-        let k = 2.0 * opts.decay / (norm * norm);
-        for i in 0..d {
-            let g = e.grad[i] / segs.len() as f32 + k * delta[i];
-            m[i] = b1 * m[i] + (1.0 - b1) * g;
-            v[i] = b2 * v[i] + (1.0 - b2) * g * g;
-            let mh = m[i] / (1.0 - b1.powi(step as i32));
-            let vh = v[i] / (1.0 - b2.powi(step as i32));
-            delta[i] -= lr * mh / (vh.sqrt() + eps);
+        let still: Vec<usize> = active
+            .iter()
+            .copied()
+            .filter(|&g| done[g].is_none())
+            .collect();
+        if still.is_empty() {
+            break;
         }
-        let len = delta.iter().map(|x| x * x).sum::<f32>().sqrt();
-        let cap = opts.max_norm * norm;
-        if len > cap {
-            delta.iter_mut().for_each(|x| *x *= cap / len);
+        if still.len() != active.len() {
+            active = still;
+            pass = pass_of(&active);
         }
     }
-    let e = tail.evaluate_with(source, segs, Some(&frozen), &delta, false)?;
-    Ok((
-        delta,
-        Evaluation {
-            steps: opts.steps,
-            ..e
-        },
-    ))
+    // The values that used every step: their evaluation at the last δ.
+    let rest: Vec<usize> = (0..n).filter(|&g| done[g].is_none()).collect();
+    if !rest.is_empty() {
+        let (segs, of, frozen) = pass_of(&rest);
+        let flat: Vec<f32> = rest
+            .iter()
+            .flat_map(|&g| delta[g].iter().copied())
+            .collect();
+        let e = tail.evaluate_groups(source, &segs, &of, Some(&frozen), &flat, false)?;
+        for (k, &g) in rest.iter().enumerate() {
+            let probs: Vec<f32> = e
+                .probs
+                .iter()
+                .zip(&of)
+                .filter(|(_, &o)| o == k)
+                .map(|(p, _)| *p)
+                .collect();
+            done[g] = Some(Evaluation {
+                loss: group_loss(&groups[g].segs, &probs),
+                probs,
+                grad: Vec::new(),
+                steps: opts.steps,
+            });
+        }
+    }
+    delta
+        .into_iter()
+        .zip(done)
+        .map(|(dl, e)| {
+            e.map(|e| (dl, e))
+                .ok_or_else(|| ExecError::Internal("a value was not evaluated".into()))
+        })
+        .collect()
+}
+
+/// Σ weight · −log p(target) of `segs` at `probs`.
+fn group_loss(segs: &[Segment], probs: &[f32]) -> f32 {
+    segs.iter()
+        .zip(probs)
+        .map(|(s, &p)| -(p.max(f32::MIN_POSITIVE)).ln() * s.weight)
+        .sum()
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::real::model_path;
 use lql_exec::edit::{prob, residuals};
-use lql_exec::grad::{DenseTail, Segment};
+use lql_exec::grad::{optimise, optimise_each, DenseTail, Group, Optimise, Segment};
 use lql_exec::Executor;
 use lql_storage::overlay::{AddedFeature, Edit, EffectiveModel, Patch, PatchOrigin};
 
@@ -102,5 +102,52 @@ fn the_tail_matches_the_engine_and_finite_differences() {
             (fd - an).abs() <= 0.03 * an.abs().max(fd.abs()) + 1e-3,
             "direction {seed}: finite differences {fd}, gradient {an}"
         );
+    }
+}
+
+#[test]
+fn values_optimised_together_are_the_values_optimised_alone() {
+    let Some(path) = model_path() else { return };
+    let model = Arc::new(lql_storage::import::open(&path).expect("open SmolLM2"));
+    let exec = Executor::new(model.clone(), 2).expect("plan SmolLM2");
+    let layer = 6;
+    let tail = DenseTail::new(model.as_ref(), exec.plan(), layer + 1).unwrap();
+    // Two values: one on "The capital of France is" (δ at "France"), one on two longer
+    // prompts with δ at "Paris" and at "France".
+    let seg = |ids: &[u32], pos: usize, target: u32| Segment {
+        start: residuals(&exec, ids, layer).unwrap(),
+        pos,
+        target,
+        weight: 1.0,
+    };
+    let groups = vec![
+        Group {
+            segs: vec![seg(&[504, 3575, 282, 4649, 314], 3, 7042)],
+            norm: 20.0,
+        },
+        Group {
+            segs: vec![
+                seg(&[504, 3575, 282, 4649, 314, 7042, 30, 378], 5, 1463),
+                seg(&[504, 3575, 282, 4649, 314, 7042], 3, 30),
+            ],
+            norm: 25.0,
+        },
+    ];
+    let opts = Optimise::default();
+    let together = optimise_each(&tail, model.as_ref(), &groups, opts).unwrap();
+    for (g, (delta, e)) in groups.iter().zip(&together) {
+        let (alone, ea) = optimise(&tail, model.as_ref(), &g.segs, g.norm, opts).unwrap();
+        let diff: f32 = delta.iter().zip(&alone).map(|(a, b)| (a - b).powi(2)).sum();
+        let size: f32 = alone.iter().map(|a| a * a).sum();
+        assert!(
+            diff.sqrt() <= 1e-3 * size.sqrt().max(1e-6),
+            "δ differs by {} of {}",
+            diff.sqrt(),
+            size.sqrt()
+        );
+        assert_eq!(e.steps, ea.steps);
+        for (p, q) in e.probs.iter().zip(&ea.probs) {
+            assert!((p - q).abs() < 1e-4, "{p} vs {q}");
+        }
     }
 }

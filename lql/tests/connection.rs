@@ -131,8 +131,11 @@ fn open_refuses_unknown_names_and_missing_files() {
 fn unbuilt_statements_say_so() {
     let conn = Connection::open(MODEL).unwrap();
     let e = conn
-        .execute("UPDATE edges SET target = 'Rome' WHERE entity = 'France';")
+        .execute("UPDATE features SET down = 0 WHERE layer = 1 AND feature = 2;")
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unsupported);
-    assert_eq!(e.message, "not supported yet: UPDATE edges");
+    assert_eq!(
+        e.message,
+        "not supported yet: UPDATE features SET down (gate_scale and down_scale are built)"
+    );
 }

@@ -118,7 +118,7 @@ fn errors_carry_codes_and_sources() {
         ("COMPILE CURRENT INTO PACKAGE 'p'", "LQL-E0201"),
         ("USE '/nonexistent/model.gguf'", "LQL-E0401"),
         (
-            "UPDATE edges SET target = 'Rome' WHERE entity = 'France'",
+            "UPDATE features SET down = 0 WHERE layer = 1 AND feature = 2",
             "LQL-E0301",
         ),
         // The common semantic errors have codes of their own.

@@ -1171,6 +1171,7 @@ impl Binder {
             pinned: pinned.is_some(),
             subject_layer,
             alpha: unit(alpha, "ALPHA", false)?.unwrap_or(DEFAULT_ALPHA),
+            joint_rows: joint_rows(self.stmt_span)?,
         })
     }
 
@@ -1510,6 +1511,26 @@ fn subject_layer(n_layers: usize, pinned: bool, span: Span) -> Result<Option<usi
         }),
         Err(_) if pinned => Ok(None),
         Err(_) => Ok(Some((n_layers as f64 * SUBJECT_LAYER_FRACTION) as usize)),
+    }
+}
+
+/// The most rows `LQL_EDIT_JOINT_ROWS` lets optimise together (the pass keeps about 25 MiB
+/// of activations per row on SmolLM2 for the backward pass).
+pub const MAX_JOINT_ROWS: usize = 64;
+
+/// How many rows of an INSERT have their subject values optimised together:
+/// `LQL_EDIT_JOINT_ROWS` (1 to [`MAX_JOINT_ROWS`]) for measurement, else 1 — each row alone,
+/// which measured better (docs/editing.md, "A batch's subject values optimised together").
+fn joint_rows(span: Span) -> Result<usize> {
+    match std::env::var("LQL_EDIT_JOINT_ROWS") {
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=MAX_JOINT_ROWS).contains(&n) => Ok(n),
+            _ => Err(PlanError::semantic(
+                format!("LQL_EDIT_JOINT_ROWS={v:?} is not a row count from 1 to {MAX_JOINT_ROWS}"),
+                span,
+            )),
+        },
+        Err(_) => Ok(1),
     }
 }
 

@@ -535,6 +535,9 @@ pub struct EditSettings {
     /// The probability the edit prompt must give the target (ALPHA, default
     /// [`crate::DEFAULT_ALPHA`]).
     pub alpha: f64,
+    /// Rows of distinct entities whose subject values are optimised together (1: each
+    /// row's alone, the default; `LQL_EDIT_JOINT_ROWS` for measurement, docs/editing.md).
+    pub joint_rows: usize,
 }
 
 /// As EXPLAIN PLAN shows them: `layer=18 subject_layer=6 alpha=0.9`.
@@ -548,7 +551,11 @@ impl std::fmt::Display for EditSettings {
             Some(sl) => write!(f, " subject_layer={sl}")?,
             None => f.write_str(" subject_layer=none")?,
         }
-        write!(f, " alpha={}", self.alpha)
+        write!(f, " alpha={}", self.alpha)?;
+        if self.joint_rows > 1 {
+            write!(f, " joint_rows={}", self.joint_rows)?;
+        }
+        Ok(())
     }
 }
 

@@ -175,12 +175,15 @@ fn unbuilt_statements_are_unsupported() {
         "--model",
         MODEL,
         "-c",
-        "UPDATE edges SET target = 'Rome' WHERE entity = 'France';",
+        "UPDATE features SET down = 0 WHERE layer = 1 AND feature = 2;",
     ]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
     assert_eq!(v["error"]["kind"], "unsupported");
-    assert_eq!(v["error"]["message"], "not supported yet: UPDATE edges");
+    assert_eq!(
+        v["error"]["message"],
+        "not supported yet: UPDATE features SET down (gate_scale and down_scale are built)"
+    );
 }
 
 #[test]

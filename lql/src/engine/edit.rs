@@ -261,15 +261,76 @@ fn insert_rows(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
     let layer = plan.settings.layer;
     let aim = plan.settings.alpha as f32;
     let subject = plan.settings.subject_layer;
+    let n = plan.rows.len();
+    let prompts: Vec<(String, bool)> = plan.rows.iter().map(edge_prompt).collect();
+    let mut strengths: Vec<Option<ke::Strength>> = vec![None; n];
     let mut built = 0usize;
-    let mut notes = Vec::new();
-    for row in &plan.rows {
+    let joint = match subject {
+        Some(_) => plan.settings.joint_rows,
+        None => 1,
+    };
+    for wave in waves(&plan.rows, joint) {
         cx.check_cancel()?;
-        let (prompt, made) = edge_prompt(row);
-        if made {
+        let mut tokens = Vec::with_capacity(wave.len());
+        for &i in &wave {
+            tokens.push(edge_tokens(cx, &plan.rows[i], &prompts[i].0)?);
+        }
+        // The wave's subject features go in first (the strength searches below must see
+        // them), their values optimised together.
+        let marks: Vec<Option<usize>> = match subject {
+            Some(sl) => {
+                let rows: Vec<(&EdgeRow, &str, u32)> = wave
+                    .iter()
+                    .zip(&tokens)
+                    .map(|(&i, t)| (&plan.rows[i], prompts[i].0.as_str(), t.1))
+                    .collect();
+                subject::write_each(cx, plan, &rows, sl)?
+            }
+            None => vec![None; wave.len()],
+        };
+        // Each edge's own feature goes before its subject features (`edit_groups`): last
+        // row first, so that the earlier rows' positions stay where they were.
+        for (k, &i) in wave.iter().enumerate().rev() {
+            cx.check_cancel()?;
+            let mark = match marks[k] {
+                Some(at) => at,
+                None => bound_mut(cx)?.edits.target().len(),
+            };
+            let (ids, target) = &tokens[k];
+            let row = &plan.rows[i];
+            strengths[i] = Some(edge_feature(
+                cx,
+                plan,
+                row,
+                &prompts[i].0,
+                ids,
+                *target,
+                layer,
+                aim,
+                mark,
+            )?);
+            built += 1;
+            if n > 1 {
+                if let Some(h) = &cx.engine.progress {
+                    h(&crate::progress::Progress {
+                        task: "INSERT".into(),
+                        done: built as u64,
+                        total: Some(n as u64),
+                        unit: crate::progress::ProgressUnit::Items,
+                        finished: built == n,
+                    });
+                }
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    for ((row, (prompt, made)), p) in plan.rows.iter().zip(&prompts).zip(&strengths) {
+        let p = p
+            .as_ref()
+            .ok_or_else(|| Error::internal("a row of the INSERT was not written"))?;
+        if *made {
             notes.push(format!("built the prompt {prompt:?}"));
         }
-        let p = insert_one(cx, plan, row, &prompt, layer, subject, aim)?;
         let at = match (subject, prompt.contains(&row.entity)) {
             (Some(sl), true) => format!("layers {sl} (subject) and {layer}"),
             _ => format!("layer {layer}"),
@@ -278,18 +339,6 @@ fn insert_rows(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
             "{} → {}: {at}, P={:.2} at strength {:.1}",
             row.entity, row.target, p.prob, p.magnitude
         ));
-        built += 1;
-        if plan.rows.len() > 1 {
-            if let Some(h) = &cx.engine.progress {
-                h(&crate::progress::Progress {
-                    task: "INSERT".into(),
-                    done: built as u64,
-                    total: Some(plan.rows.len() as u64),
-                    unit: crate::progress::ProgressUnit::Items,
-                    finished: built == plan.rows.len(),
-                });
-            }
-        }
     }
     let detail = if notes.len() <= 4 {
         notes.join("; ")
@@ -300,6 +349,24 @@ fn insert_rows(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
         }
     };
     Ok(status("INSERT", built, detail))
+}
+
+/// The rows of an INSERT in the groups whose subject values are optimised together:
+/// consecutive rows of distinct entities, at most `joint` — a row whose entity is already in
+/// the group starts the next, so that its value is optimised with the earlier edge of its
+/// entity in force, as its own INSERT would be.
+fn waves(rows: &[EdgeRow], joint: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let fits = out
+            .last()
+            .is_some_and(|w| w.len() < joint && w.iter().all(|&j| rows[j].entity != row.entity));
+        match out.last_mut() {
+            Some(w) if fits => w.push(i),
+            _ => out.push(vec![i]),
+        }
+    }
+    out
 }
 
 /// Refuses, before anything is written, a row that cannot be edited, naming it as `name`
@@ -367,15 +434,8 @@ pub(crate) fn refuse_long_text(rows: &[EdgeRow]) -> Result<()> {
     Ok(())
 }
 
-fn insert_one(
-    cx: &mut Cx<'_>,
-    plan: &InsertPlan,
-    row: &EdgeRow,
-    prompt: &str,
-    layer: usize,
-    subject: Option<usize>,
-    aim: f32,
-) -> Result<ke::Strength> {
+/// The prompt's tokens and the target's first token (the one the edit acts on).
+fn edge_tokens(cx: &mut Cx<'_>, row: &EdgeRow, prompt: &str) -> Result<(Vec<u32>, u32)> {
     let tok = cx.tokenizer()?;
     let ids = tok.encode(prompt, true)?;
     if ids.is_empty() {
@@ -388,16 +448,27 @@ fn insert_one(
             row.target
         )));
     };
-    // The subject features go in first (the strength search below must see them), and
-    // follow the edge's own feature in the patch (`edit_groups`).
-    let mark = bound_mut(cx)?.edits.target().len();
-    if let Some(sl) = subject {
-        subject::write(cx, plan, row, prompt, target, sl)?;
-    }
+    Ok((ids, target))
+}
+
+/// The edge's own feature at `layer` — the last-token hat, its strength measured so that the
+/// prompt gives the target with probability `aim` — inserted into the edit list at `mark`.
+#[allow(clippy::too_many_arguments)]
+fn edge_feature(
+    cx: &mut Cx<'_>,
+    plan: &InsertPlan,
+    row: &EdgeRow,
+    prompt: &str,
+    ids: &[u32],
+    target: u32,
+    layer: usize,
+    aim: f32,
+    mark: usize,
+) -> Result<ke::Strength> {
     let exec = cx.executor()?;
     // The prompt run once up to the edit's layer: the current prediction and every trial
     // of the strength search run only the layers from there on.
-    let from_layer = ke::PromptFromLayer::new(&exec, &ids, layer)?;
+    let from_layer = ke::PromptFromLayer::new(&exec, ids, layer)?;
     // The current prediction: the token the edit must overtake.
     let now = from_layer.logits(&exec, exec.source().clone())?;
     let top = now.top(2);

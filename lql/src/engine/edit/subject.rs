@@ -96,16 +96,70 @@ fn contexts(cx: &mut Cx<'_>, prompt: &str, entity: &str) -> Result<Vec<Context>>
     Ok(out)
 }
 
-/// Adds the subject features of `row` at `layer` (none when the prompt does not name the
-/// entity). Returns the edit contexts' target probabilities under the optimised value.
-pub(super) fn write(
+/// What one row's subject write needs before its value is optimised: the contexts, the
+/// optimisation's segments and scale, and the keys' rows.
+struct Pending {
+    ctxs: Vec<Context>,
+    group: grad::Group,
+    mid: Vec<f32>,
+    first: Vec<f32>,
+}
+
+/// The subject writes of several rows of distinct entities, their values optimised
+/// together (`grad::optimise_each`: one pass per step carries every row's contexts, so the
+/// layers above `layer` are read once per step for all of them), each against the state
+/// before any of them. Each row's features are added in order; returns, per row, where in
+/// the edit list its features start (`None`: the prompt does not name the entity).
+pub(super) fn write_each(
     cx: &mut Cx<'_>,
     plan: &InsertPlan,
+    rows: &[(&EdgeRow, &str, u32)],
+    layer: usize,
+) -> Result<Vec<Option<usize>>> {
+    let mut pending = Vec::with_capacity(rows.len());
+    for &(row, prompt, target) in rows {
+        cx.check_cancel()?;
+        pending.push(prepare(cx, row, prompt, target, layer)?);
+    }
+    let groups: Vec<grad::Group> = pending.iter().flatten().map(|p| p.group.clone()).collect();
+    if groups.is_empty() {
+        return Ok(vec![None; rows.len()]);
+    }
+    let state = cx.bound()?.edits.state.clone();
+    let source: Arc<dyn lql_storage::OperandSource> = match &state {
+        Some(s) => s.clone(),
+        None => cx.bound()?.model().clone(),
+    };
+    let tail = dense_tail(cx, layer + 1)?;
+    let mut values =
+        grad::optimise_each(&tail, source.as_ref(), &groups, grad::Optimise::default())?
+            .into_iter();
+    let mut out = Vec::with_capacity(rows.len());
+    for (&(row, _, _), p) in rows.iter().zip(pending) {
+        let Some(p) = p else {
+            out.push(None);
+            continue;
+        };
+        let (delta, _) = values
+            .next()
+            .ok_or_else(|| Error::internal("a subject value is missing"))?;
+        let at = bound_mut(cx)?.edits.target().len();
+        finish(cx, plan, row, p, delta, layer)?;
+        out.push(Some(at));
+    }
+    rebuild(cx)?;
+    Ok(out)
+}
+
+/// The contexts, segments and key rows of `row`'s subject write (none when the prompt does
+/// not name the entity).
+fn prepare(
+    cx: &mut Cx<'_>,
     row: &EdgeRow,
     prompt: &str,
     target: u32,
     layer: usize,
-) -> Result<Option<Vec<f32>>> {
+) -> Result<Option<Pending>> {
     let ctxs = contexts(cx, prompt, &row.entity)?;
     if ctxs.is_empty() {
         return Ok(None);
@@ -113,10 +167,6 @@ pub(super) fn write(
     let exec = cx.executor()?;
     let d = exec.surface().hidden;
     let state = cx.bound()?.edits.state.clone();
-    let source: Arc<dyn lql_storage::OperandSource> = match &state {
-        Some(s) => s.clone(),
-        None => cx.bound()?.model().clone(),
-    };
     let mut segs = Vec::new();
     let (mut mid, mut first) = (Vec::new(), Vec::new());
     let mut norm = 0.0f32;
@@ -161,14 +211,34 @@ pub(super) fn write(
             weight: 1.0,
         });
     }
-    let tail = dense_tail(cx, layer + 1)?;
-    let (delta, e) = grad::optimise(
-        &tail,
-        source.as_ref(),
-        &segs,
-        norm,
-        grad::Optimise::default(),
-    )?;
+    Ok(Some(Pending {
+        ctxs,
+        group: grad::Group { segs, norm },
+        mid,
+        first,
+    }))
+}
+
+/// Adds `row`'s subject features, writing `delta`, gated on its keys (the caller rebuilds
+/// the state).
+fn finish(
+    cx: &mut Cx<'_>,
+    plan: &InsertPlan,
+    row: &EdgeRow,
+    pending: Pending,
+    delta: Vec<f32>,
+    layer: usize,
+) -> Result<()> {
+    let Pending {
+        ctxs,
+        mut mid,
+        first,
+        ..
+    } = pending;
+    let exec = cx.executor()?;
+    let d = exec.surface().hidden;
+    let state = cx.bound()?.edits.state.clone();
+    let tok = cx.tokenizer()?;
     // Gates: one per kind of key, calibrated on reference text and other entities.
     let others = other_entities(plan, state.as_deref(), row);
     let shut = reference_rows(cx, layer)?.to_vec();
@@ -298,8 +368,7 @@ pub(super) fn write(
         return Err(Error::internal("no subject key"));
     }
     bound_mut(cx)?.edits.target().extend(made);
-    rebuild(cx)?;
-    Ok(Some(e.probs))
+    Ok(())
 }
 
 /// Tokens whose first-position residual calibrates a key at a text's start: every id below
