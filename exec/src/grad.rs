@@ -1103,30 +1103,38 @@ pub fn optimise_each(
             .collect();
         (segs, of, frozen_all.select(&idx))
     };
+    // The deltas of `values`, end to end; value `k`'s outcome in a pass of them.
+    let flat = |delta: &[Vec<f32>], values: &[usize]| -> Vec<f32> {
+        values
+            .iter()
+            .flat_map(|&g| delta[g].iter().copied())
+            .collect()
+    };
+    let outcome = |e: &Evaluation, of: &[usize], k: usize, g: usize, steps: usize| {
+        let probs: Vec<f32> = e
+            .probs
+            .iter()
+            .zip(of)
+            .filter(|(_, &o)| o == k)
+            .map(|(p, _)| *p)
+            .collect();
+        Evaluation {
+            loss: group_loss(&groups[g].segs, &probs),
+            probs,
+            grad: Vec::new(),
+            steps,
+        }
+    };
     let mut active: Vec<usize> = (0..n).collect();
     let mut pass = pass_of(&active);
     for step in 1..=opts.steps {
-        let flat: Vec<f32> = active
-            .iter()
-            .flat_map(|&g| delta[g].iter().copied())
-            .collect();
         let (segs, of, frozen) = &pass;
-        let e = tail.evaluate_groups(source, segs, of, Some(frozen), &flat, true)?;
+        let e =
+            tail.evaluate_groups(source, segs, of, Some(frozen), &flat(&delta, &active), true)?;
         for (k, &g) in active.iter().enumerate() {
-            let probs: Vec<f32> = e
-                .probs
-                .iter()
-                .zip(of)
-                .filter(|(_, &o)| o == k)
-                .map(|(p, _)| *p)
-                .collect();
-            if probs.iter().all(|&p| p >= opts.aim) {
-                done[g] = Some(Evaluation {
-                    loss: group_loss(&groups[g].segs, &probs),
-                    probs,
-                    grad: Vec::new(),
-                    steps: step - 1,
-                });
+            let reached = outcome(&e, of, k, g, step - 1);
+            if reached.probs.iter().all(|&p| p >= opts.aim) {
+                done[g] = Some(reached);
                 continue;
             }
             let norm = groups[g].norm;
@@ -1162,29 +1170,20 @@ pub fn optimise_each(
             pass = pass_of(&active);
         }
     }
-    // The values that used every step: their evaluation at the last δ.
-    let rest: Vec<usize> = (0..n).filter(|&g| done[g].is_none()).collect();
-    if !rest.is_empty() {
-        let (segs, of, frozen) = pass_of(&rest);
-        let flat: Vec<f32> = rest
-            .iter()
-            .flat_map(|&g| delta[g].iter().copied())
-            .collect();
-        let e = tail.evaluate_groups(source, &segs, &of, Some(&frozen), &flat, false)?;
-        for (k, &g) in rest.iter().enumerate() {
-            let probs: Vec<f32> = e
-                .probs
-                .iter()
-                .zip(&of)
-                .filter(|(_, &o)| o == k)
-                .map(|(p, _)| *p)
-                .collect();
-            done[g] = Some(Evaluation {
-                loss: group_loss(&groups[g].segs, &probs),
-                probs,
-                grad: Vec::new(),
-                steps: opts.steps,
-            });
+    // The values that used every step (those still active, `pass` theirs): their
+    // evaluation at the last δ.
+    if active.iter().any(|&g| done[g].is_none()) {
+        let (segs, of, frozen) = &pass;
+        let e = tail.evaluate_groups(
+            source,
+            segs,
+            of,
+            Some(frozen),
+            &flat(&delta, &active),
+            false,
+        )?;
+        for (k, &g) in active.iter().enumerate() {
+            done[g] = Some(outcome(&e, of, k, g, opts.steps));
         }
     }
     delta

@@ -36,12 +36,35 @@ pub(crate) fn report_bytes(
     total: u64,
     finished: bool,
 ) {
+    report(handler, task, done, total, ProgressUnit::Bytes, finished)
+}
+
+/// Reports `done` of `total` items of `task` to `handler`, when one is installed (rows of an
+/// INSERT, facts scored, PATCH cells, a COMPILE's steps).
+pub(crate) fn report_items(
+    handler: Option<&ProgressHandler>,
+    task: &str,
+    done: u64,
+    total: u64,
+    finished: bool,
+) {
+    report(handler, task, done, total, ProgressUnit::Items, finished)
+}
+
+fn report(
+    handler: Option<&ProgressHandler>,
+    task: &str,
+    done: u64,
+    total: u64,
+    unit: ProgressUnit,
+    finished: bool,
+) {
     if let Some(h) = handler {
         h(&Progress {
             task: task.to_string(),
             done,
             total: Some(total),
-            unit: ProgressUnit::Bytes,
+            unit,
             finished,
         });
     }

@@ -39,10 +39,7 @@ fn column(rows: &Rows, name: &str) -> usize {
 }
 
 fn text(v: &Value) -> String {
-    match v {
-        Value::Text(s) => s.clone(),
-        other => other.to_string(),
-    }
+    v.to_string()
 }
 
 fn edge_count(c: &Connection) -> i64 {

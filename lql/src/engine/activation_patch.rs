@@ -25,7 +25,7 @@ use super::interp::{wrong_input, Cost};
 use super::trace::single_token;
 use super::{columns_of, Cx};
 use crate::error::{Error, Result};
-use crate::progress::{Progress, ProgressUnit};
+use crate::progress::report_items;
 use crate::rows::Rows;
 use crate::value::Value;
 
@@ -306,15 +306,13 @@ pub(crate) fn activation_patch(
     };
     let task = "PATCH cells".to_string();
     let report = |done: usize, finished: bool| {
-        if let Some(h) = cx.engine.progress.as_ref() {
-            h(&Progress {
-                task: task.clone(),
-                done: done as u64,
-                total: Some(cells.len() as u64),
-                unit: ProgressUnit::Items,
-                finished,
-            });
-        }
+        report_items(
+            cx.engine.progress.as_ref(),
+            &task,
+            done as u64,
+            cells.len() as u64,
+            finished,
+        )
     };
     report(0, false);
     let mut rows = Rows::new(columns_of(&lql_planner::statement_columns(cx.plan)));

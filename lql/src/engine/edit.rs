@@ -230,14 +230,14 @@ pub(crate) fn insert(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
     refuse_post_norm(cx)?;
     refuse_long_text(&plan.rows)?;
     let batch = plan.rows.len() > 1;
-    refuse_unusable_rows(cx, &plan.rows, batch, |n, row| {
+    let tokens = check_rows(cx, &plan.rows, batch, |n, row| {
         if batch {
             format!("row {} ({} → {})", n + 1, row.entity, row.target)
         } else {
             format!("the edge {} → {}", row.entity, row.target)
         }
     })?;
-    all_or_nothing(cx, |cx| insert_rows(cx, plan))
+    all_or_nothing(cx, |cx| insert_rows(cx, plan, &tokens))
 }
 
 /// Runs `work`, which adds edits; when it fails, every edit it added is taken back.
@@ -257,7 +257,9 @@ pub(crate) fn all_or_nothing<T>(
     done
 }
 
-fn insert_rows(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
+/// Writes the rows of `plan`, whose prompts' tokens and targets' first tokens are
+/// `tokens` ([`check_rows`]).
+fn insert_rows(cx: &mut Cx<'_>, plan: &InsertPlan, tokens: &[(Vec<u32>, u32)]) -> Result<Datum> {
     let layer = plan.settings.layer;
     let aim = plan.settings.alpha as f32;
     let subject = plan.settings.subject_layer;
@@ -271,18 +273,13 @@ fn insert_rows(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
     };
     for wave in waves(&plan.rows, joint) {
         cx.check_cancel()?;
-        let mut tokens = Vec::with_capacity(wave.len());
-        for &i in &wave {
-            tokens.push(edge_tokens(cx, &plan.rows[i], &prompts[i].0)?);
-        }
         // The wave's subject features go in first (the strength searches below must see
         // them), their values optimised together.
         let marks: Vec<Option<usize>> = match subject {
             Some(sl) => {
                 let rows: Vec<(&EdgeRow, &str, u32)> = wave
                     .iter()
-                    .zip(&tokens)
-                    .map(|(&i, t)| (&plan.rows[i], prompts[i].0.as_str(), t.1))
+                    .map(|&i| (&plan.rows[i], prompts[i].0.as_str(), tokens[i].1))
                     .collect();
                 subject::write_each(cx, plan, &rows, sl)?
             }
@@ -296,7 +293,7 @@ fn insert_rows(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
                 Some(at) => at,
                 None => bound_mut(cx)?.edits.target().len(),
             };
-            let (ids, target) = &tokens[k];
+            let (ids, target) = &tokens[i];
             let row = &plan.rows[i];
             strengths[i] = Some(edge_feature(
                 cx,
@@ -311,15 +308,13 @@ fn insert_rows(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
             )?);
             built += 1;
             if n > 1 {
-                if let Some(h) = &cx.engine.progress {
-                    h(&crate::progress::Progress {
-                        task: "INSERT".into(),
-                        done: built as u64,
-                        total: Some(n as u64),
-                        unit: crate::progress::ProgressUnit::Items,
-                        finished: built == n,
-                    });
-                }
+                crate::progress::report_items(
+                    cx.engine.progress.as_ref(),
+                    "INSERT",
+                    built as u64,
+                    n as u64,
+                    built == n,
+                );
             }
         }
     }
@@ -373,14 +368,16 @@ fn waves(rows: &[EdgeRow], joint: usize) -> Vec<Vec<usize>> {
 /// does: a target of only whitespace or one that tokenizes to nothing, a prompt that
 /// tokenizes to nothing, and — in a batch — a prompt that does not name its entity (a
 /// batch's rows are told apart by their entities: each row's key is contrasted with the
-/// prompt under the other rows' entities).
-pub(crate) fn refuse_unusable_rows(
+/// prompt under the other rows' entities). Returns each row's prompt tokens and the first
+/// token of its target (the one the edit acts on).
+pub(crate) fn check_rows(
     cx: &mut Cx<'_>,
     rows: &[EdgeRow],
     batch: bool,
     name: impl Fn(usize, &EdgeRow) -> String,
-) -> Result<()> {
+) -> Result<Vec<(Vec<u32>, u32)>> {
     let tok = cx.tokenizer()?;
+    let mut out = Vec::with_capacity(rows.len());
     for (n, row) in rows.iter().enumerate() {
         let (prompt, _) = edge_prompt(row);
         let refuse = |why: String| {
@@ -392,23 +389,25 @@ pub(crate) fn refuse_unusable_rows(
         if row.target.trim().is_empty() {
             return refuse("the target is empty".into());
         }
-        if tok.encode(&prompt, true)?.is_empty() {
+        let ids = tok.encode(&prompt, true)?;
+        if ids.is_empty() {
             return refuse("the prompt tokenizes to nothing".into());
         }
-        if tok
+        let Some(&target) = tok
             .encode(&continuation(&prompt, &row.target), false)?
-            .is_empty()
-        {
+            .first()
+        else {
             return refuse(format!("the target {:?} tokenizes to nothing", row.target));
-        }
+        };
         if batch && !prompt.contains(&row.entity) {
             return refuse(format!(
                 "the prompt {prompt:?} does not name the entity {:?}",
                 row.entity
             ));
         }
+        out.push((ids, target));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// An edge's texts are kept whole in a patch file, whose fields hold at most
@@ -432,23 +431,6 @@ pub(crate) fn refuse_long_text(rows: &[EdgeRow]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The prompt's tokens and the target's first token (the one the edit acts on).
-fn edge_tokens(cx: &mut Cx<'_>, row: &EdgeRow, prompt: &str) -> Result<(Vec<u32>, u32)> {
-    let tok = cx.tokenizer()?;
-    let ids = tok.encode(prompt, true)?;
-    if ids.is_empty() {
-        return Err(Error::semantic("the edge's prompt tokenizes to nothing"));
-    }
-    let cont = tok.encode(&continuation(prompt, &row.target), false)?;
-    let Some(&target) = cont.first() else {
-        return Err(Error::semantic(format!(
-            "target {:?} tokenizes to nothing",
-            row.target
-        )));
-    };
-    Ok((ids, target))
 }
 
 /// The edge's own feature at `layer` — the last-token hat, its strength measured so that the
@@ -963,10 +945,8 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let Datum::Table { columns, rows } = input else {
         return Err(Error::internal("edit input is not a table"));
     };
-    let pos = |n: &str| columns.iter().position(|c| c.name == n);
-    let (Some(li), Some(fi), Some(pi)) = (pos("layer"), pos("feature"), pos("patch")) else {
-        return Err(Error::internal("edges scan lacks layer/feature/patch"));
-    };
+    let pos = |n: &str| input_column(&columns, n, "edges");
+    let (li, fi, pi) = (pos("layer")?, pos("feature")?, pos("patch")?);
     let mut doomed: Vec<(usize, usize)> = Vec::new();
     let recording = cx.bound()?.edits.open.as_ref().map(|o| o.0.clone());
     for r in &rows {
@@ -1037,12 +1017,7 @@ pub(crate) fn update_edges(
         return Err(Error::internal("edit input is not a table"));
     };
     let pos = |n: &str| input_column(&columns, n, "edges");
-    let text = |r: &[Value], n: &str| -> Result<String> {
-        Ok(match &r[pos(n)?] {
-            Value::Text(s) => s.clone(),
-            other => other.to_string(),
-        })
-    };
+    let text = |r: &[Value], n: &str| -> Result<String> { Ok(r[pos(n)?].to_string()) };
     let mut new_rows = Vec::with_capacity(rows.len());
     for r in &rows {
         let mut row = EdgeRow {

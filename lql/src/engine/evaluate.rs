@@ -18,7 +18,7 @@ use super::datum::Datum;
 use super::facts::{self, Fact};
 use super::{edit, Cx};
 use crate::error::{Error, Result};
-use crate::progress::{Progress, ProgressUnit};
+use crate::progress::report_items;
 use crate::rows::Rows;
 use crate::value::Value;
 
@@ -92,6 +92,17 @@ struct Scored {
     batch: usize,
 }
 
+impl Scored {
+    /// The fact's scores at `stage` (after its batch is the end when there was one batch).
+    fn at(&self, stage: Stage) -> Option<&FactScores> {
+        match stage {
+            Stage::Before => Some(&self.before),
+            Stage::AfterBatch => self.after_batch.as_ref().or(self.last.as_ref()),
+            Stage::Final => self.last.as_ref(),
+        }
+    }
+}
+
 /// The stages a row reports.
 #[derive(Clone, Copy, PartialEq)]
 enum Stage {
@@ -133,7 +144,7 @@ pub(crate) fn evaluate(cx: &mut Cx<'_>, plan: &EvaluatePlan) -> Result<Datum> {
     let rows: Vec<EdgeRow> = facts.iter().map(Fact::edge_row).collect();
     let name = |n: usize, row: &EdgeRow| format!("fact {n} ({} → {})", row.entity, row.target);
     edit::refuse_long_text(&rows)?;
-    edit::refuse_unusable_rows(cx, &rows, true, name)?;
+    edit::check_rows(cx, &rows, true, name)?;
     let prepared = prepare(cx, &facts)?;
     edit::all_or_nothing(cx, |cx| run(cx, plan, &facts, &rows, &prepared))
 }
@@ -196,8 +207,9 @@ fn score_fact(exec: &Executor, p: &Prepared) -> Result<FactScores> {
     })
 }
 
-/// The next-token log-distribution after each unrelated prompt.
-fn unrelated(cx: &mut Cx<'_>, exec: &Executor) -> Result<Vec<Vec<f64>>> {
+/// The next-token log-distribution after each unrelated prompt, in the current state.
+fn unrelated(cx: &mut Cx<'_>) -> Result<Vec<Vec<f64>>> {
+    let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
     UNRELATED_PROMPTS
         .iter()
@@ -210,15 +222,13 @@ fn unrelated(cx: &mut Cx<'_>, exec: &Executor) -> Result<Vec<Vec<f64>>> {
 
 /// Reports `done` of `total` items of `task` to the connection's progress handler.
 fn report(cx: &Cx<'_>, task: &str, done: usize, total: usize) {
-    if let Some(h) = &cx.engine.progress {
-        h(&Progress {
-            task: format!("EVALUATE EDITS: {task}"),
-            done: done as u64,
-            total: Some(total as u64),
-            unit: ProgressUnit::Items,
-            finished: done == total,
-        });
-    }
+    report_items(
+        cx.engine.progress.as_ref(),
+        &format!("EVALUATE EDITS: {task}"),
+        done as u64,
+        total as u64,
+        done == total,
+    );
 }
 
 /// Scores the facts of `range` in the current state, reporting progress as `task`.
@@ -248,8 +258,7 @@ fn run(
 ) -> Result<Datum> {
     let n = facts.len();
     let before = score_range(cx, prepared, 0..n, "score before")?;
-    let exec = cx.executor()?;
-    let unrelated_before = unrelated(cx, &exec)?;
+    let unrelated_before = unrelated(cx)?;
     let size = plan.batch.unwrap_or(n).max(1);
     let batches: Vec<std::ops::Range<usize>> =
         (0..n).step_by(size).map(|s| s..(s + size).min(n)).collect();
@@ -291,8 +300,7 @@ fn run(
     for (s, f) in scored.iter_mut().zip(last) {
         s.last = Some(f);
     }
-    let exec = cx.executor()?;
-    let unrelated_kl: Vec<f64> = unrelated(cx, &exec)?
+    let unrelated_kl: Vec<f64> = unrelated(cx)?
         .iter()
         .zip(&unrelated_before)
         .map(|(now, was)| score::kl(was, now))
@@ -313,18 +321,14 @@ fn run(
     Ok(Datum::Rows(out))
 }
 
-/// The metrics of each fact at `stage` (after its batch is the end when there was one
-/// batch).
+/// The metrics of each fact at `stage`.
 fn metrics_at(scored: &[Scored], stage: Stage) -> Result<Vec<Metrics>> {
     scored
         .iter()
         .map(|s| {
-            let now = match stage {
-                Stage::Before => Some(&s.before),
-                Stage::AfterBatch => s.after_batch.as_ref().or(s.last.as_ref()),
-                Stage::Final => s.last.as_ref(),
-            };
-            let now = now.ok_or_else(|| Error::internal("a fact was not scored"))?;
+            let now = s
+                .at(stage)
+                .ok_or_else(|| Error::internal("a fact was not scored"))?;
             Ok(Metrics::of(now, &s.before))
         })
         .collect()
@@ -416,9 +420,9 @@ fn save(
             "target_new": f.target_new,
             "target_true": f.target_true,
             "batch": s.batch,
-            "before": s.before,
-            "after_batch": s.after_batch.as_ref().or(s.last.as_ref()),
-            "final": s.last,
+            "before": s.at(Stage::Before),
+            "after_batch": s.at(Stage::AfterBatch),
+            "final": s.at(Stage::Final),
         })).collect::<Vec<_>>(),
         "unrelated": UNRELATED_PROMPTS.iter().zip(unrelated_kl)
             .map(|(p, kl)| json!({"prompt": p, "kl": kl})).collect::<Vec<_>>(),

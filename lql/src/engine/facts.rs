@@ -50,18 +50,7 @@ impl Fact {
 
 /// Reads the facts of `path`, the first `limit` of them when given.
 pub(crate) fn read(path: &str, limit: Option<usize>) -> Result<Vec<Fact>> {
-    let p = Path::new(path);
-    let size = std::fs::metadata(p)
-        .map_err(|e| Error::io(format!("cannot read the fact file {path:?}: {e}")))?
-        .len();
-    if size > MAX_FILE_BYTES {
-        return Err(format_error(
-            path,
-            format!("is {size} bytes; a fact file holds at most {MAX_FILE_BYTES}"),
-        ));
-    }
-    let text = std::fs::read_to_string(p)
-        .map_err(|e| Error::io(format!("cannot read the fact file {path:?}: {e}")))?;
+    let text = lql_storage::fsutil::read_capped_text(Path::new(path), "fact file", MAX_FILE_BYTES)?;
     let doc: Json = serde_json::from_str(&text).map_err(|e| {
         format_error(
             path,

@@ -24,7 +24,7 @@ use lql_storage::{import, OperandSource};
 use super::datum::Datum;
 use super::Cx;
 use crate::error::{Error, Result};
-use crate::progress::{report_bytes, Progress, ProgressUnit};
+use crate::progress::{report_bytes, report_items};
 use crate::rows::Rows;
 use crate::value::Value;
 
@@ -216,16 +216,9 @@ pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let patches = state.applied_patches();
     let (format, tensors, bytes, gate) = match plan.target {
         CompileTarget::Gguf => {
+            let task = format!("compile {}", out.display());
             let report = |done: u64, finished: bool| {
-                if let Some(h) = &cx.engine.progress {
-                    h(&Progress {
-                        task: format!("compile {}", out.display()),
-                        done,
-                        total: Some(1),
-                        unit: ProgressUnit::Items,
-                        finished,
-                    });
-                }
+                report_items(cx.engine.progress.as_ref(), &task, done, 1, finished)
             };
             report(0, false);
             let r = export_gguf(state.as_ref(), &out, &identity)?;
@@ -517,15 +510,7 @@ pub(crate) fn compact(cx: &mut Cx<'_>, container: &str, into: Option<&str>) -> R
         return Err(Error::interrupted());
     }
     c::publish(&staged, into.map(Path::new))?;
-    if let Some(h) = &handler {
-        h(&Progress {
-            task,
-            done: 1,
-            total: Some(1),
-            unit: ProgressUnit::Items,
-            finished: true,
-        });
-    }
+    report_items(handler.as_ref(), &task, 1, 1, true);
     let mut rows = Rows::new(super::result_columns(cx.plan));
     for r in staged.rows {
         rows.push(vec![

@@ -96,11 +96,10 @@ fn contexts(cx: &mut Cx<'_>, prompt: &str, entity: &str) -> Result<Vec<Context>>
     Ok(out)
 }
 
-/// What one row's subject write needs before its value is optimised: the contexts, the
-/// optimisation's segments and scale, and the keys' rows.
+/// What one row's subject write needs besides its optimised value: the contexts and the
+/// keys' rows.
 struct Pending {
     ctxs: Vec<Context>,
-    group: grad::Group,
     mid: Vec<f32>,
     first: Vec<f32>,
 }
@@ -117,19 +116,18 @@ pub(super) fn write_each(
     layer: usize,
 ) -> Result<Vec<Option<usize>>> {
     let mut pending = Vec::with_capacity(rows.len());
+    let mut groups = Vec::with_capacity(rows.len());
     for &(row, prompt, target) in rows {
         cx.check_cancel()?;
-        pending.push(prepare(cx, row, prompt, target, layer)?);
+        pending.push(prepare(cx, row, prompt, target, layer)?.map(|(group, p)| {
+            groups.push(group);
+            p
+        }));
     }
-    let groups: Vec<grad::Group> = pending.iter().flatten().map(|p| p.group.clone()).collect();
     if groups.is_empty() {
         return Ok(vec![None; rows.len()]);
     }
-    let state = cx.bound()?.edits.state.clone();
-    let source: Arc<dyn lql_storage::OperandSource> = match &state {
-        Some(s) => s.clone(),
-        None => cx.bound()?.model().clone(),
-    };
+    let source = cx.browse_source()?;
     let tail = dense_tail(cx, layer + 1)?;
     let mut values =
         grad::optimise_each(&tail, source.as_ref(), &groups, grad::Optimise::default())?
@@ -151,15 +149,15 @@ pub(super) fn write_each(
     Ok(out)
 }
 
-/// The contexts, segments and key rows of `row`'s subject write (none when the prompt does
-/// not name the entity).
+/// The optimisation's segments and scale, and the contexts and key rows, of `row`'s subject
+/// write (none when the prompt does not name the entity).
 fn prepare(
     cx: &mut Cx<'_>,
     row: &EdgeRow,
     prompt: &str,
     target: u32,
     layer: usize,
-) -> Result<Option<Pending>> {
+) -> Result<Option<(grad::Group, Pending)>> {
     let ctxs = contexts(cx, prompt, &row.entity)?;
     if ctxs.is_empty() {
         return Ok(None);
@@ -211,12 +209,10 @@ fn prepare(
             weight: 1.0,
         });
     }
-    Ok(Some(Pending {
-        ctxs,
-        group: grad::Group { segs, norm },
-        mid,
-        first,
-    }))
+    Ok(Some((
+        grad::Group { segs, norm },
+        Pending { ctxs, mid, first },
+    )))
 }
 
 /// Adds `row`'s subject features, writing `delta`, gated on its keys (the caller rebuilds
@@ -233,7 +229,6 @@ fn finish(
         ctxs,
         mut mid,
         first,
-        ..
     } = pending;
     let exec = cx.executor()?;
     let d = exec.surface().hidden;

@@ -171,20 +171,22 @@ pub(crate) struct PromptTokens {
     pub target_true: Vec<u32>,
 }
 
-/// Log-softmax of `token` in `logits`, in f64.
-fn log_prob(logits: &Logits, token: u32) -> f64 {
+/// log Σ exp(logit), in f64.
+fn log_sum_exp(logits: &Logits) -> f64 {
     let v = &logits.values;
     let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = v.iter().map(|&x| (x as f64 - max).exp()).sum();
-    v[token as usize] as f64 - max - sum.ln()
+    max + v.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln()
+}
+
+/// Log-softmax of `token` in `logits`, in f64.
+fn log_prob(logits: &Logits, token: u32) -> f64 {
+    logits.values[token as usize] as f64 - log_sum_exp(logits)
 }
 
 /// The log-softmax of every token, in f64.
 pub(crate) fn log_softmax(logits: &Logits) -> Vec<f64> {
-    let v = &logits.values;
-    let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = max + v.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
-    v.iter().map(|&x| x as f64 - lse).collect()
+    let lse = log_sum_exp(logits);
+    logits.values.iter().map(|&x| x as f64 - lse).collect()
 }
 
 /// KL(p ‖ q) of two log-distributions, in nats.
