@@ -98,6 +98,8 @@ pub enum StatementKind {
     Insert(Insert),
     /// `EVALUATE EDITS FROM "facts" …`: inserts a fact set and scores it.
     EvaluateEdits(EvaluateEdits),
+    /// `ANALYZE FEATURES FROM "corpus" …`: corpus statistics of every feature.
+    AnalyzeFeatures(AnalyzeFeatures),
     Delete(Delete),
     Update(Update),
     /// `BEGIN PATCH "file"`
@@ -167,6 +169,7 @@ impl StatementKind {
             StatementKind::Patch(_) => "PATCH",
             StatementKind::Insert(_) => "INSERT",
             StatementKind::EvaluateEdits(_) => "EVALUATE EDITS",
+            StatementKind::AnalyzeFeatures(_) => "ANALYZE FEATURES",
             StatementKind::Delete(_) => "DELETE",
             StatementKind::Update(_) => "UPDATE",
             StatementKind::BeginPatch(_) => "BEGIN PATCH",
@@ -406,6 +409,10 @@ pub enum Table {
     /// Attention heads over a prompt (`WHERE prompt = '…'`): scores and direct logit
     /// contributions, one row per layer and head.
     Heads,
+    /// Top-activating contexts of features over an analysed corpus (`WHERE corpus = '…'`).
+    Contexts,
+    /// Activation histograms of features over an analysed corpus (`WHERE corpus = '…'`).
+    Histograms,
 }
 
 impl Table {
@@ -419,6 +426,8 @@ impl Table {
         Table::Routes,
         Table::Attention,
         Table::Heads,
+        Table::Contexts,
+        Table::Histograms,
     ];
     pub fn name(&self) -> &'static str {
         match self {
@@ -431,6 +440,8 @@ impl Table {
             Table::Routes => "routes",
             Table::Attention => "attention",
             Table::Heads => "heads",
+            Table::Contexts => "contexts",
+            Table::Histograms => "histograms",
         }
     }
 }
@@ -764,6 +775,16 @@ pub struct EvaluateEdits {
     pub alpha: Option<Spanned<f64>>,
     /// `SAVE "file"`: every scored prompt's token log-probabilities, as JSON.
     pub save: Option<Spanned<String>>,
+}
+
+/// `ANALYZE FEATURES FROM "corpus.txt" [LAYERS a-b] [TOP k]`
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AnalyzeFeatures {
+    /// The corpus: a text file, one document per line.
+    pub corpus: Spanned<String>,
+    pub layers: Option<Spanned<LayerSpec>>,
+    /// `TOP k`: contexts kept per feature.
+    pub top: Option<Spanned<i64>>,
 }
 
 /// `DELETE FROM table [WHERE expr]`
@@ -1577,6 +1598,11 @@ fields!(EvaluateEdits {
     alpha,
     save
 });
+fields!(AnalyzeFeatures {
+    corpus,
+    layers,
+    top
+});
 fields!(RunStage { input, into });
 fields!(InferFrom { file, top });
 fields!(Show {
@@ -1657,6 +1683,7 @@ impl SpanVisit for StatementKind {
             StatementKind::Patch(s) => s.visit_spans(f),
             StatementKind::Insert(s) => s.visit_spans(f),
             StatementKind::EvaluateEdits(s) => s.visit_spans(f),
+            StatementKind::AnalyzeFeatures(s) => s.visit_spans(f),
             StatementKind::Delete(s) => s.visit_spans(f),
             StatementKind::Update(s) => s.visit_spans(f),
             StatementKind::BeginPatch(s)

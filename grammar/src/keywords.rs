@@ -13,6 +13,7 @@ pub const STATEMENT_KEYWORDS: &[&str] = &[
     "PATCH",
     "INSERT",
     "EVALUATE",
+    "ANALYZE",
     "DELETE",
     "UPDATE",
     "BEGIN",
@@ -212,4 +213,6 @@ pub const KEYWORDS: &[&str] = &[
     "ROUTES",
     "ATTENTION",
     "HEADS",
+    "CONTEXTS",
+    "HISTOGRAMS",
 ];

@@ -714,6 +714,13 @@ impl Display for StatementKind {
                 opt_float(f, "ALPHA", &e.alpha)?;
                 opt_str(f, "SAVE", &e.save)
             }
+            StatementKind::AnalyzeFeatures(a) => {
+                write!(f, "ANALYZE FEATURES FROM {}", Q(&a.corpus.value))?;
+                if let Some(l) = &a.layers {
+                    write!(f, " LAYERS {}", l.value)?;
+                }
+                opt_int(f, "TOP", &a.top)
+            }
             StatementKind::Delete(d) => {
                 write!(f, "DELETE FROM {}", d.table.value)?;
                 filter(f, &d.filter)

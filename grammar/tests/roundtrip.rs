@@ -51,6 +51,13 @@ const EXAMPLES: &[&str] = &[
     "SELECT id FROM tokens WHERE text = 'it''s' OR text = \"say \"\"hi\"\"\"",
     // observe
     r#"TRACE "The capital of France is""#,
+    r#"ANALYZE FEATURES FROM "corpus.txt""#,
+    r#"ANALYZE FEATURES FROM "corpus.txt" LAYERS 20-22 TOP 10"#,
+    r#"analyze features from 'c.txt' top 5 layers all"#,
+    r#"EXPLAIN ANALYZE FEATURES FROM "corpus.txt""#,
+    r#"EXPLAIN ANALYZE ANALYZE FEATURES FROM "corpus.txt" TOP 2"#,
+    "SELECT rank, token FROM contexts WHERE corpus = 'c.txt' AND layer = 20 AND feature = 412",
+    "SELECT * FROM histograms WHERE corpus = 'c.txt' AND count > 0",
     r#"TRACE "The capital of France is" FOR "Paris" DECOMPOSE LAYERS 0-29 POSITIONS ALL SAVE "t.trace""#,
     r#"TRACE "p" POSITIONS LAST FOR " Paris""#,
     r#"PATCH "a b" FROM "a c""#,

@@ -17,6 +17,9 @@ type Result<T> = std::result::Result<T, PlanError>;
 pub const DEFAULT_INFER_TOP: usize = 5;
 /// Default number of features per layer for WALK.
 pub const DEFAULT_WALK_TOP: usize = 10;
+/// Contexts `ANALYZE FEATURES` keeps per feature by default, and at most.
+pub const DEFAULT_ANALYZE_TOP: usize = 20;
+pub const MAX_ANALYZE_TOP: usize = 100;
 /// Default MAX for GENERATE.
 pub const DEFAULT_MAX_TOKENS: usize = 64;
 /// Most nodes (columns, literals, operators) a WHERE clause may have.
@@ -82,6 +85,7 @@ impl Binder {
             K::Patch(p) => self.patch(p)?,
             K::Insert(i) => self.insert(i)?,
             K::EvaluateEdits(e) => self.evaluate_edits(e)?,
+            K::AnalyzeFeatures(a) => self.analyze_features(a)?,
             K::Delete(d) => self.delete(d)?,
             K::Update(u) => self.update(u)?,
             K::BeginPatch(p) => {
@@ -1190,6 +1194,23 @@ impl Binder {
         }))
     }
 
+    fn analyze_features(&self, a: &g::AnalyzeFeatures) -> Result<LogicalPlan> {
+        let m = self.browsable(self.stmt_span, "ANALYZE FEATURES")?;
+        let top = match &a.top {
+            Some(t) => positive(
+                t,
+                "TOP",
+                Some((MAX_ANALYZE_TOP, "the contexts a feature keeps")),
+            )?,
+            None => DEFAULT_ANALYZE_TOP,
+        };
+        Ok(LogicalPlan::AnalyzeFeatures(AnalyzePlan {
+            corpus: path(&a.corpus, "corpus file")?,
+            layers: self.layers(m, a.layers.as_ref())?,
+            top,
+        }))
+    }
+
     fn delete(&self, d: &g::Delete) -> Result<LogicalPlan> {
         self.model()?;
         let table = self.edit_table(&d.table, &[Table::Features, Table::Edges], "DELETE")?;
@@ -1363,11 +1384,19 @@ pub(crate) fn pushdown(
         int_domain(f, col, 0, max as i64)
             .map(|v| v.into_iter().map(|x| x as usize).collect::<Vec<_>>())
     };
+    let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
+    let features = domain("feature", m.ffn.saturating_sub(1));
+    if matches!(table, Table::Contexts | Table::Histograms) {
+        // Corpus statistics are read feature by feature: the scan reads only these.
+        return ScanSpec {
+            layers,
+            features,
+            ..ScanSpec::full()
+        };
+    }
     if table != Table::Features {
         return ScanSpec::full();
     }
-    let layers = domain("layer", hi).map(|v| v.into_iter().filter(|&l| l >= lo).collect());
-    let features = domain("feature", m.ffn.saturating_sub(1));
     let is_label = |c: &String| LABEL_COLUMNS.contains(&c.to_ascii_lowercase().as_str());
     let mut label_set = LabelSet::default();
     for c in early.iter().chain(late) {
@@ -1413,6 +1442,7 @@ pub(crate) fn pushdown(
         estimate,
         prompt: None,
         token: None,
+        corpus: None,
         limit: None,
     }
 }

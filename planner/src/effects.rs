@@ -18,7 +18,7 @@
 
 use crate::logical::{
     BindTarget, ExplainMode, LogicalPlan, ModelRef, SelectSource, ShowWhat, StageInput,
-    SteeringPlan, SteeringPlanSource,
+    SteeringPlan, SteeringPlanSource, SESSION_PATCH,
 };
 
 /// A file a statement reads or writes.
@@ -309,6 +309,9 @@ pub fn effects(plan: &LogicalPlan) -> Effects {
             )),
             None => long(state(StateChange::Edits, model_read())),
         },
+        // The statistics go to the model's cache folder (like downloaded models), not to a
+        // path the statement names.
+        LogicalPlan::AnalyzeFeatures(a) => long(model_read().union(reading([a.corpus.clone()]))),
         LogicalPlan::EvaluateEdits(e) => {
             let read = model_read().union(reading([e.facts.clone()]));
             let e = match &e.save {
@@ -326,6 +329,10 @@ pub fn effects(plan: &LogicalPlan) -> Effects {
             writing(state(StateChange::Recording, model_read()), path(p))
         }
         LogicalPlan::SavePatch => writing(model_read(), FileRef::RecordedPatch),
+        // `REMOVE PATCH "(session)"` ends the session's unsaved edits: no file is named.
+        LogicalPlan::RemovePatch { path: p } if p == SESSION_PATCH => {
+            state(StateChange::PatchStack, model_read())
+        }
         LogicalPlan::ApplyPatch { path: p } | LogicalPlan::RemovePatch { path: p } => state(
             StateChange::PatchStack,
             model_read().union(reading([p.clone()])),

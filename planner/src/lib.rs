@@ -37,9 +37,9 @@ mod typecheck;
 mod unbuilt;
 
 pub use bind::{
-    bind, bind_steering, default_edit_layer, DEFAULT_ALPHA, DEFAULT_EDIT_LAYER_FRACTION,
-    DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP, MAX_FEATURE_SCALE, MAX_WHERE_NODES,
-    SUBJECT_LAYER_FRACTION,
+    bind, bind_steering, default_edit_layer, DEFAULT_ALPHA, DEFAULT_ANALYZE_TOP,
+    DEFAULT_EDIT_LAYER_FRACTION, DEFAULT_INFER_TOP, DEFAULT_MAX_TOKENS, DEFAULT_WALK_TOP,
+    MAX_ANALYZE_TOP, MAX_FEATURE_SCALE, MAX_WHERE_NODES, SUBJECT_LAYER_FRACTION,
 };
 pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
 pub use effects::{effects, steering_effects, Effects, FileRef, StateChange};
@@ -47,7 +47,7 @@ pub use error::{PlanError, PlanErrorCode, PlanErrorKind};
 pub use logical::*;
 pub use physical::{lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode, TextRole};
 pub use schema::{
-    evaluate_edits_columns, show_columns, statement_columns, table_columns, table_requires,
-    ColumnDef, ColumnType, QUERYABLE_TABLES,
+    analyze_features_columns, evaluate_edits_columns, show_columns, statement_columns,
+    table_columns, table_requires, ColumnDef, ColumnType, QUERYABLE_TABLES,
 };
 pub use unbuilt::check_built;

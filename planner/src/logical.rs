@@ -230,6 +230,9 @@ pub struct LabelSet {
     pub top_token_id: bool,
     pub c_score: bool,
     pub down_tokens: bool,
+    /// The hidden columns `gate_tokens` and `up_tokens` (filled when named).
+    pub gate_tokens: bool,
+    pub up_tokens: bool,
 }
 
 impl LabelSet {
@@ -239,6 +242,8 @@ impl LabelSet {
         top_token_id: true,
         c_score: true,
         down_tokens: true,
+        gate_tokens: false,
+        up_tokens: false,
     };
 
     /// Adds the label column `name` (case-insensitive); other names are ignored.
@@ -248,6 +253,8 @@ impl LabelSet {
             "top_token_id" => self.top_token_id = true,
             "c_score" => self.c_score = true,
             "down_tokens" => self.down_tokens = true,
+            "gate_tokens" => self.gate_tokens = true,
+            "up_tokens" => self.up_tokens = true,
             _ => {}
         }
     }
@@ -288,6 +295,8 @@ pub struct ScanSpec {
     /// The token a `heads` scan attributes to (from `WHERE token = '…'`; default: the
     /// prompt's top prediction).
     pub token: Option<String>,
+    /// The analysed corpus a `contexts` or `histograms` scan reads (`WHERE corpus = '…'`).
+    pub corpus: Option<String>,
     /// The scan may stop after this many rows (LIMIT + OFFSET of a statement that neither
     /// filters, sorts, groups nor drops duplicates first).
     pub limit: Option<usize>,
@@ -304,6 +313,7 @@ impl ScanSpec {
             estimate: None,
             prompt: None,
             token: None,
+            corpus: None,
             limit: None,
         }
     }
@@ -576,6 +586,21 @@ pub struct EvaluatePlan {
     pub save: Option<String>,
 }
 
+/// The name of a connection's unsaved edits in the patch stack (`REMOVE PATCH "(session)"`).
+pub const SESSION_PATCH: &str = "(session)";
+
+/// `ANALYZE FEATURES`: every feature of `layers` run over a corpus, its top contexts and
+/// activation histogram stored per model.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AnalyzePlan {
+    /// The corpus file (one document per line).
+    pub corpus: String,
+    /// The layers analysed.
+    pub layers: LayerRange,
+    /// Contexts kept per feature.
+    pub top: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct DeletePlan {
     pub table: Table,
@@ -668,6 +693,7 @@ pub enum LogicalPlan {
     Patch(PatchPlan),
     Insert(InsertPlan),
     EvaluateEdits(EvaluatePlan),
+    AnalyzeFeatures(AnalyzePlan),
     Delete(DeletePlan),
     Update(UpdatePlan),
     BeginPatch {
@@ -782,6 +808,7 @@ impl LogicalPlan {
             LogicalPlan::Patch(_) => "PATCH",
             LogicalPlan::Insert(_) => "INSERT",
             LogicalPlan::EvaluateEdits(_) => "EVALUATE EDITS",
+            LogicalPlan::AnalyzeFeatures(_) => "ANALYZE FEATURES",
             LogicalPlan::Delete(_) => "DELETE",
             LogicalPlan::Update(_) => "UPDATE",
             LogicalPlan::BeginPatch { .. } => "BEGIN PATCH",

@@ -163,6 +163,8 @@ pub enum Operator {
         prompt: Option<String>,
         /// The token a `heads` scan attributes to.
         token: Option<String>,
+        /// The analysed corpus a `contexts` or `histograms` scan reads.
+        corpus: Option<String>,
         /// The scan stops after this many rows (a LIMIT nothing before it narrows).
         limit: Option<usize>,
     },
@@ -217,6 +219,9 @@ pub enum Operator {
     OverlayInsert(InsertPlan),
     /// Insert a fact set batch by batch and score it (EVALUATE EDITS).
     EvaluateEdits(EvaluatePlan),
+    /// Run the model over a corpus and store every feature's top contexts and activation
+    /// histogram (ANALYZE FEATURES).
+    AnalyzeFeatures(AnalyzePlan),
     OverlayDelete {
         table: Table,
     },
@@ -584,6 +589,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
         }
         LogicalPlan::Insert(i) => vec![O::OverlayInsert(i.clone())],
         LogicalPlan::EvaluateEdits(e) => vec![O::EvaluateEdits(e.clone())],
+        LogicalPlan::AnalyzeFeatures(a) => vec![O::AnalyzeFeatures(a.clone())],
         LogicalPlan::Delete(d) => vec![
             table_scan(d.table, &ScanSpec::full()),
             O::Filter {
@@ -853,6 +859,7 @@ fn table_scan(table: Table, scan: &ScanSpec) -> Operator {
         estimate: scan.estimate,
         prompt: scan.prompt.clone(),
         token: scan.token.clone(),
+        corpus: scan.corpus.clone(),
         limit: scan.limit,
     }
 }
@@ -1117,12 +1124,16 @@ impl fmt::Display for Operator {
                 estimate,
                 prompt,
                 token,
+                corpus,
                 limit,
                 ..
             } => {
                 write!(f, "TableScan {table}")?;
                 if let Some(p) = prompt {
                     write!(f, " prompt={}", quote(p))?;
+                }
+                if let Some(c) = corpus {
+                    write!(f, " corpus={}", quote(c))?;
                 }
                 if let Some(t) = token {
                     write!(f, " token={}", quote(t))?;
@@ -1215,6 +1226,13 @@ impl fmt::Display for Operator {
                 }
                 Ok(())
             }
+            O::AnalyzeFeatures(a) => write!(
+                f,
+                "AnalyzeFeatures corpus={} layers={} top={}",
+                quote(&a.corpus),
+                a.layers,
+                a.top
+            ),
             O::EvaluateEdits(e) => {
                 write!(f, "EvaluateEdits facts={}", quote(&e.facts))?;
                 match e.batch {

@@ -52,7 +52,7 @@ impl Scope {
                 relation: relation.clone(),
                 base: c.name.clone(),
                 unqualified: true,
-                star: true,
+                star: !c.hidden,
             })
             .collect();
         Scope {
@@ -297,14 +297,7 @@ fn join(
                     Some(r) if c.name == o.base => format!("{r}.{}", o.base),
                     _ => c.name.clone(),
                 };
-                (
-                    ColumnDef {
-                        name,
-                        ty: c.ty,
-                        meaning: c.meaning,
-                    },
-                    o.clone(),
-                )
+                (ColumnDef { name, ..c.clone() }, o.clone())
             })
             .collect()
     };

@@ -40,6 +40,9 @@ pub struct ColumnDef {
     pub name: String,
     pub ty: ColumnType,
     pub meaning: &'static str,
+    /// A hidden column (SQLite's term): read when a statement names it, left out of
+    /// `SELECT *` (it costs work every row would pay for).
+    pub hidden: bool,
 }
 
 impl ColumnDef {
@@ -48,7 +51,14 @@ impl ColumnDef {
             name: name.to_string(),
             ty,
             meaning: "",
+            hidden: false,
         }
+    }
+
+    /// The column with its meaning.
+    pub fn meaning(mut self, meaning: &'static str) -> Self {
+        self.meaning = meaning;
+        self
     }
 }
 
@@ -56,11 +66,7 @@ type Spec = &'static [(&'static str, ColumnType, &'static str)];
 
 fn defs(spec: Spec) -> Vec<ColumnDef> {
     spec.iter()
-        .map(|(n, t, m)| ColumnDef {
-            name: n.to_string(),
-            ty: *t,
-            meaning: m,
-        })
+        .map(|(n, t, m)| ColumnDef::new(n, *t).meaning(m))
         .collect()
 }
 
@@ -89,6 +95,19 @@ const FEATURES: Spec = &[
         "expert",
         Int,
         "the feature's expert on a mixture-of-experts layer (-1: the shared expert; feature is numbered v1-flattened within the layer: expert e's row r is e × ffn + r, the shared expert's rows last); NULL on a dense FFN",
+    ),
+];
+/// Hidden columns of `features`: read only when named (each costs an unembedding product).
+const FEATURES_HIDDEN: Spec = &[
+    (
+        "gate_tokens",
+        List,
+        "hidden (named, never in SELECT *): the five tokens nearest the feature's gate row through the unembedding: what it reads",
+    ),
+    (
+        "up_tokens",
+        List,
+        "hidden (named, never in SELECT *): the five tokens nearest the feature's up row through the unembedding",
     ),
 ];
 const LAYERS: Spec = &[
@@ -161,6 +180,64 @@ const HEADS: Spec = &[
         Float,
         "mean weight on the position right after an earlier occurrence of the query's token (NULL when none); high on a repeated sequence for induction heads",
     ),
+];
+const CONTEXTS: Spec = &[
+    (
+        "corpus",
+        Text,
+        "the analysed corpus file (WHERE corpus = '…' chooses it; required; ANALYZE FEATURES FROM it first)",
+    ),
+    ("layer", Int, "layer of the feature"),
+    ("feature", Int, "feature index"),
+    ("rank", Int, "1 for the context where the feature is most active"),
+    (
+        "activation",
+        Float,
+        "the feature's largest activation (act(gate) · up) in the context",
+    ),
+    ("document", Int, "the document: its line number in the corpus file (1-based)"),
+    ("position", Int, "the token position of that activation in the document"),
+    ("token", Text, "the token at that position"),
+    ("before", Text, "the text of up to 12 tokens before it"),
+    ("after", Text, "the text of up to 6 tokens after it"),
+];
+const HISTOGRAMS: Spec = &[
+    (
+        "corpus",
+        Text,
+        "the analysed corpus file (WHERE corpus = '…' chooses it; required; ANALYZE FEATURES FROM it first)",
+    ),
+    ("layer", Int, "layer of the feature"),
+    ("feature", Int, "feature index"),
+    ("bin", Int, "bin index: negative magnitudes first, the zero bin, then positive"),
+    ("lo", Float, "the bin's lower bound (two bins per octave of |activation|)"),
+    ("hi", Float, "the bin's upper bound (exclusive)"),
+    ("count", Int, "positions of the corpus whose activation falls in the bin"),
+];
+const ANALYZE_FEATURES: Spec = &[
+    ("corpus", Text, "the corpus file"),
+    ("corpus_sha256", Text, "sha256 of the corpus file"),
+    ("documents", Int, "documents (non-empty lines) analysed"),
+    (
+        "contexts",
+        Int,
+        "contexts run (a long document runs as several)",
+    ),
+    ("tokens", Int, "document tokens observed"),
+    ("layers", Int, "layers analysed"),
+    ("features", Int, "features analysed"),
+    ("top", Int, "contexts kept per feature"),
+    (
+        "seconds",
+        Float,
+        "seconds the analysis took (when it was computed)",
+    ),
+    (
+        "reused",
+        Bool,
+        "true when the statistics were already stored and were not computed again",
+    ),
+    ("stats", Text, "the stored statistics file"),
 ];
 const ROUTES: Spec = &[
     (
@@ -297,7 +374,7 @@ const PATCHES: Spec = &[
 
 /// The virtual tables that answer `SELECT`, in the order `SHOW TABLES` lists them
 /// (`routes` only on a model with a router: see [`table_requires`]).
-pub const QUERYABLE_TABLES: [Table; 8] = [
+pub const QUERYABLE_TABLES: [Table; 10] = [
     Table::Features,
     Table::Layers,
     Table::Tokens,
@@ -306,6 +383,8 @@ pub const QUERYABLE_TABLES: [Table; 8] = [
     Table::Routes,
     Table::Attention,
     Table::Heads,
+    Table::Contexts,
+    Table::Histograms,
 ];
 
 /// The predicate a table's SELECT needs before it can answer, or `None` when `SELECT *`
@@ -314,6 +393,9 @@ pub fn table_requires(table: Table) -> Option<&'static str> {
     match table {
         Table::Routes => Some("WHERE prompt = '…' (a mixture-of-experts model)"),
         Table::Attention | Table::Heads => Some("WHERE prompt = '…'"),
+        Table::Contexts | Table::Histograms => {
+            Some("WHERE corpus = '…' (ANALYZE FEATURES FROM it first)")
+        }
         _ => None,
     }
 }
@@ -321,7 +403,15 @@ pub fn table_requires(table: Table) -> Option<&'static str> {
 /// The columns of a virtual table, or `None` for a table that does not answer SELECT yet.
 pub fn table_columns(table: Table) -> Option<Vec<ColumnDef>> {
     Some(defs(match table {
-        Table::Features => FEATURES,
+        Table::Features => {
+            let mut c = defs(FEATURES);
+            c.extend(
+                defs(FEATURES_HIDDEN)
+                    .into_iter()
+                    .map(|d| ColumnDef { hidden: true, ..d }),
+            );
+            return Some(c);
+        }
         Table::Layers => LAYERS,
         Table::Tokens => TOKENS,
         Table::Tensors => TENSORS,
@@ -329,6 +419,8 @@ pub fn table_columns(table: Table) -> Option<Vec<ColumnDef>> {
         Table::Routes => ROUTES,
         Table::Attention => ATTENTION,
         Table::Heads => HEADS,
+        Table::Contexts => CONTEXTS,
+        Table::Histograms => HISTOGRAMS,
         Table::Representations => return None,
     }))
 }
@@ -902,12 +994,13 @@ pub fn trace_columns(t: &TracePlan) -> Vec<ColumnDef> {
         ]);
     }
     spec.into_iter()
-        .map(|(n, t, m)| ColumnDef {
-            name: n.to_string(),
-            ty: t,
-            meaning: m,
-        })
+        .map(|(n, t, m)| ColumnDef::new(n, t).meaning(m))
         .collect()
+}
+
+/// The columns of `ANALYZE FEATURES`.
+pub fn analyze_features_columns() -> Vec<ColumnDef> {
+    defs(ANALYZE_FEATURES)
 }
 
 /// The columns of `EVALUATE EDITS`.
@@ -953,6 +1046,7 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
             _ => defs(PLAN),
         },
         LogicalPlan::EvaluateEdits(_) => evaluate_edits_columns(),
+        LogicalPlan::AnalyzeFeatures(_) => analyze_features_columns(),
         LogicalPlan::Insert(_)
         | LogicalPlan::Delete(_)
         | LogicalPlan::Update(_)
@@ -1091,6 +1185,9 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
         d("EVALUATE EDITS", r#"EVALUATE EDITS FROM "facts.json" [SEQUENTIAL BATCH n] [PER FACT] [LIMIT n] [AT LAYER n] [ALPHA a] [SAVE "scores.json"]"#,
           "Inserts a fact set (CounterFact records or LQL's fact files) into the connection's edits — all in one batch, or n at a time with SEQUENTIAL BATCH — and scores it before, right after each fact's batch and at the end, by ROME's definitions (efficacy, paraphrase, neighbourhood and their magnitudes) and EasyEdit's accuracies, with the KL divergence over unrelated prompts. Every fact is checked before anything is inserted. One row per scope and stage; PER FACT adds a row per fact and stage; SAVE writes every scored prompt's token log-probabilities and top-1 tokens as JSON (docs/editing.md). The edits stay in force (REMOVE PATCH \"(session)\" drops them).".into(),
           r#"EVALUATE EDITS FROM "facts.json" SEQUENTIAL BATCH 10"#, OfExample),
+        d("ANALYZE FEATURES", r#"ANALYZE FEATURES FROM "corpus.txt" [LAYERS a-b] [TOP k]"#,
+          format!("Runs the model over a corpus (a text file, one document per line, each run in contexts of up to 128 tokens) and stores, for every feature of the layers (default all), its top-activating contexts (TOP k per feature, default {}, at most {}) and the histogram of its activations at every token; the tables `contexts` and `histograms` read them (`WHERE corpus = '…'`). Stored once per model and corpus in LQL's folder (`feature-stats/`); run again on an unchanged corpus it reuses them (`reused`). Dense FFN layers of the model itself: refused while patches or steering are in force (docs/workbench.md).", crate::bind::DEFAULT_ANALYZE_TOP, crate::bind::MAX_ANALYZE_TOP),
+          r#"ANALYZE FEATURES FROM "corpus.txt" LAYERS 20-22"#, OfExample),
         d("DELETE", "DELETE FROM table [WHERE expr]", "Removes rows through the overlay.".into(),
           "DELETE FROM edges WHERE entity = 'A'", OfExample),
         d("UPDATE", "UPDATE table SET column = value, … [WHERE expr]", "Changes rows through the overlay.".into(),

@@ -199,24 +199,30 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
             let m = b.model()?;
             let table = *table;
             *scan = pushdown(m, table, filter.as_ref(), &early, &late);
-            if matches!(
-                table,
-                g::Table::Routes | g::Table::Attention | g::Table::Heads
-            ) {
-                scan.prompt = Some(
-                    filter
-                        .as_ref()
-                        .and_then(|f| crate::pushdown::text_equal(f, "prompt"))
-                        .ok_or_else(|| {
-                            PlanError::semantic(
-                                format!(
-                                    "SELECT FROM {} runs a prompt: add WHERE prompt = '…'",
-                                    table.name()
-                                ),
-                                s.from.as_ref().map_or(s.columns.span, |f| f.span()),
+            if let Some((does, column)) = scan_input(table) {
+                let value = filter
+                    .as_ref()
+                    .and_then(|f| crate::pushdown::text_equal(f, column))
+                    .ok_or_else(|| {
+                        let e = PlanError::semantic(
+                            format!(
+                                "SELECT FROM {} {does}: add WHERE {column} = '…'",
+                                table.name()
+                            ),
+                            s.from.as_ref().map_or(s.columns.span, |f| f.span()),
+                        );
+                        if column == "corpus" {
+                            e.with_help(
+                                "compute its statistics once: ANALYZE FEATURES FROM \"corpus.txt\"",
                             )
-                        })?,
-                );
+                        } else {
+                            e
+                        }
+                    })?;
+                match column {
+                    "corpus" => scan.corpus = Some(value),
+                    _ => scan.prompt = Some(value),
+                }
             }
             if table == g::Table::Heads {
                 scan.token = filter
@@ -281,6 +287,20 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
     })))
 }
 
+/// What a table's scan needs from WHERE before it can answer: what it does with it, and
+/// the column (`WHERE column = '…'`); `None` for tables that answer as they are.
+fn scan_input(table: g::Table) -> Option<(&'static str, &'static str)> {
+    match table {
+        g::Table::Routes | g::Table::Attention | g::Table::Heads => {
+            Some(("runs a prompt", "prompt"))
+        }
+        g::Table::Contexts | g::Table::Histograms => {
+            Some(("reads a corpus's statistics", "corpus"))
+        }
+        _ => None,
+    }
+}
+
 /// A join's tables and where their columns sit among the join's (`relation.column`).
 struct JoinScan<'a> {
     /// The join's columns, in order (each table's are a contiguous run).
@@ -313,19 +333,13 @@ fn scan_join_tables(
             scan_join_tables(b, right, js, pushable && !left_join, s)
         }
         SelectSource::Table { table, scan } => {
-            if matches!(
-                table,
-                g::Table::Routes | g::Table::Attention | g::Table::Heads
-            ) {
+            if let Some((does, column)) = scan_input(*table) {
                 return Err(PlanError::semantic(
-                    format!(
-                        "{} runs a prompt and cannot be joined as a table",
-                        table.name()
-                    ),
+                    format!("{} {does} and cannot be joined as a table", table.name()),
                     s.from.as_ref().map_or(s.columns.span, |f| f.span()),
                 )
                 .with_help(format!(
-                    "join a subquery instead: (SELECT * FROM {} WHERE prompt = '…') AS {}",
+                    "join a subquery instead: (SELECT * FROM {} WHERE {column} = '…') AS {}",
                     table.name(),
                     &table.name()[..1]
                 )));
@@ -417,11 +431,7 @@ fn output_column(name: &str, ty: ColumnType, e: &Expr, input: &[ColumnDef]) -> C
         ExprKind::Aggregate { .. } => "an aggregate",
         _ => "a computed value",
     };
-    ColumnDef {
-        name: name.to_string(),
-        ty,
-        meaning,
-    }
+    ColumnDef::new(name, ty).meaning(meaning)
 }
 
 fn check_sort_types(keys: &[SortKey], cols: &[ColumnDef]) -> Result<()> {
@@ -538,11 +548,7 @@ fn bind_aggregate(
             return Err(PlanError::semantic("cannot GROUP BY a list column", k.span));
         }
         columns_in(&e, early);
-        columns.push(ColumnDef {
-            name: output_name(&e, None),
-            ty,
-            meaning: "a GROUP BY key",
-        });
+        columns.push(ColumnDef::new(&output_name(&e, None), ty).meaning("a GROUP BY key"));
         keys.push(e);
     }
     // Every aggregate call of the items, HAVING and ORDER BY, once each.
@@ -592,11 +598,7 @@ fn bind_aggregate(
                 }
                 match expr_type(x, schema) {
                     Ok(ty) => {
-                        call_cols.push(ColumnDef {
-                            name,
-                            ty,
-                            meaning: "an aggregate",
-                        });
+                        call_cols.push(ColumnDef::new(&name, ty).meaning("an aggregate"));
                         calls.push(AggCall {
                             func: *func,
                             arg: arg.as_deref().cloned(),

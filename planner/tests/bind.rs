@@ -447,25 +447,25 @@ fn every_schema_comes_from_the_planner() {
             .contains("not supported yet: SELECT FROM representations"),
         "{e:?}"
     );
-    assert!(e
-        .help
-        .as_deref()
-        .unwrap_or("")
-        .contains("features, layers, tokens, tensors, edges, routes, attention, heads"));
+    assert!(e.help.as_deref().unwrap_or("").contains(
+        "features, layers, tokens, tensors, edges, routes, attention, heads, contexts, histograms"
+    ));
     for t in QUERYABLE_TABLES {
         let cols = table_columns(t).unwrap();
         // `routes` runs a prompt, which WHERE names.
-        let filter = if matches!(t, Table::Routes | Table::Attention | Table::Heads) {
-            " WHERE prompt = 'x'"
-        } else {
-            ""
+        let filter = match t {
+            Table::Routes | Table::Attention | Table::Heads => " WHERE prompt = 'x'",
+            Table::Contexts | Table::Histograms => " WHERE corpus = 'c.txt'",
+            _ => "",
         };
         let LogicalPlan::Select(s) = plan(&format!("SELECT * FROM {}{filter}", t.name()), &m)
         else {
             panic!()
         };
-        assert_eq!(s.columns, cols);
-        assert_eq!(statement_columns(&LogicalPlan::Select(s)), cols);
+        // `SELECT *` shows every column but the hidden ones.
+        let shown: Vec<_> = cols.iter().filter(|c| !c.hidden).cloned().collect();
+        assert_eq!(s.columns, shown);
+        assert_eq!(statement_columns(&LogicalPlan::Select(s)), shown);
         assert!(
             cols.iter().all(|c| !c.meaning.is_empty()),
             "{t:?} documents its columns"

@@ -148,7 +148,7 @@ fn tables_and_schema_list_what_answers() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        "features  layers  tokens  tensors  edges  attention  heads\n"
+        "features  layers  tokens  tensors  edges  attention  heads  contexts  histograms\n"
     );
     // `routes` answers only on a model with a router: the schema source still has it.
     let o = lql(&[MODEL, ".schema routes"]);
@@ -164,7 +164,7 @@ fn tables_and_schema_list_what_answers() {
          gate_encoding TEXT,\n  bytes INTEGER\n);\n"
     );
     let o = lql(&[MODEL, ".schema"]);
-    assert_eq!(stdout(&o).matches("CREATE TABLE").count(), 7);
+    assert_eq!(stdout(&o).matches("CREATE TABLE").count(), 9);
     // A table that does not answer is an error naming it; no model is one too.
     let o = lql(&[MODEL, ".schema nosuch"]);
     assert_eq!(o.status.code(), Some(1));

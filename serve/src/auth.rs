@@ -1,4 +1,5 @@
-//! `--api-key`: every route but `/health` needs `Authorization: Bearer KEY` (401 with the
+//! `--api-key`: every route but `/health` and the workbench's page and assets (which hold
+//! no model data; the page asks for the key) needs `Authorization: Bearer KEY` (401 with the
 //! standard error shape otherwise). Keys are compared in constant time.
 
 use std::sync::Arc;
@@ -23,7 +24,8 @@ pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next:
     let Some(key) = &state.config.api_key else {
         return next.run(req).await;
     };
-    if req.uri().path() == "/health" {
+    let path = req.uri().path();
+    if path == "/health" || (state.config.ui && crate::ui::is_public(path)) {
         return next.run(req).await;
     }
     let given = req

@@ -38,6 +38,8 @@ pub struct Config {
     /// Refuse every statement that writes files or edits the model state over `/v1/lql`
     /// (`LQL-E0204`), even session edits; cannot be combined with `allow_writes`.
     pub read_only: bool,
+    /// Serve the browser workbench at `/` (`--no-ui` turns it off).
+    pub ui: bool,
     /// The model's name to clients (`/v1/models` ids, `/health`, responses' `model`);
     /// `None`: [`Config::model_alias`]'s default. The path itself is never shown.
     pub alias: Option<String>,
@@ -83,6 +85,7 @@ impl Config {
             threads: 0,
             offline: false,
             read_only: false,
+            ui: true,
             alias: None,
             max_connections: 512,
             header_timeout_s: 10,

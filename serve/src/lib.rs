@@ -38,6 +38,7 @@ pub mod sse;
 pub mod state;
 pub mod template;
 pub mod tools;
+pub mod ui;
 pub mod wire;
 
 pub use config::Config;

@@ -136,6 +136,11 @@ async fn not_found() -> Response {
 /// Every route of the server.
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body_bytes;
+    let ui = if state.config.ui {
+        crate::ui::routes()
+    } else {
+        Router::new()
+    };
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -150,6 +155,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v1/lql",
             post(crate::lql_http::post).get(crate::lql_http::get),
         )
+        .merge(ui)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// Refuse statements that write files or edit the model over /v1/lql (LQL-E0204)
     #[arg(long, conflicts_with = "allow_writes")]
     pub read_only: bool,
+    /// Serve no workbench: `/` and the browser UI's routes answer 404
+    #[arg(long)]
+    pub no_ui: bool,
     /// The model's name in /v1/models, /health and responses (default: the file's stem,
     /// or the catalogue name)
     #[arg(long)]
@@ -105,6 +108,7 @@ impl ServeArgs {
         c.shutdown_grace_s = self.shutdown_grace;
         c.offline = self.offline;
         c.read_only = self.read_only;
+        c.ui = !self.no_ui;
         c.alias = self.alias.clone().filter(|a| !a.trim().is_empty());
         c.max_connections = self.max_connections.max(1);
         c.max_sessions = self.max_sessions.max(1);

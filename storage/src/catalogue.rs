@@ -217,13 +217,18 @@ impl CatalogueOptions {
     }
 }
 
-/// The cache folder from the environment.
+/// The model cache folder from the environment (`models` under [`home_dir`]).
 pub fn cache_dir() -> Result<PathBuf> {
+    Ok(home_dir()?.join("models"))
+}
+
+/// LQL's own folder: `$LQL_HOME`, else `~/.cache/lql` (the model cache, corpus statistics).
+pub fn home_dir() -> Result<PathBuf> {
     if let Some(h) = std::env::var_os("LQL_HOME").filter(|h| !h.is_empty()) {
-        return Ok(PathBuf::from(h).join("models"));
+        return Ok(PathBuf::from(h));
     }
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        Some(h) => Ok(PathBuf::from(h).join(".cache").join("lql").join("models")),
+        Some(h) => Ok(PathBuf::from(h).join(".cache").join("lql")),
         None => Err(StorageError::Invalid(
             "cannot locate the model cache: neither LQL_HOME nor HOME is set".into(),
         )),

@@ -19,6 +19,7 @@ fn name_of(k: &K) -> &'static str {
         | K::Patch(_)
         | K::Insert(_)
         | K::EvaluateEdits(_)
+        | K::AnalyzeFeatures(_)
         | K::Delete(_)
         | K::Update(_)
         | K::BeginPatch(_)
@@ -59,6 +60,7 @@ const ALL: &[&str] = &[
     "PATCH",
     "INSERT",
     "EVALUATE EDITS",
+    "ANALYZE FEATURES",
     "DELETE",
     "UPDATE",
     "BEGIN PATCH",

@@ -291,6 +291,69 @@ pub fn unembed_top(
     Ok(merged.into_iter().map(TopValues::into_sorted).collect())
 }
 
+/// The tokens a feature reads: the top `k` tokens of `unembedding · row` for the gate
+/// (`Role::FfnGate`) or up (`Role::FfnUp`) row of each of `features` of a dense `layer`
+/// (the input directions, read through the same unembedding as the labels; on a model with
+/// tied embeddings that is the token embedding). Features past the base width come from
+/// the layer's overlay (edits).
+pub fn read_labels(
+    src: &dyn OperandSource,
+    layer: usize,
+    features: &[usize],
+    role: Role,
+    k: usize,
+) -> Result<Vec<Vec<(u32, f32)>>> {
+    let name = match role {
+        Role::FfnGate => "ffn_gate",
+        Role::FfnUp => "ffn_up",
+        _ => return Err(ExecError::Internal(format!("read_labels of {role:?}"))),
+    };
+    if super::experts::BankLayout::of(src).is_some() {
+        return Err(ExecError::Unsupported(format!(
+            "the {name} tokens of expert features"
+        )));
+    }
+    let s = src.surface();
+    let view = src
+        .view(OperandKey::layer(layer, role))
+        .ok_or(ExecError::MissingOperand {
+            operand: name,
+            layer: Some(layer),
+        })?;
+    check_matrix(&view, name, Some(layer), s.hidden, None)?;
+    let ffn = view.rows();
+    let overlay = src.ffn_overlay(layer).filter(|o| o.hidden == s.hidden);
+    let n = features.len();
+    let mut cols = vec![0.0f32; s.hidden * n];
+    let mut row = vec![0.0f32; s.hidden];
+    for (j, &f) in features.iter().enumerate() {
+        if f < ffn {
+            codec::decode_row(view.dtype, view.row(f), &mut row)?;
+        } else {
+            let added = overlay.map(|o| {
+                if role == Role::FfnGate {
+                    &o.gate
+                } else {
+                    &o.up
+                }
+            });
+            let at = (f - ffn) * s.hidden;
+            match added.and_then(|m| m.get(at..at + s.hidden)) {
+                Some(r) => row.copy_from_slice(r),
+                None => {
+                    return Err(ExecError::Internal(format!(
+                        "feature {layer}:{f} is out of range: layer {layer} has {ffn} features"
+                    )))
+                }
+            }
+        }
+        for (r, v) in row.iter().enumerate() {
+            cols[r * n + j] = *v;
+        }
+    }
+    unembed_top(&LabelSource::open(src)?, &cols, n, k)
+}
+
 /// Computes the labels of `features` of one layer, uncached.
 pub fn compute_labels(
     src: &dyn OperandSource,

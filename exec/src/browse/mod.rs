@@ -14,6 +14,7 @@
 //! within its layer. Labels are derived metadata, computed lazily and cached per binding
 //! ([`labels::LabelCache`]); see `docs/browse.md` for the measurements behind that choice.
 
+pub mod corpus;
 pub mod describe;
 pub mod experts;
 pub mod gate_scan;

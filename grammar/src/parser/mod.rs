@@ -375,6 +375,7 @@ fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
         Rule::patch_stmt => patch::patch_stmt(p)?,
         Rule::insert_stmt => insert_stmt(p)?,
         Rule::evaluate_stmt => evaluate_stmt(p)?,
+        Rule::analyze_stmt => analyze_stmt(p)?,
         Rule::delete_stmt => delete_stmt(p)?,
         Rule::update_stmt => update_stmt(p)?,
         Rule::begin_patch_stmt => StatementKind::BeginPatch(first_string(p)?),
@@ -760,21 +761,10 @@ fn describe_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     }))
 }
 
-const TABLES: &[(&str, Table)] = &[
-    ("features", Table::Features),
-    ("edges", Table::Edges),
-    ("layers", Table::Layers),
-    ("tokens", Table::Tokens),
-    ("tensors", Table::Tensors),
-    ("representations", Table::Representations),
-    ("routes", Table::Routes),
-    ("attention", Table::Attention),
-    ("heads", Table::Heads),
-];
-
 fn table(p: Pair<Rule>) -> Result<Spanned<Table>> {
     let w = last_child(p)?;
-    choose(&w, "table", TABLES).map_err(|e| e.unknown_name("table"))
+    let tables: Vec<(&str, Table)> = Table::ALL.iter().map(|t| (t.name(), *t)).collect();
+    choose(&w, "table", &tables).map_err(|e| e.unknown_name("table"))
 }
 
 fn select_stmt(p: Pair<Rule>) -> Result<StatementKind> {
@@ -1010,6 +1000,25 @@ fn evaluate_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     }
     e.facts = facts.ok_or_else(|| SyntaxError::new("expected a fact file", Span::default()))?;
     Ok(StatementKind::EvaluateEdits(e))
+}
+
+fn analyze_stmt(p: Pair<Rule>) -> Result<StatementKind> {
+    let (mut corpus, mut layers, mut top) = (None, None, None);
+    for q in p.into_inner() {
+        match q.as_rule() {
+            Rule::kw_analyze | Rule::kw_features | Rule::kw_from => {}
+            Rule::string => corpus = Some(string(q)?),
+            Rule::layers_clause => set(&mut layers, layer_spec(q)?, "LAYERS")?,
+            Rule::top_clause => set(&mut top, clause_int(q)?, "TOP")?,
+            _ => return Err(internal(&q)),
+        }
+    }
+    Ok(StatementKind::AnalyzeFeatures(AnalyzeFeatures {
+        corpus: corpus
+            .ok_or_else(|| SyntaxError::new("expected a corpus file", Span::default()))?,
+        layers,
+        top,
+    }))
 }
 
 fn delete_stmt(p: Pair<Rule>) -> Result<StatementKind> {

@@ -285,6 +285,30 @@ fn operator(
             ..
         } => heads::attention_scan(cx, prompt.as_deref()),
         O::TableScan {
+            table: lql_grammar::Table::Contexts,
+            corpus,
+            layers,
+            features,
+            ..
+        } => super::analyze::contexts_scan(
+            cx,
+            corpus.as_deref(),
+            layers.as_deref(),
+            features.as_deref(),
+        ),
+        O::TableScan {
+            table: lql_grammar::Table::Histograms,
+            corpus,
+            layers,
+            features,
+            ..
+        } => super::analyze::histograms_scan(
+            cx,
+            corpus.as_deref(),
+            layers.as_deref(),
+            features.as_deref(),
+        ),
+        O::TableScan {
             table: lql_grammar::Table::Heads,
             prompt,
             token,
@@ -346,6 +370,7 @@ fn operator(
         O::Explain { mode, plan } => explain::explain(cx, *mode, plan),
         O::OverlayInsert(plan) => edit::insert(cx, plan),
         O::EvaluateEdits(plan) => super::evaluate::evaluate(cx, plan),
+        O::AnalyzeFeatures(plan) => super::analyze::analyze(cx, plan),
         O::OverlayDelete { table } => edit::delete(cx, one(inputs, "OverlayDelete")?, *table),
         O::OverlayUpdate {
             table: lql_grammar::Table::Edges,

@@ -15,6 +15,7 @@
 
 mod activation_patch;
 mod aggregate;
+mod analyze;
 mod backend;
 mod bind;
 mod catalog;

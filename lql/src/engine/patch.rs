@@ -17,7 +17,7 @@ use crate::rows::Rows;
 use crate::value::Value;
 
 /// The session patch's name.
-pub(crate) const SESSION: &str = "(session)";
+pub(crate) const SESSION: &str = lql_planner::SESSION_PATCH;
 
 /// `PatchBegin path`: later edits are recorded into a patch to be saved to `path`.
 pub(crate) fn begin(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {

@@ -17,12 +17,15 @@
 //! The scan fills only the label columns the statement reads (`LabelSet`): a query of
 //! `c_score` builds no token texts or `down_tokens` lists.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use lql_exec::browse::labels::read_labels;
 use lql_exec::browse::tables::{scan_features, scan_layers_table, FeatureSet};
 use lql_exec::browse::FeatureLabel;
 use lql_grammar::{Expr, Table};
 use lql_planner::{LabelSet, LabelTiming, SortKey};
+use lql_storage::Role;
 
 use super::datum::Datum;
 use super::interp::wrong_input;
@@ -56,7 +59,12 @@ pub(crate) fn table_scan(
         Table::Tokens => tokens_rows(cx)?,
         Table::Tensors => tensors_rows(cx)?,
         Table::Edges => super::edit::edges_rows(cx)?,
-        Table::Representations | Table::Routes | Table::Attention | Table::Heads => {
+        Table::Representations
+        | Table::Routes
+        | Table::Attention
+        | Table::Heads
+        | Table::Contexts
+        | Table::Histograms => {
             return Err(Error::not_supported_yet(&format!(
                 "SELECT FROM {}",
                 table.name()
@@ -147,11 +155,8 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
         .zip(labels)
         .map(|((r, (l, f)), label)| {
             let mut row = feature_row(l, f, Some(&label), label_set, &text);
-            row.push(
-                r.get(expert_column(&columns))
-                    .cloned()
-                    .unwrap_or(Value::Null),
-            );
+            // The columns after the labels (expert, the hidden ones) are the scan's.
+            row.extend(r.iter().skip(row.len()).cloned());
             row
         })
         .collect();
@@ -271,22 +276,40 @@ fn features_rows(
         &|| cancel.load(std::sync::atomic::Ordering::Relaxed),
     )?;
     let text = cx.token_texts();
+    let read = |role: Role, wanted: bool| -> Result<HashMap<(usize, usize), Value>> {
+        let mut out = HashMap::new();
+        if !wanted {
+            return Ok(out);
+        }
+        let mut by_layer: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for r in &scan {
+            by_layer.entry(r.layer).or_default().push(r.feature);
+        }
+        for (layer, features) in by_layer {
+            cx.check_cancel()?;
+            let tops = read_labels(src.as_ref(), layer, &features, role, DOWN_TOKENS)?;
+            for (f, top) in features.into_iter().zip(tops) {
+                let list = top.iter().map(|t| Value::Text(text(t.0))).collect();
+                out.insert((layer, f), Value::List(list));
+            }
+        }
+        Ok(out)
+    };
+    let gate = read(Role::FfnGate, label_set.gate_tokens)?;
+    let up = read(Role::FfnUp, label_set.up_tokens)?;
+    let hidden = |m: &HashMap<(usize, usize), Value>, l: usize, f: usize| {
+        m.get(&(l, f)).cloned().unwrap_or(Value::Null)
+    };
     Ok(scan
         .iter()
         .map(|r| {
             let mut row = feature_row(r.layer, r.feature, r.label.as_ref(), label_set, &text);
             row.push(r.expert.map(|e| e.column()).into());
+            row.push(hidden(&gate, r.layer, r.feature));
+            row.push(hidden(&up, r.layer, r.feature));
             row
         })
         .collect())
-}
-
-/// Where `expert` sits in a `features` row (the last column).
-fn expert_column(columns: &[Column]) -> usize {
-    columns
-        .iter()
-        .position(|c| c.name == "expert")
-        .unwrap_or(columns.len())
 }
 
 fn layers_rows(cx: &mut Cx<'_>) -> Result<Vec<Vec<Value>>> {

@@ -1,6 +1,7 @@
 //! File formats.
 
 pub mod control_vector;
+pub mod feature_stats;
 pub mod gguf;
 pub mod package;
 pub mod safetensors;
