@@ -102,6 +102,37 @@ impl Drop for InterruptOnDrop {
     }
 }
 
+/// `GET /v1/lql/progress` with `X-LQL-Session`: the last progress report of the session's
+/// statements, `{"progress": {"task", "done", "total", "unit", "finished"}}` or
+/// `{"progress": null}`; answered at once, while the session's statement runs.
+pub async fn progress(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let answer = match headers.get(SESSION_HEADER).map(|v| v.to_str()) {
+        None => Err(ApiError::invalid_param(
+            "X-LQL-Session",
+            "progress is kept per session: send X-LQL-Session",
+        )),
+        Some(Err(_)) => Err(ApiError::invalid_param("X-LQL-Session", "not ASCII")),
+        Some(Ok(id)) => state.sessions.progress(id),
+    };
+    state.metrics.request("lql", answer.is_ok(), 0.0);
+    match answer {
+        Ok(p) => axum::Json(serde_json::json!({
+            "progress": p.map(|p| serde_json::json!({
+                "task": p.task,
+                "done": p.done,
+                "total": p.total,
+                "unit": match p.unit {
+                    lql::ProgressUnit::Bytes => "bytes",
+                    lql::ProgressUnit::Items => "items",
+                },
+                "finished": p.finished,
+            })),
+        }))
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// `POST /v1/lql`.
 pub async fn post(
     State(state): State<Arc<AppState>>,

@@ -155,6 +155,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v1/lql",
             post(crate::lql_http::post).get(crate::lql_http::get),
         )
+        .route("/v1/lql/progress", get(crate::lql_http::progress))
         .merge(ui)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(

@@ -2,7 +2,8 @@
 //! (INSERT/DELETE/UPDATE, patches) persist across its requests and never reach another
 //! client. Bounded in number: past the limit the least recently used idle session is
 //! dropped (never one whose statement is running: with every session busy, a new one is
-//! answered 503).
+//! answered 503). Each session keeps the last progress report of its running statement
+//! (`GET /v1/lql/progress`), so a client can show a long statement's progress while it runs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,9 +13,19 @@ use lql::{Connection, Database};
 
 use crate::error::ApiError;
 
+/// The last progress report of a session's statements (shared with its progress handler).
+pub type LastProgress = Arc<Mutex<Option<lql::Progress>>>;
+
+/// One session: its connection, when it was last used, its last progress report.
+struct Session {
+    conn: Arc<Connection>,
+    used: Instant,
+    progress: LastProgress,
+}
+
 /// The sessions of one server.
 pub struct Sessions {
-    map: Mutex<HashMap<String, (Arc<Connection>, Instant)>>,
+    map: Mutex<HashMap<String, Session>>,
     limit: usize,
     /// `--max-memory`: no new session at or above it.
     max_memory: Option<u64>,
@@ -29,6 +40,17 @@ pub fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
 }
 
+fn check_id(id: &str) -> Result<(), ApiError> {
+    if valid_id(id) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_param(
+            "X-LQL-Session",
+            "X-LQL-Session must be 1 to 64 characters of A-Z, a-z, 0-9, '_', '-', '.'",
+        ))
+    }
+}
+
 impl Sessions {
     pub fn new(limit: usize, max_memory: Option<u64>) -> Sessions {
         Sessions {
@@ -40,19 +62,14 @@ impl Sessions {
 
     /// The connection of session `id`, made on first use.
     pub fn get(&self, db: &Database, id: &str) -> Result<Arc<Connection>, ApiError> {
-        if !valid_id(id) {
-            return Err(ApiError::invalid_param(
-                "X-LQL-Session",
-                "X-LQL-Session must be 1 to 64 characters of A-Z, a-z, 0-9, '_', '-', '.'",
-            ));
-        }
+        check_id(id)?;
         let mut map = self
             .map
             .lock()
             .map_err(|_| ApiError::internal("session table poisoned"))?;
-        if let Some((c, t)) = map.get_mut(id) {
-            *t = Instant::now();
-            return Ok(c.clone());
+        if let Some(s) = map.get_mut(id) {
+            s.used = Instant::now();
+            return Ok(s.conn.clone());
         }
         crate::memory::check(self.max_memory)?;
         if map.len() >= self.limit {
@@ -61,8 +78,8 @@ impl Sessions {
             // dropped under it. When every session is busy, the new one is refused.
             let idle = map
                 .iter()
-                .filter(|(_, (c, _))| Arc::strong_count(c) == 1)
-                .min_by_key(|(_, (_, t))| *t)
+                .filter(|(_, s)| Arc::strong_count(&s.conn) == 1)
+                .min_by_key(|(_, s)| s.used)
                 .map(|(k, _)| k.clone());
             match idle {
                 Some(oldest) => {
@@ -85,8 +102,35 @@ impl Sessions {
             db.connect()
                 .map_err(|e| ApiError::internal(e.to_string()))?,
         );
-        map.insert(id.to_string(), (conn.clone(), Instant::now()));
+        let progress: LastProgress = Arc::default();
+        let last = progress.clone();
+        conn.set_progress_handler(Some(move |p: &lql::Progress| {
+            if let Ok(mut l) = last.lock() {
+                *l = Some(p.clone());
+            }
+        }));
+        map.insert(
+            id.to_string(),
+            Session {
+                conn: conn.clone(),
+                used: Instant::now(),
+                progress,
+            },
+        );
         Ok(conn)
+    }
+
+    /// The last progress report of session `id`'s statements (`None`: none yet, or no such
+    /// session). Read without waiting for the session's running statement.
+    pub fn progress(&self, id: &str) -> Result<Option<lql::Progress>, ApiError> {
+        check_id(id)?;
+        let map = self
+            .map
+            .lock()
+            .map_err(|_| ApiError::internal("session table poisoned"))?;
+        Ok(map
+            .get(id)
+            .and_then(|s| s.progress.lock().ok().and_then(|p| p.clone())))
     }
 
     pub fn len(&self) -> usize {

@@ -69,6 +69,77 @@ fn the_workbench_is_served_offline_without_the_api_key_and_off_under_no_ui() {
     }
 }
 
+#[test]
+fn a_session_reports_its_running_statements_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("progress-corpus.txt");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/corpus.txt"),
+        &corpus,
+    )
+    .unwrap();
+    let mut c = common::config();
+    c.allow_writes = Some(dir.path().to_path_buf());
+    let s = common::start(c);
+    let url = s.url();
+    let client = common::client();
+    // Progress is kept per session.
+    let r = client.get(format!("{url}/v1/lql/progress")).send().unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let progress = |session: &str| -> serde_json::Value {
+        client
+            .get(format!("{url}/v1/lql/progress"))
+            .header("X-LQL-Session", session)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    assert_eq!(progress("never-used")["progress"], serde_json::Value::Null);
+    let statement = format!(
+        "ANALYZE FEATURES FROM {} LAYERS 29-29 TOP 2",
+        lql::quote(&corpus.display().to_string())
+    );
+    let running = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            common::client()
+                .post(format!("{url}/v1/lql"))
+                .header("X-LQL-Session", "p1")
+                .header("Content-Type", "text/plain")
+                .body(statement)
+                .send()
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    let mut seen = Vec::new();
+    while !running.is_finished() {
+        let p = progress("p1")["progress"].clone();
+        if !p.is_null() && p["finished"] == false {
+            seen.push(p);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(running.join().unwrap(), 200);
+    assert!(
+        !seen.is_empty(),
+        "no progress report was seen while the statement ran"
+    );
+    for p in &seen {
+        assert!(
+            p["task"].as_str().unwrap().starts_with("ANALYZE FEATURES"),
+            "{p}"
+        );
+        assert!(p["done"].as_u64() <= p["total"].as_u64(), "{p}");
+        assert_eq!(p["unit"], "items");
+    }
+    let last = progress("p1")["progress"].clone();
+    assert_eq!(last["finished"], true, "{last}");
+    assert_eq!(last["done"], last["total"]);
+}
+
 fn screenshots_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)

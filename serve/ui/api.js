@@ -70,6 +70,43 @@ export async function run(text) {
   return body.results;
 }
 
+/** The tab session's last progress report (`{task, done, total, unit, finished}`) or null. */
+export async function progress() {
+  const headers = { 'X-LQL-Session': sessionId() };
+  const key = localStorage.getItem(KEY);
+  if (key) headers.Authorization = 'Bearer ' + key;
+  const r = await fetch('/v1/lql/progress', { headers });
+  return r.ok ? (await r.json()).progress : null;
+}
+
+/**
+ * Runs `text` as `run` does, calling `onProgress(report)` with the session's progress
+ * reports (polled twice a second) while it runs.
+ */
+export async function runWithProgress(text, onProgress) {
+  let running = true;
+  const started = Date.now();
+  const poll = async () => {
+    while (running) {
+      await new Promise((r) => setTimeout(r, 500));
+      if (!running) break;
+      try {
+        const p = await progress();
+        // Reports left by an earlier statement are finished; this one's arrive fresh.
+        if (p && !p.finished && running) onProgress(p, Date.now() - started);
+      } catch (e) {
+        // Progress is a courtesy: the statement's own answer says what happened.
+      }
+    }
+  };
+  poll();
+  try {
+    return await run(text);
+  } finally {
+    running = false;
+  }
+}
+
 /** Runs one statement and returns its rows as objects keyed by column. */
 export async function rows(text) {
   const [result] = await run(text);

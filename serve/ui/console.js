@@ -1,8 +1,8 @@
 // The console: statements in, results out as tables (EXPLAIN trees drawn), errors with their
 // spans underlined. `/?q=…` opens it with a statement and runs it.
 
-import { run } from './api.js';
-import { el, errorBox, result } from './render.js';
+import { runWithProgress } from './api.js';
+import { el, errorBox, progressBar, result } from './render.js';
 
 const EXAMPLE = 'WALK "The capital of France is" TOP 3 LAYERS 20-22';
 
@@ -22,9 +22,10 @@ export function view(params) {
     const text = input.value;
     sessionStorage.setItem('lql.console', text);
     button.disabled = true;
-    out.replaceChildren(el('div', { class: 'muted busy' }, 'running'));
+    const bar = progressBar();
+    out.replaceChildren(el('div', { class: 'muted busy' }, 'running'), bar.node);
     try {
-      const results = await run(text);
+      const results = await runWithProgress(text, bar.update);
       out.replaceChildren(...results.map((r) => result(r, featureLinks(r.columns))));
     } catch (e) {
       const done = (e.results || []).map((r) => result(r, featureLinks(r.columns)));

@@ -3,8 +3,8 @@
 // `ANALYZE FEATURES FROM "corpus"` has stored the corpus statistics, its top-activating
 // contexts and activation histogram.
 
-import { objects, quote, run, sqlText } from './api.js';
-import { el, errorBox, fmt, table, tip, tokenText } from './render.js';
+import { objects, quote, run, runWithProgress, sqlText } from './api.js';
+import { el, errorBox, fmt, progressBar, tip, tokenText } from './render.js';
 
 const CORPUS = 'lql.corpus';
 const SVG = 'http://www.w3.org/2000/svg';
@@ -96,9 +96,12 @@ export function view(params, navigate, settings, id) {
       const button = el('button', { id: 'analyze', disabled: settings.read_only }, `Run ${analyze}`);
       button.addEventListener('click', async () => {
         button.disabled = true;
-        button.textContent = 'analyzing the corpus (this takes minutes; the CLI shows progress)';
+        button.textContent = 'analyzing the corpus';
+        const bar = progressBar();
+        bar.node.id = 'analyze-progress';
+        stats.append(bar.node);
         try {
-          await run(analyze);
+          await runWithProgress(analyze, bar.update);
           navigate(location.pathname + location.search);
         } catch (err) {
           stats.append(errorBox(err));

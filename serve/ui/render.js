@@ -123,6 +123,22 @@ export function result(r, links) {
   return el('section', { class: 'result-block' }, parts);
 }
 
+/** A progress bar with its line of text, updated from progress reports. */
+export function progressBar() {
+  const bar = el('progress', { max: 1, value: 0 });
+  const label = el('span', { class: 'muted' });
+  const node = el('div', { class: 'progress', role: 'status' }, bar, ' ', label);
+  const update = (p, ms) => {
+    if (p.total) {
+      bar.max = p.total;
+      bar.value = p.done;
+    }
+    const pct = p.total ? ` ${Math.floor((100 * p.done) / p.total)}%` : '';
+    label.textContent = `${p.task}: ${p.done}${p.total ? ' / ' + p.total : ''}${pct} · ${(ms / 1000).toFixed(0)} s`;
+  };
+  return { node, update };
+}
+
 /** A floating tooltip shared by the charts. */
 export const tip = {
   node: null,

@@ -152,6 +152,20 @@ try:
     check("the feature page draws its histogram", len(bars) == len(hist), (len(bars), len(hist)))
     print(f"note: the feature page with corpus statistics was whole {opened:.0f} ms after navigation started")
     shot("feature")
+    # A corpus without statistics: the page offers ANALYZE FEATURES and shows its progress.
+    fresh = os.path.join(os.path.dirname(CORPUS), "fresh.txt")
+    with open(CORPUS, encoding="utf-8") as src, open(fresh, "w", encoding="utf-8") as dst:
+        dst.write("".join(src.readlines()[:40]))
+    driver.get(f"{URL}/feature/{layer}:{feature}?corpus={urllib.parse.quote(fresh)}")
+    wait.until(EC.element_to_be_clickable((By.ID, "analyze"))).click()
+    bar = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#analyze-progress progress")))
+    reported = WebDriverWait(driver, 120).until(
+        lambda d: d.find_elements(By.ID, "contexts") or (float(bar.get_attribute("value") or 0) > 0 and bar.get_attribute("value")))
+    shot("feature-analyzing")
+    wait.until(EC.presence_of_element_located((By.ID, "contexts")))
+    check("the feature page runs ANALYZE FEATURES with a progress bar, then shows the contexts",
+          reported is not None and lql(f"SELECT count(*) AS n FROM contexts WHERE corpus = '{fresh}' AND layer = {layer} AND feature = {feature}")[0][0]["n"] > 0,
+          reported)
 
     # ---- trace: heat map hover equals TRACE's row ---------------------------------------------
     prompt = "The capital of France is"
