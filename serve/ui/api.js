@@ -25,6 +25,14 @@ export class LqlError extends Error {
   }
 }
 
+/** The headers of a request to /v1/lql: the tab's session and, once given, the API key. */
+function lqlHeaders(extra = {}) {
+  const headers = { ...extra, 'X-LQL-Session': sessionId() };
+  const key = localStorage.getItem(KEY);
+  if (key) headers.Authorization = 'Bearer ' + key;
+  return headers;
+}
+
 /** Quotes a text as an LQL string literal. */
 export function quote(s) {
   return '"' + String(s).replaceAll('\\', '\\\\').replaceAll('"', '\\"') + '"';
@@ -40,12 +48,9 @@ export function sqlText(s) {
  * `{statement, columns, rows}`; rejects with an LqlError naming the failing statement.
  */
 export async function run(text) {
-  const headers = { 'Content-Type': 'application/json', 'X-LQL-Session': sessionId() };
-  const key = localStorage.getItem(KEY);
-  if (key) headers.Authorization = 'Bearer ' + key;
   const response = await fetch('/v1/lql', {
     method: 'POST',
-    headers,
+    headers: lqlHeaders({ 'Content-Type': 'application/json' }),
     body: JSON.stringify({ statements: text }),
   });
   let body;
@@ -72,10 +77,7 @@ export async function run(text) {
 
 /** The tab session's last progress report (`{task, done, total, unit, finished}`) or null. */
 export async function progress() {
-  const headers = { 'X-LQL-Session': sessionId() };
-  const key = localStorage.getItem(KEY);
-  if (key) headers.Authorization = 'Bearer ' + key;
-  const r = await fetch('/v1/lql/progress', { headers });
+  const r = await fetch('/v1/lql/progress', { headers: lqlHeaders() });
   return r.ok ? (await r.json()).progress : null;
 }
 

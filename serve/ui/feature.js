@@ -4,10 +4,9 @@
 // contexts and activation histogram.
 
 import { objects, quote, run, runWithProgress, sqlText } from './api.js';
-import { el, errorBox, fmt, progressBar, tip, tokenText } from './render.js';
+import { el, errorBox, fmt, progressBar, svg, tip, tokenText } from './render.js';
 
 const CORPUS = 'lql.corpus';
-const SVG = 'http://www.w3.org/2000/svg';
 
 function tokens(list, id) {
   return el('div', { class: 'tokens', id }, (list || []).map((t) => el('span', { class: 'tok' }, tokenText(t))));
@@ -17,28 +16,20 @@ function tokens(list, id) {
 function histogram(bins) {
   const W = 640, H = 180, pad = 24;
   const shown = bins.filter((b) => b.count > 0);
-  const chart = document.createElementNS(SVG, 'svg');
-  chart.setAttribute('viewBox', `0 0 ${W} ${H}`);
-  chart.setAttribute('role', 'img');
+  const chart = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img' });
   if (!shown.length) return el('div', { class: 'muted' }, 'no activations recorded');
   const max = Math.max(...shown.map((b) => b.count));
   const bw = (W - 2 * pad) / shown.length;
   shown.forEach((b, i) => {
     const h = (Math.log1p(b.count) / Math.log1p(max)) * (H - 2 * pad);
-    const r = document.createElementNS(SVG, 'rect');
-    for (const [k, v] of Object.entries({ x: pad + i * bw + 0.5, y: H - pad - h, width: Math.max(1, bw - 1), height: h, fill: b.hi <= 0 ? 'rgb(var(--neg))' : 'rgb(var(--heat))' })) r.setAttribute(k, v);
+    const r = svg('rect', { x: pad + i * bw + 0.5, y: H - pad - h, width: Math.max(1, bw - 1), height: h, fill: b.hi <= 0 ? 'rgb(var(--neg))' : 'rgb(var(--heat))' });
     const label = `[${fmt(b.lo)}, ${fmt(b.hi)}): ${b.count}`;
     r.addEventListener('mouseenter', (e) => tip.show(e.clientX, e.clientY, el('div', {}, label)));
     r.addEventListener('mouseleave', () => tip.hide());
     chart.append(r);
   });
-  const axis = document.createElementNS(SVG, 'text');
-  axis.setAttribute('x', pad);
-  axis.setAttribute('y', H - 6);
-  axis.setAttribute('fill', 'currentColor');
-  axis.setAttribute('font-size', 11);
-  axis.textContent = `${fmt(shown[0].lo)} … ${fmt(shown[shown.length - 1].hi)} (count on a log scale)`;
-  chart.append(axis);
+  chart.append(svg('text', { x: pad, y: H - 6, fill: 'currentColor', 'font-size': 11 },
+    `${fmt(shown[0].lo)} … ${fmt(shown[shown.length - 1].hi)} (count on a log scale)`));
   return el('div', { class: 'histogram panel', id: 'histogram' }, chart);
 }
 

@@ -17,6 +17,14 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+/** Creates an SVG element: `svg('rect', {x: 1, …}, child, …)`. */
+export function svg(tag, attrs = {}, ...children) {
+  const n = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v);
+  n.append(...children);
+  return n;
+}
+
 /** A value as the CLI's JSON renders it: lists joined, floats shortened for reading. */
 export function show(v) {
   if (v === null || v === undefined) return 'NULL';

@@ -3,15 +3,7 @@
 // as a waterfall. `/trace?prompt=…&token=…` links to it.
 
 import { objects, quote, run } from './api.js';
-import { busy, el, errorBox, fmt, tip, tokenText } from './render.js';
-
-const SVG = 'http://www.w3.org/2000/svg';
-function svg(tag, attrs = {}, ...children) {
-  const n = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v);
-  n.append(...children);
-  return n;
-}
+import { busy, el, errorBox, fmt, svg, tip, tokenText } from './render.js';
 
 /** The heat map: one row per stage (last layer on top, emb at the bottom), one column per position. */
 function heatmap(lens, tokens, readout) {

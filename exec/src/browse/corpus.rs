@@ -10,6 +10,8 @@
 
 use std::ops::Range;
 
+use lql_storage::format::feature_stats::StoredContext;
+
 use crate::error::{ExecError, Result};
 use crate::observer::{LayerRecord, Observer};
 use crate::session::Executor;
@@ -68,25 +70,6 @@ pub fn bin_range(i: usize) -> (f64, f64) {
     }
 }
 
-/// One of a feature's top contexts: its largest activation in the context and where.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TopContext {
-    pub activation: f32,
-    /// The document (its index in the analysed corpus).
-    pub document: u32,
-    /// The token position within the document.
-    pub position: u32,
-}
-
-impl TopContext {
-    /// An empty slot (a feature with fewer contexts than `top`).
-    pub const EMPTY: TopContext = TopContext {
-        activation: f32::NEG_INFINITY,
-        document: u32::MAX,
-        position: u32::MAX,
-    };
-}
-
 /// Statistics of every feature of some layers, accumulated context by context.
 #[derive(Debug, Clone)]
 pub struct FeatureStats {
@@ -96,8 +79,9 @@ pub struct FeatureStats {
     pub ffn: usize,
     /// Contexts kept per feature.
     pub top: usize,
-    /// `[layer][feature][top]`, each feature's best first (empty slots last).
-    pub contexts: Vec<TopContext>,
+    /// `[layer][feature][top]`, each feature's best first (empty slots last), as the
+    /// statistics file stores them.
+    pub contexts: Vec<StoredContext>,
     /// `[layer][feature][BINS]` counts.
     pub counts: Vec<u32>,
     /// Positions observed (per layer).
@@ -111,7 +95,7 @@ impl FeatureStats {
     pub fn new(layers: Vec<usize>, ffn: usize, top: usize) -> FeatureStats {
         let n = layers.len() * ffn;
         FeatureStats {
-            contexts: vec![TopContext::EMPTY; n * top],
+            contexts: vec![StoredContext::EMPTY; n * top],
             counts: vec![0; n * BINS],
             layers,
             ffn,
@@ -181,29 +165,12 @@ impl FeatureStats {
                 .position(|c| a > c.activation)
                 .unwrap_or(top - 1);
             list.copy_within(at..top - 1, at + 1);
-            list[at] = TopContext {
+            list[at] = StoredContext {
                 activation: a,
                 document,
                 position,
             };
         }
-    }
-
-    /// A feature's top contexts, best first (empty slots left out).
-    pub fn top_of(&self, layer_index: usize, feature: usize) -> &[TopContext] {
-        let at = (layer_index * self.ffn + feature) * self.top;
-        let all = &self.contexts[at..at + self.top];
-        let n = all
-            .iter()
-            .position(|c| c.document == u32::MAX)
-            .unwrap_or(all.len());
-        &all[..n]
-    }
-
-    /// A feature's histogram counts.
-    pub fn histogram_of(&self, layer_index: usize, feature: usize) -> &[u32] {
-        let at = (layer_index * self.ffn + feature) * BINS;
-        &self.counts[at..at + BINS]
     }
 
     /// Adds rows `rows` of one layer's activations (`[n × ffn]`), whose first row is

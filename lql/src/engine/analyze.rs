@@ -16,15 +16,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use lql_exec::browse::corpus::{bin_range, FeatureStats, TopContext, BINS};
+use lql_exec::browse::corpus::{bin_range, FeatureStats, BINS};
 use lql_grammar::Table;
 use lql_planner::AnalyzePlan;
-use lql_storage::format::feature_stats::{self, StatsFile, StatsHeader, StoredContext};
+use lql_storage::format::feature_stats::{self, StatsFile, StatsHeader};
 use lql_storage::format::package::integrity::sha256_hex;
 use lql_storage::{OperandKey, Role};
 
 use super::datum::Datum;
-use super::{columns_of, Cx};
+use super::{columns_of, table_schema, Cx};
 use crate::error::{Error, Result};
 use crate::progress::report_items;
 use crate::value::Value;
@@ -37,17 +37,31 @@ const MAX_CORPUS_BYTES: u64 = 256 << 20;
 const BEFORE: usize = 12;
 const AFTER: usize = 6;
 
-/// Where the statistics of `corpus` on the bound model are kept: the model's identity and
-/// the corpus's absolute path name the file.
-fn stats_path(cx: &Cx<'_>, corpus: &str) -> Result<(PathBuf, String)> {
+/// Where the statistics of `corpus` on the bound model are kept.
+struct StatsLocation {
+    /// The statistics file: the model's identity and the corpus's absolute path name it.
+    path: PathBuf,
+    /// The model's identity (hex sha256).
+    identity: String,
+    /// The corpus's absolute path.
+    corpus: String,
+}
+
+fn stats_location(cx: &Cx<'_>, corpus: &str) -> Result<StatsLocation> {
     let identity = lql_storage::fsutil::hex(cx.bound()?.shared.identity());
     let absolute = std::path::absolute(corpus)
-        .map_err(|e| Error::semantic(format!("corpus {corpus:?}: {e}")))?;
-    let key = sha256_hex(absolute.to_string_lossy().as_bytes());
+        .map_err(|e| Error::semantic(format!("corpus {corpus:?}: {e}")))?
+        .to_string_lossy()
+        .into_owned();
+    let key = sha256_hex(absolute.as_bytes());
     let dir = lql_storage::catalogue::home_dir()?
         .join("feature-stats")
         .join(&identity[..16]);
-    Ok((dir.join(format!("{}.lqlstats", &key[..16])), identity))
+    Ok(StatsLocation {
+        path: dir.join(format!("{}.lqlstats", &key[..16])),
+        identity,
+        corpus: absolute,
+    })
 }
 
 /// The ids a document runs as: its tokens without the tokenizer's additions.
@@ -117,7 +131,11 @@ pub(crate) fn analyze(cx: &mut Cx<'_>, plan: &AnalyzePlan) -> Result<Datum> {
     let text =
         lql_storage::fsutil::read_capped_text(Path::new(&plan.corpus), "corpus", MAX_CORPUS_BYTES)?;
     let corpus_sha256 = sha256_hex(text.as_bytes());
-    let (path, identity) = stats_path(cx, &plan.corpus)?;
+    let StatsLocation {
+        path,
+        identity,
+        corpus,
+    } = stats_location(cx, &plan.corpus)?;
     let layers: Vec<usize> = (plan.layers.first..=plan.layers.last).collect();
     if let Ok(stored) = StatsFile::open(&path) {
         let h = &stored.header;
@@ -189,10 +207,7 @@ pub(crate) fn analyze(cx: &mut Cx<'_>, plan: &AnalyzePlan) -> Result<Datum> {
     let header = StatsHeader {
         model_sha256: identity,
         corpus_sha256,
-        corpus: std::path::absolute(&plan.corpus).map_or_else(
-            |_| plan.corpus.clone(),
-            |p| p.to_string_lossy().into_owned(),
-        ),
+        corpus,
         layers,
         ffn,
         top: stats.top,
@@ -203,19 +218,10 @@ pub(crate) fn analyze(cx: &mut Cx<'_>, plan: &AnalyzePlan) -> Result<Datum> {
         tokens: stats.tokens,
         seconds: started.elapsed().as_secs_f64(),
     };
-    let records: Vec<StoredContext> = stats
-        .contexts
-        .iter()
-        .map(|c: &TopContext| StoredContext {
-            activation: c.activation,
-            document: c.document,
-            position: c.position,
-        })
-        .collect();
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| lql_storage::StorageError::io(dir, e))?;
     }
-    feature_stats::write(&path, &header, &records, &stats.counts, &documents)?;
+    feature_stats::write(&path, &header, &stats.contexts, &stats.counts, &documents)?;
     Ok(summary(plan, &header, false, &path))
 }
 
@@ -248,7 +254,7 @@ fn open_stats(cx: &Cx<'_>, table: Table, corpus: Option<&str>) -> Result<StatsFi
             table.name()
         ))
     })?;
-    let (path, identity) = stats_path(cx, corpus)?;
+    let StatsLocation { path, identity, .. } = stats_location(cx, corpus)?;
     if !path.exists() {
         return Err(Error::semantic(format!(
             "no feature statistics of corpus {corpus:?} on this model"
@@ -339,10 +345,8 @@ pub(crate) fn contexts_scan(
             }
         }
     }
-    let defs = lql_planner::table_columns(Table::Contexts)
-        .ok_or_else(|| Error::internal("contexts has no schema"))?;
     Ok(Datum::Table {
-        columns: columns_of(&defs),
+        columns: table_schema(Table::Contexts)?,
         rows,
     })
 }
@@ -375,10 +379,8 @@ pub(crate) fn histograms_scan(
             }
         }
     }
-    let defs = lql_planner::table_columns(Table::Histograms)
-        .ok_or_else(|| Error::internal("histograms has no schema"))?;
     Ok(Datum::Table {
-        columns: columns_of(&defs),
+        columns: table_schema(Table::Histograms)?,
         rows,
     })
 }

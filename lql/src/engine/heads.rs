@@ -14,7 +14,7 @@ use lql_grammar::Table;
 
 use super::datum::Datum;
 use super::trace::single_token;
-use super::{columns_of, Cx};
+use super::{table_schema, Cx};
 use crate::error::{Error, Result};
 use crate::value::Value;
 
@@ -28,15 +28,9 @@ fn run(cx: &mut Cx<'_>, table: Table, prompt: Option<&str>) -> Result<(HeadsCapt
     Ok((cap, texts))
 }
 
-fn table_columns(table: Table) -> Result<Vec<crate::rows::Column>> {
-    let defs = lql_planner::table_columns(table)
-        .ok_or_else(|| Error::internal(format!("{} has no schema", table.name())))?;
-    Ok(columns_of(&defs))
-}
-
 /// `TableScan attention prompt=…`.
 pub(crate) fn attention_scan(cx: &mut Cx<'_>, prompt: Option<&str>) -> Result<Datum> {
-    let columns = table_columns(Table::Attention)?;
+    let columns = table_schema(Table::Attention)?;
     let (cap, texts) = run(cx, Table::Attention, prompt)?;
     let prompt = Value::from(prompt.unwrap_or_default());
     let n = cap.tokens.len();
@@ -68,7 +62,7 @@ pub(crate) fn heads_scan(
     prompt: Option<&str>,
     token: Option<&str>,
 ) -> Result<Datum> {
-    let columns = table_columns(Table::Heads)?;
+    let columns = table_schema(Table::Heads)?;
     let (cap, _) = run(cx, Table::Heads, prompt)?;
     let tok = cx.tokenizer()?;
     let target = match token {

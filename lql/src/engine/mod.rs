@@ -255,6 +255,14 @@ impl Cx<'_> {
     }
 }
 
+/// The columns of a virtual table a scan answers with (an internal error for a table
+/// without a schema: the planner binds no scan of one).
+pub(crate) fn table_schema(table: lql_grammar::Table) -> Result<Vec<Column>> {
+    let defs = lql_planner::table_columns(table)
+        .ok_or_else(|| Error::internal(format!("{} has no schema", table.name())))?;
+    Ok(columns_of(&defs))
+}
+
 /// The lql columns of a planner schema.
 pub(crate) fn columns_of(defs: &[lql_planner::ColumnDef]) -> Vec<Column> {
     defs.iter()

@@ -70,12 +70,23 @@ pub struct StatsHeader {
     pub seconds: f64,
 }
 
-/// One stored context: a feature's largest activation in it and where.
+/// One of a feature's top contexts: its largest activation in the context and where.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StoredContext {
     pub activation: f32,
+    /// The document (its index in the analysed corpus).
     pub document: u32,
+    /// The token position within the document.
     pub position: u32,
+}
+
+impl StoredContext {
+    /// An empty slot (a feature with fewer contexts than `top`).
+    pub const EMPTY: StoredContext = StoredContext {
+        activation: f32::NEG_INFINITY,
+        document: u32::MAX,
+        position: u32::MAX,
+    };
 }
 
 /// Where a file's sections start, from its header.
@@ -276,7 +287,7 @@ impl StatsFile {
             header,
             layout,
         };
-        let end = f.offset(f.header.documents)?;
+        let end = f.offset(f.header.documents);
         if layout.text as u64 + end != f.map.len() as u64 {
             return Err(format_error(
                 path,
@@ -301,12 +312,12 @@ impl StatsFile {
         [b[0], b[1], b[2], b[3]]
     }
 
-    fn offset(&self, i: usize) -> Result<u64> {
+    /// Document `i`'s byte offset into the text (`i` ≤ `documents`: inside the offsets
+    /// table, whose extent `open` checked).
+    fn offset(&self, i: usize) -> u64 {
         let at = self.layout.documents + i * 8;
         let b = &self.map[at..at + 8];
-        Ok(u64::from_le_bytes([
-            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
-        ]))
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
     }
 
     /// Index of `layer` among the analysed layers.
@@ -359,7 +370,7 @@ impl StatsFile {
                 ),
             ));
         }
-        let (a, b) = (self.offset(i)?, self.offset(i + 1)?);
+        let (a, b) = (self.offset(i), self.offset(i + 1));
         let text_len = (self.map.len() - self.layout.text) as u64;
         if a > b || b > text_len {
             return Err(format_error(
@@ -409,7 +420,7 @@ mod tests {
             document: d,
             position: p,
         };
-        let empty = c(f32::NEG_INFINITY, u32::MAX, u32::MAX);
+        let empty = StoredContext::EMPTY;
         let contexts = vec![
             c(2.0, 1, 3),
             c(1.0, 0, 0),
