@@ -184,11 +184,7 @@ impl StatementKind {
             StatementKind::Compile(_) => "COMPILE",
             StatementKind::Extract(_) => "EXTRACT",
             StatementKind::Represent(_) => "REPRESENT",
-            StatementKind::Artifact(a) => match a.what {
-                ArtifactWhat::Inspect => "INSPECT",
-                ArtifactWhat::DescribeObject => "DESCRIBE OBJECT",
-                ArtifactWhat::Precision => "PRECISION",
-            },
+            StatementKind::Artifact(a) => a.what.name(),
             StatementKind::Compact(_) => "COMPACT",
             StatementKind::Verify(_) => "VERIFY",
             StatementKind::Show(_) => "SHOW",
@@ -877,6 +873,17 @@ pub enum ArtifactWhat {
     Inspect,
     DescribeObject,
     Precision,
+}
+
+impl ArtifactWhat {
+    /// The statement's keywords.
+    pub fn name(self) -> &'static str {
+        match self {
+            ArtifactWhat::Inspect => "INSPECT",
+            ArtifactWhat::DescribeObject => "DESCRIBE OBJECT",
+            ArtifactWhat::Precision => "PRECISION",
+        }
+    }
 }
 
 /// `INSPECT "c"` | `DESCRIBE OBJECT "c" "object"` | `PRECISION "c"`

@@ -630,6 +630,10 @@ impl Binder {
             layers,
             profile,
             backend: u.backend.as_ref().map_or(self.backend, |b| b.value),
+            source_span: match &u.source {
+                g::UseSource::Path(s) | g::UseSource::Model(s) => s.span,
+            },
+            backend_span: u.backend.as_ref().map(|b| b.span),
         }))
     }
 
@@ -1346,6 +1350,7 @@ impl Binder {
                 .map(|p| path(p, "patch file"))
                 .transpose()?,
             layer,
+            layer_span: d.layer.as_ref().map(|l| l.span),
             limit,
             physical: d.physical.is_some(),
         }))

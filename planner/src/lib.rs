@@ -45,7 +45,9 @@ pub use catalog::{Catalog, EmptyCatalog, ModelFacts, SourceKind};
 pub use effects::{effects, steering_effects, Effects, FileRef, StateChange};
 pub use error::{PlanError, PlanErrorCode, PlanErrorKind};
 pub use logical::*;
-pub use physical::{lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode, TextRole};
+pub use physical::{
+    lower, Capture, GateQuery, Operator, PhysicalPlan, PlanNode, RowShape, TextRole,
+};
 pub use schema::{
     analyze_features_columns, evaluate_edits_columns, show_columns, statement_columns,
     table_columns, table_requires, ColumnDef, ColumnType, QUERYABLE_TABLES,

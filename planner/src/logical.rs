@@ -63,6 +63,10 @@ pub struct UsePlan {
     pub profile: Option<String>,
     /// Where the forward pass runs: USE's BACKEND, else the session's setting.
     pub backend: BackendChoice,
+    /// The model's path or name in the statement (errors opening it point here).
+    pub source_span: lql_grammar::Span,
+    /// The BACKEND clause, when written (an unavailable backend is refused there).
+    pub backend_span: Option<lql_grammar::Span>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -624,6 +628,8 @@ pub struct DiffPlan {
     pub into_patch: Option<String>,
     /// `LAYER n`: only that layer's tensors (checked against the models when it runs).
     pub layer: Option<usize>,
+    /// The LAYER clause (a layer out of the models' range is refused there).
+    pub layer_span: Option<lql_grammar::Span>,
     pub limit: Option<usize>,
     /// Byte-level rows (encoded bytes, hashes) instead of value rows.
     pub physical: bool,
@@ -822,11 +828,7 @@ impl LogicalPlan {
             LogicalPlan::Compile(_) => "COMPILE",
             LogicalPlan::Extract(_) => "EXTRACT",
             LogicalPlan::Represent(_) => "REPRESENT",
-            LogicalPlan::Artifact { what, .. } => match what {
-                ArtifactWhat::Inspect => "INSPECT",
-                ArtifactWhat::DescribeObject => "DESCRIBE OBJECT",
-                ArtifactWhat::Precision => "PRECISION",
-            },
+            LogicalPlan::Artifact { what, .. } => what.name(),
             LogicalPlan::Compact { .. } => "COMPACT",
             LogicalPlan::Verify { .. } => "VERIFY",
             LogicalPlan::RunStage { .. } => "RUN STAGE",

@@ -191,7 +191,6 @@ pub enum Operator {
     /// Another statement's rows, its plan the input (run as that statement runs alone).
     Relation {
         statement: Box<Statement>,
-        plan: Box<LogicalPlan>,
     },
     /// One row of no columns (SELECT without FROM).
     OneRow,
@@ -252,13 +251,17 @@ pub enum Operator {
     PatchRemove {
         path: String,
     },
-    /// Opens a model (USE) or a second model for comparison.
-    Open {
-        target: String,
-        layers: Option<LayerRange>,
-        profile: Option<String>,
-        /// USE: the backend the binding runs on.
-        backend: Option<lql_grammar::BackendChoice>,
+    /// USE: binds a model (a path, a layer-package stage, a container's profile, or a
+    /// catalogue name) to the session, its passes on `backend`.
+    Bind(UsePlan),
+    /// EXTRACT's source: a GGUF file, HF folder, container or catalogue name, opened
+    /// without binding it, to be copied.
+    OpenSource {
+        path: String,
+    },
+    /// DIFF's or COMPILE's other model: opened without binding it, as a model state.
+    OpenModel {
+        path: String,
     },
     /// The bound model's effective state (base + overlays).
     Current,
@@ -266,18 +269,19 @@ pub enum Operator {
     DiffOperands {
         into_patch: Option<String>,
         layer: Option<usize>,
+        /// The LAYER clause, where an out-of-range layer is refused.
+        layer_span: Option<lql_grammar::Span>,
         limit: Option<usize>,
         physical: bool,
     },
-    /// Materialises the input into a new artefact (temp name, fsync, rename).
-    Write {
-        kind: String,
-        path: String,
-        encoding: Option<Encoding>,
-        layers: Option<LayerRange>,
-        /// Also store every feature's label (EXTRACT … WITH LABELS).
-        labels: bool,
-    },
+    /// EXTRACT: writes the source as a VINDEX3 container (temp name, fsync, rename), with
+    /// its labels as a derived segment WITH LABELS.
+    WriteContainer(ExtractPlan),
+    /// EXTRACT … FORMAT PACKAGE: slices the source GGUF into a layer package.
+    WritePackage(ExtractPlan),
+    /// COMPILE: writes the input model state as a GGUF, a VINDEX3 container or a layer
+    /// package (temp name, fsync, rename).
+    Compile(CompilePlan),
     /// Adds to a container beside what it holds: stored labels, or a representation.
     Represent {
         target: RepresentTarget,
@@ -304,24 +308,53 @@ pub enum Operator {
         input: StageInput,
         into: Option<String>,
     },
-    /// Catalogue / container introspection.
-    Inspect {
-        what: String,
-        like: Option<String>,
+    /// SHOW: the catalogue, the bound model, or a named container (its artifact alone).
+    Show(ShowPlan),
+    /// INSPECT, DESCRIBE OBJECT, PRECISION: a container's artifact (index.json, graph,
+    /// segment headers), no payload byte read.
+    InspectArtifact {
+        what: ArtifactWhat,
+        container: String,
+        object: Option<String>,
     },
+    /// STATS: the connection's counters.
+    Stats,
     /// A virtual table's columns (from the planner's schema).
     DescribeTable {
         table: Table,
     },
-    /// The statement's result rows with these columns (typed).
+    /// The statement's result rows with these columns (typed), shaped from the input as
+    /// `shape` says.
     Rows {
         columns: Vec<ColumnDef>,
+        shape: RowShape,
     },
     /// EXPLAIN: the inner statement's tree, as text (PLAN), or run and measured (ANALYZE,
-    /// and the per-layer trace of EXPLAIN WALK / INFER).
+    /// and the per-layer trace of EXPLAIN WALK / INFER). `inner` is the statement the tree
+    /// was lowered from: its effects (PLAN) and the parameters EXPLAIN WALK and INFER
+    /// report beside the tree.
     Explain {
         mode: ExplainMode,
         plan: Box<PhysicalPlan>,
+        inner: Box<LogicalPlan>,
+    },
+}
+
+/// How the [`Operator::Rows`] root turns its input into the statement's rows.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum RowShape {
+    /// The input is rows (or a table) in the declared columns already.
+    AsIs,
+    /// WALK's labelled hits, one row each; `mode` fills the mode column.
+    Walk { mode: String },
+    /// TRACE's capture: one row per position and shown stage (the embedding's when layer 0
+    /// is shown, then each layer of `layers`); `target` is FOR's token, whose rank and
+    /// probability fill the trajectory columns.
+    Trace {
+        layers: LayerRange,
+        target: Option<String>,
+        /// ALL: a position column first.
+        positions: Positions,
     },
 }
 
@@ -351,7 +384,7 @@ impl PhysicalPlan {
     /// The columns of the statement's result, known before it runs.
     pub fn columns(&self) -> &[ColumnDef] {
         match &self.root.op {
-            Operator::Rows { columns } => columns,
+            Operator::Rows { columns, .. } => columns,
             _ => &[],
         }
     }
@@ -425,6 +458,7 @@ fn chain(ops: Vec<Operator>) -> PlanNode {
     let mut node = PlanNode {
         op: it.next().unwrap_or(Operator::Rows {
             columns: Vec::new(),
+            shape: RowShape::AsIs,
         }),
         inputs: Vec::new(),
     };
@@ -440,12 +474,7 @@ fn chain(ops: Vec<Operator>) -> PlanNode {
 fn model_ref_op(r: &ModelRef) -> Operator {
     match r {
         ModelRef::Current => Operator::Current,
-        ModelRef::Path(p) => Operator::Open {
-            target: p.clone(),
-            layers: None,
-            profile: None,
-            backend: None,
-        },
+        ModelRef::Path(p) => Operator::OpenModel { path: p.clone() },
     }
 }
 
@@ -465,15 +494,7 @@ fn tokenize_as(text: &str, role: TextRole) -> Operator {
 pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
     use Operator as O;
     let mut ops: Vec<Operator> = match plan {
-        LogicalPlan::Use(u) => vec![O::Open {
-            target: match &u.target {
-                BindTarget::Path(p) => p.clone(),
-                BindTarget::Catalogue(n) => format!("catalogue:{n}"),
-            },
-            layers: u.layers,
-            profile: u.profile.clone(),
-            backend: Some(u.backend),
-        }],
+        LogicalPlan::Use(u) => vec![O::Bind(u.clone())],
         LogicalPlan::Infer(i) => vec![
             tokenize(&i.prompt),
             O::Forward {
@@ -626,6 +647,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 op: O::DiffOperands {
                     into_patch: d.into_patch.clone(),
                     layer: d.layer,
+                    layer_span: d.layer_span,
                     limit: d.limit,
                     physical: d.physical,
                 },
@@ -636,40 +658,20 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 root: PlanNode {
                     op: O::Rows {
                         columns: statement_columns(plan),
+                        shape: RowShape::AsIs,
                     },
                     inputs: vec![diff],
                 },
             };
         }
-        LogicalPlan::Compile(c) => vec![
-            model_ref_op(&c.source),
-            O::Write {
-                kind: c.target.to_string(),
-                path: c.output.clone(),
-                encoding: None,
-                layers: None,
-                labels: false,
-            },
-        ],
+        LogicalPlan::Compile(c) => vec![model_ref_op(&c.source), O::Compile(c.clone())],
         LogicalPlan::Extract(e) => vec![
-            O::Open {
-                target: e.source.clone(),
-                layers: None,
-                profile: None,
-                backend: None,
+            O::OpenSource {
+                path: e.source.clone(),
             },
-            O::Write {
-                kind: match (e.format, e.shape) {
-                    (ExtractFormat::Vindex3, ExtractShape::Bank) => match e.group {
-                        Some(g) => format!("VINDEX3 BANK GROUP {g}"),
-                        None => "VINDEX3 BANK".into(),
-                    },
-                    _ => e.format.to_string(),
-                },
-                path: e.output.clone(),
-                encoding: Some(e.encoding),
-                layers: e.layers,
-                labels: e.labels,
+            match e.format {
+                ExtractFormat::Package => O::WritePackage(e.clone()),
+                _ => O::WriteContainer(e.clone()),
             },
         ],
         LogicalPlan::Represent(r) => vec![O::Represent {
@@ -698,43 +700,38 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             O::TopK { k: *top },
             O::Detokenize,
         ],
-        LogicalPlan::Show(s) => vec![O::Inspect {
-            what: match &s.container {
-                Some(c) => format!(
-                    "SHOW {} {} (index.json, graph, segment headers)",
-                    s.what,
-                    quote(c)
-                ),
-                None => format!("SHOW {}", s.what),
-            },
-            like: s.like.clone(),
-        }],
+        LogicalPlan::Show(s) => vec![O::Show(s.clone())],
         LogicalPlan::Artifact {
-            container, object, ..
-        } => vec![O::Inspect {
-            what: format!(
-                "{} {}{} (index.json, graph, segment headers; no payload byte)",
-                plan.name(),
-                quote(container),
-                object
-                    .as_ref()
-                    .map_or(String::new(), |o| format!(" {}", quote(o)))
-            ),
-            like: None,
+            what,
+            container,
+            object,
+        } => vec![O::InspectArtifact {
+            what: *what,
+            container: container.clone(),
+            object: object.clone(),
         }],
-        LogicalPlan::Stats => vec![O::Inspect {
-            what: "STATS".into(),
-            like: None,
-        }],
+        LogicalPlan::Stats => vec![O::Stats],
         LogicalPlan::Tokenize { text } => vec![tokenize_as(text, TextRole::Text), O::Detokenize],
         LogicalPlan::DescribeTable { table } => vec![O::DescribeTable { table: *table }],
         LogicalPlan::Explain(e) => vec![O::Explain {
             mode: e.mode,
             plan: Box::new(lower(&e.inner)),
+            inner: e.inner.clone(),
         }],
     };
     ops.push(O::Rows {
         columns: statement_columns(plan),
+        shape: match plan {
+            LogicalPlan::Walk(w) => RowShape::Walk {
+                mode: w.mode_choice.describe(w.mode),
+            },
+            LogicalPlan::Trace(t) => RowShape::Trace {
+                layers: t.layers,
+                target: t.target.clone(),
+                positions: t.positions,
+            },
+            _ => RowShape::AsIs,
+        },
     });
     PhysicalPlan {
         statement: plan.name(),
@@ -775,6 +772,7 @@ fn patch_plan(p: &PatchPlan, plan: &LogicalPlan) -> PhysicalPlan {
         root: PlanNode {
             op: Operator::Rows {
                 columns: statement_columns(plan),
+                shape: RowShape::AsIs,
             },
             inputs: vec![patch],
         },
@@ -834,6 +832,7 @@ fn select_plan(s: &SelectPlan, plan: &LogicalPlan) -> PhysicalPlan {
     }
     ops.push(O::Rows {
         columns: statement_columns(plan),
+        shape: RowShape::AsIs,
     });
     let mut node = source_node(&s.source);
     for op in ops {
@@ -874,7 +873,6 @@ fn source_node(src: &SelectSource) -> PlanNode {
         SelectSource::Statement { statement, plan } => PlanNode {
             op: Operator::Relation {
                 statement: statement.clone(),
-                plan: plan.clone(),
             },
             inputs: vec![lower(plan).root],
         },
@@ -1281,30 +1279,29 @@ impl fmt::Display for Operator {
             ),
             O::PatchApply { path } => write!(f, "PatchApply {}", quote(path)),
             O::PatchRemove { path } => write!(f, "PatchRemove {}", quote(path)),
-            O::Open {
-                target,
-                layers,
-                profile,
-                backend,
-            } => {
-                write!(f, "Open {}", quote(target))?;
-                if let Some(b) = backend {
-                    write!(f, " backend={}", b.name())?;
+            O::Bind(u) => {
+                match &u.target {
+                    BindTarget::Path(p) => write!(f, "Bind {}", quote(p))?,
+                    BindTarget::Catalogue(n) => write!(f, "Bind catalogue {}", quote(n))?,
                 }
-                if let Some(l) = layers {
+                write!(f, " backend={}", u.backend.name())?;
+                if let Some(l) = u.layers {
                     write!(f, " layers={l}")?;
                 }
-                if let Some(p) = profile {
+                if let Some(p) = &u.profile {
                     write!(f, " profile={}", quote(p))?;
                 }
                 Ok(())
             }
+            O::OpenSource { path } => write!(f, "OpenSource {}", quote(path)),
+            O::OpenModel { path } => write!(f, "OpenModel {}", quote(path)),
             O::Current => f.write_str("Current base+overlays"),
             O::DiffOperands {
                 into_patch,
                 layer,
                 limit,
                 physical,
+                ..
             } => {
                 f.write_str("DiffOperands")?;
                 if *physical {
@@ -1321,26 +1318,43 @@ impl fmt::Display for Operator {
                 }
                 Ok(())
             }
-            O::Write {
-                kind,
-                path,
-                encoding,
-                layers,
-                labels,
-            } => {
-                write!(f, "Write {kind} {}", quote(path))?;
-                if let Some(e) = encoding {
-                    write!(f, " encoding={e}")?;
+            O::WriteContainer(e) => {
+                f.write_str("WriteContainer VINDEX3")?;
+                if e.shape == lql_grammar::ExtractShape::Bank {
+                    f.write_str(" BANK")?;
+                    if let Some(g) = e.group {
+                        write!(f, " GROUP {g}")?;
+                    }
                 }
-                if let Some(l) = layers {
+                write!(f, " {} encoding={}", quote(&e.output), e.encoding)?;
+                if let Some(l) = e.layers {
                     write!(f, " layers={l}")?;
                 }
                 f.write_str(" (temp+fsync+rename)")?;
-                if *labels {
+                if e.labels {
                     f.write_str(" + labels: every feature, batched unembedding products, stored as a derived segment")?;
                 }
                 Ok(())
             }
+            O::WritePackage(e) => {
+                write!(f, "WritePackage {}", quote(&e.output))?;
+                if let Some(m) = &e.model_id {
+                    write!(f, " model_id={}", quote(m))?;
+                }
+                if let Some(r) = &e.source_revision {
+                    write!(f, " source_revision={}", quote(r))?;
+                }
+                if !e.projectors.is_empty() {
+                    write!(f, " projectors={}", e.projectors.len())?;
+                }
+                f.write_str(" (fragments, README, manifest last)")
+            }
+            O::Compile(c) => write!(
+                f,
+                "Compile {} {} (temp+fsync+rename)",
+                c.target,
+                quote(&c.output)
+            ),
             O::Represent {
                 target,
                 encoding,
@@ -1395,15 +1409,30 @@ impl fmt::Display for Operator {
                     None => f.write_str(" head"),
                 }
             }
-            O::Inspect { what, like } => {
-                write!(f, "Inspect {what}")?;
-                if let Some(l) = like {
+            O::Show(p) => {
+                write!(f, "Show {}", p.what)?;
+                if let Some(c) = &p.container {
+                    write!(f, " {} (index.json, graph, segment headers)", quote(c))?;
+                }
+                if let Some(l) = &p.like {
                     write!(f, " like={}", quote(l))?;
                 }
                 Ok(())
             }
+            O::InspectArtifact {
+                what,
+                container,
+                object,
+            } => {
+                write!(f, "InspectArtifact {} {}", what.name(), quote(container))?;
+                if let Some(o) = object {
+                    write!(f, " {}", quote(o))?;
+                }
+                f.write_str(" (index.json, graph, segment headers; no payload byte)")
+            }
+            O::Stats => f.write_str("Stats"),
             O::DescribeTable { table } => write!(f, "DescribeTable {table}"),
-            O::Rows { columns } => {
+            O::Rows { columns, .. } => {
                 if columns.is_empty() {
                     f.write_str("Status")
                 } else {
@@ -1411,7 +1440,7 @@ impl fmt::Display for Operator {
                     write!(f, "Rows [{}]", names.join(", "))
                 }
             }
-            O::Explain { mode, plan } => {
+            O::Explain { mode, plan, .. } => {
                 let m = match mode {
                     ExplainMode::Plan => "plan",
                     ExplainMode::Analyze => "analyze",

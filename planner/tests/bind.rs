@@ -704,7 +704,7 @@ fn the_binder_decides_the_values_that_run() {
     assert_eq!(u.backend, lql_grammar::BackendChoice::Cpu);
     assert!(lower(&LogicalPlan::Use(u))
         .to_string()
-        .contains("Open \"m.gguf\" backend=cpu"));
+        .contains("Bind \"m.gguf\" backend=cpu"));
     // UPDATE's scales: a number, finite, within range.
     let e = refuse(
         "UPDATE features SET gate_scale = «'x'» WHERE layer = 1",

@@ -121,7 +121,7 @@ Rows [position, layer, rank, prob, attn_contrib, ffn_contrib, contrib, who]
         r#"
 Rows [object, layer, role, representation, change, elements_changed, max_abs_delta, rel_frobenius_delta]
   DiffOperands layer=3 limit=5
-    Open "a.vindex"
+    OpenModel "a.vindex"
     Current base+overlays
 "#
         .trim_start(),
@@ -131,7 +131,7 @@ Rows [object, layer, role, representation, change, elements_changed, max_abs_del
         r#"
 Rows [path, edits, added_features, scales, sha256, base_sha256]
   DiffOperands into_patch="d.vlp"
-    Open "a.vindex"
+    OpenModel "a.vindex"
     Current base+overlays
 "#
         .trim_start(),
@@ -153,10 +153,7 @@ fn explain_plan_itself() {
         phys.to_string().trim_end(),
         "Rows [plan]\n  Explain plan STATS"
     );
-    assert_eq!(
-        explain_text(&plan).trim_end(),
-        "Rows [key, value]\n  Inspect STATS"
-    );
+    assert_eq!(explain_text(&plan).trim_end(), "Rows [key, value]\n  Stats");
     let ops = lower(
         &bind(
             &lql_grammar::parse_statement("TOKENIZE 'a'").unwrap(),

@@ -23,7 +23,7 @@ use lql_storage::surface::NormPlacement;
 use super::datum::Datum;
 use super::interp::{wrong_input, Cost};
 use super::trace::single_token;
-use super::{columns_of, Cx};
+use super::Cx;
 use crate::error::{Error, Result};
 use crate::progress::report_items;
 use crate::rows::Rows;
@@ -315,7 +315,7 @@ pub(crate) fn activation_patch(
         )
     };
     report(0, false);
-    let mut rows = Rows::new(columns_of(&lql_planner::statement_columns(cx.plan)));
+    let mut rows = Rows::new(cx.result_columns());
     for (i, &cell) in cells.iter().enumerate() {
         cx.check_cancel()?;
         let patched = match &estimates {

@@ -86,7 +86,7 @@ pub(crate) fn set(cx: &mut Cx<'_>, setting: Setting) -> Result<Datum> {
         b.executor = None;
     }
     cx.engine.version += 1;
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     rows.push(vec![Value::from("backend"), Value::from(choice.name())]);
     Ok(Datum::Rows(rows))
 }
@@ -115,7 +115,7 @@ pub(crate) fn show(cx: &Cx<'_>) -> Rows {
         BackendChoice::Auto if adapters.is_empty() => "cpu",
         BackendChoice::Auto => "gpu",
     });
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     rows.push(vec![
         Value::from("cpu"),

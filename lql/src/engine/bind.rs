@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use lql_planner::{BindTarget, LogicalPlan, UsePlan};
+use lql_planner::{BindTarget, UsePlan};
 use lql_storage::catalogue;
 
 use super::datum::Datum;
@@ -14,59 +14,32 @@ use crate::progress::{Progress, ProgressUnit};
 use crate::rows::Rows;
 use crate::value::Value;
 
-/// `Open "target"` of USE: binds a path or `catalogue:name` (LAYERS and PROFILE clauses are
-/// refused before the plan runs, by the planner's table of unbuilt clauses).
-pub(crate) fn open(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
-    let source_span = match &cx.stmt.kind {
-        lql_grammar::StatementKind::Use(u) => match &u.source {
-            lql_grammar::UseSource::Path(s) | lql_grammar::UseSource::Model(s) => {
-                Some(s.span.range())
-            }
-        },
-        _ => None,
-    };
-    let at = |e: Error| match &source_span {
-        Some(s) => e.or_span(s.clone()),
-        None => e,
-    };
+/// `Bind` (USE): binds a path, a package stage, a container's profile or a catalogue name
+/// on the plan's backend; errors point at the model's path or name in the statement, an
+/// unavailable backend at the BACKEND clause.
+pub(crate) fn open(cx: &mut Cx<'_>, plan: &UsePlan) -> Result<Datum> {
+    let at = |e: Error| e.or_span(plan.source_span.range());
     // `BACKEND gpu` without an adapter is refused before anything is bound.
-    let backend = match cx.plan {
-        LogicalPlan::Use(u) => u.backend,
-        _ => cx.engine.backend,
-    };
-    super::backend::check_available(backend).map_err(|e| match &cx.stmt.kind {
-        lql_grammar::StatementKind::Use(lql_grammar::Use {
-            backend: Some(b), ..
-        }) => e.or_span(b.span.range()),
-        _ => e,
+    super::backend::check_available(plan.backend).map_err(|e| match plan.backend_span {
+        Some(s) => e.or_span(s.range()),
+        None => e,
     })?;
-    let rows = match cx.plan {
-        LogicalPlan::Use(UsePlan {
-            target: BindTarget::Catalogue(n),
-            ..
-        }) => bind_catalogue(cx, n),
-        LogicalPlan::Use(UsePlan {
-            layers: Some(_), ..
-        }) if !super::package::is_package(target) && is_another_format(target) => {
-            Err(layers_need_a_package(target))
-        }
-        LogicalPlan::Use(UsePlan { layers, .. })
-            if layers.is_some() || super::package::is_package(target) =>
-        {
-            let layers = *layers;
-            super::package::bind(cx, target, layers)
-        }
-        LogicalPlan::Use(UsePlan {
-            profile: Some(p), ..
-        }) => {
-            let p = p.clone();
-            bind_profile(cx, target, &p)
-        }
-        _ => bind_path(cx, target, None),
+    let rows = match &plan.target {
+        BindTarget::Catalogue(n) => bind_catalogue(cx, n),
+        BindTarget::Path(target) => match (plan.layers, &plan.profile) {
+            (Some(_), _) if !super::package::is_package(target) && is_another_format(target) => {
+                Err(layers_need_a_package(target))
+            }
+            (layers, _) if layers.is_some() || super::package::is_package(target) => {
+                super::package::bind(cx, target, layers)
+            }
+            (None, Some(p)) => bind_profile(cx, target, p),
+            _ => bind_path(cx, target, None),
+        },
     };
     let rows = rows.map_err(at)?;
     if let Some(b) = cx.engine.bound.as_mut() {
-        b.backend = backend;
+        b.backend = plan.backend;
     }
     Ok(Datum::Rows(rows))
 }

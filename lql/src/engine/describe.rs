@@ -8,7 +8,7 @@ use lql_planner::{LayerRange, WalkMode};
 
 use super::datum::Datum;
 use super::interp::wrong_input;
-use super::{columns_of, Cx};
+use super::Cx;
 use crate::error::Result;
 use crate::rows::Rows;
 use crate::value::Value;
@@ -59,7 +59,7 @@ pub(crate) fn describe_scan(
         &ids,
         &opts,
     )?;
-    let mut rows = Rows::new(columns_of(&lql_planner::statement_columns(cx.plan)));
+    let mut rows = Rows::new(cx.result_columns());
     for e in r.edges {
         rows.push(vec![
             Value::from(e.band),

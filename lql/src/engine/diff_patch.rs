@@ -59,7 +59,7 @@ pub(crate) fn write(
         .iter()
         .filter(|e| matches!(e, Edit::Add(_)))
         .count();
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     rows.push(vec![
         Value::from(path),
         Value::from(super::edit::edit_count(&file.edits)),

@@ -20,7 +20,7 @@ use lql_planner::{ExplainMode, LogicalPlan, PhysicalPlan};
 
 use super::datum::Datum;
 use super::interp::{self, Executed, Mode, NodeStats};
-use super::{result_columns, Cx};
+use super::Cx;
 use crate::error::{Error, Result};
 use crate::rows::Rows;
 use crate::value::Value;
@@ -32,14 +32,14 @@ pub(crate) const ATTENDED_PER_LAYER: usize = 3;
 /// Label tokens shown per feature by EXPLAIN INFER.
 const LABEL_TOKENS: usize = 3;
 
-/// `Explain mode plan`.
-pub(crate) fn explain(cx: &mut Cx<'_>, mode: ExplainMode, plan: &PhysicalPlan) -> Result<Datum> {
-    let LogicalPlan::Explain(e) = cx.plan else {
-        return Err(Error::internal("Explain outside EXPLAIN"));
-    };
-    let inner = e.inner.as_ref();
-    let columns = result_columns(cx.plan);
-    let mut rows = Rows::new(columns);
+/// `Explain mode plan`: `plan` is lowered from `inner`.
+pub(crate) fn explain(
+    cx: &mut Cx<'_>,
+    mode: ExplainMode,
+    plan: &PhysicalPlan,
+    inner: &LogicalPlan,
+) -> Result<Datum> {
+    let mut rows = Rows::new(cx.result_columns());
     match mode {
         ExplainMode::Plan => {
             for l in plan.lines().into_iter().chain(plan.warnings()) {
@@ -50,14 +50,14 @@ pub(crate) fn explain(cx: &mut Cx<'_>, mode: ExplainMode, plan: &PhysicalPlan) -
             rows.push(vec![Value::from(format!("effects: {effects}"))]);
         }
         ExplainMode::Analyze => {
-            let ran = run_inner(cx, inner, plan, Mode::Plain)?;
+            let ran = interp::run(cx, plan, Mode::Plain)?;
             for l in analyzed_lines(plan, &ran.stats) {
                 rows.push(vec![Value::from(l)]);
             }
         }
         ExplainMode::Trace => match inner {
             LogicalPlan::Walk(w) => {
-                let ran = run_inner(cx, inner, plan, Mode::Plain)?;
+                let ran = interp::run(cx, plan, Mode::Plain)?;
                 for l in analyzed_lines(plan, &ran.stats) {
                     rows.push(vec![Value::from(l)]);
                 }
@@ -92,7 +92,7 @@ pub(crate) fn explain(cx: &mut Cx<'_>, mode: ExplainMode, plan: &PhysicalPlan) -
                 }
             }
             LogicalPlan::Infer(p) => {
-                let ran = run_inner(cx, inner, plan, Mode::TapTrace)?;
+                let ran = interp::run(cx, plan, Mode::TapTrace)?;
                 for ((depth, node), s) in plan.root.preorder().into_iter().zip(&ran.stats) {
                     rows.push(vec![
                         Value::from("plan"),
@@ -112,29 +112,6 @@ pub(crate) fn explain(cx: &mut Cx<'_>, mode: ExplainMode, plan: &PhysicalPlan) -
         },
     }
     Ok(Datum::Rows(rows))
-}
-
-/// Runs the inner statement's tree in a context whose plan is the inner statement.
-fn run_inner(
-    cx: &mut Cx<'_>,
-    inner: &LogicalPlan,
-    plan: &PhysicalPlan,
-    mode: Mode,
-) -> Result<Executed> {
-    let inner_stmt = match &cx.stmt.kind {
-        lql_grammar::StatementKind::Explain(s)
-        | lql_grammar::StatementKind::ExplainPlan(s)
-        | lql_grammar::StatementKind::ExplainAnalyze(s) => s.as_ref(),
-        _ => cx.stmt,
-    };
-    let mut icx = Cx {
-        engine: &mut *cx.engine,
-        cancel: cx.cancel,
-        text: cx.text,
-        stmt: inner_stmt,
-        plan: inner,
-    };
-    interp::run(&mut icx, plan, mode)
 }
 
 fn fmt_bytes(b: u64) -> String {

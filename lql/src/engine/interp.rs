@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use lql_planner::{Operator, PhysicalPlan, PlanNode};
+use lql_planner::{Operator, PhysicalPlan, PlanNode, RowShape};
 
 use super::datum::Datum;
 use super::{
@@ -99,15 +99,13 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
     let id = *next;
     *next += 1;
     let mut inputs = Vec::with_capacity(n.inputs.len());
-    if let Operator::Relation { statement, plan } = &n.op {
-        // A statement in FROM: its plan runs in its own context, since its operators read
-        // their statement and plan as when it runs alone.
+    if let Operator::Rows { columns, .. } = &n.op {
+        // The operators below answer in these columns (a statement in FROM in its own).
         let mut sub = Cx {
             engine: &mut *cx.engine,
             cancel: cx.cancel,
             text: cx.text,
-            stmt: statement,
-            plan,
+            columns,
         };
         for i in &n.inputs {
             inputs.push(node(&mut sub, i, r, next)?);
@@ -170,29 +168,29 @@ fn operator(
 ) -> Result<Datum> {
     use Operator as O;
     match op {
-        O::Open { .. } if matches!(cx.plan, lql_planner::LogicalPlan::Extract(_)) => {
-            vindex::open_source(cx, op)
-        }
-        O::Open { .. }
-            if matches!(
-                cx.plan,
-                lql_planner::LogicalPlan::Diff(_) | lql_planner::LogicalPlan::Compile(_)
-            ) =>
-        {
-            persist::open(cx, op)
-        }
+        O::OpenSource { path } => vindex::open_source(cx, path),
+        O::OpenModel { path } => persist::open(cx, path),
         O::Current => persist::current(cx),
         O::Compact { container, into } => persist::compact(cx, container, into.as_deref()),
         O::DiffOperands {
             into_patch,
             layer,
+            layer_span,
             limit,
             physical,
-        } => persist::diff_operands(cx, inputs, into_patch.as_deref(), *layer, *limit, *physical),
-        O::Write { .. } if matches!(cx.plan, lql_planner::LogicalPlan::Compile(_)) => {
-            persist::compile(cx, one(inputs, "Write")?)
-        }
-        O::Open { target, .. } => bind::open(cx, target),
+        } => persist::diff_operands(
+            cx,
+            inputs,
+            persist::DiffSpec {
+                into_patch: into_patch.as_deref(),
+                layer: *layer,
+                layer_span: *layer_span,
+                limit: *limit,
+                physical: *physical,
+            },
+        ),
+        O::Compile(plan) => persist::compile(cx, one(inputs, "Compile")?, plan),
+        O::Bind(plan) => bind::open(cx, plan),
         O::Tokenize { text, role } => run::tokenize(cx, text, *role),
         O::EmbedLookup { .. } => walk::embed_lookup(cx, one(inputs, "EmbedLookup")?, cost),
         O::Forward {
@@ -352,8 +350,8 @@ fn operator(
             columns,
         } => select::aggregate(cx, one(inputs, "Aggregate")?, keys, calls, columns),
         O::Distinct => select::distinct(one(inputs, "Distinct")?),
-        O::Write { kind, .. } if kind == "PACKAGE" => package::write(cx, one(inputs, "Write")?),
-        O::Write { .. } => vindex::write(cx, one(inputs, "Write")?, op),
+        O::WritePackage(plan) => package::write(cx, one(inputs, "WritePackage")?, plan),
+        O::WriteContainer(plan) => vindex::write(cx, one(inputs, "WriteContainer")?, plan),
         O::Represent {
             target,
             encoding,
@@ -364,10 +362,16 @@ fn operator(
             vindex::verify(cx, container.as_deref(), against.as_deref())
         }
         O::Stage { input, into } => package::stage(cx, input, into.as_deref()),
-        O::Inspect { .. } => introspect::inspect(cx),
+        O::Show(plan) => introspect::show(cx, plan),
+        O::InspectArtifact {
+            what,
+            container,
+            object,
+        } => vindex::artifact(cx, *what, container, object.as_deref()).map(Datum::Rows),
+        O::Stats => introspect::stats(cx).map(Datum::Rows),
         O::DescribeTable { table } => introspect::describe_table(cx, *table),
-        O::Rows { columns } => rows(cx, inputs, columns),
-        O::Explain { mode, plan } => explain::explain(cx, *mode, plan),
+        O::Rows { columns, shape } => rows(cx, inputs, columns, shape),
+        O::Explain { mode, plan, inner } => explain::explain(cx, *mode, plan, inner),
         O::OverlayInsert(plan) => edit::insert(cx, plan),
         O::EvaluateEdits(plan) => super::evaluate::evaluate(cx, plan),
         O::AnalyzeFeatures(plan) => super::analyze::analyze(cx, plan),
@@ -391,7 +395,12 @@ fn operator(
 }
 
 /// The root: the statement's rows, in exactly the columns its schema declares.
-fn rows(cx: &mut Cx<'_>, inputs: Vec<Datum>, columns: &[lql_planner::ColumnDef]) -> Result<Datum> {
+fn rows(
+    cx: &mut Cx<'_>,
+    inputs: Vec<Datum>,
+    columns: &[lql_planner::ColumnDef],
+    shape: &RowShape,
+) -> Result<Datum> {
     let want = super::columns_of(columns);
     let rows = match inputs.into_iter().next() {
         None => Rows::new(want.clone()),
@@ -401,8 +410,27 @@ fn rows(cx: &mut Cx<'_>, inputs: Vec<Datum>, columns: &[lql_planner::ColumnDef])
             out.rows = rows;
             out
         }
-        Some(d @ Datum::Labeled { .. }) => walk::rows(cx, d, want.clone())?,
-        Some(d @ Datum::Trace { .. }) => trace::rows(cx, d, want.clone())?,
+        Some(d @ Datum::Labeled { .. }) => match shape {
+            RowShape::Walk { mode } => walk::rows(cx, d, want.clone(), mode)?,
+            _ => return Err(wrong_input("Rows", &d)),
+        },
+        Some(d @ Datum::Trace { .. }) => match shape {
+            RowShape::Trace {
+                layers,
+                target,
+                positions,
+            } => trace::rows(
+                cx,
+                d,
+                want.clone(),
+                trace::Shown {
+                    layers: *layers,
+                    target: target.as_deref(),
+                    positions: *positions,
+                },
+            )?,
+            _ => return Err(wrong_input("Rows", &d)),
+        },
         Some(d) => return Err(wrong_input("Rows", &d)),
     };
     if rows.columns != want {

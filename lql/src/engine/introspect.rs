@@ -1,10 +1,10 @@
-//! Introspection operators: `Inspect` (SHOW MODELS | LAYERS | TENSORS | TABLES |
-//! COMPONENTS | REPRESENTATIONS, STATS) and `DescribeTable`. These read the catalogue, the
+//! Introspection operators: `Show` (SHOW MODELS | LAYERS | TENSORS | TABLES |
+//! COMPONENTS | REPRESENTATIONS …), `Stats` and `DescribeTable`. These read the catalogue, the
 //! bound model's surface and operand table, or the schema; none runs the model.
 
 use std::collections::BTreeMap;
 
-use lql_planner::{LogicalPlan, ShowWhat};
+use lql_planner::{ShowPlan, ShowWhat};
 use lql_storage::{catalogue, Role};
 
 use super::datum::Datum;
@@ -13,22 +13,9 @@ use crate::error::{Error, Result};
 use crate::rows::Rows;
 use crate::value::Value;
 
-/// `Inspect`: SHOW and STATS. `SHOW … [LIKE "pattern"]`: LIKE filters on the first column
-/// (`%` any run, `_` one character, case-insensitive).
-pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
-    let plan = match cx.plan {
-        LogicalPlan::Stats => return Ok(Datum::Rows(stats(cx)?)),
-        LogicalPlan::Show(p) => p.clone(),
-        LogicalPlan::Artifact {
-            what,
-            container,
-            object,
-        } => {
-            return super::vindex::artifact(cx, *what, container, object.as_deref())
-                .map(Datum::Rows)
-        }
-        _ => return Err(Error::internal("Inspect outside SHOW/STATS")),
-    };
+/// `Show`: SHOW … [LIKE "pattern"]; LIKE filters on the first column (`%` any run, `_`
+/// one character, case-insensitive).
+pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Datum> {
     let mut rows = match plan.what {
         ShowWhat::Models => show_models(cx)?,
         ShowWhat::Backends => super::backend::show(cx),
@@ -36,9 +23,9 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
         ShowWhat::Layers => show_layers(cx)?,
         ShowWhat::Tensors => show_tensors(cx)?,
         ShowWhat::Tables => show_tables(cx),
-        ShowWhat::Package => super::package::show(cx)?,
+        ShowWhat::Package => super::package::show(cx, plan.container.as_deref())?,
         ShowWhat::Components | ShowWhat::Representations | ShowWhat::Profiles => {
-            return super::vindex::show(cx, &plan).map(Datum::Rows)
+            return super::vindex::show(cx, plan).map(Datum::Rows)
         }
         ShowWhat::Patches => super::patch::show(cx)?,
         ShowWhat::Capabilities => super::vindex::show_capabilities(cx)?,
@@ -56,7 +43,7 @@ pub(crate) fn inspect(cx: &mut Cx<'_>) -> Result<Datum> {
 /// needs; every other table answers `SELECT *`.
 fn show_tables(cx: &Cx<'_>) -> Rows {
     let routed = cx.bound().is_ok_and(|b| b.model().surface.moe.is_some());
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     for t in lql_planner::QUERYABLE_TABLES {
         if t == lql_grammar::Table::Routes && !routed {
             continue;
@@ -72,7 +59,7 @@ fn show_tables(cx: &Cx<'_>) -> Rows {
 pub(crate) fn describe_table(cx: &mut Cx<'_>, table: lql_grammar::Table) -> Result<Datum> {
     let defs = lql_planner::table_columns(table)
         .ok_or_else(|| Error::not_supported_yet(&format!("SELECT FROM {}", table.name())))?;
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     for c in defs {
         rows.push(vec![
             Value::from(c.name),
@@ -88,7 +75,7 @@ pub(crate) fn describe_table(cx: &mut Cx<'_>, table: lql_grammar::Table) -> Resu
 fn show_architectures(cx: &Cx<'_>) -> Rows {
     use lql_storage::import::{family::FAMILIES, hf};
     let hf = hf::supported_architectures();
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     for f in FAMILIES {
         let features = f.nominal.features();
         let edit = if !f.takes_edits() {
@@ -119,7 +106,7 @@ fn show_architectures(cx: &Cx<'_>) -> Rows {
 }
 
 fn show_models(cx: &Cx<'_>) -> Result<Rows> {
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     for m in catalogue::list()? {
         rows.push(vec![
             Value::from(m.name),
@@ -154,7 +141,7 @@ fn encodings(model: &lql_storage::Model, layer: usize, roles: &[Role]) -> Value 
 fn show_layers(cx: &Cx<'_>) -> Result<Rows> {
     let b = cx.bound()?;
     let m = b.model();
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     let mut per_layer: BTreeMap<usize, (usize, u64)> = BTreeMap::new();
     for (k, op) in &m.operands {
         if let Some(l) = k.layer {
@@ -197,7 +184,7 @@ fn show_layers(cx: &Cx<'_>) -> Result<Rows> {
 }
 
 fn show_tensors(cx: &Cx<'_>) -> Result<Rows> {
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     for r in super::select::tensor_rows(cx.bound()?.model()) {
         rows.push(r);
     }
@@ -209,7 +196,7 @@ pub(crate) fn stats(cx: &mut Cx<'_>) -> Result<Rows> {
     let b = cx.bound()?;
     let m = b.model();
     let s = &m.surface;
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     let mut kv = |k: &str, v: Value| rows.push(vec![Value::from(k), v]);
     kv("model", Value::from(b.name.as_str()));
     kv("path", Value::from(m.path.display().to_string()));

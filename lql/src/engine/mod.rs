@@ -124,20 +124,26 @@ pub(crate) struct Engine {
     pub(crate) version: u64,
 }
 
-/// What an operator gets: the session, the cancel flag, the statement's text and plan.
+/// What an operator gets: the session, the cancel flag, the statement's text, and the
+/// columns of the rows it answers in. Everything else an operator does is in its own
+/// parameters (the plan node): it never reads the statement or the logical plan.
 pub(crate) struct Cx<'a> {
     pub engine: &'a mut Engine,
     /// The connection's interrupt flag (cleared when a statement starts).
     pub cancel: &'a Arc<AtomicBool>,
     /// The statement's text; spans in errors are byte ranges into it.
     pub text: &'a str,
-    /// The statement's AST (for clause spans in errors).
-    pub stmt: &'a lql_grammar::Statement,
-    /// The bound statement (inner statement under EXPLAIN).
-    pub plan: &'a LogicalPlan,
+    /// The columns declared by the nearest `Rows` node above the running one: the rows an
+    /// operator that answers the statement directly (SHOW, EXTRACT, DIFF …) builds.
+    pub columns: &'a [lql_planner::ColumnDef],
 }
 
 impl Cx<'_> {
+    /// The columns of the rows this operator answers in ([`Cx::columns`]).
+    pub fn result_columns(&self) -> Vec<Column> {
+        columns_of(self.columns)
+    }
+
     /// The bound model, or the "no model bound" error pointing at the statement.
     pub fn bound(&self) -> Result<&Bound> {
         self.engine.bound.as_ref().ok_or_else(|| {
@@ -321,18 +327,13 @@ impl Engine {
     /// Binds a model file, folder or catalogue name (as `USE`), through the database so
     /// that connections share mapped files.
     pub(crate) fn bind(&mut self, path_or_name: &str, cancel: &Arc<AtomicBool>) -> Result<Rows> {
-        let stmt = lql_grammar::Statement {
-            kind: lql_grammar::StatementKind::Stats,
-            span: lql_grammar::Span::new(0, path_or_name.len()),
-        };
-        let plan = LogicalPlan::Stats;
+        let columns = lql_planner::schema::use_columns();
         let _interruptible = lql_storage::interrupt::Scope::new(cancel);
         let mut cx = Cx {
             engine: self,
             cancel,
             text: path_or_name,
-            stmt: &stmt,
-            plan: &plan,
+            columns: &columns,
         };
         bind::bind_any(&mut cx, path_or_name)
     }
@@ -414,17 +415,11 @@ impl Engine {
         }
         // Storage loops over file-declared counts poll this statement's interrupt flag.
         let _interruptible = lql_storage::interrupt::Scope::new(cancel);
-        // WITH STEERING: the statement runs as its inner statement, steered.
-        let stmt = match &p.stmt.kind {
-            lql_grammar::StatementKind::Steered { statement, .. } => statement.as_ref(),
-            _ => &p.stmt,
-        };
         let mut cx = Cx {
             engine: self,
             cancel,
             text,
-            stmt,
-            plan: &p.logical,
+            columns: p.physical.columns(),
         };
         if let Some(plan) = &p.steering {
             let s = steering::build(&mut cx, plan).map_err(|e| e.or_span(span.clone()))?;

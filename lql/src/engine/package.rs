@@ -214,7 +214,7 @@ pub(crate) fn stage(cx: &mut Cx<'_>, input: &PlanInput, into: Option<&str>) -> R
         ((StageOutput::Hidden(frame), span), Some(path)) => {
             super::protect::refuse_overwrite(cx, path, "RUN STAGE … INTO", &[])?;
             frame.write(Path::new(path))?;
-            let mut rows = Rows::new(super::result_columns(cx.plan));
+            let mut rows = Rows::new(cx.result_columns());
             rows.push(vec![
                 Value::from(path),
                 Value::from(frame.header.tokens as usize),
@@ -233,12 +233,8 @@ pub(crate) fn stage(cx: &mut Cx<'_>, input: &PlanInput, into: Option<&str>) -> R
 /// `SHOW PACKAGE`: the bound package's identity, ABI, stage, the artifacts this binding
 /// mapped (size, how each was verified), projectors and the resolved generation policy.
 /// `SHOW PACKAGE "dir|hf://…"`: the same for a package that is not bound ([`inspect`]).
-pub(crate) fn show(cx: &mut Cx<'_>) -> Result<Rows> {
-    if let lql_planner::LogicalPlan::Show(lql_planner::ShowPlan {
-        container: Some(target),
-        ..
-    }) = cx.plan
-    {
+pub(crate) fn show(cx: &mut Cx<'_>, container: Option<&str>) -> Result<Rows> {
+    if let Some(target) = container {
         return inspect(cx, target);
     }
     let b = cx
@@ -356,7 +352,7 @@ struct PackageRows {
 impl PackageRows {
     fn new(cx: &Cx<'_>) -> PackageRows {
         PackageRows {
-            rows: Rows::new(super::result_columns(cx.plan)),
+            rows: Rows::new(cx.result_columns()),
         }
     }
 
@@ -423,15 +419,16 @@ impl PackageRows {
     }
 }
 
-/// `Write PACKAGE "dir"` (EXTRACT … FORMAT PACKAGE): slice the source GGUF into a layer
+/// `WritePackage "dir"` (EXTRACT … FORMAT PACKAGE): slice the source GGUF into a layer
 /// package; one row in EXTRACT's columns (path, objects = artifacts, tensors, payload
 /// bytes, encoding `SOURCE`, seconds).
-pub(crate) fn write(cx: &mut Cx<'_>, input: super::datum::Datum) -> Result<super::datum::Datum> {
+pub(crate) fn write(
+    cx: &mut Cx<'_>,
+    input: super::datum::Datum,
+    plan: &lql_planner::ExtractPlan,
+) -> Result<super::datum::Datum> {
     let super::datum::Datum::Source(model) = input else {
-        return Err(super::interp::wrong_input("Write", &input));
-    };
-    let lql_planner::LogicalPlan::Extract(plan) = cx.plan else {
-        return Err(Error::internal("Write PACKAGE outside EXTRACT"));
+        return Err(super::interp::wrong_input("WritePackage", &input));
     };
     if model.kind != lql_storage::model::SourceKind::Gguf || !model.path.is_file() {
         return Err(Error::unsupported(format!(
@@ -461,7 +458,7 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: super::datum::Datum) -> Result<super
         .into_iter()
         .chain(m.layers.iter().map(|l| &l.artifact))
         .collect();
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     rows.push(vec![
         Value::from(plan.output.as_str()),
         Value::from(arts.len()),
@@ -476,7 +473,7 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: super::datum::Datum) -> Result<super
 /// `VERIFY "dir"` on a layer package: one row per check, in VERIFY's columns (the check in
 /// `representation`, the artifact in `object`).
 pub(crate) fn verify(cx: &Cx<'_>, dir: &Path, against: Option<&Path>) -> Result<Rows> {
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     for r in pkg::against::verify(dir, against)? {
         rows.push(match against {
             // VERIFY … AGAINST's columns: authorities, object, check, status, ….

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use lql_grammar::CompileTarget;
-use lql_planner::LogicalPlan;
+use lql_planner::CompilePlan;
 use lql_storage::diff::{self, DiffScope};
 use lql_storage::format::gguf::export::export_gguf;
 use lql_storage::format::vindex3::{self, Derivation, ExtractEncoding};
@@ -46,11 +46,11 @@ pub(crate) fn current(cx: &mut Cx<'_>) -> Result<Datum> {
     Ok(Datum::Material(model))
 }
 
-/// `Open "path"` under DIFF or COMPILE: a second model, opened without binding it.
-pub(crate) fn open(cx: &mut Cx<'_>, op: &lql_planner::Operator) -> Result<Datum> {
-    match super::vindex::open_source(cx, op)? {
+/// `OpenModel "path"` under DIFF or COMPILE: a second model, opened without binding it.
+pub(crate) fn open(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
+    match super::vindex::open_source(cx, path)? {
         Datum::Source(m) => Ok(Datum::Material(Arc::new(*m))),
-        other => Err(super::interp::wrong_input("Open", &other)),
+        other => Err(super::interp::wrong_input("OpenModel", &other)),
     }
 }
 
@@ -88,15 +88,29 @@ fn layer_value(l: Option<usize>) -> Value {
     l.map_or(Value::Null, Value::from)
 }
 
+/// `DiffOperands`'s parameters.
+pub(crate) struct DiffSpec<'a> {
+    pub into_patch: Option<&'a str>,
+    pub layer: Option<usize>,
+    /// The LAYER clause, where an out-of-range layer is refused.
+    pub layer_span: Option<lql_grammar::Span>,
+    pub limit: Option<usize>,
+    pub physical: bool,
+}
+
 /// `DiffOperands`: one input compares CURRENT with its base; two compare left → right.
 pub(crate) fn diff_operands(
     cx: &mut Cx<'_>,
     inputs: Vec<Datum>,
-    into_patch: Option<&str>,
-    layer: Option<usize>,
-    limit: Option<usize>,
-    physical: bool,
+    spec: DiffSpec<'_>,
 ) -> Result<Datum> {
+    let DiffSpec {
+        into_patch,
+        layer,
+        layer_span,
+        limit,
+        physical,
+    } = spec;
     let mut it = inputs.into_iter();
     let (left, right) = match (it.next(), it.next()) {
         (Some(a), None) => {
@@ -118,7 +132,7 @@ pub(crate) fn diff_operands(
     // their values cannot be read without knowing the family.
     if physical && into_patch.is_none() {
         if let Some(found) = diff::diff_uninterpreted(a.base(), b.base(), layer, cx.cancel) {
-            let mut rows = Rows::new(super::result_columns(cx.plan));
+            let mut rows = Rows::new(cx.result_columns());
             for r in found?.into_iter().take(limit.unwrap_or(usize::MAX)) {
                 rows.push(physical_values(
                     Value::Null,
@@ -149,10 +163,8 @@ pub(crate) fn diff_operands(
                 "LAYER {l} is out of range: the models have {n} layers (0-{})",
                 n.saturating_sub(1)
             ));
-            if let lql_grammar::StatementKind::Diff(d) = &cx.stmt.kind {
-                if let Some(sp) = &d.layer {
-                    e = e.with_span(sp.span.range());
-                }
+            if let Some(sp) = layer_span {
+                e = e.with_span(sp.range());
             }
             return Err(e);
         }
@@ -166,7 +178,7 @@ pub(crate) fn diff_operands(
             e.into()
         }
     };
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     let take = limit.unwrap_or(usize::MAX);
     if physical {
         for r in diff::diff_physical(a, b, scope, &cancel)
@@ -203,13 +215,10 @@ pub(crate) fn diff_operands(
     Ok(Datum::Rows(rows))
 }
 
-/// COMPILE's `Write GGUF|VINDEX "out"`: one row (path, format, tensors, bytes,
+/// COMPILE's `Compile GGUF|VINDEX|PACKAGE "out"`: one row (path, format, tensors, bytes,
 /// derived_from_model, applied_patches, max_abs_logit_delta, seconds).
-pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
-    let state = material(input, "Write")?;
-    let LogicalPlan::Compile(plan) = cx.plan else {
-        return Err(Error::internal("COMPILE's Write outside COMPILE"));
-    };
+pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum, plan: &CompilePlan) -> Result<Datum> {
+    let state = material(input, "Compile")?;
     let started = Instant::now();
     let out = PathBuf::from(&plan.output);
     let identity = state.source_identity()?;
@@ -239,7 +248,7 @@ pub(crate) fn compile(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
             ("PACKAGE", tensors, bytes, None)
         }
     };
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     rows.push(vec![
         Value::from(out.display().to_string()),
         Value::from(format),
@@ -511,7 +520,7 @@ pub(crate) fn compact(cx: &mut Cx<'_>, container: &str, into: Option<&str>) -> R
     }
     c::publish(&staged, into.map(Path::new))?;
     report_items(handler.as_ref(), &task, 1, 1, true);
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     for r in staged.rows {
         rows.push(vec![
             Value::from(r.action),

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use lql_exec::trace::{self, CaptureOptions, TraceCapture};
 use lql_exec::{Control, FinishReason, GenerateOptions, Sampling};
-use lql_planner::{Capture, LayerRange, LogicalPlan, Positions, TextRole};
+use lql_planner::{Capture, LayerRange, Positions, TextRole};
 
 use super::datum::Datum;
 use super::interp::{wrong_input, Mode, Run};
-use super::{columns_of, Cx};
+use super::Cx;
 use crate::error::{Error, Result};
 use crate::rows::Rows;
 use crate::value::Value;
@@ -145,7 +145,8 @@ pub(crate) fn head(cx: &mut Cx<'_>, input: Datum, r: &mut Run) -> Result<Datum> 
         return Ok(Datum::Logits(logits));
     };
     let trace = cap.finish(&tokens, logits.values.clone())?;
-    if r.mode == Mode::TapTrace && !matches!(cx.plan, LogicalPlan::Trace(_)) {
+    // EXPLAIN INFER keeps the capture beside the plan's logits.
+    if r.mode == Mode::TapTrace {
         r.tapped = Some(trace);
         return Ok(Datum::Logits(logits));
     }
@@ -327,7 +328,7 @@ fn compile_constraint(
 /// `Detokenize`: ids → text, into the statement's rows.
 pub(crate) fn detokenize(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let tok = cx.tokenizer()?;
-    let columns = columns_of(&lql_planner::statement_columns(cx.plan));
+    let columns = cx.result_columns();
     let mut rows = Rows::new(columns);
     match input {
         Datum::Top(top) => {
@@ -362,7 +363,7 @@ pub(crate) fn detokenize(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
 /// GENERATE's one row, with `reason` as its finish_reason.
 fn generation_rows(cx: &mut Cx<'_>, g: lql_exec::Generation, reason: &str) -> Result<Rows> {
     let tok = cx.tokenizer()?;
-    let mut rows = Rows::new(columns_of(&lql_planner::statement_columns(cx.plan)));
+    let mut rows = Rows::new(cx.result_columns());
     let text = match g.text {
         Some(t) => t,
         None => tok.decode(&g.token_ids)?,

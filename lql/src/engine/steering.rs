@@ -172,7 +172,7 @@ pub(crate) fn save(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
     let cv = s.to_control_vector(&arch)?;
     cv.write(Path::new(path))?;
     let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let mut rows = Rows::new(super::columns_of(&lql_planner::statement_columns(cx.plan)));
+    let mut rows = Rows::new(cx.result_columns());
     rows.push(vec![
         Value::from(path),
         Value::from(cv.directions.len()),

@@ -85,8 +85,7 @@ fn run(cx: &mut Cx<'_>, query: &Select, at: &Expr) -> Result<Vec<Value>> {
         engine: &mut *cx.engine,
         cancel: cx.cancel,
         text: cx.text,
-        stmt: &stmt,
-        plan: &logical,
+        columns: physical.columns(),
     };
     let out = interp::run(&mut sub, &physical, interp::Mode::Plain)?;
     Ok(out

@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use lql_exec::trace::{self, lens, LogitLens, Trace, TraceFile};
-use lql_planner::{LogicalPlan, Positions};
+use lql_planner::{LayerRange, Positions};
 
 use super::datum::Datum;
 use super::interp::wrong_input;
@@ -131,8 +131,28 @@ fn opt(v: Option<f64>) -> Value {
     v.map_or(Value::Null, Value::Float)
 }
 
+/// What TRACE's rows show (the `Rows` root's [`lql_planner::RowShape::Trace`]).
+pub(crate) struct Shown<'a> {
+    /// The layers with a row (the embedding's too when layer 0 is shown).
+    pub layers: LayerRange,
+    /// FOR's token: its rank and probability at each stage.
+    pub target: Option<&'a str>,
+    /// ALL: a position column first.
+    pub positions: Positions,
+}
+
 /// TRACE's rows (see the module doc).
-pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Result<Rows> {
+pub(crate) fn rows(
+    cx: &mut Cx<'_>,
+    input: Datum,
+    columns: Vec<Column>,
+    shown: Shown<'_>,
+) -> Result<Rows> {
+    let Shown {
+        layers,
+        target,
+        positions,
+    } = shown;
     let Datum::Trace {
         trace: tr,
         lens,
@@ -141,25 +161,18 @@ pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Resul
     else {
         return Err(wrong_input("Rows", &input));
     };
-    let LogicalPlan::Trace(plan) = cx.plan else {
-        return Err(Error::internal("trace rows outside TRACE"));
-    };
     let exec = cx.executor()?;
     let tok = cx.tokenizer()?;
-    let target = plan
-        .target
-        .as_deref()
-        .map(|t| single_token(&tok, t, "FOR"))
-        .transpose()?;
+    let target = target.map(|t| single_token(&tok, t, "FOR")).transpose()?;
     let text = |id: u32| tok.token_text(id).unwrap_or_else(|| format!("<{id}>"));
     let need_lens = || Error::internal("TRACE rows need the logit lens");
     let mut rows = Rows::new(columns);
     let d = tr.hidden;
     let show = |stage: usize| {
         if stage == 0 {
-            plan.layers.first == 0
+            layers.first == 0
         } else {
-            plan.layers.contains(stage - 1)
+            layers.contains(stage - 1)
         }
     };
     for (slot, &pos) in tr.positions.iter().enumerate() {
@@ -176,7 +189,7 @@ pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Resul
                 continue;
             }
             let mut row = Vec::new();
-            if plan.positions == Positions::All {
+            if positions == Positions::All {
                 row.push(Value::from(pos));
             }
             // The embedding row has no layer: NULL keeps the column an integer.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use lql_grammar::Encoding;
-use lql_planner::{LogicalPlan, RepresentTarget, ShowPlan, ShowWhat};
+use lql_planner::{RepresentTarget, ShowPlan, ShowWhat};
 use lql_storage::format::vindex3::{self, labels, ExtractEncoding};
 use lql_storage::model::SourceKind;
 use lql_storage::{catalogue, import};
@@ -18,11 +18,8 @@ use crate::progress::report_bytes;
 use crate::rows::Rows;
 use crate::value::Value;
 
-/// EXTRACT's `Open "source"`: a GGUF file, HF folder, container or catalogue name.
-pub(crate) fn open_source(cx: &mut Cx<'_>, op: &lql_planner::Operator) -> Result<Datum> {
-    let lql_planner::Operator::Open { target, .. } = op else {
-        return Err(Error::internal("open_source needs Open"));
-    };
+/// EXTRACT's `OpenSource "source"`: a GGUF file, HF folder, container or catalogue name.
+pub(crate) fn open_source(cx: &mut Cx<'_>, target: &str) -> Result<Datum> {
     let offline = cx
         .engine
         .db
@@ -33,16 +30,15 @@ pub(crate) fn open_source(cx: &mut Cx<'_>, op: &lql_planner::Operator) -> Result
     Ok(Datum::Source(Box::new(import::open(&source)?)))
 }
 
-/// `Write VINDEX3 "dir" encoding=…` (EXTRACT): one row (path, objects, tensors,
+/// `WriteContainer VINDEX3 "dir" encoding=…` (EXTRACT): one row (path, objects, tensors,
 /// payload_bytes, encoding, seconds).
-pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) -> Result<Datum> {
+pub(crate) fn write(
+    cx: &mut Cx<'_>,
+    input: Datum,
+    plan: &lql_planner::ExtractPlan,
+) -> Result<Datum> {
     let Datum::Source(model) = input else {
-        return Err(super::interp::wrong_input("Write", &input));
-    };
-    let LogicalPlan::Extract(plan) = cx.plan else {
-        return Err(Error::not_supported_yet(
-            "writing anything but EXTRACT's container",
-        ));
+        return Err(super::interp::wrong_input("WriteContainer", &input));
     };
     let encoding = match plan.encoding {
         Encoding::Source => ExtractEncoding::Source,
@@ -99,7 +95,7 @@ pub(crate) fn write(cx: &mut Cx<'_>, input: Datum, _op: &lql_planner::Operator) 
         let written = import::open(&report.path)?;
         store_labels(cx, &written, &report.path)?;
     }
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     rows.push(vec![
         Value::from(report.path.display().to_string()),
         Value::from(report.objects),
@@ -203,7 +199,7 @@ pub(crate) fn represent(
         }
         cx.engine.version += 1;
     }
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     rows.push(vec![
         Value::from(dir.display().to_string()),
         Value::from(entry.segment),
@@ -269,7 +265,7 @@ fn represent_objects(
         }
         Err(e) => return Err(e.into()),
     };
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     for r in added {
         rows.push(vec![
             Value::from(r.object),
@@ -299,7 +295,7 @@ pub(crate) fn artifact(
     use lql_grammar::ArtifactWhat as W;
     use vindex3::artifact as a;
     let dir = Path::new(container);
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     match what {
         W::Inspect => {
             let doc = serde_json::to_value(a::inspect(dir)?)
@@ -410,7 +406,7 @@ pub(crate) fn verify(
         return Ok(Datum::Rows(with_fault(rows)));
     }
     let dir = container_dir(cx, container, "VERIFY")?;
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     if let Some(src) = against {
         // The four authorities and payload equivalence, both ends re-hashed.
         let src = resolve_source(src, true)?;
@@ -462,7 +458,7 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
     let dir = container_dir(cx, plan.container.as_deref(), word)?;
     let mut rows = match plan.what {
         ShowWhat::Components => {
-            let mut rows = Rows::new(super::result_columns(cx.plan));
+            let mut rows = Rows::new(cx.result_columns());
             for c in vindex3::show_components(&dir)? {
                 rows.push(vec![
                     Value::from(c.id),
@@ -477,7 +473,7 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
             rows
         }
         ShowWhat::Profiles => {
-            let mut rows = Rows::new(super::result_columns(cx.plan));
+            let mut rows = Rows::new(cx.result_columns());
             for p in vindex3::artifact::profiles(&dir)? {
                 rows.push(vec![
                     Value::from(p.profile),
@@ -495,7 +491,7 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
             rows
         }
         _ => {
-            let mut rows = Rows::new(super::result_columns(cx.plan));
+            let mut rows = Rows::new(cx.result_columns());
             // `selected`: what the binding actually maps (a USE … PROFILE may select other
             // variants than the baselines); a named container that is not bound maps nothing.
             let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
@@ -538,7 +534,7 @@ pub(crate) fn show(cx: &mut Cx<'_>, plan: &ShowPlan) -> Result<Rows> {
 /// `representable` with what is missing).
 pub(crate) fn show_capabilities(cx: &mut Cx<'_>) -> Result<Rows> {
     let model = cx.model()?;
-    let mut rows = Rows::new(super::result_columns(cx.plan));
+    let mut rows = Rows::new(cx.result_columns());
     for r in vindex3::bank_reader::capabilities(&model) {
         rows.push(vec![
             Value::from(r.programme),

@@ -9,7 +9,7 @@
 //! RESIDUAL's Forward runs layers 0 through the last one scanned, no further.
 
 use lql_exec::browse;
-use lql_planner::{GateQuery, LayerRange, LogicalPlan};
+use lql_planner::{GateQuery, LayerRange};
 use lql_storage::{OperandKey, Role};
 
 use super::datum::Datum;
@@ -218,14 +218,16 @@ pub(crate) fn feature_labels(cx: &mut Cx<'_>, input: Datum, cost: &mut Cost) -> 
 }
 
 /// WALK's rows from labelled hits.
-pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Result<Rows> {
+/// `mode` fills the mode column (the mode, and how it was chosen).
+pub(crate) fn rows(
+    cx: &mut Cx<'_>,
+    input: Datum,
+    columns: Vec<Column>,
+    mode: &str,
+) -> Result<Rows> {
     let Datum::Labeled { hits, labels } = input else {
         return Err(wrong_input("Rows", &input));
     };
-    let LogicalPlan::Walk(plan) = cx.plan else {
-        return Err(Error::internal("walk rows outside WALK"));
-    };
-    let mode = plan.mode_choice.describe(plan.mode);
     let text = cx.token_texts();
     let mut rows = Rows::new(columns);
     for (h, l) in hits.hits().zip(&labels) {
@@ -242,7 +244,7 @@ pub(crate) fn rows(cx: &mut Cx<'_>, input: Datum, columns: Vec<Column>) -> Resul
                     .map(|t| Value::Text(text(t.0)))
                     .collect(),
             ),
-            Value::from(mode.as_str()),
+            Value::from(mode),
             h.expert.map(|e| e.column()).into(),
         ]);
     }
