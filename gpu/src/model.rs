@@ -33,8 +33,9 @@ use crate::weights::{make_resident, upload_bytes, upload_f32, Matrix, Resident};
 /// A plan's operands resident on a device, ready to run passes.
 pub struct GpuModel {
     gpu: Arc<Gpu>,
-    // Keeps the mapped operands alive as long as the plan that names them.
-    _source: Arc<dyn OperandSource>,
+    // Keeps the mapped operands alive as long as the plan that names them; the passes
+    // report what they read to it.
+    source: Arc<dyn OperandSource>,
     plan: Arc<Plan>,
     pub(crate) resident: Resident,
     ops: Pipelines,
@@ -52,7 +53,7 @@ impl GpuModel {
         let (ops, mats) = pipelines_for(&gpu, resident.matrices.values().map(|m| m.dtype))?;
         Ok(GpuModel {
             gpu,
-            _source: source,
+            source,
             plan,
             resident,
             ops,
@@ -65,8 +66,11 @@ impl GpuModel {
         self.resident.bytes
     }
 
+    /// A recorder for this model's kernels; what they read of the stored operands is
+    /// reported to the source (the engine's read meter), as the host pass's views are.
     fn recorder(&self) -> Recorder<'_> {
         Recorder::new(&self.gpu, self.ops.clone(), self.mats.clone())
+            .reporting_reads_to(self.source.as_ref())
     }
 
     fn pass(

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use lql_exec::backend::AttnRule;
 use lql_exec::{DeviceFault, ExecError};
+use lql_storage::model::OperandSource;
 use lql_storage::DType;
 
 use crate::context::{device_error, Gpu};
@@ -47,6 +48,9 @@ pub(crate) struct Recorder<'g> {
     dispatches: Vec<Dispatch>,
     /// Copies to run after the dispatches recorded before them (in order).
     steps: Vec<Step>,
+    /// Where the stored-operand bytes the recorded kernels read are reported (a model's
+    /// source, metered by the engine); None: not reported.
+    reads_to: Option<&'g dyn OperandSource>,
 }
 
 enum Step {
@@ -81,6 +85,20 @@ impl<'g> Recorder<'g> {
             stride: PARAM_BYTES.div_ceil(align) * align,
             dispatches: Vec::new(),
             steps: Vec::new(),
+            reads_to: None,
+        }
+    }
+
+    /// Reports the stored-operand bytes its kernels read to `source`
+    /// ([`OperandSource::record_read`]): each matrix a matmul reads, each row a gather reads.
+    pub fn reporting_reads_to(mut self, source: &'g dyn OperandSource) -> Self {
+        self.reads_to = Some(source);
+        self
+    }
+
+    fn count_read(&self, w: &Matrix, rows: usize) {
+        if let (Some(source), true) = (self.reads_to, w.is_operand()) {
+            source.record_read(w.dtype, (rows * w.row_bytes) as u64);
         }
     }
 
@@ -175,6 +193,7 @@ impl<'g> Recorder<'g> {
             )));
         }
         let pipeline = self.mat(w.dtype, "matmul")?;
+        self.count_read(w, w.rows);
         self.dispatch(
             pipeline,
             vec![(0, &w.buf), (1, x), (2, y)],
@@ -204,6 +223,7 @@ impl<'g> Recorder<'g> {
         y: &wgpu::Buffer,
     ) -> Result<(), ExecError> {
         let pipeline = self.mat(w.dtype, "embed")?;
+        self.count_read(w, n);
         self.dispatch(
             pipeline,
             vec![(0, &w.buf), (2, y), (4, ids)],

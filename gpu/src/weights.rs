@@ -51,6 +51,12 @@ impl Matrix {
 }
 
 impl Matrix {
+    /// Whether it is a stored operand (a view of the model's bytes), whose reads the read
+    /// meter counts; a matrix made from values the plan decoded is not.
+    pub(crate) fn is_operand(&self) -> bool {
+        self.host.1 != 0
+    }
+
     /// Upload `data` (`[rows × row_len]` f32, row-major) as an F32 matrix.
     pub(crate) fn from_f32(
         gpu: &Gpu,

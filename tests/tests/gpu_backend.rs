@@ -59,16 +59,25 @@ fn bad_backend_names_are_syntax_errors_with_suggestions() {
     assert_eq!(s.kind.to_string(), "USE \"m.gguf\" BACKEND gpu");
 }
 
-#[test]
-fn infer_and_trace_for_on_the_gpu_match_the_cpu() {
+/// The default model bound on the CPU and on the GPU (None, with the reason printed, when
+/// there is no adapter).
+fn bound_pair() -> Option<(Connection, Connection)> {
     let cpu = Connection::open_in_memory().unwrap();
     if !has_gpu(&cpu) {
-        return;
+        return None;
     }
     let q = lql::quote(&model());
     cpu.execute(&format!("USE {q}")).unwrap();
     let gpu = Connection::open_in_memory().unwrap();
     gpu.execute(&format!("USE {q} BACKEND gpu")).unwrap();
+    Some((cpu, gpu))
+}
+
+#[test]
+fn infer_and_trace_for_on_the_gpu_match_the_cpu() {
+    let Some((cpu, gpu)) = bound_pair() else {
+        return;
+    };
     let prompt = "'The capital of France is'";
     let a = cpu.execute(&format!("INFER {prompt} TOP 3")).unwrap();
     let b = gpu.execute(&format!("INFER {prompt} TOP 3")).unwrap();
@@ -110,4 +119,44 @@ fn auto_runs_on_the_gpu_when_it_can() {
         .unwrap();
     conn.execute("INFER 'Hello' TOP 1").unwrap();
     assert_eq!(active(&conn), if gpu { "gpu" } else { "cpu" });
+}
+
+/// The Forward node's `read=`, `encodings=` and `layers_run=` in EXPLAIN ANALYZE.
+fn forward_reads(conn: &Connection, statement: &str) -> String {
+    let rows = conn
+        .execute(&format!("EXPLAIN ANALYZE {statement}"))
+        .unwrap();
+    let line = (0..rows.len())
+        .map(|i| rows.row(i).unwrap().get::<_, String>("plan").unwrap())
+        .find(|l| l.trim_start().starts_with("Forward"))
+        .unwrap_or_else(|| panic!("no Forward line in {rows:?}"));
+    // `rows=… time=…ms read=63.28 MiB encodings=Q4_1,Q8_0 layers_run=30]`: from read= on.
+    let costs = line.split(" [").nth(1).unwrap_or_default();
+    costs.find("read=").map_or(String::new(), |i| {
+        costs[i..].trim_end_matches(']').to_string()
+    })
+}
+
+#[test]
+fn the_gpu_pass_reports_the_operand_bytes_the_host_pass_reads() {
+    let Some((cpu, gpu)) = bound_pair() else {
+        return;
+    };
+    // The device's kernels read every matrix of every layer, the head and one embedding row
+    // per token: what the host pass's views are counted as, per encoding.
+    for statement in [
+        "INFER 'The capital of France is' TOP 3",
+        "WALK 'The capital of France is' MODE RESIDUAL LAYERS 20-22 TOP 3",
+    ] {
+        let (a, b) = (
+            forward_reads(&cpu, statement),
+            forward_reads(&gpu, statement),
+        );
+        eprintln!("{statement}: cpu {a} · gpu {b}");
+        assert!(
+            a.contains("read="),
+            "{statement}: the host pass read nothing: {a}"
+        );
+        assert_eq!(a, b, "{statement}");
+    }
 }
