@@ -750,6 +750,9 @@ pub struct Insert {
     pub rows: Vec<Spanned<Vec<Spanned<Value>>>>,
     /// `FROM "file"`: the rows of a fact file instead (no columns, no rows).
     pub file: Option<Spanned<String>>,
+    /// `INSERT INTO edges SELECT …`: the query's rows instead (no columns, no rows), its
+    /// columns named entity, relation, target and optionally prompt.
+    pub select: Option<Box<Select>>,
     pub at_layer: Option<Spanned<u64>>,
     pub alpha: Option<Spanned<f64>>,
     pub confidence: Option<Spanned<f64>>,
@@ -1547,6 +1550,7 @@ fields!(Insert {
     columns,
     rows,
     file,
+    select,
     at_layer,
     alpha,
     confidence

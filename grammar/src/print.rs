@@ -677,6 +677,9 @@ impl Display for StatementKind {
                 write!(f, "INSERT INTO {}", i.table.value)?;
                 if let Some(file) = &i.file {
                     write!(f, " FROM {}", Q(&file.value))?;
+                } else if let Some(q) = &i.select {
+                    f.write_str(" ")?;
+                    select(f, q)?;
                 } else {
                     f.write_str(" (")?;
                     write_list(f, &i.columns)?;

@@ -194,7 +194,10 @@ fn structural_mistakes() {
     check("EXTRACT MODEL 'a' «'b'»", "expected INTO");
     check("DESCRIBE 'x' AT «5»", "expected LAYER");
     check("UPDATE features SET «WHERE»", "expected a column name");
-    check("INSERT INTO edges «VALUES» (1)", "expected FROM or `(`");
+    check(
+        "INSERT INTO edges «VALUES» (1)",
+        "expected SELECT, FROM or `(`",
+    );
     check("SELECT * FROM edges WHERE a «5»", "a comparison operator");
     check("SELECT * FROM edges WHERE a IN «)»", "expected `(`");
     check("WALK 'x' «'y'»", "found a string");

@@ -83,6 +83,8 @@ const EXAMPLES: &[&str] = &[
     r#"INSERT INTO edges (entity, relation, target) VALUES ("Atlantis", "capital", "Poseidonia")"#,
     r#"INSERT INTO edges (entity, relation, target) VALUES ('A', 'r', 'B') AT LAYER 24 ALPHA 0.25"#,
     r#"INSERT INTO edges (entity, relation, target) VALUES ('A', 'r', 'B'), ('C', 'r', 'D') CONFIDENCE 0.9"#,
+    r#"INSERT INTO edges SELECT entity, relation, 'Rome' AS target FROM edges WHERE entity = 'A' LIMIT 3 ALPHA 0.5"#,
+    r#"INSERT INTO edges FROM "facts.csv" AT LAYER 12"#,
     "DELETE FROM features WHERE layer = 20 AND feature = 4532",
     "DELETE FROM edges",
     "UPDATE features SET token = 'Paris', score = 0.5 WHERE layer = 20 AND feature = 7",

@@ -1070,6 +1070,49 @@ impl Binder {
         .with_label(t.span, format!("{verb} works on {}", names.join(" or "))))
     }
 
+    /// `INSERT INTO edges SELECT …`: the query bound as a SELECT, its columns found by name
+    /// (entity, relation, target, and prompt when it has one), each holding text.
+    fn insert_query(&self, q: &g::Select) -> Result<InsertQuery> {
+        let plan = self.select(q)?;
+        let columns = schema::statement_columns(&plan);
+        let span = q.columns.span;
+        let find = |name: &str| -> Result<Option<usize>> {
+            let Some(k) = columns
+                .iter()
+                .position(|c| c.name.eq_ignore_ascii_case(name))
+            else {
+                return Ok(None);
+            };
+            match columns[k].ty {
+                schema::ColumnType::Text | schema::ColumnType::Any => Ok(Some(k)),
+                ty => Err(PlanError::wrong_type(
+                    format!("INSERT INTO edges … SELECT: column {name} is {ty}; it must hold text"),
+                    span,
+                )),
+            }
+        };
+        let need = |name: &str| -> Result<usize> {
+            find(name)?.ok_or_else(|| {
+                let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+                PlanError::semantic(
+                    format!(
+                        "INSERT INTO edges … SELECT needs a column named {name}; the query gives {}",
+                        if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                    ),
+                    span,
+                )
+                .with_help(format!("name it with AS: SELECT … AS {name}"))
+            })
+        };
+        Ok(InsertQuery {
+            entity: need("entity")?,
+            relation: need("relation")?,
+            target: need("target")?,
+            prompt: find("prompt")?,
+            plan: Box::new(plan),
+        })
+    }
+
     fn insert(&self, i: &g::Insert) -> Result<LogicalPlan> {
         let m = self.browsable(self.stmt_span, "INSERT")?;
         let table = self.edit_table(&i.table, &[Table::Edges], "INSERT")?;
@@ -1078,6 +1121,17 @@ impl Binder {
                 table,
                 rows: Vec::new(),
                 file: Some(path(file, "fact file")?),
+                query: None,
+                settings: self.edit_settings(m, &i.at_layer, &i.alpha)?,
+                confidence: unit(&i.confidence, "CONFIDENCE", true)?,
+            }));
+        }
+        if let Some(q) = &i.select {
+            return Ok(LogicalPlan::Insert(InsertPlan {
+                table,
+                rows: Vec::new(),
+                file: None,
+                query: Some(self.insert_query(q)?),
                 settings: self.edit_settings(m, &i.at_layer, &i.alpha)?,
                 confidence: unit(&i.confidence, "CONFIDENCE", true)?,
             }));
@@ -1150,6 +1204,7 @@ impl Binder {
             table,
             rows,
             file: None,
+            query: None,
             settings: self.edit_settings(m, &i.at_layer, &i.alpha)?,
             confidence: unit(&i.confidence, "CONFIDENCE", true)?,
         }))

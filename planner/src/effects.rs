@@ -302,12 +302,17 @@ pub fn effects(plan: &LogicalPlan) -> Effects {
             Some(f) => long(writing(model_read(), path(f))),
             None => long(model_read()),
         },
-        LogicalPlan::Insert(i) => match &i.file {
-            Some(f) => long(state(
+        LogicalPlan::Insert(i) => match (&i.file, &i.query) {
+            (Some(f), _) => long(state(
                 StateChange::Edits,
                 model_read().union(reading([f.clone()])),
             )),
-            None => long(state(StateChange::Edits, model_read())),
+            // INSERT … SELECT: and whatever its query does.
+            (None, Some(q)) => long(state(
+                StateChange::Edits,
+                model_read().union(effects(&q.plan)),
+            )),
+            (None, None) => long(state(StateChange::Edits, model_read())),
         },
         // The statistics go to the model's cache folder (like downloaded models), not to a
         // path the statement names.

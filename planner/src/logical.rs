@@ -532,8 +532,21 @@ pub struct InsertPlan {
     pub rows: Vec<EdgeRow>,
     /// `FROM "file"`: a fact file whose rows the engine reads when the statement runs.
     pub file: Option<String>,
+    /// `INSERT … SELECT`: the query whose rows are inserted (none with `rows` or `file`).
+    pub query: Option<InsertQuery>,
     pub settings: EditSettings,
     pub confidence: Option<f64>,
+}
+
+/// `INSERT INTO edges SELECT …`: the bound query, and where each edge column is among its
+/// columns (by name; their types are checked when it binds, their values when it runs).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct InsertQuery {
+    pub plan: Box<LogicalPlan>,
+    pub entity: usize,
+    pub relation: usize,
+    pub target: usize,
+    pub prompt: Option<usize>,
 }
 
 /// How an edit is written, decided by the binder for INSERT and EVALUATE EDITS alike.

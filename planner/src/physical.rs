@@ -608,7 +608,17 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             }
             ops
         }
-        LogicalPlan::Insert(i) => vec![O::OverlayInsert(i.clone())],
+        LogicalPlan::Insert(i) => match &i.query {
+            // INSERT … SELECT: the query's tree is the insert's input.
+            Some(q) => {
+                let insert = PlanNode {
+                    op: O::OverlayInsert(i.clone()),
+                    inputs: vec![lower(&q.plan).root],
+                };
+                return rows_over(plan, insert);
+            }
+            None => vec![O::OverlayInsert(i.clone())],
+        },
         LogicalPlan::EvaluateEdits(e) => vec![O::EvaluateEdits(e.clone())],
         LogicalPlan::AnalyzeFeatures(a) => vec![O::AnalyzeFeatures(a.clone())],
         LogicalPlan::Delete(d) => vec![
@@ -653,16 +663,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
                 },
                 inputs,
             };
-            return PhysicalPlan {
-                statement: plan.name(),
-                root: PlanNode {
-                    op: O::Rows {
-                        columns: statement_columns(plan),
-                        shape: RowShape::AsIs,
-                    },
-                    inputs: vec![diff],
-                },
-            };
+            return rows_over(plan, diff);
         }
         LogicalPlan::Compile(c) => vec![model_ref_op(&c.source), O::Compile(c.clone())],
         LogicalPlan::Extract(e) => vec![
@@ -767,6 +768,11 @@ fn patch_plan(p: &PatchPlan, plan: &LogicalPlan) -> PhysicalPlan {
             inputs: vec![patch],
         };
     }
+    rows_over(plan, patch)
+}
+
+/// The plan of `plan`'s statement: its rows, as they are, over `node`.
+fn rows_over(plan: &LogicalPlan, node: PlanNode) -> PhysicalPlan {
     PhysicalPlan {
         statement: plan.name(),
         root: PlanNode {
@@ -774,7 +780,7 @@ fn patch_plan(p: &PatchPlan, plan: &LogicalPlan) -> PhysicalPlan {
                 columns: statement_columns(plan),
                 shape: RowShape::AsIs,
             },
-            inputs: vec![patch],
+            inputs: vec![node],
         },
     }
 }
@@ -1214,9 +1220,10 @@ impl fmt::Display for Operator {
                 write!(f, "Project {}", items.join(", "))
             }
             O::OverlayInsert(i) => {
-                match &i.file {
-                    Some(file) => write!(f, "OverlayInsert edges from={}", quote(file))?,
-                    None => write!(f, "OverlayInsert edges rows={}", i.rows.len())?,
+                match (&i.file, &i.query) {
+                    (Some(file), _) => write!(f, "OverlayInsert edges from={}", quote(file))?,
+                    (None, Some(_)) => f.write_str("OverlayInsert edges from=query")?,
+                    (None, None) => write!(f, "OverlayInsert edges rows={}", i.rows.len())?,
                 }
                 write!(f, " {}", i.settings)?;
                 if let Some(c) = i.confidence {

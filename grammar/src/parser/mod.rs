@@ -926,9 +926,11 @@ fn insert_stmt(p: Pair<Rule>) -> Result<StatementKind> {
     let mut rows = Vec::new();
     let (mut at_layer, mut alpha, mut confidence) = (None, None, None);
     let mut file = None;
+    let mut query = None;
     for q in p.into_inner() {
         match q.as_rule() {
             Rule::kw_insert | Rule::kw_into | Rule::kw_values | Rule::comma => {}
+            Rule::select_stmt => query = Some(Box::new(select(q)?)),
             Rule::table_name => tbl = Some(table(q)?),
             Rule::column_list => {
                 columns = q
@@ -962,6 +964,7 @@ fn insert_stmt(p: Pair<Rule>) -> Result<StatementKind> {
         columns,
         rows,
         file,
+        select: query,
         at_layer,
         alpha,
         confidence,

@@ -69,6 +69,9 @@ type FingerprintedRow = (u64, Arc<[f32]>);
 pub(crate) struct Edits {
     /// Patch files applied (or saved), oldest first.
     pub applied: Vec<Patch>,
+    /// Applied patches changed in memory by DELETE or UPDATE FROM edges (their files are
+    /// left alone): the version each is at, 2 after the first change.
+    pub edited: std::collections::BTreeMap<String, u32>,
     /// Edits made outside BEGIN PATCH: the unsaved session patch.
     pub session: Vec<Edit>,
     /// `BEGIN PATCH path`: the path and the edits recorded since.
@@ -238,6 +241,70 @@ pub(crate) fn insert(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
         }
     })?;
     all_or_nothing(cx, |cx| insert_rows(cx, plan, &tokens))
+}
+
+/// `OverlayInsert` over a query (INSERT … SELECT): the query's rows as edges, each value
+/// non-empty text (a NULL prompt: the row's default prompt), then inserted as VALUES rows.
+pub(crate) fn insert_queried(cx: &mut Cx<'_>, plan: &InsertPlan, query: Datum) -> Result<Datum> {
+    let (Datum::Rows(rows), Some(q)) = (&query, &plan.query) else {
+        return Err(super::interp::wrong_input("OverlayInsert", &query));
+    };
+    if rows.rows.is_empty() {
+        return Err(
+            Error::semantic("INSERT INTO edges … SELECT: the query gave no rows")
+                .with_help("check its WHERE clause: an INSERT with nothing to write is refused"),
+        );
+    }
+    let names = rows.column_names();
+    let text = |n: usize, row: &[Value], k: usize| -> Result<Option<String>> {
+        match row.get(k) {
+            Some(Value::Null) | None => Ok(None),
+            Some(Value::Text(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
+            Some(Value::Text(_)) => Err(Error::semantic(format!(
+                "INSERT INTO edges … SELECT: row {}: {} is empty",
+                n + 1,
+                names.get(k).copied().unwrap_or("?")
+            ))),
+            Some(v) => Err(Error::semantic(format!(
+                "INSERT INTO edges … SELECT: row {}: {} is {v}, not text",
+                n + 1,
+                names.get(k).copied().unwrap_or("?")
+            ))),
+        }
+    };
+    let need = |n: usize, row: &[Value], k: usize| -> Result<String> {
+        text(n, row, k)?.ok_or_else(|| {
+            Error::semantic(format!(
+                "INSERT INTO edges … SELECT: row {}: {} is NULL",
+                n + 1,
+                names.get(k).copied().unwrap_or("?")
+            ))
+        })
+    };
+    let edges = rows
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(n, row)| {
+            Ok(EdgeRow {
+                entity: need(n, row, q.entity)?,
+                relation: need(n, row, q.relation)?,
+                target: need(n, row, q.target)?,
+                prompt: match q.prompt {
+                    Some(k) => text(n, row, k)?,
+                    None => None,
+                },
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    insert(
+        cx,
+        &InsertPlan {
+            rows: edges,
+            query: None,
+            ..plan.clone()
+        },
+    )
 }
 
 /// Runs `work`, which adds edits; when it fails, every edit it added is taken back.
@@ -946,17 +1013,9 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
         return Err(Error::internal("edit input is not a table"));
     };
     let pos = |n: &str| input_column(&columns, n, "edges");
-    let (li, fi, pi) = (pos("layer")?, pos("feature")?, pos("patch")?);
+    let (li, fi) = (pos("layer")?, pos("feature")?);
     let mut doomed: Vec<(usize, usize)> = Vec::new();
-    let recording = cx.bound()?.edits.open.as_ref().map(|o| o.0.clone());
     for r in &rows {
-        let patch = r[pi].to_string();
-        if patch != "(session)" && recording.as_deref() != Some(patch.as_str()) {
-            return Err(Error::semantic(format!(
-                "edge {} is held by patch file {patch}: remove the patch instead (REMOVE PATCH {patch:?})",
-                r[0]
-            )));
-        }
         if let (Value::Int(l), Value::Int(f)) = (&r[li], &r[fi]) {
             doomed.push((*l as usize, *f as usize));
         }
@@ -965,7 +1024,7 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let Some(state) = state else {
         return Ok(status("DELETE", 0, "no edges in force".into()));
     };
-    // The edges' features to drop (session and recording patches hold them by value): the
+    // The edges' features to drop (every patch of the stack holds them by value): the
     // feature carrying each edge and the features following it without an edge of their own.
     let victims: Vec<lql_storage::overlay::AddedFeature> = state
         .added_features()
@@ -975,16 +1034,24 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
         .collect();
     let e = &mut bound_mut(cx)?.edits;
     let mut removed = 0;
-    for list in [Some(&mut e.session), e.open.as_mut().map(|o| &mut o.1)]
-        .into_iter()
-        .flatten()
-    {
+    // The session's and the recording patch's lists, then each applied file's (named: a
+    // file that loses an edge becomes its next in-memory version).
+    let mut lists: Vec<(Option<String>, &mut Vec<Edit>)> = vec![(None, &mut e.session)];
+    if let Some(open) = e.open.as_mut() {
+        lists.push((None, &mut open.1));
+    }
+    for p in e.applied.iter_mut() {
+        lists.push((Some(p.name()), &mut p.edits));
+    }
+    let mut changed = Vec::new();
+    for (name, list) in lists {
         let groups = edit_groups(list);
         let mut keep = vec![true; list.len()];
+        let mut dropped = 0;
         for g in groups {
             if matches!(&list[g.start], Edit::Add(a) if victims.contains(a)) {
                 keep[g.clone()].iter_mut().for_each(|k| *k = false);
-                removed += 1;
+                dropped += 1;
             }
         }
         let mut i = 0;
@@ -992,6 +1059,13 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
             i += 1;
             keep[i - 1]
         });
+        removed += dropped;
+        if let (Some(name), true) = (name, dropped > 0) {
+            changed.push(name);
+        }
+    }
+    for name in changed {
+        *e.edited.entry(name).or_insert(1) += 1;
     }
     rebuild(cx)?;
     Ok(status(
@@ -1004,7 +1078,8 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
 /// `OverlayUpdate` on edges: `UPDATE edges SET target = …, prompt = … WHERE …` rewrites each
 /// matching edge — its features removed and the edge with the new values inserted, as an
 /// INSERT writes it — in one step: if the new edges cannot be written, the old ones stay.
-/// Like DELETE FROM edges, it works on the session's and the recording patch's edges.
+/// Like DELETE FROM edges, it works on the edges of every patch in the stack; the rewritten
+/// edges go where new edits go (the recording patch, else the session's).
 pub(crate) fn update_edges(
     cx: &mut Cx<'_>,
     input: Datum,
@@ -1049,7 +1124,12 @@ pub(crate) fn update_edges(
     // The edges' lists as they were: restored if the new edges cannot be written.
     let saved = {
         let e = &bound_mut(cx)?.edits;
-        (e.session.clone(), e.open.as_ref().map(|o| o.1.clone()))
+        (
+            e.session.clone(),
+            e.open.as_ref().map(|o| o.1.clone()),
+            e.applied.clone(),
+            e.edited.clone(),
+        )
     };
     let done = delete_edges(cx, Datum::Table { columns, rows }).and_then(|_| {
         insert(
@@ -1058,6 +1138,7 @@ pub(crate) fn update_edges(
                 table: lql_grammar::Table::Edges,
                 rows: new_rows,
                 file: None,
+                query: None,
                 settings,
                 confidence: None,
             },
@@ -1069,6 +1150,8 @@ pub(crate) fn update_edges(
         if let (Some(open), Some(list)) = (edits.open.as_mut(), saved.1) {
             open.1 = list;
         }
+        edits.applied = saved.2;
+        edits.edited = saved.3;
         rebuild(cx)?;
         return Err(e);
     }

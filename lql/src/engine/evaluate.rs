@@ -283,6 +283,7 @@ fn run(
                 table: lql_grammar::Table::Edges,
                 rows: rows[range.clone()].to_vec(),
                 file: None,
+                query: None,
                 settings: plan.settings,
                 confidence: None,
             },

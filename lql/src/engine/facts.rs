@@ -5,6 +5,12 @@
 //! `tests/fixtures/edit/facts.json`; `target` may stand for `new`, and `true` is needed by
 //! EVALUATE EDITS only). A top-level array of either kind is read too.
 //!
+//! A `.csv` file holds LQL's facts one per row under a header naming the fields (`entity`,
+//! `relation`, `new` or `target`, `true`, `prompt`, `paraphrases`, `neighbourhood`, in any
+//! order; other columns are refused); the list fields hold their prompts separated by `|`,
+//! and an empty cell is a missing field. Each row is read as the JSON record it stands for,
+//! so both shapes are checked by one definition.
+//!
 //! Every malformed record is refused naming the file, the record and the field; nothing is
 //! sized by a number the file states.
 
@@ -51,6 +57,9 @@ impl Fact {
 /// Reads the facts of `path`, the first `limit` of them when given.
 pub(crate) fn read(path: &str, limit: Option<usize>) -> Result<Vec<Fact>> {
     let text = lql_storage::fsutil::read_capped_text(Path::new(path), "fact file", MAX_FILE_BYTES)?;
+    if is_csv(path) {
+        return parse(path, &csv_records(path, &text)?, limit);
+    }
     let doc: Json = serde_json::from_str(&text).map_err(|e| {
         format_error(
             path,
@@ -62,6 +71,75 @@ pub(crate) fn read(path: &str, limit: Option<usize>) -> Result<Vec<Fact>> {
         )
     })?;
     parse(path, &doc, limit)
+}
+
+/// Whether `path` names a CSV fact file (by its extension).
+fn is_csv(path: &str) -> bool {
+    Path::new(path)
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+}
+
+/// The columns a CSV fact file may have; the list fields split on `|`.
+const CSV_FIELDS: [&str; 6] = ["entity", "relation", "new", "target", "true", "prompt"];
+const CSV_LISTS: [&str; 2] = ["paraphrases", "neighbourhood"];
+
+/// A CSV fact file's rows as LQL fact records (a JSON array).
+fn csv_records(path: &str, text: &str) -> Result<Json> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| format_error(path, format!("has no CSV header: {e}")))?
+        .iter()
+        .map(|h| h.to_ascii_lowercase())
+        .collect();
+    for (k, h) in header.iter().enumerate() {
+        if !CSV_FIELDS.contains(&h.as_str()) && !CSV_LISTS.contains(&h.as_str()) {
+            return Err(format_error(
+                path,
+                format!(
+                    "has a column {h:?} (column {}); a CSV fact file's columns are entity, relation, new (or target), true, prompt, paraphrases, neighbourhood",
+                    k + 1
+                ),
+            ));
+        }
+        if header[..k].contains(h) {
+            return Err(format_error(path, format!("names the column {h:?} twice")));
+        }
+    }
+    let mut records = Vec::new();
+    for (n, row) in reader.records().enumerate() {
+        let row = row.map_err(|e| {
+            format_error(
+                path,
+                match e.position() {
+                    Some(p) => format!("record {n} (line {}): {e}", p.line()),
+                    None => format!("record {n}: {e}"),
+                },
+            )
+        })?;
+        let mut obj = serde_json::Map::new();
+        for (h, cell) in header.iter().zip(row.iter()) {
+            if cell.is_empty() {
+                continue;
+            }
+            let v = if CSV_LISTS.contains(&h.as_str()) {
+                Json::Array(
+                    cell.split('|')
+                        .map(|p| Json::String(p.trim().to_string()))
+                        .collect(),
+                )
+            } else {
+                Json::String(cell.to_string())
+            };
+            obj.insert(h.clone(), v);
+        }
+        records.push(Json::Object(obj));
+    }
+    Ok(Json::Array(records))
 }
 
 fn format_error(path: &str, what: String) -> Error {
@@ -232,6 +310,54 @@ mod tests {
 
     fn facts(doc: &str) -> Result<Vec<Fact>> {
         parse("f.json", &serde_json::from_str(doc).unwrap(), None)
+    }
+
+    fn csv_facts(text: &str) -> Result<Vec<Fact>> {
+        parse("f.csv", &csv_records("f.csv", text)?, None)
+    }
+
+    #[test]
+    fn csv_rows_read_as_the_records_they_stand_for() {
+        let f = csv_facts(
+            "entity,relation,target,true,prompt,paraphrases,neighbourhood\n\
+             Atlantis,capital,Paris,Poseidonia,\"The capital of Atlantis, the lost city, is\",\
+             Atlantis's capital is | Atlantis has its capital in,The capital of Greece is\n\
+             Lemuria, language ,Tamil,,,,\n",
+        )
+        .unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].prompt, "The capital of Atlantis, the lost city, is");
+        assert_eq!(f[0].target_true.as_deref(), Some("Poseidonia"));
+        assert_eq!(
+            f[0].paraphrases,
+            ["Atlantis's capital is", "Atlantis has its capital in"]
+        );
+        assert_eq!(f[0].neighbours, ["The capital of Greece is"]);
+        // Empty cells are missing fields: the default prompt, no true target, no lists.
+        assert_eq!(f[1].relation, "language");
+        assert_eq!(f[1].prompt, "The language of Lemuria is");
+        assert_eq!(f[1].target_true, None);
+        assert!(f[1].paraphrases.is_empty() && f[1].neighbours.is_empty());
+    }
+
+    #[test]
+    fn bad_csv_fact_files_are_refused_by_name() {
+        let e = csv_facts("entity,relation,answer\nA,b,c\n").unwrap_err();
+        assert!(
+            e.to_string().contains("column \"answer\" (column 3)"),
+            "{e}"
+        );
+        let e = csv_facts("entity,relation,target,entity\nA,b,c,d\n").unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
+        let e = csv_facts("entity,relation,target\nA,b\n").unwrap_err();
+        assert!(e.to_string().contains("record 0"), "{e}");
+        let e = csv_facts("entity,relation,target\nA,,c\n").unwrap_err();
+        assert!(
+            e.to_string().contains("record 0: relation is missing"),
+            "{e}"
+        );
+        let e = csv_facts("entity,relation,target\n").unwrap_err();
+        assert!(e.to_string().contains("holds no facts"), "{e}");
     }
 
     #[test]

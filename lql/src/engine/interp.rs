@@ -372,7 +372,10 @@ fn operator(
         O::DescribeTable { table } => introspect::describe_table(cx, *table),
         O::Rows { columns, shape } => rows(cx, inputs, columns, shape),
         O::Explain { mode, plan, inner } => explain::explain(cx, *mode, plan, inner),
-        O::OverlayInsert(plan) => edit::insert(cx, plan),
+        O::OverlayInsert(plan) => match inputs.into_iter().next() {
+            Some(query) => edit::insert_queried(cx, plan, query),
+            None => edit::insert(cx, plan),
+        },
         O::EvaluateEdits(plan) => super::evaluate::evaluate(cx, plan),
         O::AnalyzeFeatures(plan) => super::analyze::analyze(cx, plan),
         O::OverlayDelete { table } => edit::delete(cx, one(inputs, "OverlayDelete")?, *table),
