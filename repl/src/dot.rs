@@ -5,7 +5,7 @@
 //! `Connection::execute` never sees a dot-command.
 
 use crate::render::OutputMode;
-use crate::session::{Outcome, Session};
+use crate::shell::{Outcome, Shell};
 
 /// What the shell does after a dot-command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,7 +17,7 @@ pub enum Flow {
     Failed,
 }
 
-type Handler = fn(&mut Session, &[String]) -> Result<Flow, String>;
+type Handler = fn(&mut Shell, &[String]) -> Result<Flow, String>;
 
 /// One dot-command.
 #[derive(Debug)]
@@ -197,7 +197,7 @@ pub fn help_text() -> String {
 }
 
 /// Runs a dot-command line (with its leading `.`).
-pub fn run(session: &mut Session, line: &str) -> Result<Flow, String> {
+pub fn run(session: &mut Shell, line: &str) -> Result<Flow, String> {
     let words = split_args(line.trim().trim_start_matches('.'))?;
     let Some((name, args)) = words.split_first() else {
         return Err("empty command; .help lists the commands".into());
@@ -264,7 +264,7 @@ fn on_off(args: &[String], name: &str) -> Result<bool, String> {
     }
 }
 
-fn help(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn help(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     if args.is_empty() {
         s.print(&help_text());
     } else {
@@ -283,7 +283,7 @@ pub fn statement_help(name: &str) -> Result<String, String> {
     }
 }
 
-fn mode(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn mode(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     if args.is_empty() {
         let m = s.mode;
         s.print(&format!("{m}\n"));
@@ -293,22 +293,22 @@ fn mode(s: &mut Session, args: &[String]) -> Result<Flow, String> {
     Ok(Flow::Continue)
 }
 
-fn headers(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn headers(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     s.headers = on_off(args, "headers")?;
     Ok(Flow::Continue)
 }
 
-fn echo(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn echo(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     s.echo = on_off(args, "echo")?;
     Ok(Flow::Continue)
 }
 
-fn bail(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn bail(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     s.bail = on_off(args, "bail")?;
     Ok(Flow::Continue)
 }
 
-fn nullvalue(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn nullvalue(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     s.nullvalue = match args {
         [] => None,
         [one] => Some(one.clone()),
@@ -317,7 +317,7 @@ fn nullvalue(s: &mut Session, args: &[String]) -> Result<Flow, String> {
     Ok(Flow::Continue)
 }
 
-fn width(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn width(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     s.widths = args
         .iter()
         .map(|a| {
@@ -330,7 +330,7 @@ fn width(s: &mut Session, args: &[String]) -> Result<Flow, String> {
     Ok(Flow::Continue)
 }
 
-fn output(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn output(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     let path = match args {
         [] => None,
         [one] if one == "stdout" => None,
@@ -341,21 +341,21 @@ fn output(s: &mut Session, args: &[String]) -> Result<Flow, String> {
     Ok(Flow::Continue)
 }
 
-fn once(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn once(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     let path = one_arg(args, "once", "FILE")?;
     s.redirect(Some(path), true)?;
     Ok(Flow::Continue)
 }
 
 /// The virtual tables that answer SELECT, from the engine's one schema source (`SHOW TABLES`).
-pub(crate) fn table_names(s: &Session) -> Result<Vec<String>, lql::Error> {
+pub(crate) fn table_names(s: &Shell) -> Result<Vec<String>, lql::Error> {
     let rows = s.conn.execute("SHOW TABLES;")?;
     Ok(rows.rows.iter().map(|r| r[0].to_string()).collect())
 }
 
 /// The columns of `table` from the engine's one schema source (`DESCRIBE TABLE`), as
 /// (name, type) pairs.
-pub(crate) fn table_columns(s: &Session, table: &str) -> Result<Vec<(String, String)>, lql::Error> {
+pub(crate) fn table_columns(s: &Shell, table: &str) -> Result<Vec<(String, String)>, lql::Error> {
     let rows = s.conn.execute(&format!("DESCRIBE TABLE {table};"))?;
     Ok(rows
         .rows
@@ -364,14 +364,14 @@ pub(crate) fn table_columns(s: &Session, table: &str) -> Result<Vec<(String, Str
         .collect())
 }
 
-fn require_model(s: &Session) -> Result<(), String> {
+fn require_model(s: &Shell) -> Result<(), String> {
     match s.conn.bound_model() {
         Some(_) => Ok(()),
         None => Err("no model is bound: USE MODEL … or .open one first".into()),
     }
 }
 
-fn tables(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn tables(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     no_args(args, "tables")?;
     require_model(s)?;
     let names = table_names(s).map_err(|e| format!(".tables: {e}"))?;
@@ -381,7 +381,7 @@ fn tables(s: &mut Session, args: &[String]) -> Result<Flow, String> {
     Ok(Flow::Continue)
 }
 
-fn schema(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn schema(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     require_model(s)?;
     let mut text = String::new();
     match args {
@@ -422,12 +422,12 @@ fn sql_type(ty: &str) -> String {
     }
 }
 
-fn timer(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn timer(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     s.timer = on_off(args, "timer")?;
     Ok(Flow::Continue)
 }
 
-fn read(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn read(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     let path = one_arg(args, "read", "FILE")?;
     if s.read_depth >= 16 {
         return Err(format!(
@@ -446,7 +446,7 @@ fn read(s: &mut Session, args: &[String]) -> Result<Flow, String> {
     }
 }
 
-fn open(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn open(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     let target = one_arg(args, "open", "PATH|NAME")?;
     match s.conn.bind(target) {
         Ok(rows) => {
@@ -458,34 +458,34 @@ fn open(s: &mut Session, args: &[String]) -> Result<Flow, String> {
 }
 
 /// Runs a statement the command expands to; its error is reported like a statement's.
-fn expand(s: &mut Session, statement: &str) -> Result<Flow, String> {
+fn expand(s: &mut Shell, statement: &str) -> Result<Flow, String> {
     match s.run_script(&format!("{statement};"), statement) {
         Outcome::Failed => Ok(Flow::Failed),
         _ => Ok(Flow::Continue),
     }
 }
 
-fn models(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn models(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     no_args(args, "models")?;
     expand(s, "SHOW MODELS")
 }
 
-fn layers(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn layers(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     no_args(args, "layers")?;
     expand(s, "SHOW LAYERS")
 }
 
-fn tensors(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn tensors(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     no_args(args, "tensors")?;
     expand(s, "SHOW TENSORS")
 }
 
-fn stats(s: &mut Session, args: &[String]) -> Result<Flow, String> {
+fn stats(s: &mut Shell, args: &[String]) -> Result<Flow, String> {
     no_args(args, "stats")?;
     expand(s, "STATS")
 }
 
-fn quit(_: &mut Session, _: &[String]) -> Result<Flow, String> {
+fn quit(_: &mut Shell, _: &[String]) -> Result<Flow, String> {
     Ok(Flow::Quit)
 }
 
@@ -512,9 +512,9 @@ mod tests {
         }
     }
 
-    fn session() -> (Session, Buf, Buf) {
+    fn session() -> (Shell, Buf, Buf) {
         let conn = lql::Connection::open_in_memory().unwrap();
-        let mut s = Session::new(conn, OutputMode::Table);
+        let mut s = Shell::new(conn, OutputMode::Table);
         let (out, err) = (Buf::default(), Buf::default());
         s.out = Box::new(out.clone());
         s.err = Box::new(err.clone());

@@ -20,7 +20,7 @@ mod history;
 mod progress;
 mod render;
 mod repl;
-mod session;
+mod shell;
 mod sigint;
 mod vindex;
 
@@ -30,7 +30,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use render::OutputMode;
-use session::{Outcome, Session};
+use shell::{Outcome, Shell};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -188,7 +188,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut session = Session::new(conn, cli.format.unwrap_or(OutputMode::Table));
+    let mut session = Shell::new(conn, cli.format.unwrap_or(OutputMode::Table));
     // Ctrl-C interrupts the running statement in every mode (scripts and -c too): it reports
     // `interrupted` (JSON on stderr in the JSON modes), cleans its temporaries, and the run
     // stops with a non-zero exit.
@@ -322,7 +322,7 @@ fn keep_going(bail: bool, outcome: Outcome) -> bool {
 }
 
 /// Ends any `.output` redirection and turns the session's failures into the exit code.
-fn finish(session: &mut Session) -> ExitCode {
+fn finish(session: &mut Shell) -> ExitCode {
     if let Err(msg) = session.end_redirect() {
         session.report_message(&msg);
     }

@@ -15,7 +15,7 @@ use rustyline::validate::Validator;
 use rustyline::{CompletionType, Config, Context, Editor, Helper};
 
 use crate::dot::COMMANDS;
-use crate::session::{Outcome, Session};
+use crate::shell::{Outcome, Shell};
 
 const PROMPT: &str = "lql> ";
 /// The prompt of each further line of a statement not yet ended by `;` (sqlite3's
@@ -31,7 +31,7 @@ struct LqlHelper {
 }
 
 impl LqlHelper {
-    fn new(session: &Session) -> LqlHelper {
+    fn new(session: &Shell) -> LqlHelper {
         let mut names = crate::dot::table_names(session).unwrap_or_default();
         for t in names.clone() {
             if let Ok(cols) = crate::dot::table_columns(session, &t) {
@@ -156,7 +156,7 @@ impl Validator for LqlHelper {}
 impl Helper for LqlHelper {}
 
 /// Runs the shell until `.quit` or Ctrl-D.
-pub fn run(session: &mut Session) -> rustyline::Result<()> {
+pub fn run(session: &mut Shell) -> rustyline::Result<()> {
     let config = Config::builder()
         .auto_add_history(false)
         .history_ignore_dups(true)?

@@ -169,8 +169,8 @@ pub(crate) fn rebuild(cx: &mut Cx<'_>) -> Result<()> {
     // The planner's feature domain follows the widest layer of the state (added features).
     let base = b.model().clone();
     b.facts.ffn = match &b.edits.state {
-        Some(st) => super::catalog::widest(base.surface.ffn, st.layers().values()),
-        None => super::catalog::widest(base.surface.ffn, base.overlays.values()),
+        Some(st) => super::planner_catalog::widest(base.surface.ffn, st.layers().values()),
+        None => super::planner_catalog::widest(base.surface.ffn, base.overlays.values()),
     };
     Ok(())
 }

@@ -11,8 +11,8 @@ use lql_planner::{Operator, PhysicalPlan, PlanNode, RowShape};
 
 use super::datum::Datum;
 use super::{
-    activation_patch, bind, describe, edit, explain, heads, introspect, join, package, patch,
-    persist, run, select, trace, vindex, walk, Cx,
+    activation_patch, describe, edit, explain, heads, introspect, join, package, patch, persist,
+    run, select, trace, use_model, vindex, walk, Cx,
 };
 use crate::error::{Error, Result};
 use crate::rows::Rows;
@@ -190,7 +190,7 @@ fn operator(
             },
         ),
         O::Compile(plan) => persist::compile(cx, one(inputs, "Compile")?, plan),
-        O::Bind(plan) => bind::open(cx, plan),
+        O::Bind(plan) => use_model::open(cx, plan),
         O::Tokenize { text, role } => run::tokenize(cx, text, *role),
         O::EmbedLookup { .. } => walk::embed_lookup(cx, one(inputs, "EmbedLookup")?, cost),
         O::Forward {

@@ -17,8 +17,6 @@ mod activation_patch;
 mod aggregate;
 mod analyze;
 mod backend;
-mod bind;
-mod catalog;
 mod datum;
 mod describe;
 mod diff_patch;
@@ -33,6 +31,7 @@ mod join;
 mod package;
 mod patch;
 mod persist;
+mod planner_catalog;
 mod protect;
 mod rowexec;
 mod run;
@@ -41,6 +40,7 @@ mod select;
 mod steering;
 mod subquery;
 mod trace;
+mod use_model;
 mod vindex;
 mod walk;
 
@@ -57,10 +57,10 @@ use crate::error::{Error, Result};
 use crate::progress::ProgressHandler;
 use crate::rows::{Column, Rows};
 
-pub(crate) use catalog::EngineCatalog;
 pub use evaluate::UNRELATED_PROMPTS;
 pub(crate) use package::{bound_files, run_stage};
 pub use package::{StageInput, StageResult};
+pub(crate) use planner_catalog::EngineCatalog;
 
 /// A bound model and what the session derived from it: the shared model (mapped files,
 /// tokenizer, label cache) and this connection's executor, built on first use.
@@ -91,7 +91,7 @@ pub(crate) struct Bound {
 
 impl Bound {
     pub fn new(name: String, shared: Arc<SharedModel>) -> Bound {
-        let facts = catalog::facts(&name, &shared.model);
+        let facts = planner_catalog::facts(&name, &shared.model);
         Bound {
             name,
             shared,
@@ -335,7 +335,7 @@ impl Engine {
             text: path_or_name,
             columns: &columns,
         };
-        bind::bind_any(&mut cx, path_or_name)
+        use_model::bind_any(&mut cx, path_or_name)
     }
 
     /// Parses, binds and lowers one statement's text.

@@ -1,4 +1,4 @@
-//! `Session`: a connection plus the shell's settings (output mode, headers, NULL text,
+//! `Shell`: a connection plus the shell's settings (output mode, headers, NULL text,
 //! widths, echo, bail, timer, output redirection), and the script runner shared by the
 //! REPL, `.read`, script files, SQL arguments, `-c` and stdin.
 //!
@@ -45,7 +45,7 @@ struct Redirect {
     failed: Option<String>,
 }
 
-pub struct Session {
+pub struct Shell {
     pub conn: Connection,
     pub mode: OutputMode,
     pub timer: bool,
@@ -95,9 +95,9 @@ pub struct Session {
     pub cancelled: bool,
 }
 
-impl Session {
+impl Shell {
     pub fn new(conn: Connection, mode: OutputMode) -> Self {
-        Session {
+        Shell {
             conn,
             mode,
             timer: false,
@@ -576,9 +576,9 @@ mod tests {
         }
     }
 
-    fn session() -> (Session, Buf, Buf) {
+    fn session() -> (Shell, Buf, Buf) {
         let conn = lql::Connection::open_in_memory().unwrap();
-        let mut s = Session::new(conn, OutputMode::Csv);
+        let mut s = Shell::new(conn, OutputMode::Csv);
         let (out, err) = (Buf::default(), Buf::default());
         s.out = Box::new(out.clone());
         s.err = Box::new(err.clone());
