@@ -125,6 +125,8 @@ fn hf_name(gguf: &str) -> Option<String> {
             "ffn_gate.weight" => "mlp.gate_proj.weight",
             "ffn_up.weight" => "mlp.up_proj.weight",
             "ffn_down.weight" => "mlp.down_proj.weight",
+            "attn_q_norm.weight" => "self_attn.q_norm.weight",
+            "attn_k_norm.weight" => "self_attn.k_norm.weight",
             _ => return None,
         })
     };
@@ -283,4 +285,91 @@ fn tiny_quantised_qwen2_matches_reference() {
         )
         .unwrap();
     assert_eq!(g.token_ids, greedy);
+}
+
+/// The tiny qwen3 of `tests/fixtures/families/qwen3` written as a Hugging Face folder (F32
+/// safetensors; qwen3's GGUF keeps HF's half-split Q/K rows, so nothing is re-ordered).
+fn write_hf_qwen3(src: &Path, dir: &Path) {
+    use safetensors::tensor::{Dtype, TensorView};
+    let file = GgufFile::open(src).unwrap();
+    let u = |k: &str| file.get_u32(k).unwrap().unwrap() as u64;
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for t in file.tensors() {
+        let vals = decode_all(&file, t);
+        let shape: Vec<usize> = t.shape.iter().rev().copied().collect();
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let name = hf_name(&t.name).unwrap_or_else(|| panic!("no HF name for {}", t.name));
+        tensors.push((name, shape, bytes));
+    }
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, s, b)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
+    let config = serde_json::json!({
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "hidden_size": u("qwen3.embedding_length"),
+        "intermediate_size": u("qwen3.feed_forward_length"),
+        "num_hidden_layers": u("qwen3.block_count"),
+        "num_attention_heads": u("qwen3.attention.head_count"),
+        "num_key_value_heads": u("qwen3.attention.head_count_kv"),
+        "rms_norm_eps": file.get_f32("qwen3.attention.layer_norm_rms_epsilon").unwrap().unwrap(),
+        "rope_theta": file.get_f32("qwen3.rope.freq_base").unwrap().unwrap(),
+        "max_position_embeddings": u("qwen3.context_length"),
+        "tie_word_embeddings": tied,
+        "hidden_act": "silu",
+        "torch_dtype": "float32"
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+}
+
+#[test]
+fn tiny_qwen3_as_hf_folder_matches_its_gguf_and_the_reference() {
+    let family = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/families/qwen3");
+    let golden: Value =
+        serde_json::from_str(&std::fs::read_to_string(family.join("golden.json")).unwrap())
+            .unwrap();
+    let ids: Vec<u32> = golden["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_hf_qwen3(&family.join("model.gguf"), dir.path());
+    let hf = open(dir.path());
+    let gguf = open(&family.join("model.gguf"));
+    assert_eq!(hf.surface().source_architecture, "qwen3");
+    assert_eq!(
+        hf.surface().block,
+        gguf.surface().block,
+        "the same block steps"
+    );
+    let (a, b) = (hf.logits_all(&ids).unwrap(), gguf.logits_all(&ids).unwrap());
+    let reference = golden["reference_logits"].as_array().unwrap();
+    let (mut vs_gguf, mut vs_reference) = (0f32, 0f32);
+    for (pos, (x, y)) in a.iter().zip(&b).enumerate() {
+        let r: Vec<f32> = reference[pos]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        for ((p, q), s) in x.values.iter().zip(&y.values).zip(&r) {
+            vs_gguf = vs_gguf.max((p - q).abs());
+            vs_reference = vs_reference.max((p - s).abs());
+        }
+    }
+    eprintln!(
+        "qwen3 HF folder: max |Δ| {vs_gguf:.2e} vs its GGUF, {vs_reference:.2e} vs the reference"
+    );
+    assert!(vs_gguf < 1e-4, "{vs_gguf}");
+    assert!(vs_reference < 1e-4, "{vs_reference}");
 }

@@ -1,5 +1,7 @@
 //! Hugging Face folder importer: llama-family checkpoints (`LlamaForCausalLM`,
-//! `MistralForCausalLM`, `Qwen2ForCausalLM`) in safetensors → [`Model`].
+//! `MistralForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`) in safetensors →
+//! [`Model`]. A class's block is its GGUF family's nominal block (`import::family`: Qwen3's
+//! per-head Q/K RMSNorm), so both formats of one network run the same steps.
 //!
 //! HF checkpoints are not row-permuted, so RoPE pairs dimensions half-split. Matrices are
 //! stored `[out, in]` row-major, which is ggml shape `[in, out]`: rows are output units and
@@ -13,16 +15,17 @@ use serde_json::Value;
 use crate::error::{Result, StorageError};
 use crate::format::safetensors::{HfConfig, HfFolder};
 use crate::model::{Model, Operand, OperandKey, Role, SourceKind};
-use crate::surface::{Activation, ExecutionSurface, RopePairing, SpecialTokens};
+use crate::surface::{Activation, BlockSpec, ExecutionSurface, RopePairing, SpecialTokens};
 use crate::tokenizer_spec::{TokenizerSlot, TokenizerSpec};
 
 use super::{operand_table, validate};
 
 /// (architecture class, family name, biases on Q/K/V)
-const FAMILIES: [(&str, &str, bool); 3] = [
+const FAMILIES: [(&str, &str, bool); 4] = [
     ("LlamaForCausalLM", "llama", false),
     ("MistralForCausalLM", "mistral", false),
     ("Qwen2ForCausalLM", "qwen2", true),
+    ("Qwen3ForCausalLM", "qwen3", false),
 ];
 
 /// The Hugging Face `config.json` architecture classes the importer accepts, with the
@@ -72,7 +75,7 @@ pub fn tensor_name(key: OperandKey) -> String {
         Role::FfnDownShexp => "mlp.shared_expert.down_proj.weight",
         Role::FfnGateInpShexp => "mlp.shared_expert_gate.weight",
         // The roles of the newer block features, in the spelling of the transformers
-        // classes that have them (the HF importer opens none of those families yet).
+        // classes that have them (Qwen3's Q/K norms; the other classes are not opened yet).
         Role::PositionEmbedding => return "model.embed_positions.weight".into(),
         Role::OutputNormBias => return "model.norm.bias".into(),
         Role::RopeFreqs => return "model.rope_freqs".into(),
@@ -218,7 +221,7 @@ pub fn open(dir: &Path) -> Result<Model> {
         attn_bias,
         embedding_scale: 1.0,
         moe: None,
-        block: Default::default(),
+        block: super::family::find(family).map_or(BlockSpec::PLAIN, |f| f.nominal.clone()),
         special,
     };
     validate::check_surface(dir, &surface)?;
