@@ -142,27 +142,22 @@ fn hf_name(gguf: &str) -> Option<String> {
     }
 }
 
-fn write_hf_folder(src: &Path, dir: &Path) {
+/// A GGUF tensor's shape as HF stores it (`[out, in]`: ggml's reversed).
+fn hf_shape(t: &lql_storage::format::gguf::GgufTensorInfo) -> Vec<usize> {
+    t.shape.iter().rev().copied().collect()
+}
+
+/// `dir/model.safetensors` holding these F32 tensors (name, shape, values).
+fn write_f32_safetensors(dir: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) {
     use safetensors::tensor::{Dtype, TensorView};
-    let file = GgufFile::open(src).unwrap();
-    let u = |k: &str| file.get_u32(k).unwrap().unwrap() as u64;
-    let heads = u("llama.attention.head_count") as usize;
-    let kv_heads = u("llama.attention.head_count_kv") as usize;
-    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    for t in file.tensors() {
-        let mut vals = decode_all(&file, t);
-        if t.name.ends_with("attn_q.weight") {
-            vals = unpermute_rows(&vals, t.shape[0], heads);
-        } else if t.name.ends_with("attn_k.weight") {
-            vals = unpermute_rows(&vals, t.shape[0], kv_heads);
-        }
-        let shape: Vec<usize> = t.shape.iter().rev().copied().collect();
-        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-        tensors.push((hf_name(&t.name).unwrap(), shape, bytes));
-    }
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .collect();
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
-        .map(|(n, s, b)| {
+        .zip(&bytes)
+        .map(|((n, s, _), b)| {
             (
                 n.clone(),
                 TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
@@ -170,6 +165,24 @@ fn write_hf_folder(src: &Path, dir: &Path) {
         })
         .collect();
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+}
+
+fn write_hf_folder(src: &Path, dir: &Path) {
+    let file = GgufFile::open(src).unwrap();
+    let u = |k: &str| file.get_u32(k).unwrap().unwrap() as u64;
+    let heads = u("llama.attention.head_count") as usize;
+    let kv_heads = u("llama.attention.head_count_kv") as usize;
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    for t in file.tensors() {
+        let mut vals = decode_all(&file, t);
+        if t.name.ends_with("attn_q.weight") {
+            vals = unpermute_rows(&vals, t.shape[0], heads);
+        } else if t.name.ends_with("attn_k.weight") {
+            vals = unpermute_rows(&vals, t.shape[0], kv_heads);
+        }
+        tensors.push((hf_name(&t.name).unwrap(), hf_shape(t), vals));
+    }
+    write_f32_safetensors(dir, &tensors);
     let config = serde_json::json!({
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -290,27 +303,14 @@ fn tiny_quantised_qwen2_matches_reference() {
 /// The tiny qwen3 of `tests/fixtures/families/qwen3` written as a Hugging Face folder (F32
 /// safetensors; qwen3's GGUF keeps HF's half-split Q/K rows, so nothing is re-ordered).
 fn write_hf_qwen3(src: &Path, dir: &Path) {
-    use safetensors::tensor::{Dtype, TensorView};
     let file = GgufFile::open(src).unwrap();
     let u = |k: &str| file.get_u32(k).unwrap().unwrap() as u64;
-    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
     for t in file.tensors() {
-        let vals = decode_all(&file, t);
-        let shape: Vec<usize> = t.shape.iter().rev().copied().collect();
-        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
         let name = hf_name(&t.name).unwrap_or_else(|| panic!("no HF name for {}", t.name));
-        tensors.push((name, shape, bytes));
+        tensors.push((name, hf_shape(t), decode_all(&file, t)));
     }
-    let views: Vec<(String, TensorView<'_>)> = tensors
-        .iter()
-        .map(|(n, s, b)| {
-            (
-                n.clone(),
-                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
-            )
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    write_f32_safetensors(dir, &tensors);
     let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
     let config = serde_json::json!({
         "architectures": ["Qwen3ForCausalLM"],
