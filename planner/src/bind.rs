@@ -138,6 +138,12 @@ impl Binder {
                             sp.span,
                         ));
                     }
+                } else if c.model_id.is_none() || c.source_revision.is_none() {
+                    return Err(missing_package_identity(
+                        c.model_id.is_none(),
+                        c.target.span,
+                        "a compiled layer package",
+                    ));
                 }
                 LogicalPlan::Compile(CompilePlan {
                     source: c.source.value.clone(),
@@ -190,6 +196,18 @@ impl Binder {
                 return Err(PlanError::semantic(
                     "GROUP sizes the group extents of the bank shape: add SHAPE BANK",
                     e.group.as_ref().map_or(self.stmt_span, |g| g.span),
+                ));
+            }
+            K::Extract(e)
+                if e.format
+                    .as_ref()
+                    .is_some_and(|f| f.value == ExtractFormat::Package)
+                    && (e.model_id.is_none() || e.source_revision.is_none()) =>
+            {
+                return Err(missing_package_identity(
+                    e.model_id.is_none(),
+                    e.format.as_ref().map_or(self.stmt_span, |f| f.span),
+                    "a layer package from a local file",
                 ));
             }
             K::Extract(e) => LogicalPlan::Extract(ExtractPlan {
@@ -1735,5 +1753,23 @@ fn output_constraint(c: &Spanned<OutputConstraint>) -> Result<OutputConstraint> 
             c.span,
         )),
         OutputConstraint::Grammar(_) => Ok(c.value.clone()),
+    }
+}
+
+/// The refusal of a layer package without its identity, decided when it binds: MODEL_ID (a
+/// model coordinate; `model_id_missing`) else SOURCE_REVISION (the source's commit or tag),
+/// pointing at the PACKAGE clause; `what` names the package.
+fn missing_package_identity(model_id_missing: bool, at: Span, what: &str) -> PlanError {
+    if model_id_missing {
+        PlanError::semantic(
+            "a layer package needs MODEL_ID \"org/repo:distribution\" (a model coordinate, not a file name)",
+            at,
+        )
+        .with_help("add MODEL_ID \"org/repo:distribution\" SOURCE_REVISION \"<commit or tag>\"")
+    } else {
+        PlanError::semantic(
+            format!("{what} needs SOURCE_REVISION \"<commit or tag>\""),
+            at,
+        )
     }
 }

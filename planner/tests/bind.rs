@@ -720,3 +720,29 @@ fn the_binder_decides_the_values_that_run() {
     assert_eq!(e.code, Some(PlanErrorCode::OutOfRange));
     plan("UPDATE features SET down_scale = 0 WHERE layer = 1", &m);
 }
+
+#[test]
+fn a_layer_package_without_its_identity_is_refused_when_it_binds() {
+    let m = smollm();
+    // EXPLAIN PLAN refuses it too: the binder decides, not the operator that writes.
+    refuse(
+        r#"EXTRACT MODEL "m.gguf" INTO "out" «FORMAT PACKAGE» SOURCE_REVISION "r""#,
+        &m,
+        "needs MODEL_ID",
+    );
+    refuse(
+        r#"EXPLAIN PLAN EXTRACT MODEL "m.gguf" INTO "out" «FORMAT PACKAGE» MODEL_ID "a/b:c""#,
+        &m,
+        "a layer package from a local file needs SOURCE_REVISION",
+    );
+    refuse(
+        r#"COMPILE CURRENT INTO «PACKAGE» "out" MODEL_ID "a/b:c""#,
+        &m,
+        "a compiled layer package needs SOURCE_REVISION",
+    );
+    let ok = lql_grammar::parse_statement(
+        r#"EXTRACT MODEL "m.gguf" INTO "out" FORMAT PACKAGE MODEL_ID "a/b:c" SOURCE_REVISION "r""#,
+    )
+    .unwrap();
+    assert!(bind(&ok, &m).is_ok());
+}

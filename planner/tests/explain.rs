@@ -184,7 +184,7 @@ fn every_statement_lowers() {
         "SHOW TENSORS LIKE 'blk.0.%'",
         "DIFF 'a' 'b'",
         "COMPILE CURRENT INTO VINDEX 'o'",
-        "EXTRACT MODEL 'a' INTO 'b' FORMAT PACKAGE ENCODING Q8_0 LAYERS 0-3",
+        "EXTRACT MODEL 'a' INTO 'b' FORMAT PACKAGE MODEL_ID 'o/r:d' SOURCE_REVISION 'r' ENCODING Q8_0 LAYERS 0-3",
         "COMPACT 'c' INTO 'd'",
         "VERIFY",
         "STATS",

@@ -247,7 +247,7 @@ fn represent_labels_on_a_small_container() {
     assert!(e.contains("VINDEX3"), "{e}");
     let e = c
         .execute(&format!(
-            "EXTRACT MODEL \"{}\" INTO \"{}\" FORMAT PACKAGE WITH LABELS",
+            "EXTRACT MODEL \"{}\" INTO \"{}\" FORMAT PACKAGE MODEL_ID \"a/b:c\" SOURCE_REVISION \"r\" WITH LABELS",
             q(&gguf),
             q(&t.path().join("pkg"))
         ))

@@ -436,14 +436,14 @@ pub(crate) fn write(
             model.kind
         )));
     }
-    let model_id = plan.model_id.clone().ok_or_else(|| {
-        Error::semantic("a layer package needs MODEL_ID \"org/repo:distribution\" (a model coordinate, not a file name)")
-    })?;
-    let source_revision = plan.source_revision.clone().ok_or_else(|| {
-        Error::semantic(
-            "a layer package from a local file needs SOURCE_REVISION \"<commit or tag>\"",
-        )
-    })?;
+    // The binder refused a package without its identity.
+    let (Some(model_id), Some(source_revision)) =
+        (plan.model_id.clone(), plan.source_revision.clone())
+    else {
+        return Err(Error::internal(
+            "a layer package reached WritePackage without MODEL_ID and SOURCE_REVISION",
+        ));
+    };
     let t0 = std::time::Instant::now();
     let w = pkg::writer::write_package(&pkg::writer::WriteOptions {
         source: model.path.clone(),

@@ -272,12 +272,14 @@ fn compile_package(
     plan: &lql_planner::CompilePlan,
 ) -> Result<(usize, u64)> {
     use lql_storage::format::package as pkg;
-    let model_id = plan.model_id.clone().ok_or_else(|| {
-        Error::semantic("a layer package needs MODEL_ID \"org/repo:distribution\" (a model coordinate, not a file name)")
-    })?;
-    let source_revision = plan.source_revision.clone().ok_or_else(|| {
-        Error::semantic("a compiled layer package needs SOURCE_REVISION \"<commit or tag>\"")
-    })?;
+    // The binder refused a package without its identity.
+    let (Some(model_id), Some(source_revision)) =
+        (plan.model_id.clone(), plan.source_revision.clone())
+    else {
+        return Err(Error::internal(
+            "a layer package reached Compile without MODEL_ID and SOURCE_REVISION",
+        ));
+    };
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
