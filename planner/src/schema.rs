@@ -367,7 +367,7 @@ const PATCHES: Spec = &[
     (
         "sha256",
         Text,
-        "sha256 of the patch file (empty until saved)",
+        "sha256 of the patch file (empty until saved, and for an applied file changed in memory)",
     ),
     (
         "base_sha256",

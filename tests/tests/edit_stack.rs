@@ -63,6 +63,9 @@ fn delete_and_update_reach_the_edges_of_an_applied_file() {
         .unwrap();
     assert_eq!(r.rows[0][1], Value::Int(1), "{r:?}");
     assert_eq!(patches(&c), vec![(name.clone(), "edited v2".into(), 1)]);
+    // No file holds the edited state: SHOW PATCHES gives it no sha256.
+    let shown = c.execute("SHOW PATCHES").unwrap();
+    assert_eq!(shown.rows[0][4], Value::from(""), "{shown:?}");
     assert_eq!(top(&c, TOWER), "Paris");
     assert_eq!(top(&c, COLOSSEUM), "London");
 

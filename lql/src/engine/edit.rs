@@ -69,9 +69,6 @@ type FingerprintedRow = (u64, Arc<[f32]>);
 pub(crate) struct Edits {
     /// Patch files applied (or saved), oldest first.
     pub applied: Vec<Patch>,
-    /// Applied patches changed in memory by DELETE or UPDATE FROM edges (their files are
-    /// left alone): the version each is at, 2 after the first change.
-    pub edited: std::collections::BTreeMap<String, u32>,
     /// Edits made outside BEGIN PATCH: the unsaved session patch.
     pub session: Vec<Edit>,
     /// `BEGIN PATCH path`: the path and the edits recorded since.
@@ -1036,15 +1033,14 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
     let mut removed = 0;
     // The session's and the recording patch's lists, then each applied file's (named: a
     // file that loses an edge becomes its next in-memory version).
-    let mut lists: Vec<(Option<String>, &mut Vec<Edit>)> = vec![(None, &mut e.session)];
+    let mut lists: Vec<(Option<&mut PatchOrigin>, &mut Vec<Edit>)> = vec![(None, &mut e.session)];
     if let Some(open) = e.open.as_mut() {
         lists.push((None, &mut open.1));
     }
     for p in e.applied.iter_mut() {
-        lists.push((Some(p.name()), &mut p.edits));
+        lists.push((Some(&mut p.origin), &mut p.edits));
     }
-    let mut changed = Vec::new();
-    for (name, list) in lists {
+    for (origin, list) in lists {
         let groups = edit_groups(list);
         let mut keep = vec![true; list.len()];
         let mut dropped = 0;
@@ -1060,12 +1056,9 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
             keep[i - 1]
         });
         removed += dropped;
-        if let (Some(name), true) = (name, dropped > 0) {
-            changed.push(name);
+        if let (Some(origin), true) = (origin, dropped > 0) {
+            *origin = next_version(origin);
         }
-    }
-    for name in changed {
-        *e.edited.entry(name).or_insert(1) += 1;
     }
     rebuild(cx)?;
     Ok(status(
@@ -1073,6 +1066,28 @@ fn delete_edges(cx: &mut Cx<'_>, input: Datum) -> Result<Datum> {
         removed,
         format!("{removed} edges removed"),
     ))
+}
+
+/// The origin of an applied patch after DELETE or UPDATE changed it: the file's next
+/// in-memory version.
+fn next_version(origin: &PatchOrigin) -> PatchOrigin {
+    match origin {
+        PatchOrigin::File { path, sha256 } => PatchOrigin::Edited {
+            path: path.clone(),
+            from_sha256: *sha256,
+            version: 2,
+        },
+        PatchOrigin::Edited {
+            path,
+            from_sha256,
+            version,
+        } => PatchOrigin::Edited {
+            path: path.clone(),
+            from_sha256: *from_sha256,
+            version: version + 1,
+        },
+        other => other.clone(),
+    }
 }
 
 /// `OverlayUpdate` on edges: `UPDATE edges SET target = …, prompt = … WHERE …` rewrites each
@@ -1128,7 +1143,6 @@ pub(crate) fn update_edges(
             e.session.clone(),
             e.open.as_ref().map(|o| o.1.clone()),
             e.applied.clone(),
-            e.edited.clone(),
         )
     };
     let done = delete_edges(cx, Datum::Table { columns, rows }).and_then(|_| {
@@ -1151,7 +1165,6 @@ pub(crate) fn update_edges(
             open.1 = list;
         }
         edits.applied = saved.2;
-        edits.edited = saved.3;
         rebuild(cx)?;
         return Err(e);
     }

@@ -143,7 +143,6 @@ pub(crate) fn remove(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
     } else if e.open.as_ref().is_some_and(|o| o.0 == path) {
         e.open.take().map_or(0, |o| edit_count(&o.1))
     } else if let Some(i) = e.applied.iter().position(|p| p.name() == path) {
-        e.edited.remove(path);
         edit_count(&e.applied.remove(i).edits)
     } else {
         return Err(Error::semantic(format!("patch {path:?} is not applied"))
@@ -177,11 +176,9 @@ pub(crate) fn show(cx: &mut Cx<'_>) -> Result<Rows> {
     )));
     for p in b.edits.patches() {
         let (state, sha) = match &p.origin {
-            // sha256 stays the file's: the version in force derives from it.
-            PatchOrigin::File { path, sha256 } => match b.edits.edited.get(path) {
-                Some(v) => (format!("edited v{v}"), hex(sha256)),
-                None => ("applied".to_string(), hex(sha256)),
-            },
+            PatchOrigin::File { sha256, .. } => ("applied".to_string(), hex(sha256)),
+            // No file holds this state: no sha256, as for the session's.
+            PatchOrigin::Edited { version, .. } => (format!("edited v{version}"), String::new()),
             PatchOrigin::Session => ("session".to_string(), String::new()),
             PatchOrigin::Open(_) => ("recording".to_string(), String::new()),
         };

@@ -110,7 +110,7 @@ pub(crate) fn refuse_overwrite(
     if let Some(b) = cx.engine.bound.as_ref() {
         protected.push((b.model().path.clone(), "the bound model".into()));
         for p in &b.edits.applied {
-            if let PatchOrigin::File { path, .. } = &p.origin {
+            if let PatchOrigin::File { path, .. } | PatchOrigin::Edited { path, .. } = &p.origin {
                 protected.push((PathBuf::from(path), format!("the applied patch {path}")));
             }
         }

@@ -335,8 +335,9 @@ fn lcm(a: usize, b: usize) -> usize {
     a / gcd(a, b) * b
 }
 
-/// SHA-256 (hex) of each patch in the stack: a saved file's own hash, else the hash of the
-/// bytes `SAVE PATCH` would write for it.
+/// SHA-256 (hex) of each patch in the stack: a saved file's own hash, else (the session's,
+/// the recording one, an applied file changed in memory) the hash of the bytes `SAVE PATCH`
+/// would write for it.
 fn patch_hashes(state: &EffectiveModel, identity: [u8; 32]) -> Vec<String> {
     let base = state.base();
     state
@@ -345,7 +346,7 @@ fn patch_hashes(state: &EffectiveModel, identity: [u8; 32]) -> Vec<String> {
         .filter(|p| !p.edits.is_empty())
         .map(|p| match &p.origin {
             PatchOrigin::File { sha256, .. } => crate::fsutil::hex(sha256),
-            PatchOrigin::Session | PatchOrigin::Open(_) => {
+            PatchOrigin::Session | PatchOrigin::Open(_) | PatchOrigin::Edited { .. } => {
                 let bytes = patch::encode(&PatchFile {
                     base_sha256: identity,
                     hidden: base.surface.hidden,

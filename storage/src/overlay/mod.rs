@@ -92,6 +92,15 @@ pub enum PatchOrigin {
     Open(String),
     /// Read from or saved to a file; `sha256` of the file's bytes.
     File { path: String, sha256: [u8; 32] },
+    /// An applied file changed in memory (DELETE or UPDATE FROM edges took edges out of
+    /// it): its `version`th state, 2 after the first change, derived from the file whose
+    /// bytes hash to `from_sha256`. The file is left as it was, so its hash is not this
+    /// state's.
+    Edited {
+        path: String,
+        from_sha256: [u8; 32],
+        version: u32,
+    },
 }
 
 /// An ordered list of edits with its origin.
@@ -107,7 +116,7 @@ impl Patch {
         match &self.origin {
             PatchOrigin::Session => "(session)".to_string(),
             PatchOrigin::Open(p) => p.clone(),
-            PatchOrigin::File { path, .. } => path.clone(),
+            PatchOrigin::File { path, .. } | PatchOrigin::Edited { path, .. } => path.clone(),
         }
     }
 }
