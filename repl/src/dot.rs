@@ -492,33 +492,10 @@ fn quit(_: &mut Shell, _: &[String]) -> Result<Flow, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    /// A writer the test can read back.
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    impl Buf {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-        }
-    }
+    use crate::shell::test_support::{captured, Buf};
 
     fn session() -> (Shell, Buf, Buf) {
-        let conn = lql::Connection::open_in_memory().unwrap();
-        let mut s = Shell::new(conn, OutputMode::Table);
-        let (out, err) = (Buf::default(), Buf::default());
-        s.out = Box::new(out.clone());
-        s.err = Box::new(err.clone());
-        (s, out, err)
+        captured(OutputMode::Table)
     }
 
     #[test]

@@ -552,15 +552,17 @@ fn status_failed(rows: &Rows) -> bool {
     })
 }
 
+/// For the shell's tests: a shell on an in-memory connection whose output and error text
+/// can be read back.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use lql::{Column, Value, ValueType};
-    use std::sync::Mutex;
+pub(crate) mod test_support {
+    use super::{OutputMode, Shell};
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
 
     /// A writer the test can read back.
     #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Buf(Arc<Mutex<Vec<u8>>>);
     impl Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
             self.0.lock().unwrap().extend_from_slice(b);
@@ -571,18 +573,30 @@ mod tests {
         }
     }
     impl Buf {
-        fn text(&self) -> String {
+        pub(crate) fn text(&self) -> String {
             String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
         }
     }
 
-    fn session() -> (Shell, Buf, Buf) {
+    /// A shell printing in `mode`, with its output and its errors captured.
+    pub(crate) fn captured(mode: OutputMode) -> (Shell, Buf, Buf) {
         let conn = lql::Connection::open_in_memory().unwrap();
-        let mut s = Shell::new(conn, OutputMode::Csv);
+        let mut s = Shell::new(conn, mode);
         let (out, err) = (Buf::default(), Buf::default());
         s.out = Box::new(out.clone());
         s.err = Box::new(err.clone());
         (s, out, err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{captured, Buf};
+    use super::*;
+    use lql::{Column, Value, ValueType};
+
+    fn session() -> (Shell, Buf, Buf) {
+        captured(OutputMode::Csv)
     }
 
     fn status_rows(status: &str) -> Rows {

@@ -105,17 +105,7 @@ pub(crate) fn bind(cx: &mut Cx<'_>, target: &str, layers: Option<LayerRange>) ->
     b.stage = Some(binding);
     cx.engine.bound = Some(b);
     cx.engine.version += 1;
-    let mut rows = Rows::new(super::columns_of(&lql_planner::schema::use_columns()));
-    if let Some(b) = &cx.engine.bound {
-        rows.push(vec![
-            Value::from(b.name.as_str()),
-            Value::from(b.facts.source.to_string()),
-            Value::from(b.model().surface.source_architecture.as_str()),
-            Value::from(b.model().surface.n_layers),
-            Value::from(dir.display().to_string()),
-        ]);
-    }
-    Ok(rows)
+    Ok(super::use_model::summary(cx, Some(&dir)))
 }
 
 /// The cache folder of the `hf://` reference `target` holding what `need` asks for,

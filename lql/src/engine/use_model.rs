@@ -77,7 +77,7 @@ fn bind_profile(cx: &mut Cx<'_>, path: &str, profile: &str) -> Result<Rows> {
     let shared = cx.engine.db.model_profile(p, Some(profile))?;
     cx.engine.bound = Some(Bound::new(path.to_string(), shared));
     cx.engine.version += 1;
-    Ok(summary(cx))
+    Ok(summary(cx, None))
 }
 
 /// Opens `path` and binds it under `name` (default: the path as given).
@@ -94,7 +94,7 @@ pub(crate) fn bind_path(cx: &mut Cx<'_>, path: &str, name: Option<&str>) -> Resu
     let name = name.unwrap_or(path).to_string();
     cx.engine.bound = Some(Bound::new(name, shared));
     cx.engine.version += 1;
-    Ok(summary(cx))
+    Ok(summary(cx, None))
 }
 
 /// Resolves a catalogue name (fetching it if needed) and binds it.
@@ -167,8 +167,9 @@ pub(crate) fn bind_catalogue(cx: &mut Cx<'_>, name: &str) -> Result<Rows> {
     bind_path(cx, &path.to_string_lossy(), Some(&entry.name))
 }
 
-/// The one-row result of USE: what got bound.
-fn summary(cx: &Cx<'_>) -> Rows {
+/// The one-row result of USE: what got bound; `path` is shown as its path (a layer
+/// package's folder), else the model's own.
+pub(crate) fn summary(cx: &Cx<'_>, path: Option<&Path>) -> Rows {
     let mut rows = Rows::new(super::columns_of(&lql_planner::schema::use_columns()));
     if let Some(b) = &cx.engine.bound {
         rows.push(vec![
@@ -176,7 +177,7 @@ fn summary(cx: &Cx<'_>) -> Rows {
             Value::from(b.facts.source.to_string()),
             Value::from(b.model().surface.source_architecture.as_str()),
             Value::from(b.model().surface.n_layers),
-            Value::from(b.model().path.display().to_string()),
+            Value::from(path.unwrap_or(&b.model().path).display().to_string()),
         ]);
     }
     rows
