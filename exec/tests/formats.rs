@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use common::hf_writer::{decode_all, hf_shape, write_f32_safetensors};
 use common::real::{fixture, max_diff, model_path};
 use lql_exec::Executor;
 use lql_storage::codec;
@@ -16,12 +17,6 @@ use lql_storage::format::gguf::{GgufFile, GgufWriter};
 use lql_storage::surface::RopePairing;
 use lql_storage::DType;
 use serde_json::Value;
-
-fn decode_all(file: &GgufFile, t: &lql_storage::format::gguf::GgufTensorInfo) -> Vec<f32> {
-    let mut out = vec![0.0f32; t.elems()];
-    codec::decode_rows(t.dtype, file.view(t).bytes, t.shape[0], &mut out).unwrap();
-    out
-}
 
 /// Re-encode every tensor of `src`: matrices as `matrix`, vectors as F32.
 fn reencode(src: &Path, dst: &Path, matrix: DType) {
@@ -140,31 +135,6 @@ fn hf_name(gguf: &str) -> Option<String> {
             Some(format!("model.layers.{l}.{}", map(t)?))
         }
     }
-}
-
-/// A GGUF tensor's shape as HF stores it (`[out, in]`: ggml's reversed).
-fn hf_shape(t: &lql_storage::format::gguf::GgufTensorInfo) -> Vec<usize> {
-    t.shape.iter().rev().copied().collect()
-}
-
-/// `dir/model.safetensors` holding these F32 tensors (name, shape, values).
-fn write_f32_safetensors(dir: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) {
-    use safetensors::tensor::{Dtype, TensorView};
-    let bytes: Vec<Vec<u8>> = tensors
-        .iter()
-        .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
-        .collect();
-    let views: Vec<(String, TensorView<'_>)> = tensors
-        .iter()
-        .zip(&bytes)
-        .map(|((n, s, _), b)| {
-            (
-                n.clone(),
-                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
-            )
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
 }
 
 fn write_hf_folder(src: &Path, dir: &Path) {
@@ -298,78 +268,4 @@ fn tiny_quantised_qwen2_matches_reference() {
         )
         .unwrap();
     assert_eq!(g.token_ids, greedy);
-}
-
-/// The tiny qwen3 of `tests/fixtures/families/qwen3` written as a Hugging Face folder (F32
-/// safetensors; qwen3's GGUF keeps HF's half-split Q/K rows, so nothing is re-ordered).
-fn write_hf_qwen3(src: &Path, dir: &Path) {
-    let file = GgufFile::open(src).unwrap();
-    let u = |k: &str| file.get_u32(k).unwrap().unwrap() as u64;
-    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
-    for t in file.tensors() {
-        let name = hf_name(&t.name).unwrap_or_else(|| panic!("no HF name for {}", t.name));
-        tensors.push((name, hf_shape(t), decode_all(&file, t)));
-    }
-    write_f32_safetensors(dir, &tensors);
-    let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
-    let config = serde_json::json!({
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "hidden_size": u("qwen3.embedding_length"),
-        "intermediate_size": u("qwen3.feed_forward_length"),
-        "num_hidden_layers": u("qwen3.block_count"),
-        "num_attention_heads": u("qwen3.attention.head_count"),
-        "num_key_value_heads": u("qwen3.attention.head_count_kv"),
-        "rms_norm_eps": file.get_f32("qwen3.attention.layer_norm_rms_epsilon").unwrap().unwrap(),
-        "rope_theta": file.get_f32("qwen3.rope.freq_base").unwrap().unwrap(),
-        "max_position_embeddings": u("qwen3.context_length"),
-        "tie_word_embeddings": tied,
-        "hidden_act": "silu",
-        "torch_dtype": "float32"
-    });
-    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-}
-
-#[test]
-fn tiny_qwen3_as_hf_folder_matches_its_gguf_and_the_reference() {
-    let family = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/families/qwen3");
-    let golden: Value =
-        serde_json::from_str(&std::fs::read_to_string(family.join("golden.json")).unwrap())
-            .unwrap();
-    let ids: Vec<u32> = golden["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
-    let dir = tempfile::tempdir().unwrap();
-    write_hf_qwen3(&family.join("model.gguf"), dir.path());
-    let hf = open(dir.path());
-    let gguf = open(&family.join("model.gguf"));
-    assert_eq!(hf.surface().source_architecture, "qwen3");
-    assert_eq!(
-        hf.surface().block,
-        gguf.surface().block,
-        "the same block steps"
-    );
-    let (a, b) = (hf.logits_all(&ids).unwrap(), gguf.logits_all(&ids).unwrap());
-    let reference = golden["reference_logits"].as_array().unwrap();
-    let (mut vs_gguf, mut vs_reference) = (0f32, 0f32);
-    for (pos, (x, y)) in a.iter().zip(&b).enumerate() {
-        let r: Vec<f32> = reference[pos]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap() as f32)
-            .collect();
-        for ((p, q), s) in x.values.iter().zip(&y.values).zip(&r) {
-            vs_gguf = vs_gguf.max((p - q).abs());
-            vs_reference = vs_reference.max((p - s).abs());
-        }
-    }
-    eprintln!(
-        "qwen3 HF folder: max |Δ| {vs_gguf:.2e} vs its GGUF, {vs_reference:.2e} vs the reference"
-    );
-    assert!(vs_gguf < 1e-4, "{vs_gguf}");
-    assert!(vs_reference < 1e-4, "{vs_reference}");
 }

@@ -2,6 +2,8 @@
 //! (full recomputation per position, plain loops) written independently of the executor.
 #![allow(dead_code)]
 
+pub mod hf_writer;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

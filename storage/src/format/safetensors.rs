@@ -27,8 +27,9 @@ pub struct HfConfig {
     pub num_attention_heads: Option<u64>,
     pub num_key_value_heads: Option<u64>,
     pub head_dim: Option<u64>,
-    pub rms_norm_eps: Option<f64>,
-    /// `rope_theta`, or `rope_parameters.rope_theta`.
+    /// `rms_norm_eps`, `layer_norm_epsilon` (GPT-2) or `layer_norm_eps` (GPT-NeoX).
+    pub norm_eps: Option<f64>,
+    /// `rope_theta`, `rope_parameters.rope_theta` or `rotary_emb_base` (GPT-NeoX).
     pub rope_theta: Option<f64>,
     /// `rope_scaling`, or a `rope_parameters.rope_type` other than `default`.
     pub rope_scaling: Option<String>,
@@ -68,16 +69,31 @@ impl HfConfig {
                 message: "expected a JSON object".into(),
             });
         }
-        let u = |k: &str| raw.get(k).and_then(Value::as_u64);
+        // GPT-2 spells the sizes its own way; the first field present is read.
+        let u = |k: &str| {
+            let alias = match k {
+                "hidden_size" => "n_embd",
+                "num_hidden_layers" => "n_layer",
+                "num_attention_heads" => "n_head",
+                "intermediate_size" => "n_inner",
+                "max_position_embeddings" => "n_positions",
+                other => other,
+            };
+            raw.get(k)
+                .and_then(Value::as_u64)
+                .or_else(|| raw.get(alias).and_then(Value::as_u64))
+        };
         let f = |k: &str| raw.get(k).and_then(Value::as_f64);
         let s = |k: &str| raw.get(k).and_then(Value::as_str).map(str::to_string);
         let b = |k: &str| raw.get(k).and_then(Value::as_bool);
         let rope_params = raw.get("rope_parameters");
-        let rope_theta = f("rope_theta").or_else(|| {
-            rope_params
-                .and_then(|p| p.get("rope_theta"))
-                .and_then(Value::as_f64)
-        });
+        let rope_theta = f("rope_theta")
+            .or_else(|| {
+                rope_params
+                    .and_then(|p| p.get("rope_theta"))
+                    .and_then(Value::as_f64)
+            })
+            .or_else(|| f("rotary_emb_base"));
         let rope_scaling = match raw.get("rope_scaling") {
             Some(Value::Null) | None => rope_params
                 .and_then(|p| p.get("rope_type"))
@@ -123,13 +139,17 @@ impl HfConfig {
             num_attention_heads: u("num_attention_heads"),
             num_key_value_heads: u("num_key_value_heads"),
             head_dim: u("head_dim"),
-            rms_norm_eps: f("rms_norm_eps"),
+            norm_eps: f("rms_norm_eps")
+                .or_else(|| f("layer_norm_epsilon"))
+                .or_else(|| f("layer_norm_eps")),
             rope_theta,
             rope_scaling,
             max_position_embeddings: u("max_position_embeddings"),
             vocab_size: u("vocab_size"),
             tie_word_embeddings: b("tie_word_embeddings"),
-            hidden_act: s("hidden_act"),
+            hidden_act: s("hidden_activation")
+                .or_else(|| s("hidden_act"))
+                .or_else(|| s("activation_function")),
             attention_bias: b("attention_bias"),
             dtype: s("torch_dtype").or_else(|| s("dtype")),
             bos_token_id: ids(raw.get("bos_token_id")).first().copied(),

@@ -16,10 +16,12 @@ use std::path::Path;
 use crate::error::{Result, StorageError};
 use crate::format::gguf::{GgufFile, MetaArray};
 use crate::model::{Model, Operand, OperandKey, Role, SourceKind};
-use crate::surface::{ExecutionSurface, ExpertSelection, MoeSurface, SpecialTokens};
+use crate::surface::{ExecutionSurface, SpecialTokens};
 use crate::tokenizer_spec::{GgufVocab, TokenizerSlot, TokenizerSpec};
 
 use super::family::{self, Family, Meta, FAMILIES};
+use super::fused::{FusedRows, FusedTensor};
+use super::metadata::{missing, opt_usize, req_usize};
 use super::{operand_table, validate};
 
 /// The GGUF architectures (`general.architecture`) the importer accepts, each with
@@ -90,24 +92,6 @@ pub fn tensor_name(key: OperandKey) -> String {
 /// The operand key of a GGUF tensor name, if it is one the importer knows.
 pub fn operand_key(name: &str) -> Option<OperandKey> {
     operand_table::key_from_name(name, "blk.", tensor_name)
-}
-
-fn missing(file: &GgufFile, key: &str) -> StorageError {
-    StorageError::Format {
-        path: file.path().to_path_buf(),
-        offset: 0,
-        field: key.to_string(),
-        message: "required metadata key is missing".into(),
-    }
-}
-
-fn req_usize(file: &GgufFile, key: &str) -> Result<usize> {
-    let v = file.get_u64(key)?.ok_or_else(|| missing(file, key))?;
-    usize::try_from(v).map_err(|_| missing(file, key))
-}
-
-fn opt_usize(file: &GgufFile, key: &str) -> Result<Option<usize>> {
-    Ok(file.get_u64(key)?.and_then(|v| usize::try_from(v).ok()))
 }
 
 /// Judge a parsed GGUF file and build the model.
@@ -214,10 +198,7 @@ pub fn from_parts(
         n_heads,
         head_dim,
     };
-    let mut block = (family.block)(&meta)?;
-    if block.rope {
-        block.rotary_dims = meta.rotary_dims()?;
-    }
+    let block = meta.block_of(family)?;
     if !block.rope_freq_factors
         && parts
             .iter()
@@ -229,7 +210,6 @@ pub fn from_parts(
         )));
     }
     let fused = FusedRows {
-        family,
         q: n_heads * head_dim,
         kv: n_kv_heads * head_dim,
         ffn,
@@ -238,8 +218,8 @@ pub fn from_parts(
     // Operands.
     let mut operands = BTreeMap::new();
     for stored in stored_tensors(parts) {
-        if let Some(pieces) = fused.split(&path, n_layers, stored.clone())? {
-            for (key, op) in pieces {
+        if let Some((layer, kind)) = fused_part(family, &stored.source_name) {
+            for (key, op) in fused.split(&path, &layer, n_layers, kind, &stored)? {
                 operands.entry(key).or_insert(op);
             }
             continue;
@@ -263,7 +243,7 @@ pub fn from_parts(
     let tied_head =
         !operands.contains_key(&OperandKey::global(Role::Output)) && span.is_none_or(|s| s.output);
     let attn_bias = family.bias_required || operand_table::has_attn_bias(&operands);
-    let moe = experts(file, family, &operands, ffn)?;
+    let moe = super::experts::experts(file, family, &operands, ffn)?;
     // A bank's FFN width is its experts' width.
     let ffn = moe.as_ref().map_or(ffn, |m| m.expert_ffn);
 
@@ -424,209 +404,16 @@ fn uninterpreted(
     })
 }
 
-/// The family's judgement on experts: `None` for a dense model, else the bank's facts from
-/// the `{arch}.expert_*` metadata (llama.cpp's keys and defaults).
-fn experts(
-    file: &GgufFile,
-    family: &Family,
-    operands: &BTreeMap<OperandKey, Operand>,
-    ffn: usize,
-) -> Result<Option<MoeSurface>> {
-    let arch = family.name;
-    let k = |s: &str| format!("{arch}.{s}");
-    let count = opt_usize(file, &k("expert_count"))?.unwrap_or(0);
-    let Some(selection) = family.selection else {
-        return Ok(None);
+/// The fused tensor a GGUF name stands for in `family` (`blk.{layer}.attn_qkv.weight`, …).
+fn fused_part(family: &Family, name: &str) -> Option<(String, FusedTensor)> {
+    let (layer, suffix) = name.strip_prefix("blk.")?.split_once('.')?;
+    let kind = match suffix {
+        "attn_qkv.weight" if family.fused.qkv => FusedTensor::Qkv,
+        "attn_qkv.bias" if family.fused.qkv => FusedTensor::QkvBias,
+        "ffn_up.weight" if family.fused.gate_up => FusedTensor::GateUp,
+        _ => return None,
     };
-    if count == 0 {
-        if family.experts_required {
-            return Err(missing(file, &k("expert_count")));
-        }
-        return Ok(None);
-    }
-    let bad = |key: &str, message: String| StorageError::Format {
-        path: file.path().to_path_buf(),
-        offset: file.kv(&k(key)).map_or(0, |kv| kv.offset),
-        field: k(key),
-        message,
-    };
-    if count > crate::surface::MAX_EXPERTS {
-        return Err(bad(
-            "expert_count",
-            format!(
-                "{count} experts; at most {} are accepted",
-                crate::surface::MAX_EXPERTS
-            ),
-        ));
-    }
-    let used = req_usize(file, &k("expert_used_count"))?;
-    if used == 0 || used > count {
-        return Err(bad(
-            "expert_used_count",
-            format!("{used} experts used per token of {count}"),
-        ));
-    }
-    let selection = match file.get_u64(&k("expert_gating_func"))? {
-        None | Some(1) => selection,
-        Some(2) => ExpertSelection::SigmoidTopKNorm,
-        Some(g) => {
-            return Err(StorageError::Unsupported(format!(
-                "not supported yet: expert gating function {g} ({}: {})",
-                file.path().display(),
-                k("expert_gating_func")
-            )))
-        }
-    };
-    for key in ["expert_weights_scale", "expert_group_count"] {
-        if file.kv(&k(key)).is_some() {
-            return Err(StorageError::Unsupported(format!(
-                "not supported yet: {} ({})",
-                k(key),
-                file.path().display()
-            )));
-        }
-    }
-    // As llama.cpp reads them: a qwen2moe expert is `expert_feed_forward_length` wide
-    // (default `ffn / used`), its shared expert `expert_shared_feed_forward_length` (default
-    // `ffn`); a Mixtral expert is `feed_forward_length` wide.
-    let expert_ffn = if family.experts_required {
-        opt_usize(file, &k("expert_feed_forward_length"))?.unwrap_or(ffn / used)
-    } else {
-        ffn
-    };
-    let has = |role| operands.keys().any(|key| key.role == role);
-    let shared_ffn = if has(Role::FfnGateShexp) || has(Role::FfnUpShexp) || has(Role::FfnDownShexp)
-    {
-        opt_usize(file, &k("expert_shared_feed_forward_length"))?.unwrap_or(ffn)
-    } else {
-        0
-    };
-    if expert_ffn == 0 {
-        return Err(bad(
-            "expert_feed_forward_length",
-            "expert FFN width is 0".into(),
-        ));
-    }
-    Ok(Some(MoeSurface {
-        n_experts: count,
-        n_used: used,
-        expert_ffn,
-        selection,
-        shared_ffn,
-        shared_gate: shared_ffn > 0 && has(Role::FfnGateInpShexp),
-    }))
-}
-
-/// How a family's fused tensors split into the block's operands.
-struct FusedRows {
-    family: &'static Family,
-    /// Rows of the Q, K (= V) projections.
-    q: usize,
-    kv: usize,
-    ffn: usize,
-}
-
-impl FusedRows {
-    /// The operands a fused tensor holds (row ranges of it, read in place), or `None` for
-    /// a tensor stored whole. A fused tensor whose rows do not add up is refused by name.
-    fn split(
-        &self,
-        path: &Path,
-        n_layers: usize,
-        stored: Operand,
-    ) -> Result<Option<Vec<(OperandKey, Operand)>>> {
-        let Some((layer, suffix)) = stored
-            .source_name
-            .strip_prefix("blk.")
-            .and_then(|r| r.split_once('.'))
-        else {
-            return Ok(None);
-        };
-        let parts: &[(Role, usize, &str)] = match suffix {
-            "attn_qkv.weight" if self.family.fused.qkv => &[
-                (Role::AttnQ, self.q, "q"),
-                (Role::AttnK, self.kv, "k"),
-                (Role::AttnV, self.kv, "v"),
-            ],
-            "attn_qkv.bias" if self.family.fused.qkv => &[
-                (Role::AttnQBias, self.q, "q"),
-                (Role::AttnKBias, self.kv, "k"),
-                (Role::AttnVBias, self.kv, "v"),
-            ],
-            "ffn_up.weight" if self.family.fused.gate_up => &[
-                (Role::FfnGate, self.ffn, "gate"),
-                (Role::FfnUp, self.ffn, "up"),
-            ],
-            _ => return Ok(None),
-        };
-        let bad = |message: String| StorageError::Tensor {
-            path: path.to_path_buf(),
-            tensor: stored.source_name.clone(),
-            message,
-        };
-        let layer: usize = match layer.parse() {
-            Ok(l) if l < n_layers && layer.len() <= 6 => l,
-            _ => {
-                return Err(bad(format!(
-                    "layer index beyond the {n_layers} layers of the model"
-                )))
-            }
-        };
-        let total: usize = parts.iter().map(|p| p.1).sum();
-        // A matrix splits by rows (shape[1]); a bias vector by elements (shape[0]).
-        let matrix = stored.shape.len() == 2;
-        let (unit_elems, count) = match stored.shape.as_slice() {
-            [row, rows] => (*row, *rows),
-            [n] => (1, *n),
-            other => return Err(bad(format!("a fused tensor of shape {other:?}"))),
-        };
-        if count != total {
-            let names: Vec<String> = parts.iter().map(|p| format!("{} {}", p.2, p.1)).collect();
-            return Err(bad(format!(
-                "{count} {} where the metadata asks for {} ({})",
-                if matrix { "rows" } else { "elements" },
-                total,
-                names.join(" + ")
-            )));
-        }
-        let mut out = Vec::with_capacity(parts.len());
-        let mut at = 0usize;
-        for &(role, n, label) in parts {
-            let bytes_of = |elems: usize| {
-                stored
-                    .dtype
-                    .bytes_for(elems as u64)
-                    .and_then(|b| usize::try_from(b).ok())
-            };
-            let (Some(offset), Some(len)) = (bytes_of(at * unit_elems), bytes_of(n * unit_elems))
-            else {
-                return Err(bad(format!(
-                    "the {label} part does not start on a whole {} block",
-                    stored.dtype
-                )));
-            };
-            if offset + len > stored.len {
-                return Err(bad(format!(
-                    "{} bytes hold less than the {label} part",
-                    stored.len
-                )));
-            }
-            let shape = if matrix { vec![unit_elems, n] } else { vec![n] };
-            out.push((
-                OperandKey::layer(layer, role),
-                Operand {
-                    source_name: format!("{}#{label}", stored.source_name),
-                    dtype: stored.dtype,
-                    shape,
-                    backing: stored.backing,
-                    offset: stored.offset + offset,
-                    len,
-                },
-            ));
-            at += n;
-        }
-        Ok(Some(out))
-    }
+    Some((layer.to_string(), kind))
 }
 
 /// Special tokens (read now) and the tokenizer spec (decoded on first use).

@@ -6,9 +6,12 @@
 //! for that kind. Family knowledge (tensor names, RoPE pairing, biases, tied head) lives
 //! here and nowhere else.
 
+pub mod experts;
 pub mod family;
+pub mod fused;
 pub mod gguf;
 pub mod hf;
+pub mod metadata;
 pub mod operand_table;
 pub mod validate;
 

@@ -19,7 +19,7 @@ pub const FAMILY: Family = Family {
 fn block(m: &Meta<'_>) -> Result<BlockSpec> {
     Ok(BlockSpec {
         rope_freq_scale: m.rope_freq_scale()?,
-        rope_freq_factors: m.file.tensor_info("rope_freqs.weight").is_some(),
+        rope_freq_factors: m.file.has_tensor("rope_freqs.weight"),
         ..BlockSpec::PLAIN
     })
 }

@@ -19,8 +19,8 @@ mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
 
+use super::metadata::Metadata;
 use crate::error::{Result, StorageError};
-use crate::format::gguf::GgufFile;
 use crate::surface::{Activation, BlockSpec, ExpertSelection, RopePairing};
 
 /// Tensors a family stores fused that the importer splits into the block's operands (row
@@ -128,9 +128,9 @@ pub fn plain(m: &Meta<'_>) -> Result<BlockSpec> {
     })
 }
 
-/// A file's metadata under its architecture's prefix, with the sizes already judged.
+/// A source's metadata under its architecture's prefix, with the sizes already judged.
 pub struct Meta<'a> {
-    pub file: &'a GgufFile,
+    pub file: &'a dyn Metadata,
     pub arch: &'a str,
     pub n_layers: usize,
     pub hidden: usize,
@@ -139,6 +139,16 @@ pub struct Meta<'a> {
 }
 
 impl Meta<'_> {
+    /// `family`'s block for this source: its `block` function, with the rotary dimensions
+    /// the metadata asks for.
+    pub fn block_of(&self, family: &Family) -> Result<BlockSpec> {
+        let mut block = (family.block)(self)?;
+        if block.rope {
+            block.rotary_dims = self.rotary_dims()?;
+        }
+        Ok(block)
+    }
+
     /// The full key of `{arch}.{key}`.
     pub fn key(&self, key: &str) -> String {
         format!("{}.{key}", self.arch)
@@ -147,31 +157,36 @@ impl Meta<'_> {
     pub fn usize(&self, key: &str) -> Result<Option<usize>> {
         Ok(self
             .file
-            .get_u64(&self.key(key))?
+            .u64(&self.key(key))?
             .and_then(|v| usize::try_from(v).ok()))
     }
 
     pub fn f32(&self, key: &str) -> Result<Option<f32>> {
-        self.file.get_f32(&self.key(key))
+        self.file.f32(&self.key(key))
     }
 
     pub fn bool(&self, key: &str) -> Result<Option<bool>> {
-        self.file.get_bool(&self.key(key))
+        self.file.bool(&self.key(key))
     }
 
     pub fn str(&self, key: &str) -> Result<Option<&str>> {
-        self.file.get_str(&self.key(key))
+        self.file.str(&self.key(key))
     }
 
     /// A refusal of `{arch}.{key}` naming the file, the key and where it lies.
     pub fn bad(&self, key: &str, message: String) -> StorageError {
-        let key = self.key(key);
+        let (field, offset) = self.file.locate(&self.key(key));
         StorageError::Format {
             path: self.file.path().to_path_buf(),
-            offset: self.file.kv(&key).map_or(0, |kv| kv.offset),
-            field: key,
+            offset,
+            field,
             message,
         }
+    }
+
+    /// How a refusal names `{arch}.{key}` (the source's own spelling).
+    pub fn field(&self, key: &str) -> String {
+        self.file.locate(&self.key(key)).0
     }
 
     /// A positive, finite `{arch}.{key}`, if present.
@@ -202,9 +217,9 @@ impl Meta<'_> {
             return Ok(None);
         }
         let pattern_key = self.key("attention.sliding_window_pattern");
-        let period = match self.file.kv(&pattern_key) {
-            None => period,
-            Some(_) => match self.file.get_u64(&pattern_key) {
+        let period = match self.file.has(&pattern_key) {
+            false => period,
+            true => match self.file.u64(&pattern_key) {
                 Ok(Some(p)) => usize::try_from(p).map_err(|_| {
                     self.bad(
                         "attention.sliding_window_pattern",
@@ -213,8 +228,9 @@ impl Meta<'_> {
                 })?,
                 _ => {
                     return Err(StorageError::Unsupported(format!(
-                        "not supported yet: a per-layer sliding-window list ({}: {pattern_key})",
-                        self.file.path().display()
+                        "not supported yet: a per-layer sliding-window list ({}: {})",
+                        self.file.path().display(),
+                        self.field("attention.sliding_window_pattern")
                     )))
                 }
             },
@@ -243,7 +259,7 @@ impl Meta<'_> {
                 return Err(StorageError::Unsupported(format!(
                     "not supported yet: a RoPE attention factor of {a} ({}: {})",
                     self.file.path().display(),
-                    self.key("rope.scaling.attn_factor")
+                    self.field("rope.scaling.attn_factor")
                 )));
             }
         }
@@ -261,7 +277,7 @@ impl Meta<'_> {
             Some(other) => Err(StorageError::Unsupported(format!(
                 "not supported yet: RoPE scaling `{other}` ({}: {})",
                 self.file.path().display(),
-                self.key("rope.scaling.type")
+                self.field("rope.scaling.type")
             ))),
         }
     }

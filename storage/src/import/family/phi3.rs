@@ -21,7 +21,7 @@ pub const FAMILY: Family = Family {
 
 fn block(m: &Meta<'_>) -> Result<BlockSpec> {
     for t in ["rope_factors_long.weight", "rope_factors_short.weight"] {
-        if m.file.tensor_info(t).is_some() {
+        if m.file.has_tensor(t) {
             return Err(StorageError::Unsupported(format!(
                 "not supported yet: phi3 long-context RoPE factors (tensor {t} in {})",
                 m.file.path().display()
