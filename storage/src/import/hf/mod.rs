@@ -139,7 +139,7 @@ pub fn open(dir: &Path) -> Result<Model> {
         table: mut operands,
         mut experts,
         mut backings,
-    } = stored(dir, &folder, class, &sizes)?;
+    } = stored(&folder, class, &sizes)?;
     stack_experts(dir, &mut experts, &mut operands, &mut backings)?;
     let vocab = operand_table::embedding_vocab(&operands).unwrap_or_else(|| {
         cfg.vocab_size
@@ -252,7 +252,7 @@ struct Stored {
 }
 
 /// Every stored tensor as the operands it holds.
-fn stored(dir: &Path, folder: &HfFolder, class: &HfClass, sizes: &Sizes) -> Result<Stored> {
+fn stored(folder: &HfFolder, class: &HfClass, sizes: &Sizes) -> Result<Stored> {
     let Sizes {
         n_layers,
         n_heads,
@@ -273,6 +273,8 @@ fn stored(dir: &Path, folder: &HfFolder, class: &HfClass, sizes: &Sizes) -> Resu
     let mut table = BTreeMap::new();
     let mut experts = ExpertParts::new();
     for t in &folder.tensors {
+        // Refusals name the safetensors file the tensor is in.
+        let file = folder.files[t.file].as_path();
         let name = naming.strip(&t.name);
         if naming.is_buffer(name) {
             continue;
@@ -280,29 +282,29 @@ fn stored(dir: &Path, folder: &HfFolder, class: &HfClass, sizes: &Sizes) -> Resu
         let mut op = Backings::in_place(t);
         if layout.separate_experts {
             if let Some((layer, expert, role)) = expert_part(naming, name) {
-                let layer = layer_index(dir, &t.name, layer, n_layers)?;
+                let layer = layer_index(file, &t.name, layer, n_layers)?;
                 experts.entry((layer, role)).or_default().push((expert, op));
                 continue;
             }
         }
         let layer_tensor = naming.layer_part(name).is_some();
         if layout.transposed && layer_tensor && op.shape.len() == 2 {
-            op = backings.transpose(dir, &op)?;
+            op = backings.transpose(file, &op)?;
         }
         if layout.norm_offset && name.ends_with("norm.weight") {
-            op = backings.plus_one(dir, &op)?;
+            op = backings.plus_one(file, &op)?;
         }
         if let Some((layer, kind)) = naming.fused_part(name) {
             if layout.qkv_by_head {
-                op = backings.regroup_qkv(dir, &op, n_heads, head_dim)?;
+                op = backings.regroup_qkv(file, &op, n_heads, head_dim)?;
             }
-            for (key, piece) in fused.split(dir, layer, n_layers, kind, &op)? {
+            for (key, piece) in fused.split(file, layer, n_layers, kind, &op)? {
                 table.insert(key, piece);
             }
             continue;
         }
         let key =
-            operand_table::tensor_key(dir, &t.name, class.family, n_layers, |_| naming.key(name))?;
+            operand_table::tensor_key(file, &t.name, class.family, n_layers, |_| naming.key(name))?;
         table.insert(key, op);
     }
     Ok(Stored {
