@@ -1,6 +1,5 @@
 //! Checked row decoding: encoded bytes → f32, bit-exact with gguf-py's `dequantize`.
 
-use super::block;
 use super::check_lengths;
 use crate::dtype::DType;
 use crate::error::CodecError;
@@ -45,50 +44,15 @@ pub fn decode_rows(
 /// Decodes with lengths already checked (`src.len()` = encoded size of `out.len()`).
 pub(crate) fn decode_unchecked(dtype: DType, src: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::cpu::has_avx2() {
+    if let (true, Some(kernel)) = (super::cpu::has_avx2(), dtype.codec().x86.decode) {
         let nb = out.len() / dtype.block_elems();
-        // SAFETY: AVX2/FMA/F16C present; lengths checked by the caller.
-        unsafe {
-            match dtype {
-                DType::F16 => return super::avx2::decode_f16(src.as_ptr(), out.as_mut_ptr(), nb),
-                DType::Q4_1 => return super::avx2::decode_q4_1(src.as_ptr(), out.as_mut_ptr(), nb),
-                DType::Q8_0 => return super::avx2::decode_q8_0(src.as_ptr(), out.as_mut_ptr(), nb),
-                DType::Q4_0 => return super::avx2::decode_q4_0(src.as_ptr(), out.as_mut_ptr(), nb),
-                DType::Q5_0 => return super::avx2::decode_q5_0(src.as_ptr(), out.as_mut_ptr(), nb),
-                DType::Q5_1 => return super::avx2::decode_q5_1(src.as_ptr(), out.as_mut_ptr(), nb),
-                DType::MXFP4 => {
-                    return super::avx2::decode_mxfp4(src.as_ptr(), out.as_mut_ptr(), nb)
-                }
-                DType::Q4_K => return super::avx2::decode_q4_k(src.as_ptr(), out.as_mut_ptr(), nb),
-                DType::Q5_K => return super::avx2::decode_q5_k(src.as_ptr(), out.as_mut_ptr(), nb),
-                DType::Q6_K => return super::avx2::decode_q6_k(src.as_ptr(), out.as_mut_ptr(), nb),
-                _ => {}
-            }
-        }
+        // SAFETY: AVX2/FMA/F16C present; lengths checked by the caller (nb whole blocks).
+        return unsafe { kernel(src.as_ptr(), out.as_mut_ptr(), nb) };
     }
     decode_scalar(dtype, src, out);
 }
 
 /// The portable reference decoder.
 pub fn decode_scalar(dtype: DType, src: &[u8], out: &mut [f32]) {
-    let f: fn(&[u8], &mut [f32]) = match dtype {
-        DType::F32 => return block::decode_f32(src, out),
-        DType::F16 => return block::decode_f16(src, out),
-        DType::BF16 => return block::decode_bf16(src, out),
-        DType::Q4_0 => block::decode_q4_0,
-        DType::Q4_1 => block::decode_q4_1,
-        DType::Q5_0 => block::decode_q5_0,
-        DType::Q5_1 => block::decode_q5_1,
-        DType::Q8_0 => block::decode_q8_0,
-        DType::MXFP4 => block::decode_mxfp4,
-        DType::Q2_K => block::decode_q2_k,
-        DType::Q3_K => block::decode_q3_k,
-        DType::Q4_K => block::decode_q4_k,
-        DType::Q5_K => block::decode_q5_k,
-        DType::Q6_K => block::decode_q6_k,
-    };
-    let (be, bb) = (dtype.block_elems(), dtype.block_bytes());
-    for (b, y) in src.chunks_exact(bb).zip(out.chunks_exact_mut(be)) {
-        f(b, y);
-    }
+    dtype.codec().decode(src, out);
 }

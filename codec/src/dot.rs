@@ -5,7 +5,7 @@
 //! the less common encodings). Results equal "decode, then dot in f32" up to rounding
 //! (accumulation order and FMA); the activation vector is never quantised.
 
-use super::block::{self, QK_K};
+use super::block::QK_K;
 use super::cpu::Kernels;
 use crate::dtype::DType;
 
@@ -42,26 +42,11 @@ pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
 /// [`dot_row`]).
 #[cfg(target_arch = "aarch64")]
 fn dot_neon(dtype: DType, row: &[u8], x: &[f32]) -> Option<f32> {
-    use super::neon;
+    let kernel = dtype.codec().neon_dot?;
     let nb = x.len() / dtype.block_elems();
     // SAFETY: NEON is baseline on aarch64; row holds exactly nb whole blocks and x exactly
     // nb * block_elems values (sliced in dot_row).
-    unsafe {
-        match dtype {
-            DType::Q4_0 => Some(neon::dot_q4_0(row.as_ptr(), x.as_ptr(), nb)),
-            DType::Q4_1 => Some(neon::dot_q4_1(row.as_ptr(), x.as_ptr(), nb)),
-            DType::Q5_0 => Some(neon::dot_q5_0(row.as_ptr(), x.as_ptr(), nb)),
-            DType::Q5_1 => Some(neon::dot_q5_1(row.as_ptr(), x.as_ptr(), nb)),
-            DType::Q8_0 => Some(neon::dot_q8_0(row.as_ptr(), x.as_ptr(), nb)),
-            DType::Q4_K => Some(neon::dot_q4_k(row.as_ptr(), x.as_ptr(), nb)),
-            DType::Q5_K => Some(neon::dot_q5_k(row.as_ptr(), x.as_ptr(), nb)),
-            DType::Q6_K => Some(neon::dot_q6_k(row.as_ptr(), x.as_ptr(), nb)),
-            DType::F32 => Some(neon::dot_f32(row.as_ptr(), x.as_ptr(), nb)),
-            DType::F16 => Some(neon::dot_f16(row.as_ptr(), x.as_ptr(), nb)),
-            DType::BF16 => Some(neon::dot_bf16(row.as_ptr(), x.as_ptr(), nb)),
-            _ => None,
-        }
-    }
+    Some(unsafe { kernel(row.as_ptr(), x.as_ptr(), nb) })
 }
 
 /// `out[i] = row_i · x` for consecutive encoded rows of `row_len` elements in `rows_bytes`
@@ -117,11 +102,9 @@ pub fn dot_rows_using(
 }
 
 /// The multi-row kernels (`out.len()` rows of `rb` bytes, `x.len()` a multiple of 32,
-/// `kernels` at least AVX2 and supported by this CPU), in groups of four rows: AVX2
-/// [`super::avx2_perm`] for Q4_0, Q5_0, Q4_K, Q6_K and [`super::avx2_rows`] for Q4_1, Q5_1,
-/// except Q4_0, Q4_1 and Q5_0 on the AVX-512 path ([`super::avx512`]); Q8_0 row by row, one
-/// prefetched stream (AVX-512 where chosen);
-/// returns how many leading rows it computed (0 when no kernel here fits `dtype`).
+/// `kernels` at least AVX2 and supported by this CPU), as the encoding's registry entry
+/// gives them ([`crate::formats::Rows`]), the AVX-512 one where chosen and present;
+/// returns how many leading rows it computed (0 when the encoding has none that fits).
 #[cfg(target_arch = "x86_64")]
 fn dot_rows_x86(
     kernels: Kernels,
@@ -131,39 +114,54 @@ fn dot_rows_x86(
     x: &[f32],
     out: &mut [f32],
 ) -> usize {
+    use crate::formats::Rows;
+    let codec = dtype.codec();
+    if !x.len().is_multiple_of(codec.block_elems) {
+        return 0;
+    }
+    let nb = x.len() / codec.block_elems;
+    let wide = kernels == Kernels::Avx512;
+    match &codec.x86.rows {
+        Rows::None => 0,
+        Rows::Single { avx2, avx512 } => {
+            let dot1 = avx512.filter(|_| wide).unwrap_or(*avx2);
+            for (o, row) in out.iter_mut().zip(rows_bytes.chunks_exact(rb)) {
+                // SAFETY: the kernel's features are present (`kernels` is clamped to
+                // `cpu::best()`); `row` holds rb = nb blocks (a whole chunk) and x holds nb
+                // blocks of values.
+                *o = unsafe { dot1(row.as_ptr(), x.as_ptr(), nb) };
+            }
+            out.len()
+        }
+        Rows::Summed { avx2, avx512 } => dot_rows_summed(
+            avx512.filter(|_| wide).unwrap_or(*avx2),
+            rows_bytes,
+            rb,
+            x,
+            out,
+        ),
+        Rows::Prepared { avx2, avx512 } => {
+            let p = avx512.as_ref().filter(|_| wide).unwrap_or(avx2);
+            dot_rows_prepared(p, nb, rows_bytes, rb, x, out)
+        }
+    }
+}
+
+/// Four rows at a time through a kernel that reads per-block pairs of x sums (Q4_1,
+/// Q5_1: the folded minimum); returns the rows computed.
+#[cfg(target_arch = "x86_64")]
+fn dot_rows_summed(
+    kernel: crate::formats::Dot4Summed,
+    rows_bytes: &[u8],
+    rb: usize,
+    x: &[f32],
+    out: &mut [f32],
+) -> usize {
     use super::avx2_rows as a2;
     let nb = x.len() / 32;
-    if dtype == DType::Q8_0 {
-        type Dot1 = unsafe fn(*const u8, *const f32, usize) -> f32;
-        let dot1: Dot1 = if kernels == Kernels::Avx512 {
-            super::avx512::dot1_q8_0
-        } else {
-            a2::dot1_q8_0
-        };
-        for (o, row) in out.iter_mut().zip(rows_bytes.chunks_exact(rb)) {
-            // SAFETY: the kernel's features are present (`kernels` is clamped to
-            // `cpu::best()`); `row` holds rb = nb * 34 bytes (a whole chunk) and x holds
-            // nb*32 values.
-            *o = unsafe { dot1(row.as_ptr(), x.as_ptr(), nb) };
-        }
-        return out.len();
-    }
-    if matches!(dtype, DType::Q4_0 | DType::Q5_0)
-        || (matches!(dtype, DType::Q4_K | DType::Q5_K | DType::Q6_K) && x.len().is_multiple_of(256))
-    {
-        return dot_rows_prepared(kernels, dtype, rows_bytes, rb, x, out);
-    }
-    type Dot4 = unsafe fn([*const u8; 4], *const f32, *const f32, usize) -> [f32; 4];
-    let kernel: Dot4 = match dtype {
-        DType::Q4_1 if kernels == Kernels::Avx512 => super::avx512::dot4_q4_1,
-        DType::Q4_1 => a2::dot4_q4_1,
-        DType::Q5_1 => a2::dot4_q5_1,
-        _ => return 0,
-    };
     if nb > a2::MAX_BLOCKS {
         return 0;
     }
-    // Per-block pairs of x sums, read by the kernel for the folded minimum.
     let mut sums = [0.0f32; 2 * a2::MAX_BLOCKS];
     // SAFETY: AVX2 present; x holds nb*32 values and sums 2*MAX_BLOCKS >= 2*nb floats.
     unsafe { a2::block_sums(x.as_ptr(), nb, sums.as_mut_ptr()) };
@@ -171,10 +169,9 @@ fn dot_rows_x86(
     for (g, o) in out.chunks_exact_mut(4).take(groups).enumerate() {
         let p = rows_bytes[g * 4 * rb..(g + 1) * 4 * rb].as_ptr();
         // SAFETY: the kernel's CPU features are present (`kernels` is clamped to
-        // `cpu::best()` and matched above); the four rows lie within
-        // `rows_bytes[4g*rb..4(g+1)*rb]` (sliced, so bounds-checked) and each holds nb
-        // blocks; x holds nb blocks of the encoding's elements; sums holds what the kernel
-        // reads (a pair per 32-element block, or eight sub-block sums per super-block).
+        // `cpu::best()`); the four rows lie within `rows_bytes[4g*rb..4(g+1)*rb]` (sliced,
+        // so bounds-checked) and each holds nb blocks; x holds nb blocks of the encoding's
+        // elements; sums holds a pair per 32-element block.
         let r = unsafe {
             kernel(
                 [p, p.add(rb), p.add(2 * rb), p.add(3 * rb)],
@@ -188,78 +185,37 @@ fn dot_rows_x86(
     groups * 4
 }
 
-/// Q4_0, Q5_0, Q4_K, Q5_K and Q6_K rows through [`super::avx2_perm`]: x prepared once per call
-/// into a per-thread scratch vector (reordered for shuffle widening, with the offset or
-/// group sums the kernel folds), then four rows at a time; returns the rows computed.
+/// Four rows at a time over x laid out once per call into a per-thread scratch vector
+/// (reordered for shuffle widening, with the offset or group sums the kernel folds);
+/// returns the rows computed.
 #[cfg(target_arch = "x86_64")]
 fn dot_rows_prepared(
-    kernels: Kernels,
-    dtype: DType,
+    kernel: &crate::formats::Prepared,
+    nb: usize,
     rows_bytes: &[u8],
     rb: usize,
     x: &[f32],
     out: &mut [f32],
 ) -> usize {
-    use super::avx2_perm as ap;
     use std::cell::RefCell;
     thread_local! {
         static PREP: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     }
-    type Dot4 = unsafe fn([*const u8; 4], *const f32, usize) -> [f32; 4];
-    let (kernel, nb, len): (Dot4, usize, usize) = match dtype {
-        DType::Q4_0 if kernels == Kernels::Avx512 => (
-            super::avx512::dot4_q4_0,
-            x.len() / 32,
-            x.len() / 32 * ap::PREP_FLOATS,
-        ),
-        DType::Q4_0 => (ap::dot4_q4_0, x.len() / 32, x.len() / 32 * ap::PREP_FLOATS),
-        DType::Q5_0 if kernels == Kernels::Avx512 => (
-            super::avx512::dot4_q5_0,
-            x.len() / 32,
-            x.len() / 32 * ap::PREP_FLOATS,
-        ),
-        DType::Q5_0 => (ap::dot4_q5_0, x.len() / 32, x.len() / 32 * ap::PREP_FLOATS),
-        DType::Q4_K => (
-            ap::dot4_q4_k,
-            x.len() / 256,
-            x.len() / 256 * ap::PREP_K_FLOATS,
-        ),
-        DType::Q5_K => (
-            ap::dot4_q5_k,
-            x.len() / 256,
-            x.len() / 256 * ap::PREP_K_FLOATS,
-        ),
-        DType::Q6_K => (
-            ap::dot4_q6_k,
-            x.len() / 256,
-            x.len() / 256 * ap::PREP_K_FLOATS,
-        ),
-        _ => return 0,
-    };
     PREP.with(|cell| {
         let mut prep = cell.borrow_mut();
         // Sized by x, which the caller already holds: no untrusted size here.
-        prep.resize(len, 0.0);
+        prep.resize(nb * kernel.floats_per_block, 0.0);
         // SAFETY: AVX2/FMA/F16C present (the caller's `kernels` is clamped to
         // `cpu::best()`); x holds nb blocks of the encoding's elements and prep the
         // layout's floats for nb blocks.
-        unsafe {
-            match dtype {
-                DType::Q4_0 => ap::prepare_x_natural(x.as_ptr(), nb, -8.0, prep.as_mut_ptr()),
-                DType::Q5_0 if kernels == Kernels::Avx512 => {
-                    ap::prepare_x_natural(x.as_ptr(), nb, -16.0, prep.as_mut_ptr())
-                }
-                DType::Q5_0 => ap::prepare_x(x.as_ptr(), nb, -16.0, prep.as_mut_ptr()),
-                _ => ap::prepare_x_k(x.as_ptr(), nb, prep.as_mut_ptr()),
-            }
-        }
+        unsafe { (kernel.prepare)(x.as_ptr(), nb, prep.as_mut_ptr()) };
         let groups = out.len() / 4;
         for (g, o) in out.chunks_exact_mut(4).take(groups).enumerate() {
             let p = rows_bytes[g * 4 * rb..(g + 1) * 4 * rb].as_ptr();
             // SAFETY: as above; the four rows lie within `rows_bytes[4g*rb..4(g+1)*rb]`
             // (sliced, so bounds-checked), each holding nb blocks.
             let r = unsafe {
-                kernel(
+                (kernel.dot4)(
                     [p, p.add(rb), p.add(2 * rb), p.add(3 * rb)],
                     prep.as_ptr(),
                     nb,
@@ -273,61 +229,22 @@ fn dot_rows_prepared(
 
 #[cfg(target_arch = "x86_64")]
 fn dot_avx2(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
-    use super::avx2;
-    let n = x.len();
-    let nb = n / dtype.block_elems();
+    let Some(kernel) = dtype.codec().x86.dot else {
+        return dot_scalar(dtype, row, x);
+    };
+    let nb = x.len() / dtype.block_elems();
     // SAFETY: has_avx2() checked by the caller; row holds exactly nb whole blocks and x
     // exactly nb * block_elems values (sliced in dot_row).
-    unsafe {
-        match dtype {
-            DType::F32 => avx2::dot_f32(row.as_ptr() as *const f32, x.as_ptr(), n),
-            DType::F16 => avx2::dot_f16(row.as_ptr(), x.as_ptr(), n),
-            DType::BF16 => avx2::dot_bf16(row.as_ptr(), x.as_ptr(), n),
-            DType::Q4_0 => avx2::dot_q4_0(row.as_ptr(), x.as_ptr(), nb),
-            DType::Q4_1 => avx2::dot_q4_1(row.as_ptr(), x.as_ptr(), nb),
-            DType::Q8_0 => avx2::dot_q8_0(row.as_ptr(), x.as_ptr(), nb),
-            DType::MXFP4 => avx2::dot_mxfp4(row.as_ptr(), x.as_ptr(), nb),
-            DType::Q5_0 => avx2::dot_q5_0(row.as_ptr(), x.as_ptr(), nb),
-            DType::Q5_1 => avx2::dot_q5_1(row.as_ptr(), x.as_ptr(), nb),
-            DType::Q2_K | DType::Q3_K => dot_scalar(dtype, row, x),
-            DType::Q4_K => avx2::dot_q4_k(row.as_ptr(), x.as_ptr(), nb),
-            DType::Q5_K => avx2::dot_q5_k(row.as_ptr(), x.as_ptr(), nb),
-            DType::Q6_K => avx2::dot_q6_k(row.as_ptr(), x.as_ptr(), nb),
-        }
-    }
+    unsafe { kernel(row.as_ptr(), x.as_ptr(), nb) }
 }
 
-/// Portable fused dot: decodes one block at a time into a stack buffer.
+/// Portable fused dot: the encoding's own portable kernel, else one block (64 values of a
+/// one-element encoding) at a time decoded into a stack buffer.
 pub fn dot_scalar(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
-    match dtype {
-        DType::F32 => {
-            let mut acc = [0.0f32; 8];
-            let mut chunks = row.chunks_exact(32).zip(x.chunks_exact(8));
-            for (c, xs) in &mut chunks {
-                for k in 0..8 {
-                    let w =
-                        f32::from_le_bytes([c[4 * k], c[4 * k + 1], c[4 * k + 2], c[4 * k + 3]]);
-                    acc[k] += w * xs[k];
-                }
-            }
-            let done = x.len() / 8 * 8;
-            let mut s: f32 = acc.iter().sum();
-            for (c, xv) in row[done * 4..].chunks_exact(4).zip(&x[done..]) {
-                s += f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * xv;
-            }
-            s
-        }
-        DType::F16 | DType::BF16 => {
-            let mut buf = [0.0f32; 64];
-            let mut s = 0.0f32;
-            for (c, xs) in row.chunks(128).zip(x.chunks(64)) {
-                let y = &mut buf[..xs.len()];
-                super::decode::decode_scalar(dtype, c, y);
-                s += plain_dot(y, xs);
-            }
-            s
-        }
-        _ => dot_blockwise(dtype, row, x, plain_dot),
+    let codec = dtype.codec();
+    match codec.dot_portable {
+        Some(dot) => dot(row, x),
+        None => dot_blockwise(dtype, row, x, plain_dot),
     }
 }
 
@@ -347,27 +264,21 @@ fn plain_dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
-/// Decodes block by block (exact scalar decoder) into a stack buffer and dots each block.
+/// Decodes block by block (exact scalar decoder; 64 values at a time for one-element
+/// encodings) into a stack buffer and dots each block.
 fn dot_blockwise(dtype: DType, row: &[u8], x: &[f32], dot: impl Fn(&[f32], &[f32]) -> f32) -> f32 {
-    let (be, bb) = (dtype.block_elems(), dtype.block_bytes());
+    let codec = dtype.codec();
+    let be = if codec.block_elems == 1 {
+        64
+    } else {
+        codec.block_elems
+    };
+    let bb = be / codec.block_elems * codec.block_bytes;
     let mut buf = [0.0f32; QK_K];
     let mut s = 0.0f32;
-    let y = &mut buf[..be];
-    for (b, xs) in row.chunks_exact(bb).zip(x.chunks_exact(be)) {
-        match dtype {
-            DType::Q4_0 => block::decode_q4_0(b, y),
-            DType::Q4_1 => block::decode_q4_1(b, y),
-            DType::Q5_0 => block::decode_q5_0(b, y),
-            DType::Q5_1 => block::decode_q5_1(b, y),
-            DType::Q8_0 => block::decode_q8_0(b, y),
-            DType::MXFP4 => block::decode_mxfp4(b, y),
-            DType::Q2_K => block::decode_q2_k(b, y),
-            DType::Q3_K => block::decode_q3_k(b, y),
-            DType::Q4_K => block::decode_q4_k(b, y),
-            DType::Q5_K => block::decode_q5_k(b, y),
-            DType::Q6_K => block::decode_q6_k(b, y),
-            DType::F32 | DType::F16 | DType::BF16 => super::decode::decode_scalar(dtype, b, y),
-        }
+    for (b, xs) in row.chunks(bb).zip(x.chunks(be)) {
+        let y = &mut buf[..xs.len()];
+        codec.decode(b, y);
         s += dot(y, xs);
     }
     s

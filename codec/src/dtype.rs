@@ -1,6 +1,9 @@
-//! Tensor element encodings (ggml type ids) and their block geometry.
+//! Tensor element encodings (ggml type ids); their geometry is read from the codec
+//! registry ([`crate::formats`]).
 
 use serde::{Deserialize, Serialize};
+
+use crate::formats::{Codec, CODECS};
 
 /// A tensor encoding. Discriminants are the ggml type ids used in GGUF tensor infos.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -41,24 +44,15 @@ impl DType {
         DType::MXFP4,
     ];
 
+    /// The encoding's registry entry (`crate::formats`): its geometry, decoder, encoder and
+    /// kernels.
+    pub fn codec(self) -> &'static Codec {
+        CODECS[self as usize]
+    }
+
     /// The ggml type id written in GGUF tensor infos.
     pub fn ggml_id(self) -> u32 {
-        match self {
-            DType::F32 => 0,
-            DType::F16 => 1,
-            DType::Q4_0 => 2,
-            DType::Q4_1 => 3,
-            DType::Q5_0 => 6,
-            DType::Q5_1 => 7,
-            DType::Q8_0 => 8,
-            DType::Q2_K => 10,
-            DType::Q3_K => 11,
-            DType::Q4_K => 12,
-            DType::Q5_K => 13,
-            DType::Q6_K => 14,
-            DType::BF16 => 30,
-            DType::MXFP4 => 39,
-        }
+        self.codec().ggml_id
     }
 
     /// The encoding for a ggml type id, if this engine knows it.
@@ -68,22 +62,7 @@ impl DType {
 
     /// Canonical upper-case name (`F32`, `Q4_K`, …).
     pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "F32",
-            DType::F16 => "F16",
-            DType::BF16 => "BF16",
-            DType::Q4_0 => "Q4_0",
-            DType::Q4_1 => "Q4_1",
-            DType::Q5_0 => "Q5_0",
-            DType::Q5_1 => "Q5_1",
-            DType::Q8_0 => "Q8_0",
-            DType::Q2_K => "Q2_K",
-            DType::Q3_K => "Q3_K",
-            DType::Q4_K => "Q4_K",
-            DType::Q5_K => "Q5_K",
-            DType::Q6_K => "Q6_K",
-            DType::MXFP4 => "MXFP4",
-        }
+        self.codec().name
     }
 
     /// Parse a canonical name, case-insensitively.
@@ -95,32 +74,12 @@ impl DType {
 
     /// Elements per block (1 for scalar types).
     pub fn block_elems(self) -> usize {
-        match self {
-            DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::MXFP4 => {
-                32
-            }
-            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
-        }
+        self.codec().block_elems
     }
 
     /// Bytes per block.
     pub fn block_bytes(self) -> usize {
-        match self {
-            DType::F32 => 4,
-            DType::F16 | DType::BF16 => 2,
-            DType::Q4_0 => 18,
-            DType::Q4_1 => 20,
-            DType::Q5_0 => 22,
-            DType::Q5_1 => 24,
-            DType::Q8_0 => 34,
-            DType::MXFP4 => 17,
-            DType::Q2_K => 84,
-            DType::Q3_K => 110,
-            DType::Q4_K => 144,
-            DType::Q5_K => 176,
-            DType::Q6_K => 210,
-        }
+        self.codec().block_bytes
     }
 
     /// Bytes taken by `elems` elements, or `None` when `elems` is not a whole number of

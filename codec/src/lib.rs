@@ -10,10 +10,12 @@
 //!  encoded row · x ──dot_row──▶ f32              (fused: no decoded row is materialised)
 //! ```
 //!
-//! - [`dtype`]: tensor encodings and block geometry.
-//! - [`block`]: the scalar reference decoder of every encoding, block by block.
-//! - [`encode`]: the encoders (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
-//! - [`decode`]: [`decode_row`] / [`decode_rows`], checked, with SIMD for the common formats.
+//! - [`formats`]: the codec registry, one file per encoding: its ggml id, block geometry,
+//!   exact scalar decoder, encoder (F32, F16, BF16, Q8_0, Q4_0, Q4_1) and the kernels that
+//!   compute with it. Nothing else matches on an encoding.
+//! - [`dtype`]: tensor encodings; their geometry is the registry's.
+//! - [`block`] and [`encode`]: the helpers the formats' decoders and encoders share.
+//! - [`decode`]: [`decode_row`] / [`decode_rows`], checked, with SIMD where the format has it.
 //! - [`dot`]: [`dot_row`] / [`dot_rows`], the executor's decode hot path.
 //! - `avx2`: AVX2 + FMA + F16C kernels, chosen at run time ([`cpu`]), scalar fallback
 //!   everywhere else; `avx512`: AVX-512 dot kernels for Q4_0 and Q4_1 (four rows at a time,
@@ -48,6 +50,7 @@ pub mod dot;
 pub mod dtype;
 pub mod encode;
 pub mod error;
+pub mod formats;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -79,21 +82,9 @@ pub fn encode_row(dtype: DType, src: &[f32], out: &mut Vec<u8>) -> Result<(), Co
             src.len()
         )));
     }
-    match dtype {
-        DType::F32 => encode::encode_f32(src, out),
-        DType::F16 => encode::encode_f16(src, out),
-        DType::BF16 => encode::encode_bf16(src, out),
-        DType::Q8_0 => encode::encode_q8_0(src, out),
-        DType::Q4_0 => encode::encode_q4_0(src, out),
-        DType::Q4_1 => encode::encode_q4_1(src, out),
-        DType::Q5_0
-        | DType::Q5_1
-        | DType::Q2_K
-        | DType::Q3_K
-        | DType::Q4_K
-        | DType::Q5_K
-        | DType::Q6_K
-        | DType::MXFP4 => {
+    match dtype.codec().encode {
+        Some(encode) => encode(src, out),
+        None => {
             return Err(CodecError::Unsupported(format!(
                 "not supported yet: encoding to {dtype}"
             )))
@@ -104,10 +95,7 @@ pub fn encode_row(dtype: DType, src: &[f32], out: &mut Vec<u8>) -> Result<(), Co
 
 /// True when [`encode_row`] can encode to `dtype`.
 pub fn can_encode(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_1
-    )
+    dtype.codec().encode.is_some()
 }
 
 /// Checks that `bytes` encodes exactly `elems` elements of `dtype`.

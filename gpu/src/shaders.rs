@@ -15,17 +15,13 @@ const BYTES: &str = include_str!("wgsl/bytes.wgsl");
 const MATMUL: &str = include_str!("wgsl/matmul.wgsl");
 const OPS: &str = include_str!("wgsl/ops.wgsl");
 
-/// The encodings the device kernels decode.
-pub const ENCODINGS: [DType; 8] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q8_0,
-    DType::Q4_K,
-    DType::Q6_K,
-];
+/// The encodings the device kernels decode: those whose registry entry has a WGSL decoder
+/// (`lql_codec::formats`).
+pub fn encodings() -> impl Iterator<Item = DType> {
+    DType::ALL
+        .into_iter()
+        .filter(|d| d.codec().wgsl_decoder.is_some())
+}
 
 /// One kernel module: a name and its WGSL source.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,17 +49,7 @@ pub const OP_ENTRIES: &[&str] = &[
 pub const MATMUL_ENTRIES: &[&str] = &["matmul", "embed"];
 
 fn decoder(dtype: DType) -> Option<&'static str> {
-    Some(match dtype {
-        DType::F32 => include_str!("wgsl/dec_f32.wgsl"),
-        DType::F16 => include_str!("wgsl/dec_f16.wgsl"),
-        DType::BF16 => include_str!("wgsl/dec_bf16.wgsl"),
-        DType::Q4_0 => include_str!("wgsl/dec_q4_0.wgsl"),
-        DType::Q4_1 => include_str!("wgsl/dec_q4_1.wgsl"),
-        DType::Q8_0 => include_str!("wgsl/dec_q8_0.wgsl"),
-        DType::Q4_K => include_str!("wgsl/dec_q4_k.wgsl"),
-        DType::Q6_K => include_str!("wgsl/dec_q6_k.wgsl"),
-        _ => return None,
-    })
+    dtype.codec().wgsl_decoder
 }
 
 /// The matmul/embedding module for rows of `dtype`, or `None` for an encoding the device
@@ -89,7 +75,7 @@ pub fn ops_kernel() -> Kernel {
 /// Every kernel module (for validation and translation tests).
 pub fn all_kernels() -> Vec<Kernel> {
     let mut v = vec![ops_kernel()];
-    v.extend(ENCODINGS.iter().filter_map(|&d| matmul_kernel(d)));
+    v.extend(encodings().filter_map(matmul_kernel));
     v
 }
 

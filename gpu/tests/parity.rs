@@ -188,7 +188,7 @@ fn random_rows(dtype: DType, rows: usize, row_len: usize, seed: u64) -> Vec<u8> 
 #[test]
 fn every_matmul_kernel_matches_the_cpu_codec() {
     let Some(g) = gpu() else { return };
-    for &dtype in &lql_gpu::shaders::ENCODINGS {
+    for dtype in lql_gpu::shaders::encodings() {
         let (rows, row_len, n) = (37, 512, 3);
         let bytes = random_rows(dtype, rows, row_len, dtype as u64 + 7);
         let shape = [row_len, rows];
