@@ -48,6 +48,7 @@ pub fn bind(stmt: &Statement, catalog: &dyn Catalog) -> Result<LogicalPlan> {
     Binder {
         facts: catalog.bound(),
         backend: catalog.backend(),
+        catalog,
         stmt_span: stmt.span,
     }
     .statement(stmt)
@@ -59,19 +60,22 @@ pub fn bind_steering(spec: &Spanned<SteeringSpec>, catalog: &dyn Catalog) -> Res
     Binder {
         facts: catalog.bound(),
         backend: catalog.backend(),
+        catalog,
         stmt_span: spec.span,
     }
     .steering(spec)
 }
 
-pub(crate) struct Binder {
+pub(crate) struct Binder<'c> {
     facts: Option<ModelFacts>,
     /// The session's backend setting.
     backend: lql_grammar::BackendChoice,
+    /// Asked what is not in the facts (the GPU adapter a USE would run on).
+    catalog: &'c dyn Catalog,
     stmt_span: Span,
 }
 
-impl Binder {
+impl Binder<'_> {
     pub(crate) fn statement(&self, stmt: &Statement) -> Result<LogicalPlan> {
         use StatementKind as K;
         Ok(match &stmt.kind {
@@ -386,6 +390,7 @@ impl Binder {
                 let b = Binder {
                     facts: self.facts.clone(),
                     backend: self.backend,
+                    catalog: self.catalog,
                     stmt_span: inner.span,
                 };
                 let bound = b.statement(inner)?;
@@ -643,11 +648,17 @@ impl Binder {
                 return Err(PlanError::semantic("empty profile name", c.span));
             }
         }
+        let backend = u.backend.as_ref().map_or(self.backend, |b| b.value);
+        let runs_on = match backend {
+            lql_grammar::BackendChoice::Cpu => RunsOn::Cpu,
+            _ => RunsOn::resolve(backend, self.catalog.gpu_adapter()),
+        };
         Ok(LogicalPlan::Use(UsePlan {
             target,
             layers,
             profile,
-            backend: u.backend.as_ref().map_or(self.backend, |b| b.value),
+            backend,
+            runs_on,
             source_span: match &u.source {
                 g::UseSource::Path(s) | g::UseSource::Model(s) => s.span,
             },

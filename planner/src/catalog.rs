@@ -9,6 +9,11 @@ pub trait Catalog {
     fn backend(&self) -> lql_grammar::BackendChoice {
         lql_grammar::BackendChoice::Cpu
     }
+    /// The first GPU adapter present (the one the GPU backend runs on), if any: what
+    /// `BACKEND auto` resolves by.
+    fn gpu_adapter(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What kind of artefact the bound model came from.

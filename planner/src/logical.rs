@@ -67,6 +67,47 @@ pub struct UsePlan {
     pub source_span: lql_grammar::Span,
     /// The BACKEND clause, when written (an unavailable backend is refused there).
     pub backend_span: Option<lql_grammar::Span>,
+    /// Where the passes will run: `backend` resolved against the adapters present.
+    pub runs_on: RunsOn,
+}
+
+/// Where a bound model's forward passes run, as a BACKEND choice resolves: `auto` is the
+/// GPU backend (ops it lacks on the host) when an adapter is present, else the CPU.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum RunsOn {
+    Cpu,
+    /// The GPU backend on `adapter` (empty when none is present: USE refuses that);
+    /// `host_fallback`: ops the device lacks run on the host (`auto`).
+    Gpu {
+        adapter: String,
+        host_fallback: bool,
+    },
+}
+
+impl RunsOn {
+    /// Where `choice` runs when the first GPU adapter is `adapter`.
+    pub fn resolve(choice: lql_grammar::BackendChoice, adapter: Option<String>) -> RunsOn {
+        use lql_grammar::BackendChoice as B;
+        match (choice, adapter) {
+            (B::Cpu, _) | (B::Auto, None) => RunsOn::Cpu,
+            (B::Gpu, adapter) => RunsOn::Gpu {
+                adapter: adapter.unwrap_or_default(),
+                host_fallback: false,
+            },
+            (B::Auto, Some(adapter)) => RunsOn::Gpu {
+                adapter,
+                host_fallback: true,
+            },
+        }
+    }
+
+    /// `cpu` or `gpu`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RunsOn::Cpu => "cpu",
+            RunsOn::Gpu { .. } => "gpu",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -1292,6 +1292,21 @@ impl fmt::Display for Operator {
                     BindTarget::Catalogue(n) => write!(f, "Bind catalogue {}", quote(n))?,
                 }
                 write!(f, " backend={}", u.backend.name())?;
+                if u.backend.name() != u.runs_on.name() {
+                    write!(f, "→{}", u.runs_on.name())?;
+                }
+                if let RunsOn::Gpu {
+                    adapter,
+                    host_fallback,
+                } = &u.runs_on
+                {
+                    if !adapter.is_empty() {
+                        write!(f, " adapter={}", quote(adapter))?;
+                    }
+                    if *host_fallback {
+                        f.write_str(" host-fallback")?;
+                    }
+                }
                 if let Some(l) = u.layers {
                     write!(f, " layers={l}")?;
                 }

@@ -705,6 +705,43 @@ fn the_binder_decides_the_values_that_run() {
     assert!(lower(&LogicalPlan::Use(u))
         .to_string()
         .contains("Bind \"m.gguf\" backend=cpu"));
+    // `auto` is resolved when it binds: the GPU backend on the first adapter (ops it lacks on
+    // the host) when the catalog has one, else the CPU; EXPLAIN prints where it runs.
+    struct Adapter;
+    impl Catalog for Adapter {
+        fn bound(&self) -> Option<ModelFacts> {
+            None
+        }
+        fn gpu_adapter(&self) -> Option<String> {
+            Some("llvmpipe".into())
+        }
+    }
+    let shown = |sql: &str, catalog: &dyn Catalog| {
+        let LogicalPlan::Use(u) = plan(sql, catalog) else {
+            panic!()
+        };
+        (u.runs_on.clone(), lower(&LogicalPlan::Use(u)).to_string())
+    };
+    let (runs_on, tree) = shown("USE 'm.gguf' BACKEND auto", &Adapter);
+    assert_eq!(
+        runs_on,
+        RunsOn::Gpu {
+            adapter: "llvmpipe".into(),
+            host_fallback: true
+        }
+    );
+    assert!(
+        tree.contains("Bind \"m.gguf\" backend=auto→gpu adapter=\"llvmpipe\" host-fallback"),
+        "{tree}"
+    );
+    let (runs_on, tree) = shown("USE 'm.gguf' BACKEND auto", &EmptyCatalog);
+    assert_eq!(runs_on, RunsOn::Cpu);
+    assert!(tree.contains("Bind \"m.gguf\" backend=auto→cpu"), "{tree}");
+    let (_, tree) = shown("USE 'm.gguf' BACKEND gpu", &Adapter);
+    assert!(
+        tree.contains("backend=gpu adapter=\"llvmpipe\"") && !tree.contains("fallback"),
+        "{tree}"
+    );
     // UPDATE's scales: a number, finite, within range.
     let e = refuse(
         "UPDATE features SET gate_scale = «'x'» WHERE layer = 1",

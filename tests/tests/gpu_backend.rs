@@ -115,8 +115,21 @@ fn auto_runs_on_the_gpu_when_it_can() {
     let conn = Connection::open_in_memory().unwrap();
     let gpu = has_gpu(&conn);
     conn.execute("SET backend = 'auto'").unwrap();
-    conn.execute(&format!("USE {}", lql::quote(&model())))
-        .unwrap();
+    // EXPLAIN PLAN of the USE shows where `auto` resolves; the passes then run there.
+    let use_model = format!("USE {}", lql::quote(&model()));
+    let rows = conn.execute(&format!("EXPLAIN PLAN {use_model}")).unwrap();
+    let plan = (0..rows.len())
+        .map(|i| rows.row(i).unwrap().get::<_, String>("plan").unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let shown = if gpu {
+        "backend=auto→gpu"
+    } else {
+        "backend=auto→cpu"
+    };
+    assert!(plan.contains(shown), "{plan}");
+    assert_eq!(plan.contains("host-fallback"), gpu, "{plan}");
+    conn.execute(&use_model).unwrap();
     conn.execute("INFER 'Hello' TOP 1").unwrap();
     assert_eq!(active(&conn), if gpu { "gpu" } else { "cpu" });
 }

@@ -1,13 +1,15 @@
 //! Where the forward pass runs: the session's `backend` setting (`SET backend = …`), the
-//! binding's choice (`USE … BACKEND …`), building the bound model's executor on the CPU
-//! or the GPU backend (`auto`: the GPU when an adapter can run the model, else the CPU),
-//! and `SHOW BACKENDS`. The GPU backend is the `gpu` feature of this crate (on by
+//! binding's choice (`USE … BACKEND …`) as the binder resolved it against the adapters
+//! present ([`lql_planner::RunsOn`]: `auto` is the GPU when an adapter is present, else the
+//! CPU; EXPLAIN PLAN of the USE shows it), building the bound model's executor there, and
+//! `SHOW BACKENDS`. The GPU backend is the `gpu` feature of this crate (on by
 //! default); a build without it runs on the CPU and refuses `gpu` by name.
 
 use std::sync::Arc;
 
 use lql_exec::{Backend, Executor};
 use lql_grammar::{BackendChoice, Setting};
+use lql_planner::RunsOn;
 use lql_storage::OperandSource;
 
 use super::datum::Datum;
@@ -55,15 +57,39 @@ mod gpu {
     }
 }
 
-/// An executor over `source` on the backend `choice` names.
-pub(crate) fn executor(source: Arc<dyn OperandSource>, choice: BackendChoice) -> Result<Executor> {
-    match choice {
-        BackendChoice::Cpu => Ok(Executor::new(source, 0)?),
-        BackendChoice::Gpu => Ok(Executor::with_backend(source, gpu::backend(0, false)?)?),
-        BackendChoice::Auto => match gpu::backend(0, true) {
+/// An executor over `source` where `runs_on` says. With the host fallback (`auto`), a
+/// device that cannot be opened after all leaves the passes on the CPU.
+pub(crate) fn executor(source: Arc<dyn OperandSource>, runs_on: &RunsOn) -> Result<Executor> {
+    match runs_on {
+        RunsOn::Cpu => Ok(Executor::new(source, 0)?),
+        RunsOn::Gpu {
+            host_fallback: false,
+            ..
+        } => Ok(Executor::with_backend(source, gpu::backend(0, false)?)?),
+        RunsOn::Gpu {
+            host_fallback: true,
+            ..
+        } => match gpu::backend(0, true) {
             Ok(g) => Ok(Executor::with_backend(source, g)?),
             Err(_) => Ok(Executor::new(source, 0)?),
         },
+    }
+}
+
+/// The first GPU adapter's name (the one the GPU backend runs on), probed once per
+/// process.
+pub(crate) fn first_adapter() -> Option<String> {
+    static FIRST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    FIRST
+        .get_or_init(|| gpu::adapters().into_iter().next().map(|[name, ..]| name))
+        .clone()
+}
+
+/// Where `choice` runs (the adapters probed only when it may be a GPU).
+pub(crate) fn resolve(choice: BackendChoice) -> RunsOn {
+    match choice {
+        BackendChoice::Cpu => RunsOn::Cpu,
+        _ => RunsOn::resolve(choice, first_adapter()),
     }
 }
 
@@ -83,6 +109,7 @@ pub(crate) fn set(cx: &mut Cx<'_>, setting: Setting) -> Result<Datum> {
     cx.engine.backend = choice;
     if let Some(b) = cx.engine.bound.as_mut() {
         b.backend = choice;
+        b.runs_on = resolve(choice);
         b.executor = None;
     }
     cx.engine.version += 1;
@@ -103,17 +130,10 @@ fn running(cx: &Cx<'_>) -> Option<&'static str> {
 
 /// `SHOW BACKENDS`: the CPU and every GPU adapter, with the one this session runs on.
 pub(crate) fn show(cx: &Cx<'_>) -> Rows {
-    let choice = cx
-        .engine
-        .bound
-        .as_ref()
-        .map_or(cx.engine.backend, |b| b.backend);
     let adapters = gpu::adapters();
-    let active = running(cx).unwrap_or(match choice {
-        BackendChoice::Cpu => "cpu",
-        BackendChoice::Gpu => "gpu",
-        BackendChoice::Auto if adapters.is_empty() => "cpu",
-        BackendChoice::Auto => "gpu",
+    let active = running(cx).unwrap_or_else(|| match &cx.engine.bound {
+        Some(b) => b.runs_on.name(),
+        None => resolve(cx.engine.backend).name(),
     });
     let mut rows = Rows::new(cx.result_columns());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

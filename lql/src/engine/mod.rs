@@ -77,6 +77,9 @@ pub(crate) struct Bound {
     pub edits: edit::Edits,
     /// Where its forward passes run (`USE … BACKEND`, `SET backend`).
     pub backend: lql_grammar::BackendChoice,
+    /// Where its passes run: `backend` as the binder resolved it (`auto` → an adapter or the
+    /// CPU), so EXPLAIN PLAN of the USE showed what runs.
+    pub runs_on: lql_planner::RunsOn,
     /// The connection's steering (`SET STEERING`), added in every pass.
     pub steering: Option<Arc<lql_exec::steer::Steering>>,
     /// The running statement's steering (`WITH STEERING`), in place of the connection's.
@@ -100,6 +103,7 @@ impl Bound {
             stage: None,
             edits: edit::Edits::default(),
             backend: lql_grammar::BackendChoice::Cpu,
+            runs_on: lql_planner::RunsOn::Cpu,
             steering: None,
             statement_steering: None,
             meter: Arc::default(),
@@ -219,7 +223,7 @@ impl Cx<'_> {
             // Building the plan checks shapes through views; it reads no payload.
             let exec = b
                 .meter
-                .paused(|| backend::executor(Arc::new(metered), b.backend))?;
+                .paused(|| backend::executor(Arc::new(metered), &b.runs_on))?;
             b.executor = Some(
                 exec.with_cancel_flag(cancel)
                     .with_layer_counter(b.layers_run.clone()),

@@ -26,6 +26,9 @@ impl Catalog for EngineCatalog<'_> {
     fn backend(&self) -> lql_grammar::BackendChoice {
         self.backend
     }
+    fn gpu_adapter(&self) -> Option<String> {
+        super::backend::first_adapter()
+    }
 }
 
 /// The facts of a model, as the planner needs them.

@@ -40,6 +40,7 @@ pub(crate) fn open(cx: &mut Cx<'_>, plan: &UsePlan) -> Result<Datum> {
     let rows = rows.map_err(at)?;
     if let Some(b) = cx.engine.bound.as_mut() {
         b.backend = plan.backend;
+        b.runs_on = plan.runs_on.clone();
     }
     Ok(Datum::Rows(rows))
 }
