@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::hf_writer::{decode_all, hf_shape, write_f32_safetensors};
+use common::hf_writer::{decode_all, hf_shape, unpermute_rows, write_f32_safetensors};
 use common::real::{fixture, max_diff, model_path};
 use lql_exec::Executor;
 use lql_storage::codec;
@@ -87,25 +87,6 @@ fn smollm2_as_f16_gguf_keeps_the_argmax() {
         assert!(d < 0.15, "{name}: {d}");
         assert_eq!(logits.last().unwrap().argmax(), fx.top.last().unwrap()[0].0);
     }
-}
-
-/// GGUF row `h·D + 2i + s` came from HF row `h·D + s·half + i` (llama.cpp's permutation).
-fn unpermute_rows(vals: &[f32], row_len: usize, heads: usize) -> Vec<f32> {
-    let rows = vals.len() / row_len;
-    let d = rows / heads;
-    let half = d / 2;
-    let mut out = vec![0.0f32; vals.len()];
-    for h in 0..heads {
-        for i in 0..half {
-            for s in 0..2 {
-                let g = h * d + 2 * i + s;
-                let hf = h * d + s * half + i;
-                out[hf * row_len..(hf + 1) * row_len]
-                    .copy_from_slice(&vals[g * row_len..(g + 1) * row_len]);
-            }
-        }
-    }
-    out
 }
 
 fn hf_name(gguf: &str) -> Option<String> {

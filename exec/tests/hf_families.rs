@@ -10,13 +10,22 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::hf_writer::{decode_all, hf_shape, write_f32_safetensors};
+use common::hf_writer::{decode_all, hf_shape, unpermute_rows, write_f32_safetensors};
 use lql_exec::Executor;
 use lql_storage::format::gguf::GgufFile;
 use serde_json::{json, Value};
 
 /// Tensors as written: name, HF shape, F32 values.
 type Tensors = Vec<(String, Vec<usize>, Vec<f32>)>;
+
+/// The `general.architecture` of a fixture (`llama3` is a llama file).
+fn arch_of(family: &str) -> &str {
+    if family == "llama3" {
+        "llama"
+    } else {
+        family
+    }
+}
 
 fn fixture(family: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/families/{family}"))
@@ -123,7 +132,7 @@ fn transposed(v: &[f32], row: usize) -> Vec<f32> {
 
 /// The tensors of `family`'s fixture as its HF class stores them.
 fn hf_tensors(family: &str, file: &GgufFile) -> Tensors {
-    let arch = family;
+    let arch = arch_of(family);
     let u = |k: &str| file.get_u64(&format!("{arch}.{k}")).unwrap().unwrap() as usize;
     let heads = u("attention.head_count");
     let head_dim = u("embedding_length") / heads;
@@ -135,11 +144,25 @@ fn hf_tensors(family: &str, file: &GgufFile) -> Tensors {
             // Gemma stores every norm as its offset from 1 (`x·(1+w)`).
             vals.iter_mut().for_each(|x| *x -= 1.0);
         }
+        if t.name == "rope_freqs.weight" {
+            continue; // Llama 3's divisors: the config's rope_scaling stands for them
+        }
         let Some((layer, suffix)) = t.name.strip_prefix("blk.").and_then(|r| r.split_once('.'))
         else {
             out.push((global_name(family, &t.name).to_string(), shape, vals));
             continue;
         };
+        if arch == "llama" && matches!(suffix, "attn_q.weight" | "attn_k.weight") {
+            // llama's converter permuted the Q/K rows for adjacent RoPE pairs; HF keeps them
+            // half-split.
+            let heads = if suffix == "attn_q.weight" {
+                "attention.head_count"
+            } else {
+                "attention.head_count_kv"
+            };
+            let n = file.get_u64(&format!("llama.{heads}")).unwrap().unwrap() as usize;
+            vals = unpermute_rows(&vals, t.shape[0], n);
+        }
         if family == "gpt2" && t.shape.len() == 2 {
             vals = transposed(&vals, t.shape[0]);
             shape = t.shape.clone();
@@ -188,7 +211,8 @@ fn hf_tensors(family: &str, file: &GgufFile) -> Tensors {
 
 /// The `config.json` of `family`'s class, from the fixture's metadata.
 fn hf_config(family: &str, file: &GgufFile) -> Value {
-    let k = |s: &str| format!("{family}.{s}");
+    let arch = arch_of(family);
+    let k = |s: &str| format!("{arch}.{s}");
     let u = |s: &str| file.get_u64(&k(s)).unwrap();
     let f = |s: &str| file.get_f32(&k(s)).unwrap();
     let heads = u("attention.head_count").unwrap();
@@ -211,6 +235,17 @@ fn hf_config(family: &str, file: &GgufFile) -> Value {
     });
     let extra = match family {
         "qwen3" => json!({"architectures": ["Qwen3ForCausalLM"]}),
+        // The fixture's divisors: Llama 3's formula, factor 8, low 1, high 4, context 64.
+        "llama3" => json!({
+            "architectures": ["LlamaForCausalLM"],
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64
+            },
+        }),
         "qwen3moe" => json!({
             "architectures": ["Qwen3MoeForCausalLM"],
             "num_experts": u("expert_count"),
@@ -319,7 +354,7 @@ fn check(family: &str) {
         .collect();
     let (hf, gguf) = (open(dir.path()), open(&src));
     let (a, b) = (hf.surface(), gguf.surface());
-    assert_eq!(a.source_architecture, family);
+    assert_eq!(a.source_architecture, arch_of(family));
     assert_eq!(a.block, b.block, "{family}: the same block steps");
     assert_eq!(a.moe, b.moe, "{family}: the same banks");
     assert_eq!(
@@ -358,6 +393,11 @@ fn check(family: &str) {
         ids.len()
     );
     assert!(worst < 1e-4, "{family}: {worst}");
+}
+
+#[test]
+fn llama3_checkpoint_with_llama3_rope_scaling_matches_its_gguf() {
+    check("llama3");
 }
 
 #[test]

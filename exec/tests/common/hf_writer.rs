@@ -36,3 +36,22 @@ pub fn write_f32_safetensors(dir: &Path, tensors: &[(String, Vec<usize>, Vec<f32
         .collect();
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
 }
+
+/// GGUF row `h·D + 2i + s` came from HF row `h·D + s·half + i` (llama.cpp's permutation).
+pub fn unpermute_rows(vals: &[f32], row_len: usize, heads: usize) -> Vec<f32> {
+    let rows = vals.len() / row_len;
+    let d = rows / heads;
+    let half = d / 2;
+    let mut out = vec![0.0f32; vals.len()];
+    for h in 0..heads {
+        for i in 0..half {
+            for s in 0..2 {
+                let g = h * d + 2 * i + s;
+                let hf = h * d + s * half + i;
+                out[hf * row_len..(hf + 1) * row_len]
+                    .copy_from_slice(&vals[g * row_len..(g + 1) * row_len]);
+            }
+        }
+    }
+    out
+}

@@ -64,6 +64,9 @@ impl Metadata for GgufFile {
 pub struct ConfigMetadata {
     path: PathBuf,
     entries: BTreeMap<String, (String, Value)>,
+    /// GGUF tensors the importer makes from config fields (`rope_freqs.weight` from a Llama 3
+    /// `rope_scaling`).
+    made: Vec<&'static str>,
 }
 
 impl ConfigMetadata {
@@ -71,7 +74,13 @@ impl ConfigMetadata {
         ConfigMetadata {
             path: path.to_path_buf(),
             entries: BTreeMap::new(),
+            made: Vec::new(),
         }
+    }
+
+    /// Say that the importer makes the GGUF tensor `name` from the config.
+    pub fn makes(&mut self, name: &'static str) {
+        self.made.push(name);
     }
 
     /// Set GGUF key `key` to `value`, read from the config field `field`; a `null` is
@@ -130,10 +139,10 @@ impl Metadata for ConfigMetadata {
             None => (key.to_string(), 0),
         }
     }
-    fn has_tensor(&self, _: &str) -> bool {
-        // HF folders spell no GGUF tensor names; what those tensors stand for (Phi-3's
-        // LongRoPE factors) arrives as config fields instead.
-        false
+    fn has_tensor(&self, name: &str) -> bool {
+        // HF folders spell no GGUF tensor names; what those tensors stand for arrives as
+        // config fields, and only those the importer makes from them are present.
+        self.made.contains(&name)
     }
 }
 

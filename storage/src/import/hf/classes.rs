@@ -236,6 +236,11 @@ impl HfClass {
         }
     }
 
+    /// Whether the class's family runs per-dimension RoPE divisors (`rope_freqs.weight`).
+    fn family_reads_rope_freqs(&self) -> bool {
+        matches!(self.family, "llama" | "mistral")
+    }
+
     /// The class of `config.json`'s `architectures[0]`.
     pub fn find(class: &str) -> Option<&'static HfClass> {
         CLASSES.iter().find(|c| c.class == class)
@@ -280,7 +285,11 @@ impl HfClass {
                 (None, Some(t)) => ("rope_scaling.type", t),
                 (None, None) => ("rope_scaling", &Value::Null),
             };
-            if kind.as_str() != Some("default") {
+            if kind.as_str() == Some("llama3") && self.family_reads_rope_freqs() {
+                // Llama 3's scaling is per-dimension frequency divisors: the importer makes
+                // them as llama.cpp's converter does (`hf::rope`), and the block reads them.
+                m.makes("rope_freqs.weight");
+            } else if kind.as_str() != Some("default") {
                 m.set(key("rope.scaling.type"), field, kind.clone());
                 if let Some(f) = s.get("factor") {
                     m.set(key("rope.scaling.factor"), "rope_scaling.factor", f.clone());

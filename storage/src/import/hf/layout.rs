@@ -57,6 +57,12 @@ impl Backings {
         }
     }
 
+    /// An F32 vector made at open (not stored in the folder), named `source_name`.
+    pub fn made_f32(&mut self, source_name: String, values: &[f32]) -> Operand {
+        let bytes = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.own(source_name, DType::F32, vec![values.len()], bytes)
+    }
+
     /// `op` with 1 added to every element, as F32 (Gemma's norm weights).
     pub fn plus_one(&mut self, dir: &Path, op: &Operand) -> Result<Operand> {
         element_size(dir, op)?;

@@ -12,6 +12,7 @@
 
 mod classes;
 mod layout;
+mod rope;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -141,6 +142,17 @@ pub fn open(dir: &Path) -> Result<Model> {
         mut backings,
     } = stored(&folder, class, &sizes)?;
     stack_experts(dir, &mut experts, &mut operands, &mut backings)?;
+    if block.rope_freq_factors {
+        let theta = cfg.rope_theta.unwrap_or(10_000.0);
+        let dims = if block.rotary_dims == 0 {
+            head_dim
+        } else {
+            block.rotary_dims
+        };
+        let divisors = rope::llama3_divisors(&cfg_path, &cfg.raw, theta, dims)?;
+        let made = backings.made_f32("config.json rope_scaling (llama3)".into(), &divisors);
+        operands.insert(OperandKey::global(Role::RopeFreqs), made);
+    }
     let vocab = operand_table::embedding_vocab(&operands).unwrap_or_else(|| {
         cfg.vocab_size
             .and_then(|x| usize::try_from(x).ok())
