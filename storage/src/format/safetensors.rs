@@ -69,6 +69,9 @@ impl HfConfig {
                 message: "expected a JSON object".into(),
             });
         }
+        // A multimodal checkpoint (Gemma 3's) keeps its language model's fields under
+        // `text_config`: they are read as if at the top, where the top lacks them.
+        let raw = with_text_config(raw);
         // GPT-2 spells the sizes its own way; the first field present is read.
         let u = |k: &str| {
             let alias = match k {
@@ -158,6 +161,19 @@ impl HfConfig {
             raw,
         })
     }
+}
+
+/// `raw` with the fields of its `text_config` object added where the top level lacks them.
+fn with_text_config(mut raw: Value) -> Value {
+    let Some(Value::Object(text)) = raw.get("text_config").cloned() else {
+        return raw;
+    };
+    if let Value::Object(top) = &mut raw {
+        for (k, v) in text {
+            top.entry(k).or_insert(v);
+        }
+    }
+    raw
 }
 
 /// One tensor of a safetensors folder.

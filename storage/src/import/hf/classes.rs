@@ -41,8 +41,12 @@ pub struct Naming {
     /// Layer buffers some checkpoints carry that hold no weights (causal masks, RoPE
     /// tables): skipped by name.
     pub buffers: &'static [&'static str],
-    /// A prefix some checkpoints put before every name (`transformer.` in GPT-2's).
+    /// A prefix some checkpoints put before every name (`transformer.` in GPT-2's,
+    /// `language_model.` before the text model of a multimodal Gemma 3).
     pub optional_prefix: Option<&'static str>,
+    /// Prefixes of the parts of a multimodal checkpoint that are not the language model
+    /// (its vision tower and projector): not read, since LQL runs the text model only.
+    pub other_parts: &'static [&'static str],
 }
 
 impl Naming {
@@ -65,10 +69,13 @@ impl Naming {
         Some((layer, kind))
     }
 
-    /// Whether `name` is a buffer that holds no weights.
+    /// Whether `name` is a buffer that holds no weights, or a part of a multimodal
+    /// checkpoint other than its language model.
     pub fn is_buffer(&self, name: &str) -> bool {
-        self.layer_part(name)
-            .is_some_and(|(_, rest)| self.buffers.contains(&rest))
+        self.other_parts.iter().any(|p| name.starts_with(p))
+            || self
+                .layer_part(name)
+                .is_some_and(|(_, rest)| self.buffers.contains(&rest))
     }
 
     /// The operand key of `name` (already stripped).
@@ -115,8 +122,21 @@ const MOE_KEYS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Gemma 3's text model (`Gemma3ForCausalLM`; the multimodal class reads the same config
+/// fields from its `text_config`).
+const GEMMA3_TEXT: HfClass = HfClass {
+    keys: &[
+        ("sliding_window", "attention.sliding_window"),
+        ("sliding_window_pattern", "attention.sliding_window_pattern"),
+        ("rope_local_base_freq", "rope.freq_base_swa"),
+        ("final_logit_softcapping", "final_logit_softcapping"),
+    ],
+    refused: &[("attn_logit_softcapping", Value::Null)],
+    ..HfClass::gemma("Gemma3ForCausalLM", "gemma3")
+};
+
 /// Every class, in the order docs/reference.md lists them.
-pub const CLASSES: [HfClass; 12] = [
+pub const CLASSES: [HfClass; 13] = [
     HfClass::llama("LlamaForCausalLM", "llama"),
     HfClass::llama("MistralForCausalLM", "mistral"),
     HfClass {
@@ -150,34 +170,18 @@ pub const CLASSES: [HfClass; 12] = [
         ..HfClass::llama("Qwen3MoeForCausalLM", "qwen3moe")
     },
     HfClass {
-        naming: &SANDWICH,
-        layout: Layout {
-            norm_offset: true,
-            ..Layout::NONE
-        },
-        activations: GELU,
         keys: &[
             ("sliding_window", "attention.sliding_window"),
             ("attn_logit_softcapping", "attn_logit_softcapping"),
             ("final_logit_softcapping", "final_logit_softcapping"),
         ],
-        ..HfClass::llama("Gemma2ForCausalLM", "gemma2")
+        ..HfClass::gemma("Gemma2ForCausalLM", "gemma2")
     },
+    GEMMA3_TEXT,
     HfClass {
-        naming: &SANDWICH,
-        layout: Layout {
-            norm_offset: true,
-            ..Layout::NONE
-        },
-        activations: GELU,
-        keys: &[
-            ("sliding_window", "attention.sliding_window"),
-            ("sliding_window_pattern", "attention.sliding_window_pattern"),
-            ("rope_local_base_freq", "rope.freq_base_swa"),
-            ("final_logit_softcapping", "final_logit_softcapping"),
-        ],
-        refused: &[("attn_logit_softcapping", Value::Null)],
-        ..HfClass::llama("Gemma3ForCausalLM", "gemma3")
+        class: "Gemma3ForConditionalGeneration",
+        naming: &GEMMA3_MULTIMODAL,
+        ..GEMMA3_TEXT
     },
     HfClass {
         naming: &PHI3,
@@ -233,6 +237,19 @@ impl HfClass {
             ffn_default_multiple: None,
             keys: &[],
             refused: &[],
+        }
+    }
+
+    /// A Gemma class: the sandwich names, norms stored as offsets from 1, GELU.
+    const fn gemma(class: &'static str, family: &'static str) -> HfClass {
+        HfClass {
+            naming: &SANDWICH,
+            layout: Layout {
+                norm_offset: true,
+                ..Layout::NONE
+            },
+            activations: GELU,
+            ..HfClass::llama(class, family)
         }
     }
 
@@ -525,6 +542,16 @@ const LLAMA_FIELDS: Naming = Naming {
     fused: &[],
     buffers: &["self_attn.rotary_emb.inv_freq"],
     optional_prefix: None,
+    other_parts: &[],
+};
+
+/// A multimodal Gemma 3's language model (`language_model.model.layers.…`); its vision
+/// tower and projector are not read.
+static GEMMA3_MULTIMODAL: Naming = Naming {
+    name: sandwich_name,
+    optional_prefix: Some("language_model."),
+    other_parts: &["vision_tower.", "multi_modal_projector."],
+    ..LLAMA_FIELDS
 };
 
 static GPT2: Naming = Naming {
@@ -536,6 +563,7 @@ static GPT2: Naming = Naming {
     ],
     buffers: &["attn.bias", "attn.masked_bias"],
     optional_prefix: Some("transformer."),
+    other_parts: &[],
 };
 
 static GPTNEOX: Naming = Naming {
@@ -551,6 +579,7 @@ static GPTNEOX: Naming = Naming {
         "attention.rotary_emb.inv_freq",
     ],
     optional_prefix: None,
+    other_parts: &[],
 };
 
 #[cfg(test)]
