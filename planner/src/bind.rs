@@ -649,10 +649,7 @@ impl Binder<'_> {
             }
         }
         let backend = u.backend.as_ref().map_or(self.backend, |b| b.value);
-        let runs_on = match backend {
-            lql_grammar::BackendChoice::Cpu => RunsOn::Cpu,
-            _ => RunsOn::resolve(backend, self.catalog.gpu_adapter()),
-        };
+        let runs_on = RunsOn::resolve(backend, || self.catalog.gpu_adapter());
         Ok(LogicalPlan::Use(UsePlan {
             target,
             layers,

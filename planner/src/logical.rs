@@ -85,18 +85,25 @@ pub enum RunsOn {
 }
 
 impl RunsOn {
-    /// Where `choice` runs when the first GPU adapter is `adapter`.
-    pub fn resolve(choice: lql_grammar::BackendChoice, adapter: Option<String>) -> RunsOn {
+    /// Where `choice` runs, `first_adapter` naming the first GPU adapter present (asked only
+    /// when the choice may be a GPU: probing adapters is not free).
+    pub fn resolve(
+        choice: lql_grammar::BackendChoice,
+        first_adapter: impl FnOnce() -> Option<String>,
+    ) -> RunsOn {
         use lql_grammar::BackendChoice as B;
-        match (choice, adapter) {
-            (B::Cpu, _) | (B::Auto, None) => RunsOn::Cpu,
-            (B::Gpu, adapter) => RunsOn::Gpu {
-                adapter: adapter.unwrap_or_default(),
+        match choice {
+            B::Cpu => RunsOn::Cpu,
+            B::Gpu => RunsOn::Gpu {
+                adapter: first_adapter().unwrap_or_default(),
                 host_fallback: false,
             },
-            (B::Auto, Some(adapter)) => RunsOn::Gpu {
-                adapter,
-                host_fallback: true,
+            B::Auto => match first_adapter() {
+                None => RunsOn::Cpu,
+                Some(adapter) => RunsOn::Gpu {
+                    adapter,
+                    host_fallback: true,
+                },
             },
         }
     }

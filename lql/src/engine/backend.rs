@@ -85,12 +85,9 @@ pub(crate) fn first_adapter() -> Option<String> {
         .clone()
 }
 
-/// Where `choice` runs (the adapters probed only when it may be a GPU).
+/// Where `choice` runs.
 pub(crate) fn resolve(choice: BackendChoice) -> RunsOn {
-    match choice {
-        BackendChoice::Cpu => RunsOn::Cpu,
-        _ => RunsOn::resolve(choice, first_adapter()),
-    }
+    RunsOn::resolve(choice, first_adapter)
 }
 
 /// `gpu` needs an adapter: refused up front (before anything changes) when there is none.

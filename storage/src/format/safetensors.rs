@@ -31,8 +31,9 @@ pub struct HfConfig {
     pub norm_eps: Option<f64>,
     /// `rope_theta`, `rope_parameters.rope_theta` or `rotary_emb_base` (GPT-NeoX).
     pub rope_theta: Option<f64>,
-    /// `rope_scaling`, or a `rope_parameters.rope_type` other than `default`.
-    pub rope_scaling: Option<String>,
+    /// The RoPE scaling object: `rope_scaling`, or (transformers 5) `rope_parameters`,
+    /// whose `rope_type` may be `default`.
+    pub rope_scaling: Option<Value>,
     pub max_position_embeddings: Option<u64>,
     pub vocab_size: Option<u64>,
     pub tie_word_embeddings: Option<bool>,
@@ -98,18 +99,8 @@ impl HfConfig {
             })
             .or_else(|| f("rotary_emb_base"));
         let rope_scaling = match raw.get("rope_scaling") {
-            Some(Value::Null) | None => rope_params
-                .and_then(|p| p.get("rope_type"))
-                .and_then(Value::as_str)
-                .filter(|t| *t != "default")
-                .map(str::to_string),
-            Some(v) => Some(
-                v.get("rope_type")
-                    .or_else(|| v.get("type"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown")
-                    .to_string(),
-            ),
+            Some(Value::Null) | None => rope_params.cloned(),
+            Some(v) => Some(v.clone()),
         };
         let ids = |v: Option<&Value>| -> Vec<u32> {
             match v {

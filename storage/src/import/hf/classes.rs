@@ -8,6 +8,7 @@
 use serde_json::Value;
 
 use crate::error::{Result, StorageError};
+use crate::format::safetensors::HfConfig;
 use crate::import::fused::FusedTensor;
 use crate::import::metadata::ConfigMetadata;
 use crate::model::{OperandKey, Role};
@@ -90,6 +91,10 @@ pub struct HfClass {
     pub class: &'static str,
     /// The GGUF family whose block the class runs.
     pub family: &'static str,
+    /// What the model reports as its architecture: the family, but `mistral` for
+    /// Mistral's checkpoints, which run llama's block (llama.cpp reads no window for them
+    /// either).
+    pub architecture: &'static str,
     pub naming: &'static Naming,
     pub layout: Layout,
     /// The activations the class's config may name (`hidden_activation`, `hidden_act` or
@@ -138,7 +143,10 @@ const GEMMA3_TEXT: HfClass = HfClass {
 /// Every class, in the order docs/reference.md lists them.
 pub const CLASSES: [HfClass; 13] = [
     HfClass::llama("LlamaForCausalLM", "llama"),
-    HfClass::llama("MistralForCausalLM", "mistral"),
+    HfClass {
+        architecture: "mistral",
+        ..HfClass::llama("MistralForCausalLM", "llama")
+    },
     HfClass {
         attn_bias: true,
         ..HfClass::llama("Qwen2ForCausalLM", "qwen2")
@@ -230,6 +238,7 @@ impl HfClass {
         HfClass {
             class,
             family,
+            architecture: family,
             naming: &LLAMA,
             layout: Layout::NONE,
             activations: SILU,
@@ -255,7 +264,7 @@ impl HfClass {
 
     /// Whether the class's family runs per-dimension RoPE divisors (`rope_freqs.weight`).
     fn family_reads_rope_freqs(&self) -> bool {
-        matches!(self.family, "llama" | "mistral")
+        self.family == "llama"
     }
 
     /// The class of `config.json`'s `architectures[0]`.
@@ -269,9 +278,10 @@ impl HfClass {
     pub fn metadata(
         &self,
         path: &std::path::Path,
-        raw: &Value,
+        cfg: &HfConfig,
         head_dim: usize,
     ) -> Result<ConfigMetadata> {
+        let raw = &cfg.raw;
         let mut m = ConfigMetadata::new(path);
         let key = |k: &str| format!("{}.{k}", self.family);
         for (field, value) in self.refused {
@@ -292,11 +302,7 @@ impl HfClass {
                 m.set(key(k), field, v.clone());
             }
         }
-        let scaling = match raw.get("rope_scaling") {
-            Some(Value::Null) | None => raw.get("rope_parameters"),
-            s => s,
-        };
-        if let Some(s) = scaling.filter(|s| s.is_object()) {
+        if let Some(s) = cfg.rope_scaling.as_ref().filter(|s| s.is_object()) {
             let (field, kind) = match (s.get("rope_type"), s.get("type")) {
                 (Some(t), _) => ("rope_scaling.rope_type", t),
                 (None, Some(t)) => ("rope_scaling.type", t),

@@ -163,18 +163,17 @@ impl Backings {
     }
 }
 
-/// The bytes of one element of `op`'s encoding, or a refusal of an encoding the importer
-/// does not rearrange.
+/// The bytes of one element of `op`'s encoding (a one-element-block encoding: F32, F16,
+/// BF16), or a refusal of a block-quantised one, which the importer does not rearrange.
 fn element_size(dir: &Path, op: &Operand) -> Result<usize> {
-    match op.dtype {
-        DType::F32 => Ok(4),
-        DType::F16 | DType::BF16 => Ok(2),
-        other => Err(StorageError::Tensor {
-            path: dir.to_path_buf(),
-            tensor: op.source_name.clone(),
-            message: format!("not supported yet: rearranging a {other} tensor"),
-        }),
+    if op.dtype.is_scalar() {
+        return Ok(op.dtype.block_bytes());
     }
+    Err(StorageError::Tensor {
+        path: dir.to_path_buf(),
+        tensor: op.source_name.clone(),
+        message: format!("not supported yet: rearranging a {} tensor", op.dtype),
+    })
 }
 
 fn shape_error(dir: &Path, op: &Operand, shape: &[usize], want: &str) -> StorageError {

@@ -32,9 +32,9 @@ use classes::{HfClass, CLASSES};
 use layout::Backings;
 
 /// The Hugging Face `config.json` architecture classes the importer accepts, with the
-/// family each is read as (docs/reference.md lists them).
+/// architecture each model reports (docs/reference.md lists them).
 pub fn supported_architectures() -> Vec<(&'static str, &'static str)> {
-    CLASSES.iter().map(|c| (c.class, c.family)).collect()
+    CLASSES.iter().map(|c| (c.class, c.architecture)).collect()
 }
 
 /// The HF name of an operand in llama naming.
@@ -74,14 +74,8 @@ pub fn open(dir: &Path) -> Result<Model> {
             CLASSES.map(|c| c.class).join(", ")
         ))
     })?;
-    // Mistral checkpoints run llama's block (llama.cpp reads no window for them either).
-    let family_name = if class.family == "mistral" {
-        "llama"
-    } else {
-        class.family
-    };
-    let family = family::find(family_name).ok_or_else(|| {
-        StorageError::Unsupported(format!("not supported yet: the {family_name} family"))
+    let family = family::find(class.family).ok_or_else(|| {
+        StorageError::Unsupported(format!("not supported yet: the {} family", class.family))
     })?;
     if let Some(act) = &cfg.hidden_act {
         if !class.activations.contains(&act.as_str()) {
@@ -115,7 +109,7 @@ pub fn open(dir: &Path) -> Result<Model> {
         .and_then(|x| usize::try_from(x).ok())
         .unwrap_or(hidden / n_heads);
 
-    let metadata = class.metadata(&cfg_path, &cfg.raw, head_dim)?;
+    let metadata = class.metadata(&cfg_path, cfg, head_dim)?;
     let meta = Meta {
         file: &metadata,
         arch: class.family,
@@ -149,7 +143,7 @@ pub fn open(dir: &Path) -> Result<Model> {
         } else {
             block.rotary_dims
         };
-        let divisors = rope::llama3_divisors(&cfg_path, &cfg.raw, theta, dims)?;
+        let divisors = rope::llama3_divisors(&cfg_path, cfg, theta, dims)?;
         let made = backings.made_f32("config.json rope_scaling (llama3)".into(), &divisors);
         operands.insert(OperandKey::global(Role::RopeFreqs), made);
     }
@@ -176,7 +170,7 @@ pub fn open(dir: &Path) -> Result<Model> {
 
     let (special, slot) = tokenizer(dir, cfg, vocab)?;
     let surface = ExecutionSurface {
-        source_architecture: class.family.to_string(),
+        source_architecture: class.architecture.to_string(),
         n_layers,
         hidden,
         ffn,

@@ -8,24 +8,23 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::{Result, StorageError};
+use crate::format::safetensors::HfConfig;
 
 /// The divisors of the `rotary_dims / 2` frequencies of a head: 1 for wavelengths shorter
 /// than `original / high_freq_factor`, `factor` for those longer than
 /// `original / low_freq_factor`, and a smooth blend between.
 pub fn llama3_divisors(
     cfg_path: &Path,
-    raw: &Value,
+    cfg: &HfConfig,
     rope_theta: f64,
     rotary_dims: usize,
 ) -> Result<Vec<f32>> {
-    let scaling = match raw.get("rope_scaling") {
-        Some(Value::Null) | None => raw.get("rope_parameters"),
-        s => s,
-    }
-    .cloned()
-    .unwrap_or(Value::Null);
+    let scaling = cfg.rope_scaling.as_ref();
     let number = |field: &str, default: f64| -> Result<f64> {
-        match scaling.get(field).or_else(|| raw.get(field)) {
+        match scaling
+            .and_then(|s| s.get(field))
+            .or_else(|| cfg.raw.get(field))
+        {
             None | Some(Value::Null) => Ok(default),
             Some(v) => v
                 .as_f64()
