@@ -240,6 +240,12 @@ impl Block<'_> {
             } else {
                 Vec::new()
             };
+        let ffn_cx = FfnCtx {
+            source: self.source,
+            backend: be,
+            activation: s.activation,
+            rows: &overlay_rows,
+        };
         tap(Site::ResidPre, x);
         for step in &lp.steps {
             match *step {
@@ -329,12 +335,6 @@ impl Block<'_> {
                     }
                 }
                 Step::Ffn => {
-                    let ffn_cx = FfnCtx {
-                        source: self.source,
-                        backend: be,
-                        activation: s.activation,
-                        rows: &overlay_rows,
-                    };
                     ffn::run(
                         &ffn_cx,
                         lp,
@@ -344,6 +344,9 @@ impl Block<'_> {
                         observe,
                         &mut buf.ffn_delta,
                     )?;
+                }
+                Step::Added => {
+                    ffn::run_added(&ffn_cx, lp, &buf.h, m, &mut buf.ffn, &mut buf.ffn_delta);
                 }
                 Step::Residual(Sub::Attn) => {
                     tap(Site::AttnOut, &mut buf.attn_delta);

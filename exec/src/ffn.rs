@@ -95,8 +95,9 @@ pub(crate) struct FfnCtx<'a> {
 /// Each row range and its overlay of one layer.
 type Overlays<'a> = Vec<(Range<usize>, Option<&'a LayerOverlay>)>;
 
-/// The FFN block of layer `lp` over `n` normed rows `h` (`[n × hidden]`): writes the delta
-/// to add to the residual into `out` (`[n × hidden]`). `observe` (the first position's
+/// The FFN block of layer `lp` over `n` normed rows `h` (`[n × hidden]`), with the
+/// overlay's feature scales: writes its output into `out` (`[n × hidden]`); the overlay's
+/// added features are a step of their own ([`run_added`]). `observe` (the first position's
 /// absolute index, when an observer is attached) keeps the gate pre-activations of a dense
 /// FFN and the routes of a bank in `buf`.
 pub(crate) fn run(
@@ -108,8 +109,8 @@ pub(crate) fn run(
     observe: Option<usize>,
     out: &mut [f32],
 ) -> Result<()> {
-    // The effective state's overlay of this layer (knowledge edits, feature scales), per
-    // row range when the rows belong to several states.
+    // The effective state's overlay of this layer (its feature scales), per row range when
+    // the rows belong to several states.
     let ovs: Overlays<'_> = if cx.rows.is_empty() {
         vec![(0..n, cx.source.ffn_overlay(lp.index))]
     } else {
@@ -154,19 +155,35 @@ pub(crate) fn run(
             out,
         )?,
     }
-    // Added features sit beside whatever FFN the layer has.
-    buf.added = match ovs.as_slice() {
-        [(_, ov)] => overlay::add_features(*ov, cx.activation, h, out),
-        many => {
-            let d = h.len() / n.max(1);
-            for (r, ov) in many {
-                let rows = r.start * d..r.end * d;
-                overlay::add_features(*ov, cx.activation, &h[rows.clone()], &mut out[rows]);
-            }
-            overlay::Added::default()
-        }
-    };
     Ok(())
+}
+
+/// The effective state's added features of layer `lp` over the FFN input `h` (`n` rows),
+/// added to `out` ([`crate::program::Step::Added`]); their activations are kept in `buf`
+/// for observers when the rows have one state.
+pub(crate) fn run_added(
+    cx: &FfnCtx<'_>,
+    lp: &LayerPlan,
+    h: &[f32],
+    n: usize,
+    buf: &mut FfnBuffers,
+    out: &mut [f32],
+) {
+    buf.added = if cx.rows.is_empty() {
+        overlay::add_features(cx.source.ffn_overlay(lp.index), cx.activation, h, out)
+    } else {
+        let d = h.len() / n.max(1);
+        for (r, src) in cx.rows {
+            let rows = r.start * d..r.end * d;
+            overlay::add_features(
+                src.ffn_overlay(lp.index),
+                cx.activation,
+                &h[rows.clone()],
+                &mut out[rows],
+            );
+        }
+        overlay::Added::default()
+    };
 }
 
 /// The dense gated FFN.

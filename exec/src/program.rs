@@ -9,11 +9,11 @@
 //!
 //! ```text
 //!  pre (llama, qwen, phi3, gpt2):   Norm(Attn) Project [QkNorm] [Rope] Attend Output Residual(Attn)
-//!                                   Norm(Ffn) Ffn Residual(Ffn)
-//!  sandwich (gemma2/3):             … Output PostNorm(Attn) Residual(Attn) Norm(Ffn) Ffn PostNorm(Ffn) Residual(Ffn)
+//!                                   Norm(Ffn) Ffn Added Residual(Ffn)
+//!  sandwich (gemma2/3):             … Output PostNorm(Attn) Residual(Attn) Norm(Ffn) Ffn PostNorm(Ffn) Added Residual(Ffn)
 //!  post (olmo2):                    TakeResidual Project … Output PostNorm(Attn) Residual(Attn)
-//!                                   TakeResidual Ffn PostNorm(Ffn) Residual(Ffn)
-//!  parallel (gptneox):              Norm(Attn) Project … Output Norm(Ffn) Ffn Residual(Attn) Residual(Ffn)
+//!                                   TakeResidual Ffn PostNorm(Ffn) Added Residual(Ffn)
+//!  parallel (gptneox):              Norm(Attn) Project … Output Norm(Ffn) Ffn Added Residual(Attn) Residual(Ffn)
 //! ```
 //!
 //! The buffers the steps name: `x` the residual stream, `h` the sub-block's input,
@@ -51,8 +51,13 @@ pub enum Step {
     Output,
     /// `delta = rmsnorm(delta) · w` with the sub-block's post-norm.
     PostNorm(Sub),
-    /// `ffn_delta = ffn(h)`: the layer's FFN with the effective state's overlay.
+    /// `ffn_delta = ffn(h)`: the layer's FFN with the effective state's feature scales.
     Ffn,
+    /// `ffn_delta += added(h)`: the effective state's added features (knowledge edits),
+    /// read from the FFN's input and written where the FFN's output meets the residual
+    /// stream, after a post-FFN norm where the block has one (docs/editing.md, "Blocks with
+    /// a norm after the FFN").
+    Added,
     /// `x += delta` of the sub-block.
     Residual(Sub),
 }
@@ -86,6 +91,7 @@ pub fn lower(block: &BlockSpec, lp: &LayerPlan) -> Vec<Step> {
     if e.ffn_post_norm.is_some() {
         steps.push(Step::PostNorm(Sub::Ffn));
     }
+    steps.push(Step::Added);
     if parallel {
         steps.push(Step::Residual(Sub::Attn));
     }

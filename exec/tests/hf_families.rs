@@ -515,44 +515,56 @@ fn what_a_block_cannot_run_is_refused_by_its_config_field_or_tensor() {
 
 #[test]
 fn gemma3_multimodal_checkpoint_runs_its_language_model() {
-    // The same text model as Gemma3ForConditionalGeneration saves it: every name under
-    // `language_model.`, the text fields under `text_config`, and a vision tower and
-    // projector that the text model does not read.
+    // The same text model as Gemma3ForConditionalGeneration saves it, in both layouts: every
+    // name under `language_model.` (transformers before 4.52) or the text model under
+    // `model.language_model.` and the head beside it (4.52 on); the text fields under
+    // `text_config`; a vision tower and projector that the text model does not read.
     let src = fixture("gemma3").join("model.gguf");
     let file = GgufFile::open(&src).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut tensors: Tensors = hf_tensors("gemma3", &file)
-        .into_iter()
-        .map(|(n, s, v)| (format!("language_model.{n}"), s, v))
-        .collect();
-    tensors.push((
-        "vision_tower.vision_model.embeddings.patch_embedding.weight".into(),
-        vec![4, 3, 2, 2],
-        vec![0.5; 48],
-    ));
-    tensors.push((
-        "multi_modal_projector.mm_input_projection_weight".into(),
-        vec![4, 32],
-        vec![0.25; 128],
-    ));
-    write_f32_safetensors(dir.path(), &tensors);
-    let text = hf_config("gemma3", &file);
-    let config = json!({
-        "architectures": ["Gemma3ForConditionalGeneration"],
-        "model_type": "gemma3",
-        "text_config": text,
-        "vision_config": {"hidden_size": 4, "patch_size": 2},
-    });
-    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let (hf, gguf) = (open(dir.path()), open(&src));
-    assert_eq!(hf.surface().block, gguf.surface().block);
-    let ids = [259u32, 291, 273, 276, 282, 283];
-    let (x, y) = (hf.logits_all(&ids).unwrap(), gguf.logits_all(&ids).unwrap());
-    let worst = x
-        .iter()
-        .zip(&y)
-        .flat_map(|(p, q)| p.values.iter().zip(&q.values).map(|(u, v)| (u - v).abs()))
-        .fold(0f32, f32::max);
-    eprintln!("gemma3 multimodal checkpoint: max |Δ| {worst:.2e} vs its GGUF");
-    assert!(worst < 1e-4, "{worst}");
+    let gguf = open(&src);
+    let older = |n: &str| format!("language_model.{n}");
+    let newer = |n: &str| match n.strip_prefix("model.") {
+        Some(rest) => format!("model.language_model.{rest}"),
+        None => n.to_string(),
+    };
+    for (layout, rename, parts) in [
+        ("language_model.", &older as &dyn Fn(&str) -> String, ""),
+        ("model.language_model.", &newer, "model."),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tensors: Tensors = hf_tensors("gemma3", &file)
+            .into_iter()
+            .map(|(n, s, v)| (rename(&n), s, v))
+            .collect();
+        tensors.push((
+            format!("{parts}vision_tower.vision_model.embeddings.patch_embedding.weight"),
+            vec![4, 3, 2, 2],
+            vec![0.5; 48],
+        ));
+        tensors.push((
+            format!("{parts}multi_modal_projector.mm_input_projection_weight"),
+            vec![4, 32],
+            vec![0.25; 128],
+        ));
+        write_f32_safetensors(dir.path(), &tensors);
+        let text = hf_config("gemma3", &file);
+        let config = json!({
+            "architectures": ["Gemma3ForConditionalGeneration"],
+            "model_type": "gemma3",
+            "text_config": text,
+            "vision_config": {"hidden_size": 4, "patch_size": 2},
+        });
+        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+        let hf = open(dir.path());
+        assert_eq!(hf.surface().block, gguf.surface().block, "{layout}");
+        let ids = [259u32, 291, 273, 276, 282, 283];
+        let (x, y) = (hf.logits_all(&ids).unwrap(), gguf.logits_all(&ids).unwrap());
+        let worst = x
+            .iter()
+            .zip(&y)
+            .flat_map(|(p, q)| p.values.iter().zip(&q.values).map(|(u, v)| (u - v).abs()))
+            .fold(0f32, f32::max);
+        eprintln!("gemma3 multimodal checkpoint under {layout}: max |Δ| {worst:.2e} vs its GGUF");
+        assert!(worst < 1e-4, "{layout}: {worst}");
+    }
 }

@@ -248,6 +248,7 @@ impl GpuModel {
                         }
                     }
                     Step::Ffn => seen = self.ffn(&mut rec, lp, kl, &b, n, p0, obs.is_some())?,
+                    Step::Added => seen.added = self.added(&mut rec, kl, &b, n)?,
                     Step::Residual(sub) => {
                         let delta = match sub {
                             Sub::Attn => &b.attn_delta,
@@ -457,28 +458,45 @@ impl GpuModel {
                 seen.routes = self.bank(rec, bank, kl, b, n, p0, observe)?;
             }
         }
-        // Added features sit beside whatever FFN the layer has.
-        if let Some(a) = ov.and_then(|o| o.added.as_ref()) {
-            let w = a.width;
-            rec.matmul(&a.gate, &b.h, n, &b.added_gate)?;
-            rec.add(&b.added_gate, &a.gate_bias, n * w, w)?;
-            if let Some(gs) = &a.gate_scale {
-                rec.mul(&b.added_gate, gs, n * w, w)?;
-            }
-            if let Some(pre) = &b.added_pre {
-                rec.copy(&b.added_gate, 0, pre, 0, n * w);
-            }
-            rec.matmul(&a.up, &b.h, n, &b.added_up)?;
-            rec.add(&b.added_up, &a.up_bias, n * w, w)?;
-            rec.glu(&b.added_gate, &b.added_up, n * w, gelu)?;
-            if let Some(ds) = &a.down_scale {
-                rec.mul(&b.added_gate, ds, n * w, w)?;
-            }
-            rec.matmul(&a.down, &b.added_gate, n, &b.tmp)?;
-            rec.add(&b.ffn_delta, &b.tmp, n * d, n * d)?;
-            seen.added = Some((a.count, w));
-        }
         Ok(seen)
+    }
+
+    /// The effective state's added features of layer `kl` over the FFN input, added to
+    /// the FFN's output ([`Step::Added`]): their count and width, for observers.
+    fn added(
+        &self,
+        rec: &mut Recorder<'_>,
+        kl: usize,
+        b: &PassBuffers,
+        n: usize,
+    ) -> Result<Option<(usize, usize)>, ExecError> {
+        let d = self.plan.surface.hidden;
+        let gelu = self.plan.surface.activation == Activation::Gelu;
+        let Some(a) = self.resident.layers[kl]
+            .overlay
+            .as_ref()
+            .and_then(|o| o.added.as_ref())
+        else {
+            return Ok(None);
+        };
+        let w = a.width;
+        rec.matmul(&a.gate, &b.h, n, &b.added_gate)?;
+        rec.add(&b.added_gate, &a.gate_bias, n * w, w)?;
+        if let Some(gs) = &a.gate_scale {
+            rec.mul(&b.added_gate, gs, n * w, w)?;
+        }
+        if let Some(pre) = &b.added_pre {
+            rec.copy(&b.added_gate, 0, pre, 0, n * w);
+        }
+        rec.matmul(&a.up, &b.h, n, &b.added_up)?;
+        rec.add(&b.added_up, &a.up_bias, n * w, w)?;
+        rec.glu(&b.added_gate, &b.added_up, n * w, gelu)?;
+        if let Some(ds) = &a.down_scale {
+            rec.mul(&b.added_gate, ds, n * w, w)?;
+        }
+        rec.matmul(&a.down, &b.added_gate, n, &b.tmp)?;
+        rec.add(&b.ffn_delta, &b.tmp, n * d, n * d)?;
+        Ok(Some((a.count, w)))
     }
 
     /// A bank of experts: the router's logits (and the shared expert's gate) come back to

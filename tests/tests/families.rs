@@ -71,31 +71,6 @@ fn infer_and_generate_from_text_follow_the_references() {
     }
 }
 
-/// INSERT on a bank model is refused for every family (qwen2moe too), and where a norm
-/// follows the FFN (the added feature would be rescaled away) it is refused by name.
-#[test]
-fn insert_is_refused_where_it_is_not_built() {
-    for (family, why) in [
-        ("qwen3moe", "mixture-of-experts"),
-        ("gemma2", "a norm after the FFN"),
-        ("gemma3", "a norm after the FFN"),
-        ("olmo2", "a norm after the FFN"),
-    ] {
-        let c = conn(family);
-        let e = c
-            .execute(
-                "INSERT INTO edges (entity, relation, target, prompt) VALUES \
-                 ('fox', 'r', ' the', 'The quick brown fox') AT LAYER 1",
-            )
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("not supported yet") && e.contains(why),
-            "{family}: {e}"
-        );
-    }
-}
-
 #[test]
 fn walk_explain_walk_and_describe_answer() {
     for family in FAMILIES {
@@ -149,12 +124,9 @@ fn golden_cap(family: &str) -> f64 {
     }
 }
 
-/// Families whose FFN writes straight into the residual stream take edits.
-const EDITABLE: [&str; 5] = ["llama3", "qwen3", "phi3", "gpt2", "gptneox"];
-
 #[test]
 fn insert_at_a_layer_makes_the_prompt_give_its_target() {
-    for family in EDITABLE {
+    for family in FAMILIES {
         let c = conn(family);
         let prompt = "The quick brown fox jumps over the lazy";
         let r = c.execute(&format!(
@@ -291,7 +263,7 @@ fn the_gpu_runs_every_family_as_the_cpu_does() {
     }
     // An edited state runs on the device: the INSERT made on the GPU connection gives the
     // same logits as the same INSERT on the CPU.
-    for family in EDITABLE {
+    for family in FAMILIES {
         let prompt = "The quick brown fox jumps over the lazy";
         let insert = format!(
             "INSERT INTO edges (entity, relation, target, prompt) VALUES ('fox', 'jumps_over', ' the', {}) AT LAYER 1",

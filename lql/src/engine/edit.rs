@@ -226,8 +226,6 @@ pub(crate) fn insert(cx: &mut Cx<'_>, plan: &InsertPlan) -> Result<Datum> {
             },
         );
     }
-    refuse_banks(cx, "INSERT")?;
-    refuse_post_norm(cx)?;
     refuse_long_text(&plan.rows)?;
     let batch = plan.rows.len() > 1;
     let tokens = check_rows(cx, &plan.rows, batch, |n, row| {
@@ -925,27 +923,13 @@ fn centre(cx: &mut Cx<'_>, layer: usize) -> Result<Arc<Vec<f32>>> {
     Ok(c)
 }
 
-/// The (layer, feature) of each input row of a features scan.
-/// Edits of a mixture-of-experts model are not built: the overlay scales dense features
-/// and its computation reads dense gate rows, so refuse rather than edit nothing.
+/// Scaling the features of a mixture-of-experts model is not built: the overlay scales
+/// dense features, so refuse rather than edit nothing (added features, INSERT's, sit
+/// beside a bank as beside a dense FFN).
 pub(crate) fn refuse_banks(cx: &mut Cx<'_>, what: &str) -> Result<()> {
     if cx.model()?.surface.moe.is_some() {
         return Err(Error::not_supported_yet(&format!(
             "{what} on a mixture-of-experts model (editing features of experts)"
-        )));
-    }
-    Ok(())
-}
-
-/// An added feature writes into the FFN's output; where a norm follows the FFN (gemma2,
-/// gemma3, olmo2) that norm rescales the whole output and the edit's strength search
-/// cannot reach its target, so INSERT refuses rather than store an edit that does nothing.
-pub(crate) fn refuse_post_norm(cx: &mut Cx<'_>) -> Result<()> {
-    let s = &cx.model()?.surface;
-    if !s.block.takes_edits() {
-        return Err(Error::not_supported_yet(&format!(
-            "INSERT on a {} model (a norm after the FFN rescales an added feature)",
-            s.source_architecture
         )));
     }
     Ok(())
@@ -959,6 +943,7 @@ fn input_column(columns: &[crate::rows::Column], n: &str, what: &str) -> Result<
         .ok_or_else(|| Error::internal(format!("{what} scan lacks {n}")))
 }
 
+/// The (layer, feature) of each input row of a features scan.
 fn layer_features(input: Datum) -> Result<Vec<(usize, usize)>> {
     let Datum::Table { columns, rows } = input else {
         return Err(Error::internal("edit input is not a table"));

@@ -123,8 +123,6 @@ impl Stage {
 
 /// `EvaluateEdits`.
 pub(crate) fn evaluate(cx: &mut Cx<'_>, plan: &EvaluatePlan) -> Result<Datum> {
-    edit::refuse_banks(cx, "EVALUATE EDITS")?;
-    edit::refuse_post_norm(cx)?;
     if let Some(out) = &plan.save {
         super::protect::refuse_overwrite(cx, out, "EVALUATE EDITS", &[])?;
         refuse_missing_folder(out)?;

@@ -36,6 +36,7 @@ use crate::dtype::DType;
 use crate::error::{Result, StorageError};
 use crate::material::{MaterialSource, MaterialTensor};
 use crate::model::{Backing, Model, Operand, OperandKey, OperandSource, Role, TensorView};
+use crate::surface::NormPlacement;
 
 /// A tensor the edits rebuilt, in owned memory.
 #[derive(Debug, Clone)]
@@ -80,6 +81,14 @@ impl EffectiveMaterial {
     /// `base_identity` is `patch::model_identity` of the base (hashing 100 MB costs a
     /// third of a second, so callers pass the copy they keep).
     pub fn new(state: Arc<EffectiveModel>, base_identity: [u8; 32]) -> Result<EffectiveMaterial> {
+        if !state.layers().is_empty() {
+            if let Some(why) = unfoldable(state.base()) {
+                return Err(StorageError::Unsupported(format!(
+                    "not supported yet: writing or comparing the tensors of an edited {} model: {why}; its edits are kept as patches (SAVE PATCH)",
+                    state.base().surface.source_architecture
+                )));
+            }
+        }
         let mut edited = BTreeMap::new();
         for (&layer, lo) in state.layers() {
             fold_layer(state.base(), layer, lo, &mut edited)?;
@@ -459,6 +468,30 @@ fn decode_one(v: &TensorView<'_>, i: usize) -> Result<Vec<f32>> {
 }
 
 /// Folds one layer's overlay into its FFN tensors (see the module doc).
+/// Why the edits of a model of `base`'s block cannot be folded into its FFN tensors
+/// exactly (none: they can). A folded feature is a row of the FFN's gate, up and down
+/// tensors, so the FFN must be one dense gated FFN whose output reaches the residual stream
+/// unchanged: an added feature sits after a post-FFN norm ([`crate::surface::BlockSpec`]'s
+/// placement; `lql_exec::program::Step::Added`), where the FFN has no rows.
+fn unfoldable(base: &Model) -> Option<&'static str> {
+    let s = &base.surface;
+    if s.moe.is_some() {
+        Some("its FFNs are banks of experts, and an added feature is no expert's row")
+    } else if matches!(
+        s.block.placement,
+        NormPlacement::Sandwich | NormPlacement::Post
+    ) {
+        Some("a norm follows its FFN, and an added feature writes after that norm, where the FFN has no rows")
+    } else if base
+        .operand(OperandKey::layer(0, Role::FfnGate))
+        .is_none()
+    {
+        Some("its FFN has no gate, and an added feature is gated")
+    } else {
+        None
+    }
+}
+
 fn fold_layer(
     base: &Model,
     layer: usize,

@@ -5,6 +5,8 @@
 //! reads the block from the translated config, so both formats of one network run the same
 //! steps and a family's knowledge stays in its one file.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use crate::error::{Result, StorageError};
@@ -42,20 +44,30 @@ pub struct Naming {
     /// Layer buffers some checkpoints carry that hold no weights (causal masks, RoPE
     /// tables): skipped by name.
     pub buffers: &'static [&'static str],
-    /// A prefix some checkpoints put before every name (`transformer.` in GPT-2's,
-    /// `language_model.` before the text model of a multimodal Gemma 3).
-    pub optional_prefix: Option<&'static str>,
+    /// Prefixes some checkpoints put before the names, each with what the naming spells
+    /// instead (`transformer.` before GPT-2's names; a multimodal Gemma 3's text model under
+    /// `language_model.`, or under `model.language_model.` since transformers 4.52): the
+    /// first that matches is rewritten.
+    pub prefixes: &'static [(&'static str, &'static str)],
     /// Prefixes of the parts of a multimodal checkpoint that are not the language model
     /// (its vision tower and projector): not read, since LQL runs the text model only.
     pub other_parts: &'static [&'static str],
 }
 
 impl Naming {
-    /// The name as the naming spells it (the optional prefix removed).
-    pub fn strip<'n>(&self, name: &'n str) -> &'n str {
-        self.optional_prefix
-            .and_then(|p| name.strip_prefix(p))
-            .unwrap_or(name)
+    /// The name as the naming spells it (a checkpoint's prefix rewritten).
+    pub fn strip<'n>(&self, name: &'n str) -> Cow<'n, str> {
+        self.prefixes
+            .iter()
+            .find_map(|(from, to)| {
+                let rest = name.strip_prefix(from)?;
+                Some(if to.is_empty() {
+                    Cow::Borrowed(rest)
+                } else {
+                    Cow::Owned(format!("{to}{rest}"))
+                })
+            })
+            .unwrap_or(Cow::Borrowed(name))
     }
 
     /// `(layer, rest)` of a layer tensor's name.
@@ -547,16 +559,25 @@ const LLAMA_FIELDS: Naming = Naming {
     name: llama_name,
     fused: &[],
     buffers: &["self_attn.rotary_emb.inv_freq"],
-    optional_prefix: None,
+    prefixes: &[],
     other_parts: &[],
 };
 
-/// A multimodal Gemma 3's language model (`language_model.model.layers.…`); its vision
-/// tower and projector are not read.
+/// A multimodal Gemma 3's language model (`language_model.model.layers.…`, or
+/// `model.language_model.layers.…` as transformers 4.52 and later save it); its vision tower
+/// and projector are not read.
 static GEMMA3_MULTIMODAL: Naming = Naming {
     name: sandwich_name,
-    optional_prefix: Some("language_model."),
-    other_parts: &["vision_tower.", "multi_modal_projector."],
+    prefixes: &[
+        ("model.language_model.", "model."),
+        ("language_model.", ""),
+    ],
+    other_parts: &[
+        "vision_tower.",
+        "multi_modal_projector.",
+        "model.vision_tower.",
+        "model.multi_modal_projector.",
+    ],
     ..LLAMA_FIELDS
 };
 
@@ -568,7 +589,7 @@ static GPT2: Naming = Naming {
         ("attn.c_attn.bias", FusedTensor::QkvBias),
     ],
     buffers: &["attn.bias", "attn.masked_bias"],
-    optional_prefix: Some("transformer."),
+    prefixes: &[("transformer.", "")],
     other_parts: &[],
 };
 
@@ -584,7 +605,7 @@ static GPTNEOX: Naming = Naming {
         "attention.masked_bias",
         "attention.rotary_emb.inv_freq",
     ],
-    optional_prefix: None,
+    prefixes: &[],
     other_parts: &[],
 };
 

@@ -282,6 +282,7 @@ fn stored(folder: &HfFolder, class: &HfClass, sizes: &Sizes) -> Result<Stored> {
         // Refusals name the safetensors file the tensor is in.
         let file = folder.files[t.file].as_path();
         let name = naming.strip(&t.name);
+        let name = name.as_ref();
         if naming.is_buffer(name) {
             continue;
         }
