@@ -54,23 +54,13 @@ pub fn attribute(
 ) -> Result<Attribution> {
     let plan = exec.plan();
     let s = &plan.surface;
-    if !s.block.is_plain() {
-        return Err(ExecError::Unsupported(format!(
-            "not supported yet: attribution patching through the {} block's {} (its backward \
-             pass covers pre-norm RMSNorm blocks); patch BY RUNS instead",
-            s.source_architecture,
-            s.block.features().join(", ")
-        )));
-    }
     if plan
         .layers
         .iter()
-        .any(|l| !matches!(l.ffn, FfnPlan::Dense { .. }))
+        .any(|l| matches!(l.ffn, FfnPlan::Bank(_)))
     {
         return Err(ExecError::Unsupported(
-            "not supported yet: attribution patching through a bank of experts; patch BY RUNS \
-             instead"
-                .into(),
+            "attribution patching through a bank of experts; patch BY RUNS instead".into(),
         ));
     }
     let mut sites: Vec<Site> = cells.iter().map(|c| c.site).collect();
@@ -170,8 +160,10 @@ fn estimate(
     Ok(sum)
 }
 
-/// The gradient of a site: the attention sub-block's output adds to the residual stream
-/// it leaves (resid_mid), the FFN's to the stream leaving the layer.
+/// The gradient of a site: the attention sub-block's output (after its post-norm, where
+/// the block has one) adds to the residual stream it leaves (resid_mid; with a parallel
+/// residual only the FFN's add follows, so it equals resid_post), the FFN's to the stream
+/// leaving the layer.
 fn gradient_at(g: &LayerGradients, site: Site) -> &[f32] {
     match site {
         Site::ResidPre => &g.resid_pre,

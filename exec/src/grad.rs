@@ -1,13 +1,23 @@
 //! Reverse-mode gradients through the decoder layers above one layer: what an edit's value
-//! optimisation needs (docs/editing.md, "The subject's value").
+//! optimisation needs (docs/editing.md, "The subject's value"), and attribution patching's
+//! backward pass ([`crate::attribution_patch`]).
 //!
 //! ```text
 //!  start  residual stream after layer first − 1 of each prompt   [T × hidden]
 //!  x      start, with δ added at one position (the subject's last token)
-//!  layers first .. n_layers (attention, FFN with the overlay in force), final norm, head
+//!  layers first .. n_layers (each by its steps, the FFN with the overlay in force),
+//!         final norm, head (and the final softcap where the block has one)
 //!  loss   Σ_prompts weight · −log p(target | prompt) at the prompt's last position
 //!  grad   ∂loss/∂δ, by the chain rule back through every layer and position
 //! ```
+//!
+//! Each layer runs its step programme ([`crate::program`], `LayerPlan::steps`), the one
+//! definition of what a layer computes, with the host block's meaning of each step
+//! ([`crate::block::Block::run`]); the forward pass keeps what each step's backward needs
+//! (a [`Tape`] entry per step), and the backward pass walks the steps in reverse. Each kind
+//! of step has one forward and one backward here; which steps a layer has, and in which
+//! order, comes from the plan alone, so no family or norm placement is named in this file.
+//! A bank of experts has no backward yet ([`DenseTail::new`] refuses it).
 //!
 //! A [`DenseTail`] holds the base operands of those layers decoded to f32 once (the head
 //! too), so each step is a few GEMMs (faer) over the rows of every prompt at once; the
@@ -20,17 +30,65 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use lql_storage::model::{OperandKey, OperandSource, TensorView};
 use lql_storage::overlay::LayerOverlay;
-use lql_storage::surface::{Activation, RopePairing};
+use lql_storage::surface::{Activation, NormKind, RopePairing};
 
-use crate::backend::encoded;
+use crate::backend::{encoded, AttnRule};
+use crate::block::attn_rule;
 use crate::error::{ExecError, Result};
-use crate::kernels::{rope_from, RopeTable};
-use crate::plan::{FfnPlan, Plan};
+use crate::kernels::{add_in_place, rope_from, RopeTable};
+use crate::plan::{FfnPlan, LayerPlan, Plan, RopeSpec};
+use crate::program::{Step, Sub};
 
-/// One layer's base operands, decoded to f32 (`[out × in]` row-major).
+/// A norm's weights: LayerNorm with its bias, or RMSNorm (`bias` none), as
+/// [`crate::block::norm`] chooses.
+struct Norm {
+    w: Vec<f32>,
+    bias: Option<Vec<f32>>,
+}
+
+impl Norm {
+    fn new(kind: NormKind, w: &[f32], bias: Option<&Vec<f32>>) -> Norm {
+        Norm {
+            w: w.to_vec(),
+            bias: bias.filter(|_| kind == NormKind::Layer).cloned(),
+        }
+    }
+
+    fn floats(&self) -> usize {
+        self.w.len() + opt_len(&self.bias)
+    }
+}
+
+fn opt_len(v: &Option<Vec<f32>>) -> usize {
+    v.as_ref().map_or(0, Vec::len)
+}
+
+/// One layer's FFN, its matrices decoded to f32 (`[out × in]` row-major).
+enum DenseFfn {
+    /// `down · (act(gate · h + b_g) ⊙ (up · h + b_u))` ([`FfnPlan::Dense`]).
+    Gated {
+        wg: Vec<f32>,
+        wu: Vec<f32>,
+        wd: Vec<f32>,
+        gate_bias: Option<Vec<f32>>,
+        up_bias: Option<Vec<f32>>,
+    },
+    /// `down · act(up · h + b_u) + b_d` ([`FfnPlan::Mlp`]); its features are the up rows.
+    Mlp {
+        wu: Vec<f32>,
+        wd: Vec<f32>,
+        up_bias: Option<Vec<f32>>,
+        down_bias: Option<Vec<f32>>,
+    },
+}
+
+/// One layer: its steps and the operands they read, decoded to f32 (`[out × in]`
+/// row-major).
 struct DenseLayer {
     index: usize,
-    attn_norm: Vec<f32>,
+    steps: Vec<Step>,
+    attn_norm: Norm,
+    ffn_norm: Norm,
     wq: Vec<f32>,
     wk: Vec<f32>,
     wv: Vec<f32>,
@@ -38,19 +96,77 @@ struct DenseLayer {
     q_bias: Option<Vec<f32>>,
     k_bias: Option<Vec<f32>>,
     v_bias: Option<Vec<f32>>,
-    ffn_norm: Vec<f32>,
-    wg: Vec<f32>,
-    wu: Vec<f32>,
-    wd: Vec<f32>,
-    gate_bias: Option<Vec<f32>>,
-    up_bias: Option<Vec<f32>>,
+    o_bias: Option<Vec<f32>>,
+    /// Q/K RMSNorm weights (one head's, or the whole projection's).
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    attn_post_norm: Option<Vec<f32>>,
+    ffn_post_norm: Option<Vec<f32>>,
+    ffn: DenseFfn,
+    /// Which of [`DenseTail::ropes`] rotates this layer.
+    rope: usize,
+    rule: AttnRule,
+}
+
+impl DenseLayer {
+    fn norm(&self, sub: Sub) -> &Norm {
+        match sub {
+            Sub::Attn => &self.attn_norm,
+            Sub::Ffn => &self.ffn_norm,
+        }
+    }
+
+    fn post_norm(&self, sub: Sub) -> Option<&Vec<f32>> {
+        match sub {
+            Sub::Attn => self.attn_post_norm.as_ref(),
+            Sub::Ffn => self.ffn_post_norm.as_ref(),
+        }
+    }
+
+    fn floats(&self) -> usize {
+        let ffn = match &self.ffn {
+            DenseFfn::Gated {
+                wg,
+                wu,
+                wd,
+                gate_bias,
+                up_bias,
+            } => wg.len() + wu.len() + wd.len() + opt_len(gate_bias) + opt_len(up_bias),
+            DenseFfn::Mlp {
+                wu,
+                wd,
+                up_bias,
+                down_bias,
+            } => wu.len() + wd.len() + opt_len(up_bias) + opt_len(down_bias),
+        };
+        self.attn_norm.floats()
+            + self.ffn_norm.floats()
+            + self.wq.len()
+            + self.wk.len()
+            + self.wv.len()
+            + self.wo.len()
+            + [
+                &self.q_bias,
+                &self.k_bias,
+                &self.v_bias,
+                &self.o_bias,
+                &self.q_norm,
+                &self.k_norm,
+                &self.attn_post_norm,
+                &self.ffn_post_norm,
+            ]
+            .into_iter()
+            .map(opt_len)
+            .sum::<usize>()
+            + ffn
+    }
 }
 
 /// The layers from `first` on, the final norm and the head, decoded to f32.
 pub struct DenseTail {
     first: usize,
     layers: Vec<DenseLayer>,
-    out_norm: Vec<f32>,
+    out_norm: Norm,
     head: Vec<f32>,
     hidden: usize,
     ffn: usize,
@@ -59,9 +175,12 @@ pub struct DenseTail {
     n_kv_heads: usize,
     head_dim: usize,
     eps: f32,
-    rope_theta: f32,
+    /// The rotary embedding of each set of layers ([`Plan::ropes`]).
+    ropes: Vec<RopeSpec>,
     pairing: RopePairing,
     activation: Activation,
+    /// `cap · tanh(logit / cap)` on the logits; 0 = none.
+    final_softcap: f32,
 }
 
 /// One prompt of an optimisation: its residual stream after layer `first − 1`, the
@@ -123,10 +242,14 @@ pub struct LayerGradients {
     pub resid_pre: Vec<f32>,
     /// The attention heads' outputs before the output projection (`z`).
     pub head_outputs: Vec<f32>,
-    /// The residual stream between attention and FFN — also the gradient of the attention
-    /// sub-block's output, which it is the sum of.
+    /// The residual stream just after the attention sub-block's output is added to it
+    /// (its `Residual(Attn)` step) — also the gradient of that output, which it is the sum
+    /// of. In a sequential block that is the stream between attention and FFN; with a
+    /// parallel residual the FFN reads the layer's input, so nothing downstream sees the
+    /// stream between the two adds apart from the FFN's add, and this equals `resid_post`.
     pub resid_mid: Vec<f32>,
-    /// The residual stream leaving the layer — also the gradient of the FFN's output.
+    /// The residual stream leaving the layer — also the gradient of the FFN's output (after
+    /// its post-norm where the block has one).
     pub resid_post: Vec<f32>,
 }
 
@@ -170,12 +293,13 @@ struct Span {
 }
 
 /// The rows of a pass: each segment's span, the frozen keys and values before them (per
-/// segment, this layer's), and the rotary table of their positions.
+/// segment, this layer's), and the rotary tables of their positions (one per
+/// [`DenseTail::ropes`] entry, row `p` at position `p`).
 #[derive(Clone, Copy)]
 struct Rows<'a> {
     spans: &'a [Span],
     prefix: Option<&'a [(Vec<f32>, Vec<f32>)]>,
-    table: &'a RopeTable,
+    tables: &'a [RopeTable],
 }
 
 /// The keys and values one segment's attention reads: frozen rows before `p0`, the pass's
@@ -238,29 +362,45 @@ fn xw(dy: &[f32], w: &[f32], rows: usize, out: usize, inp: usize, dx: &mut [f32]
 fn add_rows(m: &mut [f32], bias: Option<&Vec<f32>>) {
     if let Some(b) = bias.filter(|b| !b.is_empty()) {
         for row in m.chunks_exact_mut(b.len()) {
-            row.iter_mut().zip(b).for_each(|(v, x)| *v += *x);
+            add_in_place(row, b);
         }
     }
 }
 
-/// RMSNorm of each row; returns each row's inverse root mean square.
-fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> Vec<f32> {
+/// Each row of `x` (rows of `w.len()`) normalised into `out`: LayerNorm
+/// `(x − mean) / sqrt(var + eps) · w + bias` with a bias, else RMSNorm
+/// `x / sqrt(mean(x²) + eps) · w`; returns each row's `1 / sqrt(var + eps)` (RMSNorm:
+/// `1 / sqrt(mean(x²) + eps)`).
+fn norm_rows(x: &[f32], w: &[f32], bias: Option<&[f32]>, eps: f32, out: &mut [f32]) -> Vec<f32> {
     let d = w.len();
     x.chunks_exact(d)
         .zip(out.chunks_exact_mut(d))
-        .map(|(xr, or)| {
-            let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
-            let inv = 1.0 / (ss + eps).sqrt();
-            for ((o, xi), wi) in or.iter_mut().zip(xr).zip(w) {
-                *o = xi * inv * wi;
+        .map(|(xr, or)| match bias {
+            Some(b) => {
+                let mean = xr.iter().sum::<f32>() / d as f32;
+                let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+                let inv = 1.0 / (var + eps).sqrt();
+                for (((o, xi), wi), bi) in or.iter_mut().zip(xr).zip(w).zip(b) {
+                    *o = (xi - mean) * inv * wi + bi;
+                }
+                inv
             }
-            inv
+            None => {
+                let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
+                let inv = 1.0 / (ss + eps).sqrt();
+                for ((o, xi), wi) in or.iter_mut().zip(xr).zip(w) {
+                    *o = xi * inv * wi;
+                }
+                inv
+            }
         })
         .collect()
 }
 
-/// `dx += ∂(rmsnorm(x)·w)/∂x · dy`, row by row.
-fn rmsnorm_back(x: &[f32], inv: &[f32], w: &[f32], dy: &[f32], dx: &mut [f32]) {
+/// `dx += ∂norm(x)/∂x · dy`, row by row, for [`norm_rows`]'s norm (`centred`: LayerNorm).
+/// With `x̂ = (x − mean) · inv` and `g = dy ⊙ w`:
+/// `dx = inv · (g − mean(g) − x̂ · mean(g ⊙ x̂))`, the `mean(g)` term only when centred.
+fn norm_back(x: &[f32], inv: &[f32], w: &[f32], centred: bool, dy: &[f32], dx: &mut [f32]) {
     let d = w.len();
     for (((xr, &r), dyr), dxr) in x
         .chunks_exact(d)
@@ -268,15 +408,26 @@ fn rmsnorm_back(x: &[f32], inv: &[f32], w: &[f32], dy: &[f32], dx: &mut [f32]) {
         .zip(dy.chunks_exact(d))
         .zip(dx.chunks_exact_mut(d))
     {
-        let dot: f32 = dyr.iter().zip(w).zip(xr).map(|((g, w), x)| g * w * x).sum();
-        let c = r * r * r * dot / d as f32;
+        let mean = if centred {
+            xr.iter().sum::<f32>() / d as f32
+        } else {
+            0.0
+        };
+        let (mut sg, mut sgx) = (0.0f32, 0.0f32);
+        for ((g, wi), xi) in dyr.iter().zip(w).zip(xr) {
+            let gi = g * wi;
+            sg += gi;
+            sgx += gi * (xi - mean);
+        }
+        let mg = if centred { sg / d as f32 } else { 0.0 };
+        let c = r * r * sgx / d as f32;
         for (((o, g), wi), xi) in dxr.iter_mut().zip(dyr).zip(w).zip(xr) {
-            *o += r * g * wi - c * xi;
+            *o += r * (g * wi - mg - c * (xi - mean));
         }
     }
 }
 
-/// The gate activation and its derivative at `x`.
+/// The activation and its derivative at `x`.
 fn act(a: Activation, x: f32) -> (f32, f32) {
     match a {
         Activation::Silu => {
@@ -293,21 +444,85 @@ fn act(a: Activation, x: f32) -> (f32, f32) {
     }
 }
 
-/// What the forward pass keeps of one layer for the backward pass.
-struct Saved {
-    x: Vec<f32>,
-    inv1: Vec<f32>,
+/// The overlay's gate and down scales of the base features (the first `ff` of each, as the
+/// forward pass's overlay reads them), when it has them.
+fn scales(ov: Option<&LayerOverlay>, ff: usize) -> (Option<&[f32]>, Option<&[f32]>) {
+    fn base(s: Option<&Vec<f32>>, ff: usize) -> Option<&[f32]> {
+        s.map(|s| &s[..ff.min(s.len())])
+    }
+    (
+        ov.and_then(|o| base(o.gate_scale.as_ref(), ff)),
+        ov.and_then(|o| base(o.down_scale.as_ref(), ff)),
+    )
+}
+
+/// Feature `f`'s factor in `s` (1 where it has none).
+fn factor(s: Option<&[f32]>, f: usize) -> f32 {
+    s.and_then(|s| s.get(f)).copied().unwrap_or(1.0)
+}
+
+/// What a FFN step's forward pass keeps.
+struct FfnTape {
+    /// The features' gate-scaled pre-activations (`[rows × ffn]`: a gated FFN's gate, an
+    /// MLP's up projection).
+    g: Vec<f32>,
+    /// A gated FFN's up projections (empty for an MLP).
+    up: Vec<f32>,
+    /// The overlay's added features' gate-scaled gate pre-activations and up projections
+    /// (`[rows × added]`; empty without them).
+    ga: Vec<f32>,
+    ua: Vec<f32>,
+}
+
+/// What one step's forward pass keeps for its backward pass.
+enum Tape {
+    /// Nothing: the step's backward reads only weights (or the step did nothing).
+    None,
+    /// A norm's input and each row's inverse deviation (`Norm`, `PostNorm`).
+    Norm {
+        x: Vec<f32>,
+        inv: Vec<f32>,
+    },
+    /// The queries and keys before their norm, and the norms' inverse deviations.
+    QkNorm {
+        q: Vec<f32>,
+        k: Vec<f32>,
+        inv_q: Vec<f32>,
+        inv_k: Vec<f32>,
+    },
+    /// The queries, keys and values attended with; per segment the attention weights
+    /// (`[heads × t × total]`) and, under a softcap, `1 − tanh²` of each capped score.
+    Attend {
+        q: Vec<f32>,
+        k: Vec<f32>,
+        v: Vec<f32>,
+        probs: Vec<Vec<f32>>,
+        caps: Vec<Vec<f32>>,
+    },
+    Ffn(FfnTape),
+}
+
+/// The buffers the steps name ([`crate::program`]): `h` the sub-block's input, `q`/`k`/`v`,
+/// `att`, and one delta per sub-block (the residual `x` is the pass's own); in the backward
+/// pass, their gradients.
+#[derive(Default)]
+struct Bufs {
+    h: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
-    /// Per segment, `[heads × T × T]` softmax weights (zero above the diagonal).
-    probs: Vec<Vec<f32>>,
-    x2: Vec<f32>,
-    inv2: Vec<f32>,
-    g: Vec<f32>,
-    up: Vec<f32>,
-    ga: Vec<f32>,
-    ua: Vec<f32>,
+    att: Vec<f32>,
+    attn_delta: Vec<f32>,
+    ffn_delta: Vec<f32>,
+}
+
+impl Bufs {
+    fn delta(&mut self, sub: Sub) -> &mut Vec<f32> {
+        match sub {
+            Sub::Attn => &mut self.attn_delta,
+            Sub::Ffn => &mut self.ffn_delta,
+        }
+    }
 }
 
 impl DenseTail {
@@ -319,50 +534,48 @@ impl DenseTail {
                 "value optimisation needs the whole model and a layer inside it".into(),
             ));
         }
-        if !s.block.is_plain() {
-            return Err(ExecError::Unsupported(format!(
-                "not supported yet: the subject write (value optimisation) through the {} block's {}; pin the edit with INSERT … AT LAYER n",
-                s.source_architecture,
-                s.block.features().join(", ")
-            )));
-        }
+        let kind = s.block.norm;
         let mut layers = Vec::new();
         for lp in &plan.layers[first..] {
-            let FfnPlan::Dense {
-                gate,
-                up,
-                down,
-                gate_bias,
-                up_bias,
-            } = &lp.ffn
-            else {
-                return Err(ExecError::Unsupported(
-                    "value optimisation through a bank of experts".into(),
-                ));
+            let ffn = match &lp.ffn {
+                FfnPlan::Dense {
+                    gate,
+                    up,
+                    down,
+                    gate_bias,
+                    up_bias,
+                } => DenseFfn::Gated {
+                    wg: decode(source, *gate)?.0,
+                    wu: decode(source, *up)?.0,
+                    wd: decode(source, *down)?.0,
+                    gate_bias: gate_bias.clone(),
+                    up_bias: up_bias.clone(),
+                },
+                FfnPlan::Mlp {
+                    up,
+                    down,
+                    up_bias,
+                    down_bias,
+                } => DenseFfn::Mlp {
+                    wu: decode(source, *up)?.0,
+                    wd: decode(source, *down)?.0,
+                    up_bias: up_bias.clone(),
+                    down_bias: down_bias.clone(),
+                },
+                FfnPlan::Bank(_) => {
+                    return Err(ExecError::Unsupported(format!(
+                        "gradients through a bank of experts (layer {} of the {} model)",
+                        lp.index, s.source_architecture
+                    )))
+                }
             };
-            layers.push(DenseLayer {
-                index: lp.index,
-                attn_norm: lp.attn_norm.clone(),
-                wq: decode(source, lp.q)?.0,
-                wk: decode(source, lp.k)?.0,
-                wv: decode(source, lp.v)?.0,
-                wo: decode(source, lp.o)?.0,
-                q_bias: lp.q_bias.clone(),
-                k_bias: lp.k_bias.clone(),
-                v_bias: lp.v_bias.clone(),
-                ffn_norm: lp.ffn_norm.clone(),
-                wg: decode(source, *gate)?.0,
-                wu: decode(source, *up)?.0,
-                wd: decode(source, *down)?.0,
-                gate_bias: gate_bias.clone(),
-                up_bias: up_bias.clone(),
-            });
+            layers.push(Self::layer(source, plan, lp, kind, ffn)?);
         }
         let (head, vocab, _) = decode(source, plan.head)?;
         Ok(DenseTail {
             first,
             layers,
-            out_norm: plan.output_norm.clone(),
+            out_norm: Norm::new(kind, &plan.output_norm, plan.output_norm_bias.as_ref()),
             head,
             hidden: s.hidden,
             ffn: s.ffn,
@@ -371,9 +584,41 @@ impl DenseTail {
             n_kv_heads: s.n_kv_heads,
             head_dim: s.head_dim,
             eps: s.norm_eps,
-            rope_theta: s.rope_theta,
+            ropes: plan.ropes.clone(),
             pairing: s.rope_pairing,
             activation: s.activation,
+            final_softcap: s.block.final_softcap,
+        })
+    }
+
+    fn layer(
+        source: &dyn OperandSource,
+        plan: &Plan,
+        lp: &LayerPlan,
+        kind: NormKind,
+        ffn: DenseFfn,
+    ) -> Result<DenseLayer> {
+        let e = &lp.extra;
+        Ok(DenseLayer {
+            index: lp.index,
+            steps: lp.steps.clone(),
+            attn_norm: Norm::new(kind, &lp.attn_norm, e.attn_norm_bias.as_ref()),
+            ffn_norm: Norm::new(kind, &lp.ffn_norm, e.ffn_norm_bias.as_ref()),
+            wq: decode(source, lp.q)?.0,
+            wk: decode(source, lp.k)?.0,
+            wv: decode(source, lp.v)?.0,
+            wo: decode(source, lp.o)?.0,
+            q_bias: lp.q_bias.clone(),
+            k_bias: lp.k_bias.clone(),
+            v_bias: lp.v_bias.clone(),
+            o_bias: e.o_bias.clone(),
+            q_norm: e.q_norm.clone(),
+            k_norm: e.k_norm.clone(),
+            attn_post_norm: e.attn_post_norm.clone(),
+            ffn_post_norm: e.ffn_post_norm.clone(),
+            ffn,
+            rope: lp.rope,
+            rule: attn_rule(plan, lp),
         })
     }
 
@@ -384,28 +629,8 @@ impl DenseTail {
 
     /// The bytes its decoded f32 operands hold.
     pub fn bytes(&self) -> usize {
-        let opt = |v: &Option<Vec<f32>>| v.as_ref().map_or(0, Vec::len);
-        let floats: usize = self
-            .layers
-            .iter()
-            .map(|l| {
-                l.attn_norm.len()
-                    + l.wq.len()
-                    + l.wk.len()
-                    + l.wv.len()
-                    + l.wo.len()
-                    + opt(&l.q_bias)
-                    + opt(&l.k_bias)
-                    + opt(&l.v_bias)
-                    + l.ffn_norm.len()
-                    + l.wg.len()
-                    + l.wu.len()
-                    + l.wd.len()
-                    + opt(&l.gate_bias)
-                    + opt(&l.up_bias)
-            })
-            .sum::<usize>()
-            + self.out_norm.len()
+        let floats: usize = self.layers.iter().map(DenseLayer::floats).sum::<usize>()
+            + self.out_norm.floats()
             + self.head.len();
         floats * 4
     }
@@ -427,22 +652,28 @@ impl DenseTail {
     /// rows from the δ position on.
     pub fn freeze(&self, source: &dyn OperandSource, segs: &[Segment]) -> Result<Frozen> {
         let (spans, mut x) = self.spans(segs, None)?;
-        let table = self.table(&spans);
+        let tables = self.tables(&spans);
         let kvd = self.n_kv_heads * self.head_dim;
         let mut kv = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
             let ov = source.ffn_overlay(layer.index);
-            let (next, sv) = self.layer_forward(
+            let tape = self.layer_forward(
                 layer,
                 ov,
-                x,
+                &mut x,
                 Rows {
                     spans: &spans,
                     prefix: None,
-                    table: &table,
+                    tables: &tables,
                 },
             );
-            x = next;
+            let (k, v) = tape
+                .iter()
+                .find_map(|t| match t {
+                    Tape::Attend { k, v, .. } => Some((k, v)),
+                    _ => None,
+                })
+                .ok_or_else(|| ExecError::Internal("a layer without attention".into()))?;
             kv.push(
                 spans
                     .iter()
@@ -450,8 +681,8 @@ impl DenseTail {
                     .map(|(sp, sg)| {
                         let r = sp.row..sp.row + sg.pos;
                         (
-                            sv.k[r.start * kvd..r.end * kvd].to_vec(),
-                            sv.v[r.start * kvd..r.end * kvd].to_vec(),
+                            k[r.start * kvd..r.end * kvd].to_vec(),
+                            v[r.start * kvd..r.end * kvd].to_vec(),
                         )
                     })
                     .collect(),
@@ -488,9 +719,14 @@ impl DenseTail {
         Ok((spans, x))
     }
 
-    fn table(&self, spans: &[Span]) -> RopeTable {
+    /// The rotary tables of positions `0 ..` the longest span's end, one per rope.
+    fn tables(&self, spans: &[Span]) -> Vec<RopeTable> {
         let max_t = spans.iter().map(|s| s.p0 + s.len).max().unwrap_or(0);
-        RopeTable::new(0, max_t, self.head_dim, self.rope_theta)
+        let positions: Vec<usize> = (0..max_t).collect();
+        self.ropes
+            .iter()
+            .map(|spec| RopeTable::at(&positions, spec))
+            .collect()
     }
 
     /// [`DenseTail::evaluate`], computing only the rows from each δ position on when the
@@ -534,24 +770,18 @@ impl DenseTail {
             let delta = &deltas[g * d..(g + 1) * d];
             r.iter_mut().zip(delta).for_each(|(v, dv)| *v += dv);
         }
-        let table = self.table(&spans);
+        let tables = self.tables(&spans);
+        let at = |li: usize| Rows {
+            spans: &spans,
+            prefix: frozen.map(|f| &f.kv[li][..]),
+            tables: &tables,
+        };
         let mut saved = Vec::with_capacity(self.layers.len());
         for (li, layer) in self.layers.iter().enumerate() {
             let ov = source.ffn_overlay(layer.index);
-            let prefix = frozen.map(|f| &f.kv[li][..]);
-            let (next, sv) = self.layer_forward(
-                layer,
-                ov,
-                x,
-                Rows {
-                    spans: &spans,
-                    prefix,
-                    table: &table,
-                },
-            );
-            x = next;
+            let tape = self.layer_forward(layer, ov, &mut x, at(li));
             if grad {
-                saved.push(sv);
+                saved.push(tape);
             }
         }
         // Final norm and head at each segment's last row.
@@ -561,10 +791,7 @@ impl DenseTail {
             let e = sp.row + sp.len;
             last.extend_from_slice(&x[(e - 1) * d..e * d]);
         }
-        let mut z = vec![0.0f32; n * d];
-        let inv = rmsnorm(&last, &self.out_norm, self.eps, &mut z);
-        let mut logits = vec![0.0f32; n * self.vocab];
-        xwt(&z, &self.head, n, self.vocab, d, &mut logits, false);
+        let (logits, inv) = self.logits(&last);
         let mut loss = 0.0f32;
         let mut probs = Vec::with_capacity(n);
         let mut dlogits = vec![0.0f32; n * self.vocab];
@@ -590,30 +817,15 @@ impl DenseTail {
                 steps: 0,
             });
         }
-        let mut dz = vec![0.0f32; n * d];
-        xw(&dlogits, &self.head, n, self.vocab, d, &mut dz, false);
-        let mut dlast = vec![0.0f32; n * d];
-        rmsnorm_back(&last, &inv, &self.out_norm, &dz, &mut dlast);
+        let dlast = self.logits_back(&last, &inv, &logits, dlogits);
         let mut dx = vec![0.0f32; rows * d];
         for (i, sp) in spans.iter().enumerate() {
             let e = sp.row + sp.len;
             dx[(e - 1) * d..e * d].copy_from_slice(&dlast[i * d..(i + 1) * d]);
         }
-        for (li, (layer, sv)) in self.layers.iter().zip(&saved).enumerate().rev() {
+        for (li, (layer, tape)) in self.layers.iter().zip(&saved).enumerate().rev() {
             let ov = source.ffn_overlay(layer.index);
-            let prefix = frozen.map(|f| &f.kv[li][..]);
-            dx = self.layer_backward(
-                layer,
-                ov,
-                sv,
-                dx,
-                Rows {
-                    spans: &spans,
-                    prefix,
-                    table: &table,
-                },
-                None,
-            );
+            dx = self.layer_backward(layer, ov, tape, dx, at(li), None);
         }
         let mut g = vec![0.0f32; values * d];
         for ((s, sp), &v) in segs.iter().zip(&spans).zip(of) {
@@ -635,8 +847,9 @@ impl DenseTail {
     /// The gradient of a function of one prompt's last-position logits with respect to
     /// the activations of every layer and position: `start` is the prompt's residual
     /// stream entering layer `first` (`[T × hidden]`), `dmetric` gives ∂metric/∂logits
-    /// from the logits this pass computes. What attribution patching multiplies the
-    /// difference of two runs' activations by.
+    /// from the logits this pass computes (after the final softcap, where the block has
+    /// one, as the engine's). What attribution patching multiplies the difference of two
+    /// runs' activations by.
     pub fn site_gradients(
         &self,
         source: &dyn OperandSource,
@@ -655,75 +868,275 @@ impl DenseTail {
             len: t,
             p0: 0,
         }];
-        let table = self.table(&spans);
+        let tables = self.tables(&spans);
         let rows = Rows {
             spans: &spans,
             prefix: None,
-            table: &table,
+            tables: &tables,
         };
         let mut x = start.to_vec();
         let mut saved = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
             let ov = source.ffn_overlay(layer.index);
-            let (next, sv) = self.layer_forward(layer, ov, x, rows);
-            x = next;
-            saved.push(sv);
+            saved.push(self.layer_forward(layer, ov, &mut x, rows));
         }
         let last = &x[(t - 1) * d..];
-        let mut z = vec![0.0f32; d];
-        let inv = rmsnorm(last, &self.out_norm, self.eps, &mut z);
-        let mut logits = vec![0.0f32; self.vocab];
-        xwt(&z, &self.head, 1, self.vocab, d, &mut logits, false);
+        let (logits, inv) = self.logits(last);
         let dlogits = dmetric(&logits);
         if dlogits.len() != self.vocab {
             return Err(ExecError::Internal(
                 "∂metric/∂logits is not one vocabulary row".into(),
             ));
         }
-        let mut dz = vec![0.0f32; d];
-        xw(&dlogits, &self.head, 1, self.vocab, d, &mut dz, false);
         let mut dx = vec![0.0f32; t * d];
-        rmsnorm_back(last, &inv, &self.out_norm, &dz, &mut dx[(t - 1) * d..]);
+        dx[(t - 1) * d..].copy_from_slice(&self.logits_back(last, &inv, &logits, dlogits));
         let mut out: Vec<LayerGradients> = Vec::with_capacity(self.layers.len());
-        for (layer, sv) in self.layers.iter().zip(&saved).rev() {
+        for (layer, tape) in self.layers.iter().zip(&saved).rev() {
             let ov = source.ffn_overlay(layer.index);
             let mut g = LayerGradients {
                 layer: layer.index,
                 ..LayerGradients::default()
             };
-            dx = self.layer_backward(layer, ov, sv, dx, rows, Some(&mut g));
+            dx = self.layer_backward(layer, ov, tape, dx, rows, Some(&mut g));
             out.push(g);
         }
         out.reverse();
         Ok(out)
     }
 
+    /// The logits of residual rows `last` (`[n × hidden]`): the final norm, the head and
+    /// the final softcap; and the norm's inverse deviations.
+    fn logits(&self, last: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let d = self.hidden;
+        let n = last.len() / d;
+        let mut z = vec![0.0f32; n * d];
+        let n_ = &self.out_norm;
+        let inv = norm_rows(last, &n_.w, n_.bias.as_deref(), self.eps, &mut z);
+        let mut logits = vec![0.0f32; n * self.vocab];
+        xwt(&z, &self.head, n, self.vocab, d, &mut logits, false);
+        if self.final_softcap > 0.0 {
+            crate::kernels::softcap(&mut logits, self.final_softcap);
+        }
+        (logits, inv)
+    }
+
+    /// ∂/∂`last` from ∂/∂logits, back through [`DenseTail::logits`].
+    fn logits_back(&self, last: &[f32], inv: &[f32], logits: &[f32], mut dl: Vec<f32>) -> Vec<f32> {
+        let d = self.hidden;
+        let n = last.len() / d;
+        let cap = self.final_softcap;
+        if cap > 0.0 {
+            for (g, l) in dl.iter_mut().zip(logits) {
+                let t = l / cap;
+                *g *= 1.0 - t * t;
+            }
+        }
+        let mut dz = vec![0.0f32; n * d];
+        xw(&dl, &self.head, n, self.vocab, d, &mut dz, false);
+        let mut dlast = vec![0.0f32; n * d];
+        let n_ = &self.out_norm;
+        norm_back(last, inv, &n_.w, n_.bias.is_some(), &dz, &mut dlast);
+        dlast
+    }
+
+    /// Runs layer `l`'s steps over the residual rows `x`, in place; returns what each
+    /// step keeps for [`DenseTail::layer_backward`].
     fn layer_forward(
         &self,
         l: &DenseLayer,
         ov: Option<&LayerOverlay>,
-        x: Vec<f32>,
+        x: &mut [f32],
         at: Rows<'_>,
-    ) -> (Vec<f32>, Saved) {
-        let Rows {
-            spans,
-            prefix,
-            table,
-        } = at;
-        let (d, ff, hd) = (self.hidden, self.ffn, self.head_dim);
+    ) -> Vec<Tape> {
+        let (d, hd, eps) = (self.hidden, self.head_dim, self.eps);
         let (qd, kvd) = (self.n_heads * hd, self.n_kv_heads * hd);
         let rows = x.len() / d;
-        let mut h = vec![0.0f32; rows * d];
-        let inv1 = rmsnorm(&x, &l.attn_norm, self.eps, &mut h);
-        let mut q = vec![0.0f32; rows * qd];
-        let mut k = vec![0.0f32; rows * kvd];
-        let mut v = vec![0.0f32; rows * kvd];
-        xwt(&h, &l.wq, rows, qd, d, &mut q, false);
-        xwt(&h, &l.wk, rows, kvd, d, &mut k, false);
-        xwt(&h, &l.wv, rows, kvd, d, &mut v, false);
-        add_rows(&mut q, l.q_bias.as_ref());
-        add_rows(&mut k, l.k_bias.as_ref());
-        add_rows(&mut v, l.v_bias.as_ref());
+        let mut b = Bufs::default();
+        let mut tape = Vec::with_capacity(l.steps.len());
+        for step in &l.steps {
+            tape.push(match *step {
+                Step::Norm(sub) => {
+                    let n = l.norm(sub);
+                    b.h = vec![0.0f32; rows * d];
+                    let inv = norm_rows(x, &n.w, n.bias.as_deref(), eps, &mut b.h);
+                    Tape::Norm { x: x.to_vec(), inv }
+                }
+                Step::TakeResidual => {
+                    b.h = x.to_vec();
+                    Tape::None
+                }
+                Step::Project => {
+                    b.q = vec![0.0f32; rows * qd];
+                    b.k = vec![0.0f32; rows * kvd];
+                    b.v = vec![0.0f32; rows * kvd];
+                    xwt(&b.h, &l.wq, rows, qd, d, &mut b.q, false);
+                    xwt(&b.h, &l.wk, rows, kvd, d, &mut b.k, false);
+                    xwt(&b.h, &l.wv, rows, kvd, d, &mut b.v, false);
+                    add_rows(&mut b.q, l.q_bias.as_ref());
+                    add_rows(&mut b.k, l.k_bias.as_ref());
+                    add_rows(&mut b.v, l.v_bias.as_ref());
+                    Tape::None
+                }
+                Step::QkNorm => match (&l.q_norm, &l.k_norm) {
+                    (Some(qn), Some(kn)) => {
+                        let (q, k) = (std::mem::take(&mut b.q), std::mem::take(&mut b.k));
+                        b.q = vec![0.0f32; q.len()];
+                        b.k = vec![0.0f32; k.len()];
+                        let inv_q = norm_rows(&q, qn, None, eps, &mut b.q);
+                        let inv_k = norm_rows(&k, kn, None, eps, &mut b.k);
+                        Tape::QkNorm { q, k, inv_q, inv_k }
+                    }
+                    _ => Tape::None,
+                },
+                Step::Rope => {
+                    if let Some(table) = at.tables.get(l.rope) {
+                        self.rotate(&mut b.q, &mut b.k, at.spans, table);
+                    }
+                    Tape::None
+                }
+                Step::Attend => {
+                    let (att, probs, caps) = self.attend(&l.rule, &b.q, &b.k, &b.v, at);
+                    b.att = att;
+                    Tape::Attend {
+                        q: std::mem::take(&mut b.q),
+                        k: std::mem::take(&mut b.k),
+                        v: std::mem::take(&mut b.v),
+                        probs,
+                        caps,
+                    }
+                }
+                Step::Output => {
+                    b.attn_delta = vec![0.0f32; rows * d];
+                    xwt(&b.att, &l.wo, rows, d, qd, &mut b.attn_delta, false);
+                    add_rows(&mut b.attn_delta, l.o_bias.as_ref());
+                    Tape::None
+                }
+                Step::PostNorm(sub) => match l.post_norm(sub) {
+                    Some(w) => {
+                        let delta = b.delta(sub);
+                        let pre = std::mem::replace(delta, vec![0.0f32; rows * d]);
+                        let inv = norm_rows(&pre, w, None, eps, delta);
+                        Tape::Norm { x: pre, inv }
+                    }
+                    None => Tape::None,
+                },
+                Step::Ffn => {
+                    let (out, t) = self.ffn_forward(l, ov, &b.h);
+                    b.ffn_delta = out;
+                    Tape::Ffn(t)
+                }
+                Step::Residual(sub) => {
+                    add_in_place(x, b.delta(sub));
+                    Tape::None
+                }
+            });
+        }
+        tape
+    }
+
+    /// Layer `l`'s backward pass: from ∂/∂(the layer's output rows) `dout`, walking its
+    /// steps in reverse, ∂/∂(its input rows); `taps` takes the gradients at its sites.
+    fn layer_backward(
+        &self,
+        l: &DenseLayer,
+        ov: Option<&LayerOverlay>,
+        tape: &[Tape],
+        dout: Vec<f32>,
+        at: Rows<'_>,
+        mut taps: Option<&mut LayerGradients>,
+    ) -> Vec<f32> {
+        let (d, hd) = (self.hidden, self.head_dim);
+        let (qd, kvd) = (self.n_heads * hd, self.n_kv_heads * hd);
+        let rows = dout.len() / d;
+        if let Some(t) = taps.as_deref_mut() {
+            t.resid_post = dout.clone();
+        }
+        let mut dx = dout;
+        // The gradients of the buffers the steps name.
+        let mut g = Bufs::default();
+        for (step, tp) in l.steps.iter().zip(tape).rev() {
+            match (*step, tp) {
+                (Step::Residual(sub), _) => {
+                    g.delta(sub).clone_from(&dx);
+                    if sub == Sub::Attn {
+                        if let Some(t) = taps.as_deref_mut() {
+                            t.resid_mid = dx.clone();
+                        }
+                    }
+                }
+                (Step::Ffn, Tape::Ffn(t)) => g.h = self.ffn_backward(l, ov, t, &g.ffn_delta),
+                (Step::PostNorm(sub), Tape::Norm { x, inv }) => {
+                    if let Some(w) = l.post_norm(sub) {
+                        let mut dpre = vec![0.0f32; x.len()];
+                        norm_back(x, inv, w, false, g.delta(sub), &mut dpre);
+                        *g.delta(sub) = dpre;
+                    }
+                }
+                (Step::Norm(sub), Tape::Norm { x, inv }) => {
+                    let n = l.norm(sub);
+                    norm_back(x, inv, &n.w, n.bias.is_some(), &g.h, &mut dx);
+                }
+                (Step::TakeResidual, _) => add_in_place(&mut dx, &g.h),
+                (Step::Output, _) => {
+                    g.att = vec![0.0f32; rows * qd];
+                    xw(&g.attn_delta, &l.wo, rows, d, qd, &mut g.att, false);
+                    if let Some(t) = taps.as_deref_mut() {
+                        t.head_outputs = g.att.clone();
+                    }
+                }
+                (
+                    Step::Attend,
+                    Tape::Attend {
+                        q,
+                        k,
+                        v,
+                        probs,
+                        caps,
+                    },
+                ) => {
+                    (g.q, g.k, g.v) = self.attend_back(&l.rule, &g.att, q, k, v, probs, caps, at);
+                }
+                (Step::Rope, _) => {
+                    if let Some(table) = at.tables.get(l.rope) {
+                        // The rotation's transpose is the rotation by the opposite angle.
+                        let back = RopeTable {
+                            half: table.half,
+                            cos: table.cos.clone(),
+                            sin: table.sin.iter().map(|v| -v).collect(),
+                        };
+                        self.rotate(&mut g.q, &mut g.k, at.spans, &back);
+                    }
+                }
+                (Step::QkNorm, Tape::QkNorm { q, k, inv_q, inv_k }) => {
+                    if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                        let mut dq = vec![0.0f32; q.len()];
+                        let mut dk = vec![0.0f32; k.len()];
+                        norm_back(q, inv_q, qn, false, &g.q, &mut dq);
+                        norm_back(k, inv_k, kn, false, &g.k, &mut dk);
+                        (g.q, g.k) = (dq, dk);
+                    }
+                }
+                (Step::Project, _) => {
+                    g.h = vec![0.0f32; rows * d];
+                    xw(&g.q, &l.wq, rows, qd, d, &mut g.h, false);
+                    xw(&g.k, &l.wk, rows, kvd, d, &mut g.h, true);
+                    xw(&g.v, &l.wv, rows, kvd, d, &mut g.h, true);
+                }
+                // A step that did nothing forward (a post-norm or Q/K norm the layer lacks).
+                _ => {}
+            }
+        }
+        if let Some(t) = taps {
+            t.resid_pre = dx.clone();
+        }
+        dx
+    }
+
+    /// Rotates the queries `q` and keys `k` of every span by `table` (row `p` = position
+    /// `p`), in place.
+    fn rotate(&self, q: &mut [f32], k: &mut [f32], spans: &[Span], table: &RopeTable) {
+        let hd = self.head_dim;
+        let (qd, kvd) = (self.n_heads * hd, self.n_kv_heads * hd);
         for sp in spans {
             let (a, b) = (sp.row, sp.row + sp.len);
             rope_from(
@@ -743,39 +1156,68 @@ impl DenseTail {
                 self.pairing,
             );
         }
+    }
+
+    /// Causal attention of every span's queries under `rule` (scale, sliding window,
+    /// softcap), the keys and values before a span's rows read from the frozen prefix:
+    /// the output (`[rows × q_dim]`), the weights per span (`[heads × t × total]`, zero
+    /// outside each query's visible keys) and, under a softcap, `1 − tanh²` of each score
+    /// (same layout; empty without).
+    #[allow(clippy::type_complexity)]
+    fn attend(
+        &self,
+        rule: &AttnRule,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        at: Rows<'_>,
+    ) -> (Vec<f32>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
+        let hd = self.head_dim;
+        let (qd, kvd) = (self.n_heads * hd, self.n_kv_heads * hd);
+        let rows = q.len() / qd;
         let group = self.n_heads / self.n_kv_heads.max(1);
-        let scale = 1.0 / (hd as f32).sqrt();
+        let cap = rule.softcap;
         let mut att = vec![0.0f32; rows * qd];
-        let mut probs = Vec::with_capacity(spans.len());
-        for (si, sp) in spans.iter().enumerate() {
+        let mut probs = Vec::with_capacity(at.spans.len());
+        let mut caps = Vec::new();
+        for (si, sp) in at.spans.iter().enumerate() {
             let (t, total) = (sp.len, sp.p0 + sp.len);
             let kv = KvRows {
-                prefix: prefix.map(|p| &p[si]),
-                k: &k,
-                v: &v,
+                prefix: at.prefix.map(|p| &p[si]),
+                k,
+                v,
                 span: *sp,
                 kvd,
             };
             let mut p = vec![0.0f32; self.n_heads * t * total];
+            let mut c = vec![0.0f32; if cap > 0.0 { p.len() } else { 0 }];
             for head in 0..self.n_heads {
                 let kvh = head / group;
                 for i in 0..t {
                     let qi = &q[(sp.row + i) * qd + head * hd..][..hd];
-                    let pr = &mut p[(head * t + i) * total..][..total];
-                    let visible = sp.p0 + i + 1;
+                    let at_row = (head * t + i) * total;
+                    let pr = &mut p[at_row..][..total];
+                    let pos = sp.p0 + i;
+                    let (first, visible) = (rule.first_key(pos), pos + 1);
                     let mut max = f32::NEG_INFINITY;
-                    for (j, pj) in pr.iter_mut().enumerate().take(visible) {
+                    for j in first..visible {
                         let kj = &kv.key(j)[kvh * hd..][..hd];
-                        *pj = qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale;
-                        max = max.max(*pj);
+                        let mut s = qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * rule.scale;
+                        if cap > 0.0 {
+                            let th = (s / cap).tanh();
+                            c[at_row + j] = 1.0 - th * th;
+                            s = cap * th;
+                        }
+                        pr[j] = s;
+                        max = max.max(s);
                     }
                     let mut sum = 0.0f32;
-                    for pj in pr.iter_mut().take(visible) {
+                    for pj in &mut pr[first..visible] {
                         *pj = (*pj - max).exp();
                         sum += *pj;
                     }
                     let out = &mut att[(sp.row + i) * qd + head * hd..][..hd];
-                    for (j, pj) in pr.iter_mut().enumerate().take(visible) {
+                    for (j, pj) in pr.iter_mut().enumerate().take(visible).skip(first) {
                         *pj /= sum;
                         let vj = &kv.value(j)[kvh * hd..][..hd];
                         out.iter_mut().zip(vj).for_each(|(a, b)| *a += *pj * b);
@@ -783,35 +1225,157 @@ impl DenseTail {
                 }
             }
             probs.push(p);
-        }
-        let mut x2 = x.clone();
-        xwt(&att, &l.wo, rows, d, qd, &mut x2, true);
-        let mut h2 = vec![0.0f32; rows * d];
-        let inv2 = rmsnorm(&x2, &l.ffn_norm, self.eps, &mut h2);
-        let mut g = vec![0.0f32; rows * ff];
-        let mut up = vec![0.0f32; rows * ff];
-        xwt(&h2, &l.wg, rows, ff, d, &mut g, false);
-        xwt(&h2, &l.wu, rows, ff, d, &mut up, false);
-        add_rows(&mut g, l.gate_bias.as_ref());
-        add_rows(&mut up, l.up_bias.as_ref());
-        let (gs, ds) = scales(ov, ff);
-        let mut a = vec![0.0f32; rows * ff];
-        for r in 0..rows {
-            for f in 0..ff {
-                let i = r * ff + f;
-                g[i] *= gs.map_or(1.0, |s| s[f]);
-                a[i] = act(self.activation, g[i]).0 * up[i] * ds.map_or(1.0, |s| s[f]);
+            if cap > 0.0 {
+                caps.push(c);
             }
         }
-        let mut out = x2.clone();
-        xwt(&a, &l.wd, rows, d, ff, &mut out, true);
+        (att, probs, caps)
+    }
+
+    /// [`DenseTail::attend`]'s backward pass: from ∂/∂att, ∂/∂q, ∂/∂k and ∂/∂v of the
+    /// pass's rows (the frozen prefix takes none).
+    #[allow(clippy::too_many_arguments)]
+    fn attend_back(
+        &self,
+        rule: &AttnRule,
+        datt: &[f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        probs: &[Vec<f32>],
+        caps: &[Vec<f32>],
+        at: Rows<'_>,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let hd = self.head_dim;
+        let (qd, kvd) = (self.n_heads * hd, self.n_kv_heads * hd);
+        let rows = q.len() / qd;
+        let group = self.n_heads / self.n_kv_heads.max(1);
+        let mut dq = vec![0.0f32; rows * qd];
+        let mut dk = vec![0.0f32; rows * kvd];
+        let mut dv = vec![0.0f32; rows * kvd];
+        for (si, (sp, p)) in at.spans.iter().zip(probs).enumerate() {
+            let (o, t, total) = (sp.row, sp.len, sp.p0 + sp.len);
+            let c = caps.get(si);
+            let kv = KvRows {
+                prefix: at.prefix.map(|p| &p[si]),
+                k,
+                v,
+                span: *sp,
+                kvd,
+            };
+            let mut dp = vec![0.0f32; total];
+            for head in 0..self.n_heads {
+                let kvh = head / group;
+                for i in 0..t {
+                    let pos = sp.p0 + i;
+                    let (first, visible) = (rule.first_key(pos), pos + 1);
+                    let doi = &datt[(o + i) * qd + head * hd..][..hd];
+                    let at_row = (head * t + i) * total;
+                    let pr = &p[at_row..][..total];
+                    let mut dot = 0.0f32;
+                    for j in first..visible {
+                        let vj = &kv.value(j)[kvh * hd..][..hd];
+                        dp[j] = doi.iter().zip(vj).map(|(a, b)| a * b).sum();
+                        dot += pr[j] * dp[j];
+                        if j >= sp.p0 {
+                            let r = o + j - sp.p0;
+                            let dvj = &mut dv[r * kvd + kvh * hd..][..hd];
+                            let pj = pr[j];
+                            dvj.iter_mut().zip(doi).for_each(|(a, b)| *a += pj * b);
+                        }
+                    }
+                    for j in first..visible {
+                        let mut dsij = pr[j] * (dp[j] - dot) * rule.scale;
+                        if let Some(c) = c {
+                            dsij *= c[at_row + j];
+                        }
+                        if dsij == 0.0 {
+                            continue;
+                        }
+                        let kj = &kv.key(j)[kvh * hd..][..hd];
+                        let dqi = &mut dq[(o + i) * qd + head * hd..][..hd];
+                        dqi.iter_mut().zip(kj).for_each(|(a, b)| *a += dsij * b);
+                        if j >= sp.p0 {
+                            let r = o + j - sp.p0;
+                            let qi = &q[(o + i) * qd + head * hd..][..hd];
+                            let dkj = &mut dk[r * kvd + kvh * hd..][..hd];
+                            dkj.iter_mut().zip(qi).for_each(|(a, b)| *a += dsij * b);
+                        }
+                    }
+                }
+            }
+        }
+        (dq, dk, dv)
+    }
+
+    /// Layer `l`'s FFN of the normed rows `h` with the overlay `ov` (gate scales, down
+    /// scales, added features): its delta, and what its backward pass needs.
+    fn ffn_forward(
+        &self,
+        l: &DenseLayer,
+        ov: Option<&LayerOverlay>,
+        h: &[f32],
+    ) -> (Vec<f32>, FfnTape) {
+        let (d, ff) = (self.hidden, self.ffn);
+        let rows = h.len() / d;
+        let mut g = vec![0.0f32; rows * ff];
+        let mut up = Vec::new();
+        let (wd, down_bias) = match &l.ffn {
+            DenseFfn::Gated {
+                wg,
+                wu,
+                wd,
+                gate_bias,
+                up_bias,
+            } => {
+                up = vec![0.0f32; rows * ff];
+                xwt(h, wg, rows, ff, d, &mut g, false);
+                xwt(h, wu, rows, ff, d, &mut up, false);
+                add_rows(&mut g, gate_bias.as_ref());
+                add_rows(&mut up, up_bias.as_ref());
+                (wd, None)
+            }
+            DenseFfn::Mlp {
+                wu,
+                wd,
+                up_bias,
+                down_bias,
+            } => {
+                xwt(h, wu, rows, ff, d, &mut g, false);
+                add_rows(&mut g, up_bias.as_ref());
+                (wd, down_bias.as_ref())
+            }
+        };
+        let (gs, ds) = scales(ov, ff);
+        let mut a = vec![0.0f32; rows * ff];
+        for (r, (gr, ar)) in g
+            .chunks_exact_mut(ff)
+            .zip(a.chunks_exact_mut(ff))
+            .enumerate()
+        {
+            if let Some(s) = gs {
+                gr.iter_mut().zip(s).for_each(|(v, k)| *v *= k);
+            }
+            for (av, gv) in ar.iter_mut().zip(gr.iter()) {
+                *av = act(self.activation, *gv).0;
+            }
+            if !up.is_empty() {
+                mul_in_place(ar, &up[r * ff..(r + 1) * ff]);
+            }
+            if let Some(s) = ds {
+                ar.iter_mut().zip(s).for_each(|(v, k)| *v *= k);
+            }
+        }
+        let mut out = vec![0.0f32; rows * d];
+        xwt(&a, wd, rows, d, ff, &mut out, false);
+        add_rows(&mut out, down_bias);
         let (mut ga, mut ua) = (Vec::new(), Vec::new());
         if let Some(o) = ov.filter(|o| o.added() > 0) {
             let kk = o.added();
             ga = vec![0.0f32; rows * kk];
             ua = vec![0.0f32; rows * kk];
-            xwt(&h2, &o.gate, rows, kk, d, &mut ga, false);
-            xwt(&h2, &o.up, rows, kk, d, &mut ua, false);
+            xwt(h, &o.gate, rows, kk, d, &mut ga, false);
+            xwt(h, &o.up, rows, kk, d, &mut ua, false);
             add_rows(&mut ga, Some(&o.gate_bias));
             add_rows(&mut ua, Some(&o.up_bias));
             let mut aa = vec![0.0f32; rows * kk];
@@ -826,63 +1390,50 @@ impl DenseTail {
             // `o.down` is `[k × hidden]`: out += aa · down.
             xw(&aa, &o.down, rows, kk, d, &mut out, true);
         }
-        (
-            out,
-            Saved {
-                x,
-                inv1,
-                q,
-                k,
-                v,
-                probs,
-                x2,
-                inv2,
-                g,
-                up,
-                ga,
-                ua,
-            },
-        )
+        (out, FfnTape { g, up, ga, ua })
     }
 
-    fn layer_backward(
+    /// [`DenseTail::ffn_forward`]'s backward pass: ∂/∂h from ∂/∂delta.
+    fn ffn_backward(
         &self,
         l: &DenseLayer,
         ov: Option<&LayerOverlay>,
-        s: &Saved,
-        dout: Vec<f32>,
-        at: Rows<'_>,
-        mut taps: Option<&mut LayerGradients>,
+        t: &FfnTape,
+        dout: &[f32],
     ) -> Vec<f32> {
-        let Rows {
-            spans,
-            prefix,
-            table,
-        } = at;
-        let (d, ff, hd) = (self.hidden, self.ffn, self.head_dim);
-        let (qd, kvd) = (self.n_heads * hd, self.n_kv_heads * hd);
+        let (d, ff) = (self.hidden, self.ffn);
         let rows = dout.len() / d;
-        // FFN block.
         let (gs, ds) = scales(ov, ff);
+        let gated = !t.up.is_empty();
+        let wd = match &l.ffn {
+            DenseFfn::Gated { wd, .. } | DenseFfn::Mlp { wd, .. } => wd,
+        };
+        // ∂/∂(the activations), then ∂/∂up (gated) in place and ∂/∂(gate pre-activation).
         let mut da = vec![0.0f32; rows * ff];
-        xw(&dout, &l.wd, rows, d, ff, &mut da, false);
+        xw(dout, wd, rows, d, ff, &mut da, false);
         let mut dg = vec![0.0f32; rows * ff];
         for r in 0..rows {
             for f in 0..ff {
                 let i = r * ff + f;
-                let dai = da[i] * ds.map_or(1.0, |s| s[f]);
-                let (a, da_dg) = act(self.activation, s.g[i]);
-                dg[i] = dai * s.up[i] * da_dg * gs.map_or(1.0, |s| s[f]);
-                da[i] = dai * a; // now ∂/∂up
+                let dai = da[i] * factor(ds, f);
+                let (a, da_dg) = act(self.activation, t.g[i]);
+                let u = if gated { t.up[i] } else { 1.0 };
+                dg[i] = dai * u * da_dg * factor(gs, f);
+                da[i] = dai * a;
             }
         }
-        let mut dh2 = vec![0.0f32; rows * d];
-        xw(&dg, &l.wg, rows, ff, d, &mut dh2, false);
-        xw(&da, &l.wu, rows, ff, d, &mut dh2, true);
+        let mut dh = vec![0.0f32; rows * d];
+        match &l.ffn {
+            DenseFfn::Gated { wg, wu, .. } => {
+                xw(&dg, wg, rows, ff, d, &mut dh, false);
+                xw(&da, wu, rows, ff, d, &mut dh, true);
+            }
+            DenseFfn::Mlp { wu, .. } => xw(&dg, wu, rows, ff, d, &mut dh, false),
+        }
         if let Some(o) = ov.filter(|o| o.added() > 0) {
             let kk = o.added();
             let mut daa = vec![0.0f32; rows * kk];
-            xwt(&dout, &o.down, rows, kk, d, &mut daa, false);
+            xwt(dout, &o.down, rows, kk, d, &mut daa, false);
             let mut dga = vec![0.0f32; rows * kk];
             for r in 0..rows {
                 for i in 0..kk {
@@ -890,124 +1441,21 @@ impl DenseTail {
                     let dsc = o.down_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
                     let gsc = o.gate_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
                     let dj = daa[j] * dsc;
-                    let (a, da_dg) = act(self.activation, s.ga[j]);
-                    dga[j] = dj * s.ua[j] * da_dg * gsc;
+                    let (a, da_dg) = act(self.activation, t.ga[j]);
+                    dga[j] = dj * t.ua[j] * da_dg * gsc;
                     daa[j] = dj * a;
                 }
             }
-            xw(&dga, &o.gate, rows, kk, d, &mut dh2, true);
-            xw(&daa, &o.up, rows, kk, d, &mut dh2, true);
+            xw(&dga, &o.gate, rows, kk, d, &mut dh, true);
+            xw(&daa, &o.up, rows, kk, d, &mut dh, true);
         }
-        if let Some(t) = taps.as_deref_mut() {
-            t.resid_post = dout.clone();
-        }
-        let mut dx2 = dout;
-        rmsnorm_back(&s.x2, &s.inv2, &l.ffn_norm, &dh2, &mut dx2);
-        // Attention block.
-        let mut datt = vec![0.0f32; rows * qd];
-        xw(&dx2, &l.wo, rows, d, qd, &mut datt, false);
-        if let Some(t) = taps.as_deref_mut() {
-            t.resid_mid = dx2.clone();
-            t.head_outputs = datt.clone();
-        }
-        let group = self.n_heads / self.n_kv_heads.max(1);
-        let scale = 1.0 / (hd as f32).sqrt();
-        let mut dq = vec![0.0f32; rows * qd];
-        let mut dk = vec![0.0f32; rows * kvd];
-        let mut dv = vec![0.0f32; rows * kvd];
-        for (si, (sp, p)) in spans.iter().zip(&s.probs).enumerate() {
-            let (o, t, total) = (sp.row, sp.len, sp.p0 + sp.len);
-            let kv = KvRows {
-                prefix: prefix.map(|p| &p[si]),
-                k: &s.k,
-                v: &s.v,
-                span: *sp,
-                kvd,
-            };
-            let mut dp = vec![0.0f32; total];
-            for head in 0..self.n_heads {
-                let kvh = head / group;
-                for i in 0..t {
-                    let visible = sp.p0 + i + 1;
-                    let doi = &datt[(o + i) * qd + head * hd..][..hd];
-                    let pr = &p[(head * t + i) * total..][..total];
-                    let mut dot = 0.0f32;
-                    for j in 0..visible {
-                        let vj = &kv.value(j)[kvh * hd..][..hd];
-                        dp[j] = doi.iter().zip(vj).map(|(a, b)| a * b).sum();
-                        dot += pr[j] * dp[j];
-                        if j >= sp.p0 {
-                            let r = o + j - sp.p0;
-                            let dvj = &mut dv[r * kvd + kvh * hd..][..hd];
-                            dvj.iter_mut().zip(doi).for_each(|(a, b)| *a += pr[j] * b);
-                        }
-                    }
-                    for j in 0..visible {
-                        let dsij = pr[j] * (dp[j] - dot) * scale;
-                        if dsij == 0.0 {
-                            continue;
-                        }
-                        let kj = &kv.key(j)[kvh * hd..][..hd];
-                        let dqi = &mut dq[(o + i) * qd + head * hd..][..hd];
-                        dqi.iter_mut().zip(kj).for_each(|(a, b)| *a += dsij * b);
-                        if j >= sp.p0 {
-                            let r = o + j - sp.p0;
-                            let qi = &s.q[(o + i) * qd + head * hd..][..hd];
-                            let dkj = &mut dk[r * kvd + kvh * hd..][..hd];
-                            dkj.iter_mut().zip(qi).for_each(|(a, b)| *a += dsij * b);
-                        }
-                    }
-                }
-            }
-        }
-        // The rotation's transpose is the rotation by the opposite angle.
-        let back = RopeTable {
-            half: table.half,
-            cos: table.cos.clone(),
-            sin: table.sin.iter().map(|v| -v).collect(),
-        };
-        for sp in spans {
-            let (a, b) = (sp.row, sp.row + sp.len);
-            rope_from(
-                &mut dq[a * qd..b * qd],
-                sp.p0,
-                self.n_heads,
-                hd,
-                &back,
-                self.pairing,
-            );
-            rope_from(
-                &mut dk[a * kvd..b * kvd],
-                sp.p0,
-                self.n_kv_heads,
-                hd,
-                &back,
-                self.pairing,
-            );
-        }
-        let mut dh = vec![0.0f32; rows * d];
-        xw(&dq, &l.wq, rows, qd, d, &mut dh, false);
-        xw(&dk, &l.wk, rows, kvd, d, &mut dh, true);
-        xw(&dv, &l.wv, rows, kvd, d, &mut dh, true);
-        let mut dx = dx2;
-        rmsnorm_back(&s.x, &s.inv1, &l.attn_norm, &dh, &mut dx);
-        if let Some(t) = taps {
-            t.resid_pre = dx.clone();
-        }
-        dx
+        dh
     }
 }
 
-/// The overlay's gate and down scales of the base features, when it has them.
-fn scales(ov: Option<&LayerOverlay>, ff: usize) -> (Option<&[f32]>, Option<&[f32]>) {
-    (
-        ov.and_then(|o| first(o.gate_scale.as_ref(), ff)),
-        ov.and_then(|o| first(o.down_scale.as_ref(), ff)),
-    )
-}
-
-fn first(s: Option<&Vec<f32>>, n: usize) -> Option<&[f32]> {
-    s.filter(|s| s.len() >= n).map(|s| &s[..n])
+/// `a[i] *= b[i]`.
+fn mul_in_place(a: &mut [f32], b: &[f32]) {
+    a.iter_mut().zip(b).for_each(|(x, y)| *x *= y);
 }
 
 /// How [`optimise`] searches for a value.
