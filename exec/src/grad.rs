@@ -468,14 +468,19 @@ struct FfnTape {
     g: Vec<f32>,
     /// A gated FFN's up projections (empty for an MLP).
     up: Vec<f32>,
-    /// The overlay's added features' gate-scaled gate pre-activations and up projections
-    /// (`[rows × added]`; empty without them).
+}
+
+/// What an `Added` step's forward pass keeps: the overlay's added features' gate-scaled
+/// gate pre-activations and up projections (`[rows × added]`).
+struct AddedTape {
     ga: Vec<f32>,
     ua: Vec<f32>,
 }
 
 /// What one step's forward pass keeps for its backward pass.
 enum Tape {
+    /// An `Added` step's added features.
+    Added(AddedTape),
     /// Nothing: the step's backward reads only weights (or the step did nothing).
     None,
     /// A norm's input and each row's inverse deviation (`Norm`, `PostNorm`).
@@ -1025,6 +1030,10 @@ impl DenseTail {
                     b.ffn_delta = out;
                     Tape::Ffn(t)
                 }
+                Step::Added => match self.added_forward(ov, &b.h, &mut b.ffn_delta) {
+                    Some(t) => Tape::Added(t),
+                    None => Tape::None,
+                },
                 Step::Residual(sub) => {
                     add_in_place(x, b.delta(sub));
                     Tape::None
@@ -1064,7 +1073,19 @@ impl DenseTail {
                         }
                     }
                 }
-                (Step::Ffn, Tape::Ffn(t)) => g.h = self.ffn_backward(l, ov, t, &g.ffn_delta),
+                // The FFN's input gets the added features' gradient (walked first, being
+                // later in the layer; none without them) and the FFN's own.
+                (Step::Added, Tape::Added(t)) => {
+                    g.h = self.added_backward(ov, t, &g.ffn_delta);
+                }
+                (Step::Added, _) => g.h = Vec::new(),
+                (Step::Ffn, Tape::Ffn(t)) => {
+                    let mut dh = self.ffn_backward(l, ov, t, &g.ffn_delta);
+                    if !g.h.is_empty() {
+                        add_in_place(&mut dh, &g.h);
+                    }
+                    g.h = dh;
+                }
                 (Step::PostNorm(sub), Tape::Norm { x, inv }) => {
                     if let Some(w) = l.post_norm(sub) {
                         let mut dpre = vec![0.0f32; x.len()];
@@ -1369,28 +1390,7 @@ impl DenseTail {
         let mut out = vec![0.0f32; rows * d];
         xwt(&a, wd, rows, d, ff, &mut out, false);
         add_rows(&mut out, down_bias);
-        let (mut ga, mut ua) = (Vec::new(), Vec::new());
-        if let Some(o) = ov.filter(|o| o.added() > 0) {
-            let kk = o.added();
-            ga = vec![0.0f32; rows * kk];
-            ua = vec![0.0f32; rows * kk];
-            xwt(h, &o.gate, rows, kk, d, &mut ga, false);
-            xwt(h, &o.up, rows, kk, d, &mut ua, false);
-            add_rows(&mut ga, Some(&o.gate_bias));
-            add_rows(&mut ua, Some(&o.up_bias));
-            let mut aa = vec![0.0f32; rows * kk];
-            for r in 0..rows {
-                for i in 0..kk {
-                    let j = r * kk + i;
-                    ga[j] *= o.gate_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
-                    let dsc = o.down_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
-                    aa[j] = act(self.activation, ga[j]).0 * ua[j] * dsc;
-                }
-            }
-            // `o.down` is `[k × hidden]`: out += aa · down.
-            xw(&aa, &o.down, rows, kk, d, &mut out, true);
-        }
-        (out, FfnTape { g, up, ga, ua })
+        (out, FfnTape { g, up })
     }
 
     /// [`DenseTail::ffn_forward`]'s backward pass: ∂/∂h from ∂/∂delta.
@@ -1430,25 +1430,65 @@ impl DenseTail {
             }
             DenseFfn::Mlp { wu, .. } => xw(&dg, wu, rows, ff, d, &mut dh, false),
         }
-        if let Some(o) = ov.filter(|o| o.added() > 0) {
-            let kk = o.added();
-            let mut daa = vec![0.0f32; rows * kk];
-            xwt(dout, &o.down, rows, kk, d, &mut daa, false);
-            let mut dga = vec![0.0f32; rows * kk];
-            for r in 0..rows {
-                for i in 0..kk {
-                    let j = r * kk + i;
-                    let dsc = o.down_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
-                    let gsc = o.gate_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
-                    let dj = daa[j] * dsc;
-                    let (a, da_dg) = act(self.activation, t.ga[j]);
-                    dga[j] = dj * t.ua[j] * da_dg * gsc;
-                    daa[j] = dj * a;
-                }
+        dh
+    }
+
+    /// The overlay's added features of the FFN input rows `h`, added to `delta`
+    /// ([`Step::Added`]); what their backward pass needs (none without them).
+    fn added_forward(
+        &self,
+        ov: Option<&LayerOverlay>,
+        h: &[f32],
+        delta: &mut [f32],
+    ) -> Option<AddedTape> {
+        let o = ov.filter(|o| o.added() > 0)?;
+        let (d, kk) = (self.hidden, o.added());
+        let rows = h.len() / d;
+        let mut ga = vec![0.0f32; rows * kk];
+        let mut ua = vec![0.0f32; rows * kk];
+        xwt(h, &o.gate, rows, kk, d, &mut ga, false);
+        xwt(h, &o.up, rows, kk, d, &mut ua, false);
+        add_rows(&mut ga, Some(&o.gate_bias));
+        add_rows(&mut ua, Some(&o.up_bias));
+        let mut aa = vec![0.0f32; rows * kk];
+        for r in 0..rows {
+            for i in 0..kk {
+                let j = r * kk + i;
+                ga[j] *= o.gate_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
+                let dsc = o.down_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
+                aa[j] = act(self.activation, ga[j]).0 * ua[j] * dsc;
             }
-            xw(&dga, &o.gate, rows, kk, d, &mut dh, true);
-            xw(&daa, &o.up, rows, kk, d, &mut dh, true);
         }
+        // `o.down` is `[k × hidden]`: delta += aa · down.
+        xw(&aa, &o.down, rows, kk, d, delta, true);
+        Some(AddedTape { ga, ua })
+    }
+
+    /// [`DenseTail::added_forward`]'s backward pass: ∂/∂h from ∂/∂delta.
+    fn added_backward(&self, ov: Option<&LayerOverlay>, t: &AddedTape, dout: &[f32]) -> Vec<f32> {
+        let d = self.hidden;
+        let rows = dout.len() / d;
+        let mut dh = vec![0.0f32; rows * d];
+        let Some(o) = ov.filter(|o| o.added() > 0) else {
+            return dh;
+        };
+        let kk = o.added();
+        let mut daa = vec![0.0f32; rows * kk];
+        xwt(dout, &o.down, rows, kk, d, &mut daa, false);
+        let mut dga = vec![0.0f32; rows * kk];
+        for r in 0..rows {
+            for i in 0..kk {
+                let j = r * kk + i;
+                let dsc = o.down_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
+                let gsc = o.gate_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
+                let dj = daa[j] * dsc;
+                let (a, da_dg) = act(self.activation, t.ga[j]);
+                dga[j] = dj * t.ua[j] * da_dg * gsc;
+                daa[j] = dj * a;
+            }
+        }
+        xw(&dga, &o.gate, rows, kk, d, &mut dh, false);
+        xw(&daa, &o.up, rows, kk, d, &mut dh, true);
         dh
     }
 }

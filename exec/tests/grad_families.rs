@@ -256,7 +256,7 @@ fn check(family: &str, what: &str, state: Arc<dyn OperandSource>, first: usize) 
     };
     let dir = values(seg.start.len(), 5, 1.0);
     let len = dir.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let h = 5e-2 * scale * (IDS.len() as f32).sqrt() / len;
+    let h = 1e-2 * scale * (IDS.len() as f32).sqrt() / len;
     let fd = (metric(h, &dir) - metric(-h, &dir)) / (2.0 * h as f64);
     let g0 = &grads[0].resid_pre;
     let an: f64 = g0.iter().zip(&dir).map(|(a, b)| (a * b) as f64).sum();

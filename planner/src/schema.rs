@@ -708,7 +708,7 @@ const SHOW_ARCHITECTURES: Spec = &[
     ("hf_class", Text, "the Hugging Face `architectures[0]` class opened as this family, NULL when folders of it are not read yet"),
     ("execute", Bool, "INFER, GENERATE, TRACE run it"),
     ("browse", Bool, "WALK, DESCRIBE and SELECT FROM features read its features"),
-    ("edit", Text, "which INSERT forms edit it: `AT LAYER, subject write`, `AT LAYER`, or `no` (refused by name)"),
+    ("edit", Text, "which INSERT forms edit it: `AT LAYER, subject write` (a dense block), or `AT LAYER` (banks of experts: the subject write's gradient pass refuses them by name)"),
     ("gpu", Bool, "the GPU backend runs it (dense files of the family)"),
     ("moe", Bool, "its FFNs may be banks of experts"),
 ];

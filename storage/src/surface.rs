@@ -221,14 +221,7 @@ impl BlockSpec {
         learned_positions: false,
     };
 
-    /// Whether INSERT's added features reach the residual stream as computed: true unless
-    /// a norm follows the FFN (it would rescale the added feature with the rest).
-    pub fn takes_edits(&self) -> bool {
-        matches!(self.placement, NormPlacement::Pre | NormPlacement::Parallel)
-    }
-
-    /// Whether this is the plain llama block (what the GPU backend and the gradient pass
-    /// run today).
+    /// Whether this is the plain llama block.
     pub fn is_plain(&self) -> bool {
         *self == BlockSpec::default()
     }

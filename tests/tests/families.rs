@@ -116,6 +116,14 @@ fn trace_contributions_add_up_to_the_logit() {
     }
 }
 
+/// The most likely next token after `prompt`.
+fn top_token(c: &Connection, prompt: &str) -> String {
+    let top = c
+        .execute(&format!("INFER {} TOP 1", lql::quote(prompt)))
+        .unwrap();
+    top.row(0).unwrap().get("token").unwrap()
+}
+
 fn golden_cap(family: &str) -> f64 {
     if family == "gemma2" {
         30.0
@@ -136,11 +144,99 @@ fn insert_at_a_layer_makes_the_prompt_give_its_target() {
         if let Err(e) = &r {
             panic!("{family}: INSERT: {e}");
         }
-        let top = c
-            .execute(&format!("INFER {} TOP 1", lql::quote(prompt)))
+        assert_eq!(top_token(&c, prompt), " the", "{family}: the edit's target");
+    }
+}
+
+/// An INSERT without AT LAYER (the subject write, its value optimised through the layers
+/// above by the gradient pass, then the last-token feature) edits every dense family; on a
+/// bank model the gradient pass is refused by name, pointing at AT LAYER.
+#[test]
+fn insert_with_the_subject_write_makes_the_prompt_give_its_target() {
+    let prompt = "The quick brown fox jumps over the lazy";
+    let insert = format!(
+        "INSERT INTO edges (entity, relation, target, prompt) VALUES ('fox', 'jumps_over', ' the', {})",
+        lql::quote(prompt)
+    );
+    for family in FAMILIES {
+        let c = conn(family);
+        let r = c.execute(&insert);
+        if family == "qwen3moe" {
+            let e = r.unwrap_err();
+            let text = format!("{e} {}", e.help.join(" "));
+            assert!(
+                text.contains("not supported yet") && text.contains("bank of experts"),
+                "{family}: {text}"
+            );
+            assert!(text.contains("AT LAYER"), "{family}: {text}");
+            continue;
+        }
+        let detail: String = r
+            .unwrap_or_else(|e| panic!("{family}: INSERT: {e}"))
+            .row(0)
+            .unwrap()
+            .get("detail")
             .unwrap();
-        let token: String = top.row(0).unwrap().get("token").unwrap();
-        assert_eq!(token, " the", "{family}: the edit's target");
+        assert!(detail.contains("(subject)"), "{family}: {detail}");
+        assert_eq!(top_token(&c, prompt), " the", "{family}: the edit's target");
+    }
+}
+
+/// An edit of a block whose added features cannot be FFN rows (a norm after the FFN, an FFN
+/// without a gate, banks of experts) is kept as a patch: BEGIN PATCH … SAVE PATCH writes it
+/// and APPLY PATCH on a fresh connection gives the same logits, while COMPILE, which folds
+/// edits into the FFN tensors, refuses by name and writes nothing.
+#[test]
+fn edits_that_cannot_be_folded_are_kept_as_patches() {
+    let prompt = "The quick brown fox jumps over the lazy";
+    let dir = tempfile::tempdir().unwrap();
+    for (family, why) in [
+        ("gemma2", "a norm follows its FFN"),
+        ("olmo2", "a norm follows its FFN"),
+        ("gpt2", "has no gate"),
+        ("qwen3moe", "banks of experts"),
+    ] {
+        let c = conn(family);
+        let patch = dir.path().join(format!("{family}.lqlpatch"));
+        let patch = lql::quote(&patch.to_string_lossy());
+        c.execute(&format!("BEGIN PATCH {patch}")).unwrap();
+        c.execute(&format!(
+            "INSERT INTO edges (entity, relation, target, prompt) VALUES ('fox', 'jumps_over', ' the', {}) AT LAYER 1",
+            lql::quote(prompt)
+        ))
+        .unwrap_or_else(|e| panic!("{family}: INSERT: {e}"));
+        c.execute("SAVE PATCH")
+            .unwrap_or_else(|e| panic!("{family}: SAVE PATCH: {e}"));
+        let out = dir.path().join(format!("{family}.gguf"));
+        let e = c
+            .execute(&format!(
+                "COMPILE CURRENT INTO GGUF {}",
+                lql::quote(&out.to_string_lossy())
+            ))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("not supported yet") && e.contains(family) && e.contains(why),
+            "{family}: {e}"
+        );
+        assert!(!out.exists(), "{family}: COMPILE wrote {}", out.display());
+        let infer = format!("INFER {} TOP 3", lql::quote(prompt));
+        let edited = c.execute(&infer).unwrap();
+        let fresh = conn(family);
+        fresh.execute(&format!("APPLY PATCH {patch}")).unwrap();
+        let applied = fresh.execute(&infer).unwrap();
+        for i in 0..3 {
+            assert_eq!(
+                f(&edited, i, "logit"),
+                f(&applied, i, "logit"),
+                "{family}: the applied patch's logits"
+            );
+        }
+        assert_eq!(
+            applied.row(0).unwrap().get::<_, String>("token").unwrap(),
+            " the",
+            "{family}"
+        );
     }
 }
 
@@ -183,10 +279,19 @@ fn show_architectures_lists_every_family() {
         .get::<_, String>("block")
         .unwrap()
         .contains("softcap"));
-    assert_eq!(gemma2.get::<_, String>("edit").unwrap(), "no");
+    assert_eq!(
+        gemma2.get::<_, String>("edit").unwrap(),
+        "AT LAYER, subject write"
+    );
     assert!(gemma2.get::<_, bool>("gpu").unwrap());
-    assert_eq!(row("gpt2").get::<_, String>("edit").unwrap(), "AT LAYER");
-    assert_eq!(row("qwen3moe").get::<_, String>("edit").unwrap(), "no");
+    assert_eq!(
+        row("gpt2").get::<_, String>("edit").unwrap(),
+        "AT LAYER, subject write"
+    );
+    assert_eq!(
+        row("qwen3moe").get::<_, String>("edit").unwrap(),
+        "AT LAYER"
+    );
     assert!(row("qwen3moe").get::<_, bool>("moe").unwrap());
     let like = c.execute("SHOW ARCHITECTURES LIKE 'qwen%'").unwrap();
     assert_eq!(like.len(), 4);

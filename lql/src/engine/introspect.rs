@@ -78,9 +78,9 @@ fn show_architectures(cx: &Cx<'_>) -> Rows {
     let mut rows = Rows::new(cx.result_columns());
     for f in FAMILIES {
         let features = f.nominal.features();
-        let edit = if !f.takes_edits() {
-            "no"
-        } else if f.plain() {
+        // INSERT's added features sit beside every FFN (after a post-FFN norm); the subject
+        // write's gradient pass runs every dense block.
+        let edit = if f.subject_write() {
             "AT LAYER, subject write"
         } else {
             "AT LAYER"

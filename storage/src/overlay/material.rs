@@ -482,10 +482,7 @@ fn unfoldable(base: &Model) -> Option<&'static str> {
         NormPlacement::Sandwich | NormPlacement::Post
     ) {
         Some("a norm follows its FFN, and an added feature writes after that norm, where the FFN has no rows")
-    } else if base
-        .operand(OperandKey::layer(0, Role::FfnGate))
-        .is_none()
-    {
+    } else if base.operand(OperandKey::layer(0, Role::FfnGate)).is_none() {
         Some("its FFN has no gate, and an added feature is gated")
     } else {
         None

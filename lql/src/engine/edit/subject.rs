@@ -453,7 +453,13 @@ fn dense_tail(cx: &mut Cx<'_>, first: usize) -> Result<Arc<DenseTail>> {
     let exec = cx.executor()?;
     let shared = cx.bound()?.shared.clone();
     let base: Arc<dyn lql_storage::OperandSource> = shared.model.clone();
-    shared.dense_tail(first, || {
-        Ok(DenseTail::new(base.as_ref(), exec.plan(), first)?)
-    })
+    shared
+        .dense_tail(first, || {
+            Ok(DenseTail::new(base.as_ref(), exec.plan(), first)?)
+        })
+        .map_err(|e| {
+            e.with_help(
+                "INSERT … AT LAYER n writes the last-token feature alone, without the subject write",
+            )
+        })
 }

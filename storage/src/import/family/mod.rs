@@ -78,15 +78,10 @@ impl Family {
         block: plain,
     };
 
-    /// Whether INSERT's added features can edit this family (dense, no norm after the FFN).
-    pub fn takes_edits(&self) -> bool {
-        !self.experts_required && self.nominal.takes_edits()
-    }
-
-    /// Whether the subject write's gradient pass runs this family's block (the plain llama
-    /// block, dense).
-    pub fn plain(&self) -> bool {
-        !self.experts_required && self.nominal.is_plain()
+    /// Whether the subject write's gradient pass runs this family's block: every dense
+    /// block (the pass runs each layer's steps; a bank of experts is refused).
+    pub fn subject_write(&self) -> bool {
+        !self.experts_required
     }
 }
 

@@ -568,10 +568,7 @@ const LLAMA_FIELDS: Naming = Naming {
 /// and projector are not read.
 static GEMMA3_MULTIMODAL: Naming = Naming {
     name: sandwich_name,
-    prefixes: &[
-        ("model.language_model.", "model."),
-        ("language_model.", ""),
-    ],
+    prefixes: &[("model.language_model.", "model."), ("language_model.", "")],
     other_parts: &[
         "vision_tower.",
         "multi_modal_projector.",
