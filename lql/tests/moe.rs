@@ -632,13 +632,16 @@ fn describe_reads_expert_features() {
     }
 }
 
-/// Edits of expert features are not built: INSERT, DELETE and UPDATE refuse by name
-/// rather than edit nothing.
+/// Scaling expert features is not built: DELETE and UPDATE of features refuse by name
+/// rather than edit nothing. INSERT's added features sit beside the bank: AT LAYER edits.
 #[test]
-fn editing_experts_refuses_by_name() {
+fn scaling_expert_features_refuses_by_name() {
     let (_dir, conn) = open_with_tokenizer();
+    let r = conn
+        .execute("INSERT INTO edges (entity, relation, target) VALUES ('ab', 'r', 'c') AT LAYER 1")
+        .unwrap();
+    assert_eq!(r.row(0).unwrap().get::<_, i64>("edits").unwrap(), 1);
     for q in [
-        "INSERT INTO edges (entity, relation, target) VALUES ('ab', 'r', 'c')",
         "DELETE FROM features WHERE layer = 1 AND feature = 3 AND expert = 2",
         "UPDATE features SET gate_scale = 2.0 WHERE layer = 1 AND feature = 3",
     ] {
