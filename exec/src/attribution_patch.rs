@@ -25,7 +25,6 @@ use crate::activation_patch::{self as ap, Cell, Noise, Recording};
 use crate::error::{ExecError, Result};
 use crate::grad::{DenseTail, LayerGradients};
 use crate::observer::Site;
-use crate::plan::FfnPlan;
 use crate::session::{Executor, Logits};
 
 /// The corrupted run's metric inputs and every cell's estimated change of the metric.
@@ -54,15 +53,6 @@ pub fn attribute(
 ) -> Result<Attribution> {
     let plan = exec.plan();
     let s = &plan.surface;
-    if plan
-        .layers
-        .iter()
-        .any(|l| matches!(l.ffn, FfnPlan::Bank(_)))
-    {
-        return Err(ExecError::Unsupported(
-            "attribution patching through a bank of experts; patch BY RUNS instead".into(),
-        ));
-    }
     let mut sites: Vec<Site> = cells.iter().map(|c| c.site).collect();
     sites.push(Site::ResidPre);
     sites.sort();

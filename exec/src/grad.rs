@@ -17,7 +17,12 @@
 //! (a [`Tape`] entry per step), and the backward pass walks the steps in reverse. Each kind
 //! of step has one forward and one backward here; which steps a layer has, and in which
 //! order, comes from the plan alone, so no family or norm placement is named in this file.
-//! A bank of experts has no backward yet ([`DenseTail::new`] refuses it).
+//! A bank of experts runs as the host's bank programme does (router, selection, the chosen
+//! experts' gated FFNs, the shared expert); its backward treats each row's chosen experts
+//! as fixed (the selection is piecewise constant, as in any autodiff framework) and
+//! differentiates through the chosen experts, their routing weights (the selection's
+//! softmax or normalisation) back into the router logits, and the shared expert and its
+//! gate.
 //!
 //! A [`DenseTail`] holds the base operands of those layers decoded to f32 once (the head
 //! too), so each step is a few GEMMs (faer) over the rows of every prompt at once; the
@@ -30,13 +35,14 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use lql_storage::model::{OperandKey, OperandSource, TensorView};
 use lql_storage::overlay::LayerOverlay;
-use lql_storage::surface::{Activation, NormKind, RopePairing};
+use lql_storage::surface::{Activation, ExpertSelection, NormKind, RopePairing};
 
 use crate::backend::{encoded, AttnRule};
 use crate::block::attn_rule;
 use crate::error::{ExecError, Result};
-use crate::kernels::{add_in_place, rope_from, RopeTable};
-use crate::plan::{FfnPlan, LayerPlan, Plan, RopeSpec};
+use crate::ffn::select;
+use crate::kernels::{add_in_place, exp, rope_from, RopeTable};
+use crate::plan::{BankPlan, FfnPlan, LayerPlan, Plan, RopeSpec};
 use crate::program::{Step, Sub};
 
 /// A norm's weights: LayerNorm with its bias, or RMSNorm (`bias` none), as
@@ -80,6 +86,76 @@ enum DenseFfn {
         up_bias: Option<Vec<f32>>,
         down_bias: Option<Vec<f32>>,
     },
+    /// A bank of routed experts and its optional shared expert ([`FfnPlan::Bank`]).
+    Bank(BankFfn),
+}
+
+/// A bank of routed experts, decoded to f32: `router` `[n_experts × hidden]`, expert `e`'s
+/// gate and up `[expert_ffn × hidden]` at `e · expert_ffn · hidden` of `wg`/`wu`, its down
+/// `[hidden × expert_ffn]` at `e · hidden · expert_ffn` of `wd`.
+struct BankFfn {
+    router: Vec<f32>,
+    wg: Vec<f32>,
+    wu: Vec<f32>,
+    wd: Vec<f32>,
+    n_experts: usize,
+    n_used: usize,
+    expert_ffn: usize,
+    selection: ExpertSelection,
+    shared: Option<SharedFfn>,
+}
+
+/// The shared expert every row runs through: a gated FFN of width `ffn`, its output
+/// scaled by `sigmoid(gate_inp · h)` where it has that gate.
+struct SharedFfn {
+    wg: Vec<f32>,
+    wu: Vec<f32>,
+    wd: Vec<f32>,
+    ffn: usize,
+    gate_inp: Option<Vec<f32>>,
+}
+
+impl BankFfn {
+    fn new(source: &dyn OperandSource, b: &BankPlan) -> Result<BankFfn> {
+        let shared = match &b.shared {
+            Some(sh) => Some(SharedFfn {
+                wg: decode(source, sh.gate)?.0,
+                wu: decode(source, sh.up)?.0,
+                wd: decode(source, sh.down)?.0,
+                ffn: sh.ffn,
+                gate_inp: sh.gate_inp.clone(),
+            }),
+            None => None,
+        };
+        Ok(BankFfn {
+            router: decode(source, b.router)?.0,
+            wg: decode(source, b.gate)?.0,
+            wu: decode(source, b.up)?.0,
+            wd: decode(source, b.down)?.0,
+            n_experts: b.n_experts,
+            n_used: b.n_used,
+            expert_ffn: b.expert_ffn,
+            selection: b.selection,
+            shared,
+        })
+    }
+
+    fn floats(&self) -> usize {
+        let shared = self.shared.as_ref().map_or(0, |s| {
+            s.wg.len() + s.wu.len() + s.wd.len() + opt_len(&s.gate_inp)
+        });
+        self.router.len() + self.wg.len() + self.wu.len() + self.wd.len() + shared
+    }
+
+    /// Expert `e`'s gate, up (`[expert_ffn × hidden]`) and down (`[hidden × expert_ffn]`).
+    fn expert(&self, e: usize) -> (&[f32], &[f32], &[f32]) {
+        let n = self.expert_ffn * (self.router.len() / self.n_experts);
+        (
+            &self.wg[e * n..(e + 1) * n],
+            &self.wu[e * n..(e + 1) * n],
+            &self.wd[e * n..(e + 1) * n],
+        )
+    }
 }
 
 /// One layer: its steps and the operands they read, decoded to f32 (`[out × in]`
@@ -138,6 +214,7 @@ impl DenseLayer {
                 up_bias,
                 down_bias,
             } => wu.len() + wd.len() + opt_len(up_bias) + opt_len(down_bias),
+            DenseFfn::Bank(b) => b.floats(),
         };
         self.attn_norm.floats()
             + self.ffn_norm.floats()
@@ -505,6 +582,40 @@ enum Tape {
         caps: Vec<Vec<f32>>,
     },
     Ffn(FfnTape),
+    Bank(BankTape),
+}
+
+/// What a bank's forward pass keeps: the router logits, each row's chosen experts and
+/// weights, each computed expert's rows, and the shared expert's.
+struct BankTape {
+    /// `[rows × n_experts]`.
+    logits: Vec<f32>,
+    /// Row `t`'s chosen `(expert, weight)` at `t · n_used ..`.
+    chosen: Vec<(usize, f32)>,
+    experts: Vec<ExpertTape>,
+    shared: Option<SharedTape>,
+}
+
+/// One routed expert over the rows that chose it.
+struct ExpertTape {
+    e: usize,
+    /// Indices into [`BankTape::chosen`] (row `slot / n_used`).
+    slots: Vec<usize>,
+    /// Gate pre-activations and up projections, `[m × expert_ffn]`.
+    g: Vec<f32>,
+    up: Vec<f32>,
+    /// The expert's output before its routing weight, `[m × hidden]`.
+    y: Vec<f32>,
+}
+
+/// The shared expert over every row.
+struct SharedTape {
+    g: Vec<f32>,
+    up: Vec<f32>,
+    /// Its output before its gate, `[rows × hidden]`.
+    y: Vec<f32>,
+    /// Each row's gate (1 without one).
+    sigma: Vec<f32>,
 }
 
 /// The buffers the steps name ([`crate::program`]): `h` the sub-block's input, `q`/`k`/`v`,
@@ -567,12 +678,7 @@ impl DenseTail {
                     up_bias: up_bias.clone(),
                     down_bias: down_bias.clone(),
                 },
-                FfnPlan::Bank(_) => {
-                    return Err(ExecError::Unsupported(format!(
-                        "gradients through a bank of experts (layer {} of the {} model)",
-                        lp.index, s.source_architecture
-                    )))
-                }
+                FfnPlan::Bank(b) => DenseFfn::Bank(BankFfn::new(source, b)?),
             };
             layers.push(Self::layer(source, plan, lp, kind, ffn)?);
         }
@@ -1028,7 +1134,7 @@ impl DenseTail {
                 Step::Ffn => {
                     let (out, t) = self.ffn_forward(l, ov, &b.h);
                     b.ffn_delta = out;
-                    Tape::Ffn(t)
+                    t
                 }
                 Step::Added => match self.added_forward(ov, &b.h, &mut b.ffn_delta) {
                     Some(t) => Tape::Added(t),
@@ -1079,7 +1185,7 @@ impl DenseTail {
                     g.h = self.added_backward(ov, t, &g.ffn_delta);
                 }
                 (Step::Added, _) => g.h = Vec::new(),
-                (Step::Ffn, Tape::Ffn(t)) => {
+                (Step::Ffn, t @ (Tape::Ffn(_) | Tape::Bank(_))) => {
                     let mut dh = self.ffn_backward(l, ov, t, &g.ffn_delta);
                     if !g.h.is_empty() {
                         add_in_place(&mut dh, &g.h);
@@ -1336,7 +1442,7 @@ impl DenseTail {
         l: &DenseLayer,
         ov: Option<&LayerOverlay>,
         h: &[f32],
-    ) -> (Vec<f32>, FfnTape) {
+    ) -> (Vec<f32>, Tape) {
         let (d, ff) = (self.hidden, self.ffn);
         let rows = h.len() / d;
         let mut g = vec![0.0f32; rows * ff];
@@ -1366,6 +1472,10 @@ impl DenseTail {
                 add_rows(&mut g, up_bias.as_ref());
                 (wd, down_bias.as_ref())
             }
+            DenseFfn::Bank(bank) => {
+                let (out, t) = self.bank_forward(bank, h);
+                return (out, Tape::Bank(t));
+            }
         };
         let (gs, ds) = scales(ov, ff);
         let mut a = vec![0.0f32; rows * ff];
@@ -1390,7 +1500,7 @@ impl DenseTail {
         let mut out = vec![0.0f32; rows * d];
         xwt(&a, wd, rows, d, ff, &mut out, false);
         add_rows(&mut out, down_bias);
-        (out, FfnTape { g, up })
+        (out, Tape::Ffn(FfnTape { g, up }))
     }
 
     /// [`DenseTail::ffn_forward`]'s backward pass: ∂/∂h from ∂/∂delta.
@@ -1398,16 +1508,18 @@ impl DenseTail {
         &self,
         l: &DenseLayer,
         ov: Option<&LayerOverlay>,
-        t: &FfnTape,
+        tape: &Tape,
         dout: &[f32],
     ) -> Vec<f32> {
         let (d, ff) = (self.hidden, self.ffn);
         let rows = dout.len() / d;
+        let (wd, t) = match (&l.ffn, tape) {
+            (DenseFfn::Bank(bank), Tape::Bank(t)) => return self.bank_backward(bank, t, dout),
+            (DenseFfn::Gated { wd, .. } | DenseFfn::Mlp { wd, .. }, Tape::Ffn(t)) => (wd, t),
+            _ => unreachable!("an FFN step keeps the tape of its own kind"),
+        };
         let (gs, ds) = scales(ov, ff);
         let gated = !t.up.is_empty();
-        let wd = match &l.ffn {
-            DenseFfn::Gated { wd, .. } | DenseFfn::Mlp { wd, .. } => wd,
-        };
         // ∂/∂(the activations), then ∂/∂up (gated) in place and ∂/∂(gate pre-activation).
         let mut da = vec![0.0f32; rows * ff];
         xw(dout, wd, rows, d, ff, &mut da, false);
@@ -1429,6 +1541,191 @@ impl DenseTail {
                 xw(&da, wu, rows, ff, d, &mut dh, true);
             }
             DenseFfn::Mlp { wu, .. } => xw(&dg, wu, rows, ff, d, &mut dh, false),
+            DenseFfn::Bank(_) => {}
+        }
+        dh
+    }
+
+    /// A bank's delta of the FFN input rows `h`, as the host's bank programme computes it
+    /// (`crate::ffn`): router logits, each row's selection, each chosen expert's gated FFN
+    /// over the rows that chose it, weighted, plus the shared expert scaled by its gate.
+    fn bank_forward(&self, b: &BankFfn, h: &[f32]) -> (Vec<f32>, BankTape) {
+        let d = self.hidden;
+        let rows = h.len() / d;
+        let (ne, k, ef) = (b.n_experts, b.n_used, b.expert_ffn);
+        let mut logits = vec![0.0f32; rows * ne];
+        xwt(h, &b.router, rows, ne, d, &mut logits, false);
+        let mut chosen = Vec::with_capacity(rows * k);
+        for z in logits.chunks_exact(ne) {
+            select(b.selection, z, k, &mut chosen);
+        }
+        let mut out = vec![0.0f32; rows * d];
+        let mut experts = Vec::new();
+        for e in 0..ne {
+            let slots: Vec<usize> = (0..chosen.len()).filter(|&s| chosen[s].0 == e).collect();
+            if slots.is_empty() {
+                continue;
+            }
+            let m = slots.len();
+            let mut xs = Vec::with_capacity(m * d);
+            for &s in &slots {
+                let t = s / k;
+                xs.extend_from_slice(&h[t * d..(t + 1) * d]);
+            }
+            let (wg, wu, wd) = b.expert(e);
+            let (g, up, y) = self.gated(&xs, wg, wu, wd, ef);
+            for (i, &s) in slots.iter().enumerate() {
+                let (t, w) = (s / k, chosen[s].1);
+                let o = &mut out[t * d..(t + 1) * d];
+                o.iter_mut()
+                    .zip(&y[i * d..(i + 1) * d])
+                    .for_each(|(a, v)| *a += w * v);
+            }
+            experts.push(ExpertTape { e, slots, g, up, y });
+        }
+        let shared = b.shared.as_ref().map(|sh| {
+            let (g, up, y) = self.gated(h, &sh.wg, &sh.wu, &sh.wd, sh.ffn);
+            let sigma: Vec<f32> = match &sh.gate_inp {
+                Some(gw) => h
+                    .chunks_exact(d)
+                    .map(|hr| {
+                        let z: f32 = gw.iter().zip(hr).map(|(a, b)| a * b).sum();
+                        1.0 / (1.0 + exp(-z))
+                    })
+                    .collect(),
+                None => vec![1.0; rows],
+            };
+            for ((o, yr), &s) in out.chunks_exact_mut(d).zip(y.chunks_exact(d)).zip(&sigma) {
+                o.iter_mut().zip(yr).for_each(|(a, v)| *a += s * v);
+            }
+            SharedTape { g, up, y, sigma }
+        });
+        (
+            out,
+            BankTape {
+                logits,
+                chosen,
+                experts,
+                shared,
+            },
+        )
+    }
+
+    /// `down · (act(gate · x) ⊙ (up · x))` of the rows `x` (an expert of width `ff`): its
+    /// gate pre-activations, up projections and output.
+    fn gated(
+        &self,
+        x: &[f32],
+        wg: &[f32],
+        wu: &[f32],
+        wd: &[f32],
+        ff: usize,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let d = self.hidden;
+        let m = x.len() / d;
+        let (mut g, mut up) = (vec![0.0f32; m * ff], vec![0.0f32; m * ff]);
+        xwt(x, wg, m, ff, d, &mut g, false);
+        xwt(x, wu, m, ff, d, &mut up, false);
+        let a: Vec<f32> = g
+            .iter()
+            .zip(&up)
+            .map(|(&gv, &u)| act(self.activation, gv).0 * u)
+            .collect();
+        let mut y = vec![0.0f32; m * d];
+        xwt(&a, wd, m, d, ff, &mut y, false);
+        (g, up, y)
+    }
+
+    /// [`DenseTail::gated`]'s backward pass: ∂/∂x from ∂/∂(its output) `dy`, added to `dx`.
+    #[allow(clippy::too_many_arguments)]
+    fn gated_backward(
+        &self,
+        wg: &[f32],
+        wu: &[f32],
+        wd: &[f32],
+        ff: usize,
+        g: &[f32],
+        up: &[f32],
+        dy: &[f32],
+        dx: &mut [f32],
+    ) {
+        let d = self.hidden;
+        let m = dy.len() / d;
+        let mut du = vec![0.0f32; m * ff];
+        xw(dy, wd, m, d, ff, &mut du, false);
+        let mut dg = vec![0.0f32; m * ff];
+        for ((dgi, dui), (&gv, &u)) in dg.iter_mut().zip(du.iter_mut()).zip(g.iter().zip(up)) {
+            let (a, da_dg) = act(self.activation, gv);
+            *dgi = *dui * u * da_dg;
+            *dui *= a;
+        }
+        xw(&dg, wg, m, ff, d, dx, true);
+        xw(&du, wu, m, ff, d, dx, true);
+    }
+
+    /// [`DenseTail::bank_forward`]'s backward pass: ∂/∂h from ∂/∂delta, with each row's
+    /// chosen experts held fixed. The routing weights' gradient goes back through the
+    /// selection's weighting into the router logits, and from there through the router.
+    fn bank_backward(&self, b: &BankFfn, t: &BankTape, dout: &[f32]) -> Vec<f32> {
+        let d = self.hidden;
+        let rows = dout.len() / d;
+        let (ne, k, ef) = (b.n_experts, b.n_used, b.expert_ffn);
+        let mut dh = vec![0.0f32; rows * d];
+        // ∂/∂(each chosen slot's weight).
+        let mut dw = vec![0.0f32; t.chosen.len()];
+        for et in &t.experts {
+            let m = et.slots.len();
+            let mut dy = vec![0.0f32; m * d];
+            for (i, &s) in et.slots.iter().enumerate() {
+                let (r, w) = (s / k, t.chosen[s].1);
+                let dr = &dout[r * d..(r + 1) * d];
+                dw[s] = dr
+                    .iter()
+                    .zip(&et.y[i * d..(i + 1) * d])
+                    .map(|(a, b)| a * b)
+                    .sum();
+                dy[i * d..(i + 1) * d]
+                    .iter_mut()
+                    .zip(dr)
+                    .for_each(|(a, v)| *a = w * v);
+            }
+            let (wg, wu, wd) = b.expert(et.e);
+            let mut dxs = vec![0.0f32; m * d];
+            self.gated_backward(wg, wu, wd, ef, &et.g, &et.up, &dy, &mut dxs);
+            for (i, &s) in et.slots.iter().enumerate() {
+                let r = s / k;
+                add_in_place(&mut dh[r * d..(r + 1) * d], &dxs[i * d..(i + 1) * d]);
+            }
+        }
+        // The weights' gradient into the router logits, by the selection's weighting.
+        let mut dz = vec![0.0f32; rows * ne];
+        for r in 0..rows {
+            let z = &t.logits[r * ne..(r + 1) * ne];
+            let ch = &t.chosen[r * k..(r + 1) * k];
+            let dwr = &dw[r * k..(r + 1) * k];
+            let dzr = &mut dz[r * ne..(r + 1) * ne];
+            weights_backward(b.selection, z, ch, dwr, dzr);
+        }
+        xw(&dz, &b.router, rows, ne, d, &mut dh, true);
+        // The shared expert and its gate.
+        if let (Some(sh), Some(st)) = (&b.shared, &t.shared) {
+            let mut dy = dout.to_vec();
+            for (r, (dyr, &s)) in dy.chunks_exact_mut(d).zip(&st.sigma).enumerate() {
+                if let Some(gw) = &sh.gate_inp {
+                    let ds: f32 = dyr
+                        .iter()
+                        .zip(&st.y[r * d..(r + 1) * d])
+                        .map(|(a, b)| a * b)
+                        .sum();
+                    let dpre = ds * s * (1.0 - s);
+                    dh[r * d..(r + 1) * d]
+                        .iter_mut()
+                        .zip(gw)
+                        .for_each(|(a, w)| *a += dpre * w);
+                }
+                dyr.iter_mut().for_each(|v| *v *= s);
+            }
+            self.gated_backward(&sh.wg, &sh.wu, &sh.wd, sh.ffn, &st.g, &st.up, &dy, &mut dh);
         }
         dh
     }
@@ -1490,6 +1787,50 @@ impl DenseTail {
         xw(&dga, &o.gate, rows, kk, d, &mut dh, false);
         xw(&daa, &o.up, rows, kk, d, &mut dh, true);
         dh
+    }
+}
+
+/// The gradient of one row's routing weights (`dw`, one per chosen `(expert, weight)` of
+/// `chosen`) into its router logits `z`, written to `dz`, with the chosen set fixed:
+/// - top-k then softmax: `w = softmax(z_chosen)`, so `dz_j = w_j (dw_j − Σ w·dw)` on the
+///   chosen, 0 elsewhere;
+/// - softmax then top-k: `w_j = p_j` of the softmax over every expert, so
+///   `dz_i = p_i ([i chosen] dw_i − Σ_chosen p·dw)` for every expert;
+/// - sigmoid, top-k, normalised: `w_j = s_j / S` with `s = sigmoid(z)`, `S = Σ_chosen s`, so
+///   `dz_j = s_j (1 − s_j) (dw_j − Σ w·dw) / S` on the chosen.
+fn weights_backward(
+    sel: ExpertSelection,
+    z: &[f32],
+    chosen: &[(usize, f32)],
+    dw: &[f32],
+    dz: &mut [f32],
+) {
+    let wdw: f32 = chosen.iter().zip(dw).map(|(c, g)| c.1 * g).sum();
+    match sel {
+        ExpertSelection::TopKSoftmax => {
+            for (&(e, w), g) in chosen.iter().zip(dw) {
+                dz[e] += w * (g - wdw);
+            }
+        }
+        ExpertSelection::SoftmaxTopK => {
+            let m = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let p: Vec<f32> = z.iter().map(|&v| exp(v - m)).collect();
+            let sum: f32 = p.iter().sum();
+            for (i, o) in dz.iter_mut().enumerate() {
+                *o -= p[i] / sum * wdw;
+            }
+            for (&(e, w), g) in chosen.iter().zip(dw) {
+                dz[e] += w * g;
+            }
+        }
+        ExpertSelection::SigmoidTopKNorm => {
+            let sig = |v: f32| 1.0 / (1.0 + exp(-v));
+            let total: f32 = chosen.iter().map(|&(e, _)| sig(z[e])).sum();
+            for (&(e, _), g) in chosen.iter().zip(dw) {
+                let s = sig(z[e]);
+                dz[e] += s * (1.0 - s) * (g - wdw) / total;
+            }
+        }
     }
 }
 

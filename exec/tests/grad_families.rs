@@ -3,8 +3,11 @@
 //! tail must give the engine's own next-token probabilities, and its gradients must match
 //! central finite differences — with δ at an early position of several prompts (attention
 //! over several positions, sliding windows included), a tail starting inside the model,
-//! the rows before δ frozen, and an overlay (added feature, feature scales) in force. A
-//! bank of experts is refused by name.
+//! the rows before δ frozen, and an overlay (added feature, feature scales) in force.
+//! Banks of experts too: the qwen3moe fixture and synthetic qwen2moe and Mixtral-style
+//! banks, one per selection (top-k then softmax, softmax then top-k, sigmoid normalised),
+//! with and without a gated shared expert; their overlay is an added feature alone (the
+//! engine scales no expert feature).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +15,7 @@ use std::sync::Arc;
 use lql_exec::edit::{prob, residuals};
 use lql_exec::grad::{DenseTail, Segment};
 use lql_exec::Executor;
+use lql_storage::format::gguf::synth::{TinyModel, TinyMoe};
 use lql_storage::overlay::{AddedFeature, Edit, EffectiveModel, FeatureScale, Patch, PatchOrigin};
 use lql_storage::OperandSource;
 
@@ -58,9 +62,9 @@ fn rms(v: &[f32]) -> f32 {
     (v.iter().map(|x| x * x).sum::<f32>() / v.len() as f32).sqrt()
 }
 
-/// An overlay on layer `layer`: one added feature, open on ordinary rows, and the gate and
-/// down scales of two base features.
-fn overlaid(model: &Arc<lql_storage::Model>, layer: usize) -> Arc<EffectiveModel> {
+/// An overlay on layer `layer`: one added feature, open on ordinary rows, and (`scales`)
+/// the gate and down scales of two base features.
+fn overlaid(model: &Arc<lql_storage::Model>, layer: usize, scales: bool) -> Arc<EffectiveModel> {
     let d = model.surface.hidden;
     let f = AddedFeature {
         layer,
@@ -84,7 +88,11 @@ fn overlaid(model: &Arc<lql_storage::Model>, layer: usize) -> Arc<EffectiveModel
             model.clone(),
             vec![Patch {
                 origin: PatchOrigin::Session,
-                edits: vec![Edit::Add(f), scale(3, 1.7, 0.4), scale(10, 0.3, 2.5)],
+                edits: if scales {
+                    vec![Edit::Add(f), scale(3, 1.7, 0.4), scale(10, 0.3, 2.5)]
+                } else {
+                    vec![Edit::Add(f)]
+                },
             }],
         )
         .unwrap(),
@@ -279,20 +287,65 @@ fn the_tail_follows_every_dense_family_and_its_gradients_match_finite_difference
         let model = fixture(family);
         check(family, "", model.clone(), first);
         let last = model.surface.n_layers - 1;
-        check(family, " (overlay)", overlaid(&model, last), first);
+        check(family, " (overlay)", overlaid(&model, last, true), first);
     }
 }
 
+/// A bank model: the tail with no overlay, and with an added feature on its last layer.
+fn check_bank(name: &str, model: Arc<lql_storage::Model>, first: usize) {
+    assert!(model.surface.moe.is_some(), "{name}: not a bank model");
+    check(name, "", model.clone(), first);
+    let last = model.surface.n_layers - 1;
+    check(name, " (overlay)", overlaid(&model, last, false), first);
+}
+
 #[test]
-fn a_bank_of_experts_is_refused_by_name() {
-    let model = fixture("qwen3moe");
-    let exec = Executor::new(model.clone(), 1).unwrap();
-    let err = DenseTail::new(model.as_ref(), exec.plan(), 1)
-        .err()
-        .expect("a bank of experts has no backward pass")
-        .to_string();
-    assert!(
-        err.contains("not supported yet") && err.contains("bank of experts"),
-        "{err}"
-    );
+fn the_tail_follows_banks_of_experts_and_their_gradients_match_finite_differences() {
+    check_bank("qwen3moe", fixture("qwen3moe"), 1);
+    let moe = |experts, used, expert_ffn, shared_ffn, shared_gate, sigmoid| TinyMoe {
+        experts,
+        used,
+        expert_ffn,
+        shared_ffn,
+        shared_gate,
+        sigmoid,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let synthetic = [
+        // Softmax then top-k (not renormalised), with a gated shared expert.
+        (
+            "qwen2moe_e8_k2_l3",
+            TinyModel {
+                layers: 3,
+                seed: 5,
+                moe: Some(moe(8, 2, 48, 64, true, false)),
+                ..TinyModel::qwen2moe()
+            },
+        ),
+        // Sigmoid, top-k, renormalised, with an ungated shared expert.
+        (
+            "qwen2moe_sigmoid",
+            TinyModel {
+                seed: 6,
+                moe: Some(moe(8, 3, 32, 64, false, true)),
+                ..TinyModel::qwen2moe()
+            },
+        ),
+        // Top-k then softmax (Mixtral), no shared expert.
+        (
+            "mixtral_e8_k2_l3",
+            TinyModel {
+                layers: 3,
+                seed: 3,
+                moe: Some(moe(8, 2, 96, 0, false, false)),
+                ..TinyModel::llama()
+            },
+        ),
+    ];
+    for (name, tiny) in synthetic {
+        let path = dir.path().join(format!("{name}.gguf"));
+        tiny.write(&path).unwrap();
+        let model = lql_storage::import::open(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_bank(name, Arc::new(model), 1);
+    }
 }

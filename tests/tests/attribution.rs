@@ -2,8 +2,8 @@
 //! clean, one corrupted and one backward pass, and with STEPS (integrated gradients),
 //! against the exact grid (the numpy reference's cells, `tests/fixtures/patching/`, which
 //! `--test patching` shows the exact grid equals); the estimate is close where the metric
-//! is near-linear in the cell; every dense family's block is attributed, a bank of experts
-//! refused.
+//! is near-linear in the cell; every family's block is attributed, a bank of experts
+//! included.
 
 use std::path::PathBuf;
 
@@ -184,16 +184,17 @@ fn heads_and_noise_estimate_too() {
     assert!(col(&rows, "patched").iter().all(|v| v.is_finite()));
 }
 
-/// The backward pass runs every dense block by its steps. On the family fixtures (windows
+/// The backward pass runs every block by its steps, a bank of experts included. On the family fixtures (windows
 /// and Q/K norms, LayerNorm with learned positions, a parallel residual with partial rotary,
 /// post norms, Llama 3 RoPE scaling, fused projections), integrated gradients over the whole
 /// input of layer 0 sum to the whole difference (completeness), as the exact restore gives.
 /// Gemma 2's random fixture runs too, but its metric swings along the interpolation
 /// (slopes of hundreds per unit of the path) beyond what 64 steps integrate; its gradients
 /// are checked against finite differences in `exec/tests/grad_families.rs`. A bank of
-/// experts is refused by name.
+/// experts (qwen3moe) is attributed with its chosen experts held fixed: the estimate
+/// converges, short of the exact restore by the jumps where routing switches.
 #[test]
-fn every_dense_block_is_attributed_and_a_bank_is_refused() {
+fn every_block_is_attributed_a_bank_of_experts_included() {
     let open = |family: &str| {
         let path = lql_tests::repo_root()
             .join("tests/fixtures/families")
@@ -221,15 +222,38 @@ fn every_dense_block_is_attributed_and_a_bank_is_refused() {
             "{family}: exact {e}, estimated {a}"
         );
     }
+    // The bank model (qwen3moe): its gradient holds each position's chosen experts fixed,
+    // so integrated gradients integrate the smooth part of the path and miss the jumps
+    // where a position's top-k changes along the interpolation (top-k then softmax is
+    // discontinuous there). Measured: exact −4.766, estimated −5.741 with 64 steps and
+    // −5.822 with 256 (gap −8.218): the integral has converged (1.0% of the gap between
+    // 64 and 256 steps) and the routing switches carry 12–13% of the gap. The gradient
+    // itself matches finite differences (`exec/tests/grad_families.rs`).
+    let conn = open("qwen3moe");
+    let exact = conn.execute(&q("BY RUNS")).unwrap();
+    let e = col(&exact, "patched")[0];
+    let gap = col(&exact, "clean")[0] - col(&exact, "corrupted")[0];
+    let at = |steps: usize| {
+        let est = conn
+            .execute(&q(&format!("BY ATTRIBUTION STEPS {steps}")))
+            .unwrap();
+        col(&est, "patched")[0]
+    };
+    let (a64, a256) = (at(64), at(256));
+    eprintln!(
+        "qwen3moe: whole input restored: exact {e:.5}, estimated {a64:.5} (64 steps), \
+         {a256:.5} (256 steps) (gap {gap:.5})"
+    );
+    assert!(
+        (a64 - a256).abs() < 0.02 * gap.abs(),
+        "qwen3moe: 64 steps {a64}, 256 steps {a256}"
+    );
+    assert!(
+        (e - a256).abs() < 0.15 * gap.abs(),
+        "qwen3moe: exact {e}, estimated {a256}"
+    );
     let est = open("gemma2").execute(&q("BY ATTRIBUTION")).unwrap();
     assert!(col(&est, "patched")[0].is_finite());
-    let e = open("qwen3moe")
-        .execute(&q("BY ATTRIBUTION"))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("not supported yet"), "{e}");
-    assert!(e.contains("bank of experts"), "{e}");
-    assert!(e.contains("BY RUNS"), "{e}");
     let e = open("gemma2")
         .execute("PATCH \"a b\" FROM \"a c\" BY GRADIENT")
         .unwrap_err()

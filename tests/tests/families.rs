@@ -149,8 +149,8 @@ fn insert_at_a_layer_makes_the_prompt_give_its_target() {
 }
 
 /// An INSERT without AT LAYER (the subject write, its value optimised through the layers
-/// above by the gradient pass, then the last-token feature) edits every dense family; on a
-/// bank model the gradient pass is refused by name, pointing at AT LAYER.
+/// above by the gradient pass, then the last-token feature) edits every family, the bank
+/// model (qwen3moe) included.
 #[test]
 fn insert_with_the_subject_write_makes_the_prompt_give_its_target() {
     let prompt = "The quick brown fox jumps over the lazy";
@@ -161,16 +161,6 @@ fn insert_with_the_subject_write_makes_the_prompt_give_its_target() {
     for family in FAMILIES {
         let c = conn(family);
         let r = c.execute(&insert);
-        if family == "qwen3moe" {
-            let e = r.unwrap_err();
-            let text = format!("{e} {}", e.help.join(" "));
-            assert!(
-                text.contains("not supported yet") && text.contains("bank of experts"),
-                "{family}: {text}"
-            );
-            assert!(text.contains("AT LAYER"), "{family}: {text}");
-            continue;
-        }
         let detail: String = r
             .unwrap_or_else(|e| panic!("{family}: INSERT: {e}"))
             .row(0)
@@ -290,7 +280,7 @@ fn show_architectures_lists_every_family() {
     );
     assert_eq!(
         row("qwen3moe").get::<_, String>("edit").unwrap(),
-        "AT LAYER"
+        "AT LAYER, subject write"
     );
     assert!(row("qwen3moe").get::<_, bool>("moe").unwrap());
     let like = c.execute("SHOW ARCHITECTURES LIKE 'qwen%'").unwrap();

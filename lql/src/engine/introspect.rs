@@ -79,7 +79,7 @@ fn show_architectures(cx: &Cx<'_>) -> Rows {
     for f in FAMILIES {
         let features = f.nominal.features();
         // INSERT's added features sit beside every FFN (after a post-FFN norm); the subject
-        // write's gradient pass runs every dense block.
+        // write's gradient pass runs every block, banks of experts included.
         let edit = if f.subject_write() {
             "AT LAYER, subject write"
         } else {

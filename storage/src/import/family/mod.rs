@@ -78,10 +78,10 @@ impl Family {
         block: plain,
     };
 
-    /// Whether the subject write's gradient pass runs this family's block: every dense
-    /// block (the pass runs each layer's steps; a bank of experts is refused).
+    /// Whether the subject write's gradient pass runs this family's block: every block (the
+    /// pass runs each layer's steps, banks of experts included).
     pub fn subject_write(&self) -> bool {
-        !self.experts_required
+        true
     }
 }
 
