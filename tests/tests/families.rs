@@ -175,7 +175,7 @@ fn insert_with_the_subject_write_makes_the_prompt_give_its_target() {
 /// An edit of a block whose added features cannot be FFN rows (a norm after the FFN, an FFN
 /// without a gate, banks of experts) is kept as a patch: BEGIN PATCH … SAVE PATCH writes it
 /// and APPLY PATCH on a fresh connection gives the same logits, while COMPILE, which folds
-/// edits into the FFN tensors, refuses by name and writes nothing.
+/// edits into the FFN tensors, refuses by name and writes nothing. Feature scales fold.
 #[test]
 fn edits_that_cannot_be_folded_are_kept_as_patches() {
     let prompt = "The quick brown fox jumps over the lazy";
@@ -228,6 +228,17 @@ fn edits_that_cannot_be_folded_are_kept_as_patches() {
             "{family}"
         );
     }
+    // Feature scales act inside the FFN, before its norm: an ablation folds and compiles.
+    let c = conn("gemma2");
+    c.execute("DELETE FROM features WHERE layer = 1 AND feature = 3")
+        .unwrap();
+    let out = dir.path().join("gemma2-ablated.gguf");
+    c.execute(&format!(
+        "COMPILE CURRENT INTO GGUF {}",
+        lql::quote(&out.to_string_lossy())
+    ))
+    .unwrap_or_else(|e| panic!("gemma2: COMPILE of an ablation: {e}"));
+    assert!(out.exists());
 }
 
 /// SHOW ARCHITECTURES needs no model and lists every registered family with what it takes,

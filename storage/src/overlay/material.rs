@@ -81,13 +81,11 @@ impl EffectiveMaterial {
     /// `base_identity` is `patch::model_identity` of the base (hashing 100 MB costs a
     /// third of a second, so callers pass the copy they keep).
     pub fn new(state: Arc<EffectiveModel>, base_identity: [u8; 32]) -> Result<EffectiveMaterial> {
-        if !state.layers().is_empty() {
-            if let Some(why) = unfoldable(state.base()) {
-                return Err(StorageError::Unsupported(format!(
-                    "not supported yet: writing or comparing the tensors of an edited {} model: {why}; its edits are kept as patches (SAVE PATCH)",
-                    state.base().surface.source_architecture
-                )));
-            }
+        if let Some(why) = unfoldable(state.base(), state.layers()) {
+            return Err(StorageError::Unsupported(format!(
+                "not supported yet: writing or comparing the tensors of an edited {} model: {why}; its edits are kept as patches (SAVE PATCH)",
+                state.base().surface.source_architecture
+            )));
         }
         let mut edited = BTreeMap::new();
         for (&layer, lo) in state.layers() {
@@ -467,28 +465,32 @@ fn decode_one(v: &TensorView<'_>, i: usize) -> Result<Vec<f32>> {
     Ok(r)
 }
 
-/// Folds one layer's overlay into its FFN tensors (see the module doc).
-/// Why the edits of a model of `base`'s block cannot be folded into its FFN tensors
-/// exactly (none: they can). A folded feature is a row of the FFN's gate, up and down
-/// tensors, so the FFN must be one dense gated FFN whose output reaches the residual stream
-/// unchanged: an added feature sits after a post-FFN norm ([`crate::surface::BlockSpec`]'s
-/// placement; `lql_exec::program::Step::Added`), where the FFN has no rows.
-fn unfoldable(base: &Model) -> Option<&'static str> {
+/// Why the overlays `layers` of a model of `base`'s block cannot be folded into its FFN
+/// tensors exactly (none: they can). A folded feature is a row of the FFN's gate, up and down
+/// tensors, so the FFN must be one dense gated FFN; an added feature must also reach the
+/// residual stream as the FFN's output does, which it does not where a norm follows the FFN
+/// (it sits after that norm: `lql_exec::program::Step::Added`). Feature scales act inside
+/// the FFN, before any such norm, and fold there.
+fn unfoldable(base: &Model, layers: &BTreeMap<usize, LayerOverlay>) -> Option<&'static str> {
     let s = &base.surface;
-    if s.moe.is_some() {
-        Some("its FFNs are banks of experts, and an added feature is no expert's row")
+    if layers.is_empty() {
+        None
+    } else if s.moe.is_some() {
+        Some("its FFNs are banks of experts, and the overlay's features are no expert's rows")
+    } else if base.operand(OperandKey::layer(0, Role::FfnGate)).is_none() {
+        Some("its FFN has no gate, and folded features are rows of the gate")
     } else if matches!(
         s.block.placement,
         NormPlacement::Sandwich | NormPlacement::Post
-    ) {
+    ) && layers.values().any(|l| l.added() > 0)
+    {
         Some("a norm follows its FFN, and an added feature writes after that norm, where the FFN has no rows")
-    } else if base.operand(OperandKey::layer(0, Role::FfnGate)).is_none() {
-        Some("its FFN has no gate, and an added feature is gated")
     } else {
         None
     }
 }
 
+/// Folds one layer's overlay into its FFN tensors (see the module doc).
 fn fold_layer(
     base: &Model,
     layer: usize,
