@@ -708,7 +708,7 @@ const SHOW_ARCHITECTURES: Spec = &[
     ("hf_class", Text, "the Hugging Face `architectures[0]` class opened as this family, NULL when folders of it are not read yet"),
     ("execute", Bool, "INFER, GENERATE, TRACE run it"),
     ("browse", Bool, "WALK, DESCRIBE and SELECT FROM features read its features"),
-    ("edit", Text, "which INSERT forms edit it: `AT LAYER, subject write` (every block, banks of experts included), or `AT LAYER` (a block the subject write's gradient pass cannot run)"),
+    ("edit", Text, "which INSERT forms edit it: `AT LAYER, subject write` for every registered family (added features sit beside every FFN, after a post-FFN norm; the subject write's gradient pass runs every block, banks of experts included)"),
     ("gpu", Bool, "the GPU backend runs it (dense files of the family)"),
     ("moe", Bool, "its FFNs may be banks of experts"),
 ];

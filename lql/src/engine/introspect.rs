@@ -78,13 +78,6 @@ fn show_architectures(cx: &Cx<'_>) -> Rows {
     let mut rows = Rows::new(cx.result_columns());
     for f in FAMILIES {
         let features = f.nominal.features();
-        // INSERT's added features sit beside every FFN (after a post-FFN norm); the subject
-        // write's gradient pass runs every block, banks of experts included.
-        let edit = if f.subject_write() {
-            "AT LAYER, subject write"
-        } else {
-            "AT LAYER"
-        };
         rows.push(vec![
             Value::from(f.name),
             Value::from(if features.is_empty() {
@@ -97,7 +90,9 @@ fn show_architectures(cx: &Cx<'_>) -> Rows {
                 .map_or(Value::Null, |(class, _)| Value::from(*class)),
             Value::Bool(true),
             Value::Bool(true),
-            Value::from(edit),
+            // INSERT's added features sit beside every FFN (after a post-FFN norm), and
+            // the subject write's gradient pass runs every block's steps.
+            Value::from("AT LAYER, subject write"),
             Value::Bool(true),
             Value::Bool(f.selection.is_some()),
         ]);

@@ -77,12 +77,6 @@ impl Family {
         nominal: BlockSpec::PLAIN,
         block: plain,
     };
-
-    /// Whether the subject write's gradient pass runs this family's block: every block (the
-    /// pass runs each layer's steps, banks of experts included).
-    pub fn subject_write(&self) -> bool {
-        true
-    }
 }
 
 /// Every family, in the order `SHOW ARCHITECTURES` lists them.
