@@ -8,17 +8,12 @@ mod common;
 use std::sync::Arc;
 
 use common::real::model_path;
+use common::values;
 use lql_exec::edit::PromptFromLayer;
 use lql_exec::Executor;
 use lql_storage::overlay::{AddedFeature, Edit, EffectiveModel, Patch, PatchOrigin};
 
 /// Deterministic floats in [-scale, scale], different for each seed.
-fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|i| (i as f32 * 0.37 + seed as f32 * 1.7).sin() * scale)
-        .collect()
-}
-
 #[test]
 fn trials_from_the_edit_layer_equal_the_whole_pass() {
     let Some(path) = model_path() else { return };

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use lql_exec::sample::argmax;
 use lql_exec::{Control, Executor, GenerateOptions};
 use serde_json::Value;
 
@@ -84,16 +85,6 @@ fn golden(family: &str) -> (Executor, Golden) {
     assert_eq!(model.surface.source_architecture, g.arch, "{family}");
     let exec = Executor::new(Arc::new(model), 2).unwrap_or_else(|e| panic!("{family}: {e}"));
     (exec, g)
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 #[test]

@@ -8,16 +8,11 @@ mod common;
 use std::sync::Arc;
 
 use common::real::model_path;
+use common::values;
 use lql_exec::edit::{prob, residuals};
 use lql_exec::grad::{optimise, optimise_each, DenseTail, Group, Optimise, Segment};
 use lql_exec::Executor;
 use lql_storage::overlay::{AddedFeature, Edit, EffectiveModel, Patch, PatchOrigin};
-
-fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|i| (i as f32 * 0.37 + seed as f32 * 1.7).sin() * scale)
-        .collect()
-}
 
 #[test]
 fn the_tail_matches_the_engine_and_finite_differences() {

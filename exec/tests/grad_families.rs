@@ -9,11 +9,15 @@
 //! with and without a gated shared expert; their overlay is an added feature alone (the
 //! engine scales no expert feature).
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use common::values;
 use lql_exec::edit::{prob, residuals};
 use lql_exec::grad::{DenseTail, Segment};
+use lql_exec::sample::argmax;
 use lql_exec::Executor;
 use lql_storage::format::gguf::synth::{TinyModel, TinyMoe};
 use lql_storage::overlay::{AddedFeature, Edit, EffectiveModel, FeatureScale, Patch, PatchOrigin};
@@ -40,22 +44,6 @@ fn fixture(family: &str) -> Arc<lql_storage::Model> {
         .join(family)
         .join("model.gguf");
     Arc::new(lql_storage::import::open(&path).unwrap_or_else(|e| panic!("{family}: open: {e}")))
-}
-
-fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|i| (i as f32 * 0.37 + seed as f32 * 1.7).sin() * scale)
-        .collect()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn rms(v: &[f32]) -> f32 {

@@ -12,6 +12,13 @@ use lql_storage::model::{OperandKey, OperandSource, Role, TensorView};
 use lql_storage::surface::{Activation, ExecutionSurface, RopePairing, SpecialTokens};
 use lql_storage::DType;
 
+/// `n` deterministic test values in `[-scale, scale]` (a sine of the index, shifted by `seed`).
+pub fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| (i as f32 * 0.37 + seed as f32 * 1.7).sin() * scale)
+        .collect()
+}
+
 /// One owned tensor.
 #[derive(Clone)]
 pub struct Tensor {
