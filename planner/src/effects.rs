@@ -292,7 +292,12 @@ pub fn effects(plan: &LogicalPlan) -> Effects {
         | LogicalPlan::Describe(_)
         | LogicalPlan::Stats
         | LogicalPlan::Tokenize { .. } => model_read(),
-        LogicalPlan::Select(s) => select_source_effects(&s.source),
+        LogicalPlan::Select(s) => s
+            .subqueries
+            .iter()
+            .fold(select_source_effects(&s.source), |e, q| {
+                e.union(effects(&q.plan))
+            }),
         LogicalPlan::Trace(t) => match &t.save {
             Some(f) => writing(model_read(), path(f)),
             None => model_read(),

@@ -395,6 +395,34 @@ pub struct SelectPlan {
     pub limit: Option<usize>,
     /// Rows skipped before LIMIT counts (0: none).
     pub offset: usize,
+    /// The IN and scalar subqueries of the expressions above (join conditions, WHERE, the
+    /// select list, HAVING, ORDER BY), each bound once, in the order they appear.
+    pub subqueries: Vec<Subquery>,
+}
+
+/// The IN and scalar subqueries of `e` with their spans, outermost first, left to right:
+/// the order in which an operator holding `e` takes their rows as inputs.
+pub fn subqueries_in(e: &Expr) -> Vec<(lql_grammar::Span, lql_grammar::Select)> {
+    let mut out = Vec::new();
+    e.walk(&mut |x| {
+        if let ExprKind::InSubquery { query, .. } | ExprKind::Subquery(query) = &x.kind {
+            out.push((x.span, (**query).clone()));
+        }
+    });
+    out
+}
+
+/// An uncorrelated subquery in an expression (`x IN (SELECT …)`, `(SELECT …)` as a value),
+/// bound with its statement: its plan becomes an input of each operator whose expressions
+/// hold it, and runs once, before that operator reads rows.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Subquery {
+    /// Where it stands in the statement (the `IN (SELECT …)` or `(SELECT …)` expression);
+    /// it names the subquery in the expressions that hold it.
+    pub span: lql_grammar::Span,
+    /// Its statement, as EXPLAIN prints it.
+    pub statement: Box<Statement>,
+    pub plan: Box<LogicalPlan>,
 }
 
 /// Where a SELECT's rows come from.

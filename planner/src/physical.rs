@@ -194,6 +194,11 @@ pub enum Operator {
     },
     /// One row of no columns (SELECT without FROM).
     OneRow,
+    /// An IN or scalar subquery's rows (its plan the input), an input of the operator whose
+    /// expression holds it; that operator reads their first column as an IN list or a value.
+    Subquery {
+        statement: Box<Statement>,
+    },
     /// Labels the rows that survived (features' label columns, computed late).
     LateLabels {
         /// The label columns filled (the others are not read).
@@ -840,12 +845,10 @@ fn select_plan(s: &SelectPlan, plan: &LogicalPlan) -> PhysicalPlan {
         columns: statement_columns(plan),
         shape: RowShape::AsIs,
     });
-    let mut node = source_node(&s.source);
+    let mut node = source_node(&s.source, &s.subqueries);
     for op in ops {
-        node = PlanNode {
-            op,
-            inputs: vec![node],
-        };
+        let inputs = with_subqueries(node, &op, &s.subqueries);
+        node = PlanNode { op, inputs };
     }
     PhysicalPlan {
         statement: plan.name(),
@@ -869,7 +872,26 @@ fn table_scan(table: Table, scan: &ScanSpec) -> Operator {
     }
 }
 
-fn source_node(src: &SelectSource) -> PlanNode {
+/// `input`, then the plan of each subquery of `op`'s expressions, in the order
+/// [`subqueries_in`] gives.
+fn with_subqueries(input: PlanNode, op: &Operator, bound: &[Subquery]) -> Vec<PlanNode> {
+    let mut inputs = vec![input];
+    for e in op.expressions() {
+        for (span, _) in subqueries_in(e) {
+            if let Some(q) = bound.iter().find(|q| q.span == span) {
+                inputs.push(PlanNode {
+                    op: Operator::Subquery {
+                        statement: q.statement.clone(),
+                    },
+                    inputs: vec![lower(&q.plan).root],
+                });
+            }
+        }
+    }
+    inputs
+}
+
+fn source_node(src: &SelectSource, bound: &[Subquery]) -> PlanNode {
     let leaf = |op| PlanNode {
         op,
         inputs: Vec::new(),
@@ -888,14 +910,16 @@ fn source_node(src: &SelectSource) -> PlanNode {
             kind,
             on,
             columns,
-        } => PlanNode {
-            op: Operator::Join {
+        } => {
+            let op = Operator::Join {
                 kind: *kind,
                 on: on.clone(),
                 columns: columns.clone(),
-            },
-            inputs: vec![source_node(left), source_node(right)],
-        },
+            };
+            let mut inputs = with_subqueries(source_node(left, bound), &op, bound);
+            inputs.insert(1, source_node(right, bound));
+            PlanNode { op, inputs }
+        }
         SelectSource::OneRow => leaf(Operator::OneRow),
     }
 }
@@ -925,6 +949,42 @@ fn fmt_bytes(b: u64) -> String {
         format!("{:.1} KiB", f / K)
     } else {
         format!("{b} B")
+    }
+}
+
+impl Operator {
+    /// The row expressions the operator evaluates (Filter's predicate, Project's items,
+    /// Sort's keys, a join's condition, Aggregate's keys and arguments), in the order their
+    /// subqueries' rows follow the operator's own inputs.
+    pub fn expressions(&self) -> Vec<&Expr> {
+        use Operator as O;
+        match self {
+            O::Filter { predicate } => vec![predicate],
+            O::Project { exprs, .. } => exprs.iter().collect(),
+            O::Sort { keys } => keys.iter().map(|k| &k.expr).collect(),
+            O::Join { on, .. } => on.iter().collect(),
+            O::Aggregate { keys, calls, .. } => keys
+                .iter()
+                .chain(calls.iter().filter_map(|c| c.arg.as_ref()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// [`Operator::expressions`], to rewrite in place (the same order).
+    pub fn expressions_mut(&mut self) -> Vec<&mut Expr> {
+        use Operator as O;
+        match self {
+            O::Filter { predicate } => vec![predicate],
+            O::Project { exprs, .. } => exprs.iter_mut().collect(),
+            O::Sort { keys } => keys.iter_mut().map(|k| &mut k.expr).collect(),
+            O::Join { on, .. } => on.iter_mut().collect(),
+            O::Aggregate { keys, calls, .. } => keys
+                .iter_mut()
+                .chain(calls.iter_mut().filter_map(|c| c.arg.as_mut()))
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -1194,6 +1254,7 @@ impl fmt::Display for Operator {
             }
             O::Relation { statement, .. } => write!(f, "Relation {statement}"),
             O::OneRow => f.write_str("OneRow"),
+            O::Subquery { statement } => write!(f, "Subquery {statement}"),
             O::Aggregate { keys, columns, .. } => {
                 f.write_str("Aggregate")?;
                 if !keys.is_empty() {

@@ -15,7 +15,7 @@ use lql_grammar::{self as g, ExprKind, FromItem, Ident, JoinKind, Span};
 use crate::bind::{unbuilt_table, Binder};
 use crate::error::PlanError;
 use crate::logical::*;
-use crate::schema::{self, ColumnDef, ColumnType};
+use crate::schema::{self, ColumnDef};
 use crate::typecheck::check_predicate;
 
 type Result<T> = std::result::Result<T, PlanError>;
@@ -417,18 +417,25 @@ fn check_reads_only(plan: &LogicalPlan, span: Span) -> Result<()> {
     .with_help("run it as a statement of its own"))
 }
 
-/// The type of a column of the rows a subquery yields, for IN and scalar subqueries.
-pub(crate) fn subquery_column(b: &Binder, q: &g::Select, span: Span) -> Result<ColumnType> {
+/// An IN or scalar subquery, bound: it must yield one column.
+pub(crate) fn bind_subquery(b: &Binder, q: &g::Select, span: Span) -> Result<Subquery> {
     let plan = crate::select::bind_select(b, q)?;
     let cols = schema::statement_columns(&plan);
-    match cols.as_slice() {
-        [c] => Ok(c.ty),
-        _ => Err(PlanError::semantic(
+    if cols.len() != 1 {
+        return Err(PlanError::semantic(
             format!(
                 "a subquery here must yield one column, this one yields {}",
                 cols.len()
             ),
             span,
-        )),
+        ));
     }
+    Ok(Subquery {
+        span,
+        statement: Box::new(g::Statement {
+            kind: g::StatementKind::Select(q.clone()),
+            span,
+        }),
+        plan: Box::new(plan),
+    })
 }

@@ -20,7 +20,7 @@ use crate::bind::{check_where_size, pushdown, to_usize, Binder};
 use crate::error::PlanError;
 use crate::logical::*;
 use crate::pushdown::columns_in;
-use crate::relation::{bind_from, subquery_column, Bound, Scope};
+use crate::relation::{bind_from, bind_subquery, Bound, Scope};
 use crate::schema::{ColumnDef, ColumnType};
 use crate::typecheck::{check_predicate, expr_type};
 use lql_grammar::{self as g, ExprKind, Ident, SelectList, Span, SpanVisit};
@@ -77,6 +77,10 @@ struct Item {
 
 pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
     let Bound { mut source, scope } = bind_from(b, s.from.as_ref())?;
+    let mut subqueries = Vec::new();
+    for on in join_conditions(&source) {
+        bind_subqueries(b, on, &mut subqueries)?;
+    }
     let star_span = s.columns.span;
     let items: Vec<Item> = match &s.columns.value {
         SelectList::All => {
@@ -98,7 +102,7 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
         SelectList::Items(v) => v
             .iter()
             .map(|it| {
-                check_subqueries(b, &it.expr)?;
+                bind_subqueries(b, &it.expr, &mut subqueries)?;
                 let expr = scope.resolve_expr(&it.expr)?;
                 Ok(Item {
                     name: output_name(&expr, it.alias.as_ref()),
@@ -111,7 +115,7 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
     if let Some(f) = &s.filter {
         check_where_size(f)?;
         no_aggregate(&f.value, "WHERE")?;
-        check_subqueries(b, &f.value)?;
+        bind_subqueries(b, &f.value, &mut subqueries)?;
     }
     let filter = s
         .filter
@@ -135,10 +139,13 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
     let offset = count(&s.offset, "OFFSET")?.unwrap_or(0);
     let order_items: Vec<&g::OrderItem> = s.order_by.iter().flat_map(|o| &o.value).collect();
     for o in &order_items {
-        check_subqueries(b, &o.expr)?;
+        bind_subqueries(b, &o.expr, &mut subqueries)?;
+    }
+    for k in s.group_by.iter().flat_map(|g| &g.value) {
+        bind_subqueries(b, k, &mut subqueries)?;
     }
     if let Some(h) = &s.having {
-        check_subqueries(b, &h.value)?;
+        bind_subqueries(b, &h.value, &mut subqueries)?;
     }
     let aggregated = s.group_by.is_some()
         || s.having.is_some()
@@ -284,6 +291,7 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
         order_by,
         limit,
         offset,
+        subqueries,
     })))
 }
 
@@ -405,20 +413,31 @@ fn strip_prefix(e: &Expr, prefix: &str) -> Expr {
     }
 }
 
-/// Binds every subquery of `e` (each its own scope), so its errors come before anything
-/// runs; IN and scalar subqueries must yield one column.
-fn check_subqueries(b: &Binder, e: &Expr) -> Result<()> {
-    let mut found: Vec<(g::Select, Span)> = Vec::new();
-    e.walk(&mut |x| match &x.kind {
-        ExprKind::InSubquery { query, .. } | ExprKind::Subquery(query) => {
-            found.push(((**query).clone(), x.span))
+/// Binds every subquery of `e` not bound yet (each its own scope), so its errors come
+/// before anything runs and its plan runs as an input of the operator that holds it; IN
+/// and scalar subqueries must yield one column.
+fn bind_subqueries(b: &Binder, e: &Expr, bound: &mut Vec<Subquery>) -> Result<()> {
+    for (span, query) in subqueries_in(e) {
+        if !bound.iter().any(|q| q.span == span) {
+            bound.push(bind_subquery(b, &query, span)?);
         }
-        _ => {}
-    });
-    for (q, sp) in found {
-        subquery_column(b, &q, sp)?;
     }
     Ok(())
+}
+
+/// The join conditions of `src`, outermost join first.
+fn join_conditions(src: &SelectSource) -> Vec<&Expr> {
+    match src {
+        SelectSource::Join {
+            left, right, on, ..
+        } => {
+            let mut out: Vec<&Expr> = on.iter().collect();
+            out.extend(join_conditions(left));
+            out.extend(join_conditions(right));
+            out
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// A result column: a plain column keeps the table's meaning.

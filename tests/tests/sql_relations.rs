@@ -73,6 +73,11 @@ const QUERIES: &[&str] = &[
     "SELECT role, count(*) AS n FROM tensors WHERE layer IN (SELECT layer FROM layers WHERE gate_encoding = 'Q4_1') GROUP BY role ORDER BY role",
     "SELECT max(n) AS m FROM (SELECT role, count(*) AS n FROM tensors GROUP BY role) x",
     "SELECT layer FROM layers WHERE layer > (SELECT min(layer) FROM {walk}) AND layer < 25 ORDER BY layer",
+    "SELECT layer FROM layers WHERE layer IN (SELECT layer FROM {walk} WHERE layer IN (SELECT layer FROM layers WHERE layer > 20)) ORDER BY layer",
+    "SELECT (SELECT max(layer) FROM layers WHERE layer > 100) AS none, (SELECT count(*) FROM layers WHERE layer > 100) AS zero",
+    "SELECT l.layer AS layer, count(*) AS n FROM layers l JOIN tensors t ON l.layer = t.layer AND t.bytes > (SELECT avg(bytes) FROM tensors) GROUP BY l.layer ORDER BY layer",
+    "SELECT role, sum(bytes) + (SELECT count(*) FROM layers) AS s FROM tensors GROUP BY role ORDER BY (SELECT 1), role",
+    "SELECT count(*) AS n, sum((SELECT max(layer) FROM layers)) AS s FROM tensors GROUP BY (SELECT 1)",
     // CASE
     "SELECT layer, CASE WHEN ffn_contrib > 0 THEN 'helps' WHEN ffn_contrib < 0 THEN 'hurts' ELSE 'none' END AS effect FROM {trace} WHERE layer IS NOT NULL ORDER BY layer",
     "SELECT CASE WHEN layer < 10 THEN 'early' WHEN layer < 20 THEN 'middle' ELSE 'late' END AS part, count(*) AS n, sum(ffn_contrib) AS s FROM {trace} WHERE layer IS NOT NULL GROUP BY part ORDER BY part",
@@ -339,6 +344,42 @@ fn table_functions_take_parameters() {
         .unwrap();
     assert!(!literal.rows.is_empty());
     assert_eq!(with.rows, literal.rows);
+}
+
+/// IN and scalar subqueries are bound with their statement: each is an input of the
+/// operator that holds it, EXPLAIN prints its tree there, ANALYZE measures it, and the
+/// statement's effects include the subquery's.
+#[test]
+fn subqueries_are_inputs_of_the_operators_that_hold_them() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let q = "SELECT x FROM (SELECT 1 AS x) WHERE x IN (SELECT layer FROM TRACE('The capital of France is'))";
+    let text = |sql: &str| -> String {
+        conn.execute(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {}", e.message))
+            .rows
+            .iter()
+            .map(|r| format!("{:?}", r[0]))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let plan = text(&format!("EXPLAIN PLAN {q}"));
+    let filter = plan.find("Filter x IN").expect(&plan);
+    let sub = plan.find("Subquery SELECT layer FROM").expect(&plan);
+    assert!(filter < sub, "{plan}");
+    assert!(plan.contains("effects: reads the model"), "{plan}");
+    let analyzed = text(&format!("EXPLAIN ANALYZE {q}"));
+    assert!(analyzed.contains("layers_run=30"), "{analyzed}");
+    assert_eq!(conn.execute(q).unwrap().rows, vec![vec![Value::Int(1)]]);
+    // A subquery's binding error comes before anything runs, with its span.
+    let e = conn
+        .execute("SELECT layer FROM layers WHERE layer IN (SELECT nosuch FROM layers)")
+        .unwrap_err();
+    assert!(
+        e.message.contains("unknown column `nosuch`"),
+        "{}",
+        e.message
+    );
+    assert!(e.span.is_some());
 }
 
 /// Which statements may stand in FROM is decided from their declared effects: one that

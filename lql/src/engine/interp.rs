@@ -12,7 +12,7 @@ use lql_planner::{Operator, PhysicalPlan, PlanNode, RowShape};
 use super::datum::Datum;
 use super::{
     activation_patch, describe, edit, explain, heads, introspect, join, package, patch, persist,
-    run, select, trace, use_model, vindex, walk, Cx,
+    run, select, subquery, trace, use_model, vindex, walk, Cx,
 };
 use crate::error::{Error, Result};
 use crate::rows::Rows;
@@ -115,6 +115,13 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
             inputs.push(node(cx, i, r, next)?);
         }
     }
+    // The rows of the subqueries in the node's expressions follow its own inputs.
+    let first_subquery = n
+        .inputs
+        .iter()
+        .position(|i| matches!(i.op, Operator::Subquery { .. }))
+        .unwrap_or(inputs.len());
+    let subquery_rows = inputs.split_off(first_subquery);
     cx.check_cancel()?;
     let t0 = Instant::now();
     let mut cost = Cost::default();
@@ -124,7 +131,12 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
     // The decoder layers its passes ran, counted by the executor as each layer runs.
     let layers = cx.engine.bound.as_ref().map(|b| b.layers_run.clone());
     let layers_before = layers.as_ref().map_or(0, |l| l.load(Ordering::Relaxed));
-    let out = operator(cx, &n.op, inputs, r, &mut cost)?;
+    let out = if subquery_rows.is_empty() {
+        operator(cx, &n.op, inputs, r, &mut cost)?
+    } else {
+        let op = subquery::substitute(&n.op, subquery_rows)?;
+        operator(cx, &op, inputs, r, &mut cost)?
+    };
     let layers_measured = layers.as_ref().map_or(0, |l| {
         l.load(Ordering::Relaxed).saturating_sub(layers_before)
     });
@@ -337,13 +349,12 @@ fn operator(
         O::Offset { n } => select::offset(one(inputs, "Offset")?, *n),
         O::OneRow => Ok(select::one_row()),
         O::Relation { .. } => select::relation(one(inputs, "Relation")?),
+        O::Subquery { .. } => one(inputs, "Subquery"),
         O::Join { kind, on, columns } => join::join(cx, inputs, *kind, on.as_ref(), columns),
         O::LateLabels { label_set } => {
             select::late_labels(cx, one(inputs, "LateLabels")?, *label_set)
         }
-        O::Project { columns, exprs } => {
-            select::project(cx, one(inputs, "Project")?, columns, exprs)
-        }
+        O::Project { columns, exprs } => select::project(one(inputs, "Project")?, columns, exprs),
         O::Aggregate {
             keys,
             calls,

@@ -7,7 +7,7 @@ use lql_grammar::{Expr, ExprKind};
 
 use super::datum::Datum;
 use super::select::table;
-use super::{columns_of, rowexec, subquery, Cx};
+use super::{columns_of, rowexec, Cx};
 use crate::error::{Error, Result};
 use crate::rows::Column;
 use crate::value::Value;
@@ -78,11 +78,8 @@ pub(crate) fn join(
             "the join's columns do not match its inputs",
         ));
     }
-    let on = on.map(|e| subquery::materialize(cx, e)).transpose()?;
     let left_n = lcols.len();
-    let keys = on
-        .as_deref()
-        .map_or_else(Vec::new, |e| equi_keys(e, &columns, left_n));
+    let keys = on.map_or_else(Vec::new, |e| equi_keys(e, &columns, left_n));
     // Right rows by key (all of them, in order, when the join has no equality to hash).
     let mut buckets: std::collections::HashMap<Vec<String>, Vec<usize>> = Default::default();
     if !keys.is_empty() {
@@ -118,7 +115,7 @@ pub(crate) fn join(
             row.clear();
             row.extend_from_slice(lr);
             row.extend_from_slice(&rrows[ri]);
-            let keep = match on.as_deref() {
+            let keep = match on {
                 None => true,
                 Some(e) => rowexec::eval(e, &columns, &row)? == Value::Bool(true),
             };

@@ -30,7 +30,7 @@ use lql_storage::Role;
 use super::datum::Datum;
 use super::interp::wrong_input;
 use super::walk::DOWN_TOKENS;
-use super::{aggregate, columns_of, rowexec, subquery, Cx};
+use super::{aggregate, columns_of, rowexec, Cx};
 use crate::error::{Error, Result};
 use crate::rows::Column;
 use crate::value::Value;
@@ -87,8 +87,7 @@ pub(crate) fn table(input: Datum, op: &str) -> Result<(Vec<Column>, Vec<Vec<Valu
 /// `Filter predicate` (SQL three-valued logic; rows whose predicate is true).
 pub(crate) fn filter(cx: &mut Cx<'_>, input: Datum, predicate: &Expr) -> Result<Datum> {
     let (columns, rows) = table(input, "Filter")?;
-    let predicate = subquery::materialize(cx, predicate)?;
-    let rows = rowexec::filter(rows, &columns, &predicate, cx.cancel)?;
+    let rows = rowexec::filter(rows, &columns, predicate, cx.cancel)?;
     Ok(Datum::Table { columns, rows })
 }
 
@@ -165,17 +164,12 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
 
 /// `Project columns`: each result column computed by its expression over the input row.
 pub(crate) fn project(
-    cx: &mut Cx<'_>,
     input: Datum,
     defs: &[lql_planner::ColumnDef],
     exprs: &[Expr],
 ) -> Result<Datum> {
     let (columns, rows) = table(input, "Project")?;
     let out_cols = columns_of(defs);
-    let exprs = exprs
-        .iter()
-        .map(|e| subquery::materialize(cx, e))
-        .collect::<Result<Vec<_>>>()?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         out.push(

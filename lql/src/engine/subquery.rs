@@ -1,39 +1,67 @@
 //! Uncorrelated subqueries in expressions: `x IN (SELECT …)` and `(SELECT …)` as a value.
-//! Each runs once, as its own statement, before the operator that holds it evaluates
-//! rows; the expression then reads its result as an IN list or a literal.
+//! The binder binds each with its statement and the lowering makes its plan a `Subquery`
+//! input of every operator whose expressions hold it; the interpreter runs it once, before
+//! that operator, and [`substitute`] then writes its result into the operator's
+//! expressions: an IN list, or a literal (NULL for no rows).
 
-use std::borrow::Cow;
+use lql_grammar::{Expr, ExprKind, Value as Lit};
+use lql_planner::Operator;
 
-use lql_grammar::{Expr, ExprKind, Select, Statement, StatementKind, Value as Lit};
-
-use super::{interp, Cx, EngineCatalog};
+use super::datum::Datum;
 use crate::error::{Error, Result};
 use crate::value::Value;
 
-fn has_subquery(e: &Expr) -> bool {
-    let mut found = false;
-    e.walk(&mut |x| found |= matches!(x.kind, ExprKind::InSubquery { .. } | ExprKind::Subquery(_)));
-    found
-}
-
-/// `e` with each subquery replaced by its result (unchanged when it has none).
-pub(crate) fn materialize<'e>(cx: &mut Cx<'_>, e: &'e Expr) -> Result<Cow<'e, Expr>> {
-    if !has_subquery(e) {
-        return Ok(Cow::Borrowed(e));
+/// `op` with each subquery of its expressions replaced by its rows' first column, taken
+/// from `results` in the order the lowering attached them.
+pub(crate) fn substitute(op: &Operator, results: Vec<Datum>) -> Result<Operator> {
+    let mut columns = results
+        .into_iter()
+        .map(first_column)
+        .collect::<Result<Vec<_>>>()?
+        .into_iter();
+    let mut op = op.clone();
+    for e in op.expressions_mut() {
+        *e = rewrite(e, &mut columns)?;
     }
-    Ok(Cow::Owned(rewrite(cx, e)?))
+    if columns.next().is_some() {
+        return Err(Error::internal(format!(
+            "{op} was given more subquery inputs than its expressions hold"
+        )));
+    }
+    Ok(op)
 }
 
-fn rewrite(cx: &mut Cx<'_>, e: &Expr) -> Result<Expr> {
+/// A subquery's rows, reduced to their first column.
+fn first_column(d: Datum) -> Result<Vec<Value>> {
+    let Datum::Rows(rows) = d else {
+        return Err(super::interp::wrong_input("a subquery's reader", &d));
+    };
+    Ok(rows
+        .rows
+        .into_iter()
+        .map(|mut r| {
+            if r.is_empty() {
+                Value::Null
+            } else {
+                r.swap_remove(0)
+            }
+        })
+        .collect())
+}
+
+/// `e` with its subqueries replaced, outermost first, left to right (the order of
+/// [`lql_planner::subqueries_in`]).
+fn rewrite(e: &Expr, results: &mut impl Iterator<Item = Vec<Value>>) -> Result<Expr> {
+    let mut next = |at: &Expr| {
+        results.next().ok_or_else(|| {
+            Error::internal("a subquery of the expression has no input").with_span(at.span.range())
+        })
+    };
     let kind = match &e.kind {
-        ExprKind::InSubquery {
-            expr,
-            query,
-            negated,
-        } => {
-            let values = run(cx, query, e)?;
+        ExprKind::InSubquery { expr, negated, .. } => {
+            let values = next(e)?;
             ExprKind::InList {
-                expr: Box::new(rewrite(cx, expr)?),
+                expr: Box::new(rewrite(expr, results)?),
                 list: values
                     .into_iter()
                     .map(|v| literal(v, e))
@@ -41,11 +69,11 @@ fn rewrite(cx: &mut Cx<'_>, e: &Expr) -> Result<Expr> {
                 negated: *negated,
             }
         }
-        ExprKind::Subquery(query) => {
-            let first = run(cx, query, e)?.into_iter().next().unwrap_or(Value::Null);
+        ExprKind::Subquery(_) => {
+            let first = next(e)?.into_iter().next().unwrap_or(Value::Null);
             return literal(first, e);
         }
-        other => other.try_map_children::<Error>(&mut |x| rewrite(cx, x))?,
+        other => other.try_map_children::<Error>(&mut |x| rewrite(x, results))?,
     };
     Ok(Expr { kind, span: e.span })
 }
@@ -68,36 +96,4 @@ fn literal(v: Value, at: &Expr) -> Result<Expr> {
         kind: ExprKind::Literal(lit),
         span: at.span,
     })
-}
-
-/// The first column of the subquery's rows.
-fn run(cx: &mut Cx<'_>, query: &Select, at: &Expr) -> Result<Vec<Value>> {
-    let stmt = Statement {
-        kind: StatementKind::Select(query.clone()),
-        span: at.span,
-    };
-    let logical = {
-        let catalog = EngineCatalog::new(cx.engine.bound.as_ref(), cx.engine.backend);
-        lql_planner::bind(&stmt, &catalog)?
-    };
-    let physical = lql_planner::lower(&logical);
-    let mut sub = Cx {
-        engine: &mut *cx.engine,
-        cancel: cx.cancel,
-        text: cx.text,
-        columns: physical.columns(),
-    };
-    let out = interp::run(&mut sub, &physical, interp::Mode::Plain)?;
-    Ok(out
-        .rows
-        .rows
-        .into_iter()
-        .map(|mut r| {
-            if r.is_empty() {
-                Value::Null
-            } else {
-                r.swap_remove(0)
-            }
-        })
-        .collect())
 }
