@@ -1530,6 +1530,7 @@ pub(crate) fn pushdown(
         token: None,
         corpus: None,
         limit: None,
+        filter: None,
     }
 }
 

@@ -331,7 +331,7 @@ pub struct ScanEstimate {
 }
 
 /// What a table scan reads, decided by the planner's pushdown rule.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ScanSpec {
     /// Layers to scan (`None`: all), from `layer` predicates of WHERE.
     pub layers: Option<Vec<usize>>,
@@ -350,8 +350,12 @@ pub struct ScanSpec {
     /// The analysed corpus a `contexts` or `histograms` scan reads (`WHERE corpus = '…'`).
     pub corpus: Option<String>,
     /// The scan may stop after this many rows (LIMIT + OFFSET of a statement that neither
-    /// filters, sorts, groups nor drops duplicates first).
+    /// sorts, groups nor drops duplicates first, and filters only through `filter`).
     pub limit: Option<usize>,
+    /// WHERE, applied by a `features` scan itself as it goes, a layer at a time, so that a
+    /// LIMIT stops the scan (and its labelling) once enough rows pass; no Filter runs
+    /// above it then.
+    pub filter: Option<Expr>,
 }
 
 impl ScanSpec {
@@ -367,6 +371,7 @@ impl ScanSpec {
             token: None,
             corpus: None,
             limit: None,
+            filter: None,
         }
     }
 }

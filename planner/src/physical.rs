@@ -165,8 +165,11 @@ pub enum Operator {
         token: Option<String>,
         /// The analysed corpus a `contexts` or `histograms` scan reads.
         corpus: Option<String>,
-        /// The scan stops after this many rows (a LIMIT nothing before it narrows).
+        /// The scan stops after this many rows (a LIMIT nothing before it narrows but
+        /// `filter`).
         limit: Option<usize>,
+        /// WHERE, applied by the scan as it goes (a `features` scan under a LIMIT).
+        filter: Option<Expr>,
     },
     Filter {
         predicate: Expr,
@@ -795,7 +798,11 @@ fn rows_over(plan: &LogicalPlan, node: PlanNode) -> PhysicalPlan {
 fn select_plan(s: &SelectPlan, plan: &LogicalPlan) -> PhysicalPlan {
     use Operator as O;
     let mut ops = Vec::new();
-    if let Some(f) = &s.filter {
+    let scan_filters = s
+        .source
+        .table()
+        .is_some_and(|(_, scan)| scan.filter.is_some());
+    if let (Some(f), false) = (&s.filter, scan_filters) {
         ops.push(O::Filter {
             predicate: f.clone(),
         });
@@ -869,6 +876,7 @@ fn table_scan(table: Table, scan: &ScanSpec) -> Operator {
         token: scan.token.clone(),
         corpus: scan.corpus.clone(),
         limit: scan.limit,
+        filter: scan.filter.clone(),
     }
 }
 
@@ -1190,6 +1198,7 @@ impl fmt::Display for Operator {
                 token,
                 corpus,
                 limit,
+                filter,
                 ..
             } => {
                 write!(f, "TableScan {table}")?;
@@ -1207,6 +1216,9 @@ impl fmt::Display for Operator {
                 }
                 if let Some(x) = features {
                     write!(f, " features={}", list_text(x))?;
+                }
+                if let Some(p) = filter {
+                    write!(f, " filter=({p})")?;
                 }
                 if let Some(n) = limit {
                     write!(f, " stop_after={n}")?;

@@ -236,9 +236,25 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
                     .as_ref()
                     .and_then(|f| crate::pushdown::text_equal(f, "token"));
             }
-            // A LIMIT that nothing before it narrows stops the scan itself.
-            if filter.is_none() && !aggregated && !distinct && order_by.is_empty() {
-                scan.limit = limit.map(|n| n.saturating_add(offset));
+            // A LIMIT that nothing before it narrows stops the scan itself; over `features`,
+            // WHERE moves into the scan, which applies it a layer at a time and stops once
+            // enough rows pass (a WHERE with a subquery stays a Filter: it has inputs).
+            if !aggregated && !distinct && order_by.is_empty() {
+                let stops = match &filter {
+                    None => true,
+                    Some(f) => {
+                        let movable = table == g::Table::Features
+                            && limit.is_some()
+                            && subqueries_in(f).is_empty();
+                        if movable {
+                            scan.filter = Some(f.clone());
+                        }
+                        movable
+                    }
+                };
+                if stops {
+                    scan.limit = limit.map(|n| n.saturating_add(offset));
+                }
             }
             if let (Some(e), LabelTiming::Late) = (scan.estimate.as_mut(), scan.labels) {
                 // Late labels: only the rows that survive OFFSET and LIMIT are labelled.

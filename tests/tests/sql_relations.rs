@@ -303,8 +303,42 @@ fn where_and_limit_narrow_the_scans() {
     assert!(p.contains("TableScan features layers=3-4"), "{p}");
     let p = plan("SELECT layer, feature FROM features LIMIT 10 OFFSET 5");
     assert!(p.contains("TableScan features stop_after=15"), "{p}");
-    let p = plan("SELECT layer, feature FROM features WHERE feature > 3 LIMIT 10");
-    assert!(!p.contains("stop_after"), "{p}");
+    // WHERE over `features` under a LIMIT moves into the scan, which stops once enough
+    // rows pass; the rows are those of the Filter it replaces.
+    let q = "SELECT layer, feature FROM features WHERE feature % 100 = 7 LIMIT 3 OFFSET 16";
+    let p = plan(q);
+    assert!(
+        p.contains("TableScan features filter=(feature % 100 = 7) stop_after=19"),
+        "{p}"
+    );
+    assert!(!p.contains("Filter"), "{p}");
+    let ordered = "SELECT layer, feature FROM features WHERE feature % 100 = 7 ORDER BY layer, feature LIMIT 3 OFFSET 16";
+    assert!(plan(ordered).contains("Filter"));
+    assert_eq!(
+        conn.execute(q).unwrap().rows,
+        conn.execute(ordered).unwrap().rows
+    );
+    let p = plan("SELECT layer FROM features WHERE feature IN (SELECT 3) LIMIT 1");
+    assert!(p.contains("Filter") && !p.contains("stop_after"), "{p}");
+    // A LIMIT over a filtered label scan labels only the layers it scanned.
+    let analyzed = conn
+        .execute("EXPLAIN ANALYZE SELECT layer, feature, top_token FROM features WHERE layer >= 26 AND top_token LIKE '%' LIMIT 2")
+        .unwrap();
+    let scan = analyzed
+        .rows
+        .iter()
+        .map(|r| format!("{:?}", r[0]))
+        .find(|l| l.contains("TableScan features"))
+        .unwrap();
+    assert!(scan.contains("rows=2 "), "{scan}");
+    let computed: usize = scan.split("labels_computed=").nth(1).map_or(0, |t| {
+        t.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    });
+    assert!(computed < 4 * 1536, "{scan}");
     let analyzed = conn
         .execute("EXPLAIN ANALYZE SELECT layer, feature, top_token FROM features LIMIT 10 OFFSET 5")
         .unwrap();

@@ -144,6 +144,9 @@ pub(crate) fn stats_text(s: &NodeStats) -> String {
     if s.layers_run > 0 {
         t.push_str(&format!(" layers_run={}", s.layers_run));
     }
+    if s.labels_computed > 0 {
+        t.push_str(&format!(" labels_computed={}", s.labels_computed));
+    }
     t
 }
 

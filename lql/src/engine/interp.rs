@@ -36,6 +36,8 @@ pub(crate) struct NodeStats {
     pub encodings: BTreeSet<String>,
     /// Decoder layers the node ran (Forward, DecodeLoop per token).
     pub layers_run: usize,
+    /// Feature labels the node computed (unembedding products; cached labels not counted).
+    pub labels_computed: usize,
     /// Whether the node ran (a node whose input failed did not).
     pub ran: bool,
     /// Details worth showing under the tree (per-layer reads, label sources).
@@ -131,6 +133,9 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
     // The decoder layers its passes ran, counted by the executor as each layer runs.
     let layers = cx.engine.bound.as_ref().map(|b| b.layers_run.clone());
     let layers_before = layers.as_ref().map_or(0, |l| l.load(Ordering::Relaxed));
+    // The labels its scans computed, counted by the binding's label cache.
+    let labels = cx.engine.bound.as_ref().map(|b| b.shared.labels.clone());
+    let labels_before = labels.as_ref().map_or(0, |c| c.stats().computed);
     let out = if subquery_rows.is_empty() {
         operator(cx, &n.op, inputs, r, &mut cost)?
     } else {
@@ -152,6 +157,7 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
     s.weight_bytes = cost.weight_bytes;
     s.encodings = cost.encodings;
     s.layers_run = layers_measured as usize + cost.layers_run;
+    s.labels_computed = labels.map_or(0, |c| c.stats().computed.saturating_sub(labels_before));
     s.notes = cost.notes;
     s.ran = true;
     Ok(out)
@@ -331,6 +337,7 @@ fn operator(
             labels,
             label_set,
             limit,
+            filter,
             ..
         } => select::table_scan(
             cx,
@@ -339,6 +346,7 @@ fn operator(
                 layers: layers.as_deref(),
                 features: features.as_deref(),
                 limit: *limit,
+                filter: filter.as_ref(),
             },
             *labels,
             *label_set,

@@ -40,6 +40,8 @@ pub(crate) struct ScanRange<'a> {
     pub layers: Option<&'a [usize]>,
     pub features: Option<&'a [usize]>,
     pub limit: Option<usize>,
+    /// WHERE, applied as the scan goes (a `features` scan under a LIMIT).
+    pub filter: Option<&'a Expr>,
 }
 
 /// `TableScan table [layers] [features] [stop_after] [labels]`.
@@ -54,7 +56,17 @@ pub(crate) fn table_scan(
         .ok_or_else(|| Error::not_supported_yet(&format!("SELECT FROM {}", table.name())))?;
     let columns = columns_of(&defs);
     let mut rows = match table {
-        Table::Features => features_rows(cx, &range, labels == LabelTiming::Early, label_set)?,
+        Table::Features => match range.filter {
+            None => features_rows(cx, &range, labels == LabelTiming::Early, label_set)?,
+            Some(predicate) => filtered_features_rows(
+                cx,
+                &range,
+                &columns,
+                predicate,
+                labels == LabelTiming::Early,
+                label_set,
+            )?,
+        },
         Table::Layers => layers_rows(cx)?,
         Table::Tokens => tokens_rows(cx)?,
         Table::Tensors => tensors_rows(cx)?,
@@ -304,6 +316,38 @@ fn features_rows(
             row
         })
         .collect())
+}
+
+/// The `features` rows that pass `predicate`, in scan order, a few layers at a time (as
+/// many as one labelling pass takes), stopping after the chunk in which `range.limit` rows
+/// have passed: labels are computed only for the layers scanned.
+fn filtered_features_rows(
+    cx: &mut Cx<'_>,
+    range: &ScanRange<'_>,
+    columns: &[Column],
+    predicate: &Expr,
+    labels_now: bool,
+    label_set: LabelSet,
+) -> Result<Vec<Vec<Value>>> {
+    let surface = cx.model()?.surface.clone();
+    let all: Vec<usize> = (0..surface.n_layers).collect();
+    let per_layer = range.features.map_or(surface.ffn, <[usize]>::len).max(1);
+    let chunk = (lql_exec::browse::labels::PASS_FEATURES / per_layer).max(1);
+    let mut out = Vec::new();
+    for layers in range.layers.unwrap_or(&all).chunks(chunk) {
+        let part = ScanRange {
+            layers: Some(layers),
+            features: range.features,
+            limit: None,
+            filter: None,
+        };
+        let rows = features_rows(cx, &part, labels_now, label_set)?;
+        out.extend(rowexec::filter(rows, columns, predicate, cx.cancel)?);
+        if range.limit.is_some_and(|n| out.len() >= n) {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 fn layers_rows(cx: &mut Cx<'_>) -> Result<Vec<Vec<Value>>> {
