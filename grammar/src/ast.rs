@@ -104,8 +104,9 @@ pub enum StatementKind {
     Update(Update),
     /// `BEGIN PATCH "file"`
     BeginPatch(Spanned<String>),
-    /// `SAVE PATCH`
-    SavePatch,
+    /// `SAVE PATCH ["file"]`: the patch being recorded, or an applied patch file's edited
+    /// version written over that file.
+    SavePatch(Option<Spanned<String>>),
     /// `SET name = value`: a session setting.
     Set(Spanned<Setting>),
     /// `SET STEERING = spec | OFF`: the connection's steering (None: off).
@@ -173,7 +174,7 @@ impl StatementKind {
             StatementKind::Delete(_) => "DELETE",
             StatementKind::Update(_) => "UPDATE",
             StatementKind::BeginPatch(_) => "BEGIN PATCH",
-            StatementKind::SavePatch => "SAVE PATCH",
+            StatementKind::SavePatch(_) => "SAVE PATCH",
             StatementKind::SetSteering(_) => "SET STEERING",
             StatementKind::SaveSteering(_) => "SAVE STEERING",
             StatementKind::Steered { .. } => "WITH STEERING",
@@ -1725,7 +1726,12 @@ impl SpanVisit for StatementKind {
                 steering.visit_spans(f);
                 statement.visit_spans(f);
             }
-            StatementKind::SavePatch | StatementKind::Stats => {}
+            StatementKind::SavePatch(s) => {
+                if let Some(s) = s {
+                    s.visit_spans(f)
+                }
+            }
+            StatementKind::Stats => {}
         }
     }
 }

@@ -739,7 +739,8 @@ impl Display for StatementKind {
                 filter(f, &u.filter)
             }
             StatementKind::BeginPatch(p) => write!(f, "BEGIN PATCH {}", Q(&p.value)),
-            StatementKind::SavePatch => f.write_str("SAVE PATCH"),
+            StatementKind::SavePatch(None) => f.write_str("SAVE PATCH"),
+            StatementKind::SavePatch(Some(p)) => write!(f, "SAVE PATCH {}", Q(&p.value)),
             StatementKind::Set(s) => match s.value {
                 Setting::Backend(b) => write!(f, "SET backend = {}", Q(b.name())),
             },

@@ -98,9 +98,11 @@ impl Binder<'_> {
                     path: path(p, "patch file")?,
                 }
             }
-            K::SavePatch => {
+            K::SavePatch(p) => {
                 self.model()?;
-                LogicalPlan::SavePatch
+                LogicalPlan::SavePatch {
+                    path: p.as_ref().map(|p| path(p, "patch file")).transpose()?,
+                }
             }
             K::Set(s) => LogicalPlan::Set(s.value),
             K::SetSteering(s) => LogicalPlan::SetSteering(match s {

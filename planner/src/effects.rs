@@ -338,7 +338,10 @@ pub fn effects(plan: &LogicalPlan) -> Effects {
         LogicalPlan::BeginPatch { path: p } => {
             writing(state(StateChange::Recording, model_read()), path(p))
         }
-        LogicalPlan::SavePatch => writing(model_read(), FileRef::RecordedPatch),
+        LogicalPlan::SavePatch { path: None } => writing(model_read(), FileRef::RecordedPatch),
+        LogicalPlan::SavePatch { path: Some(p) } => {
+            writing(state(StateChange::PatchStack, model_read()), path(p))
+        }
         // `REMOVE PATCH "(session)"` ends the session's unsaved edits: no file is named.
         LogicalPlan::RemovePatch { path: p } if p == SESSION_PATCH => {
             state(StateChange::PatchStack, model_read())
@@ -498,6 +501,7 @@ mod tests {
         assert_eq!(a.state, Some(StateChange::PatchStack));
         assert_eq!(a.reads, vec![path("p.vlp")]);
         assert_eq!(of("SAVE PATCH").writes, vec![FileRef::RecordedPatch]);
+        assert_eq!(of("SAVE PATCH 'p.vlp'").writes, vec![path("p.vlp")]);
         assert_eq!(of("REPRESENT LABELS").writes, vec![FileRef::BoundModel]);
         assert_eq!(
             of("COMPACT 'c.vindex'").writes,

@@ -799,7 +799,10 @@ pub enum LogicalPlan {
     BeginPatch {
         path: String,
     },
-    SavePatch,
+    /// `SAVE PATCH`: the recording patch (`None`), or the named applied patch file.
+    SavePatch {
+        path: Option<String>,
+    },
     /// SET STEERING = spec | OFF (None).
     SetSteering(Option<SteeringPlan>),
     /// SAVE STEERING "file.gguf".
@@ -912,7 +915,7 @@ impl LogicalPlan {
             LogicalPlan::Delete(_) => "DELETE",
             LogicalPlan::Update(_) => "UPDATE",
             LogicalPlan::BeginPatch { .. } => "BEGIN PATCH",
-            LogicalPlan::SavePatch => "SAVE PATCH",
+            LogicalPlan::SavePatch { .. } => "SAVE PATCH",
             LogicalPlan::SetSteering(_) => "SET STEERING",
             LogicalPlan::SaveSteering { .. } => "SAVE STEERING",
             LogicalPlan::Set(_) => "SET",
@@ -949,7 +952,7 @@ impl LogicalPlan {
                 | LogicalPlan::Delete(_)
                 | LogicalPlan::Update(_)
                 | LogicalPlan::BeginPatch { .. }
-                | LogicalPlan::SavePatch
+                | LogicalPlan::SavePatch { .. }
                 | LogicalPlan::Set(_)
                 | LogicalPlan::SetSteering(_)
                 | LogicalPlan::ApplyPatch { .. }

@@ -242,7 +242,11 @@ pub enum Operator {
     PatchBegin {
         path: String,
     },
-    PatchSave,
+    /// Writes the recording patch (`path` None) or the named applied patch's version in
+    /// force over its file.
+    PatchSave {
+        path: Option<String>,
+    },
     /// `SET name = value`: change a session setting.
     SetSetting(crate::logical::Setting),
     /// `SET STEERING`: build the connection's steering (None: remove it).
@@ -648,7 +652,7 @@ pub fn lower(plan: &LogicalPlan) -> PhysicalPlan {
             },
         ],
         LogicalPlan::BeginPatch { path } => vec![O::PatchBegin { path: path.clone() }],
-        LogicalPlan::SavePatch => vec![O::PatchSave],
+        LogicalPlan::SavePatch { path } => vec![O::PatchSave { path: path.clone() }],
         LogicalPlan::SetSteering(s) => vec![O::SetSteering {
             steering: s.clone(),
         }],
@@ -1346,7 +1350,8 @@ impl fmt::Display for Operator {
                 }
             }
             O::PatchBegin { path } => write!(f, "PatchBegin {}", quote(path)),
-            O::PatchSave => f.write_str("PatchSave"),
+            O::PatchSave { path: None } => f.write_str("PatchSave"),
+            O::PatchSave { path: Some(p) } => write!(f, "PatchSave {}", quote(p)),
             O::SetSetting(crate::logical::Setting::Backend(b)) => {
                 write!(f, "SetSetting backend={}", quote(b.name()))
             }

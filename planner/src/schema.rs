@@ -1055,7 +1055,7 @@ pub fn statement_columns(plan: &LogicalPlan) -> Vec<ColumnDef> {
         | LogicalPlan::Delete(_)
         | LogicalPlan::Update(_)
         | LogicalPlan::BeginPatch { .. }
-        | LogicalPlan::SavePatch
+        | LogicalPlan::SavePatch { .. }
         | LogicalPlan::ApplyPatch { .. }
         | LogicalPlan::RemovePatch { .. } => defs(EDIT_RESULT),
         LogicalPlan::Compact { .. } => defs(COMPACT),
@@ -1198,7 +1198,7 @@ pub fn statement_docs() -> Result<Vec<StatementDoc>, String> {
           "UPDATE features SET top_token = 'x' WHERE layer = 1 AND feature = 2", OfExample),
         d("BEGIN PATCH", r#"BEGIN PATCH "file""#, "Starts recording edits into a patch file.".into(),
           r#"BEGIN PATCH "p.vlp""#, OfExample),
-        d("SAVE PATCH", "SAVE PATCH", "Writes the patch being recorded.".into(), "SAVE PATCH", OfExample),
+        d("SAVE PATCH", "SAVE PATCH [\"file\"]", "Writes the patch being recorded; with a file, writes that applied patch file's edited version over it (refused if the file changed on disk since it was applied).".into(), "SAVE PATCH", OfExample),
         d("APPLY PATCH", r#"APPLY PATCH "file""#, "Applies a patch file's edits.".into(),
           r#"APPLY PATCH "p.vlp""#, OfExample),
         d("REMOVE PATCH", r#"REMOVE PATCH "file""#, "Removes an applied patch.".into(),

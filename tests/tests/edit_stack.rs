@@ -110,3 +110,65 @@ fn delete_and_update_reach_the_edges_of_an_applied_file() {
     assert_eq!(patches(&c), vec![(name, "applied".into(), 2)]);
     assert_eq!(top(&c, TOWER), "Rome");
 }
+
+/// `SAVE PATCH "file"` writes an applied file's edited version over that file (atomically),
+/// after checking that the file still holds the bytes it was applied from; applied again,
+/// the file gives that state. An unchanged patch is not written again; the session patch
+/// and a patch that is not applied are refused by name.
+#[test]
+fn an_edited_applied_file_is_saved_over_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("two.lqlpatch");
+    let name = file.display().to_string();
+    let c = lql_tests::connect_default();
+    c.execute(&format!("BEGIN PATCH {name:?}")).unwrap();
+    c.execute(&format!(
+        "INSERT INTO edges (entity, relation, target, prompt) VALUES \
+         ('Eiffel Tower', 'location', 'Rome', '{TOWER}'), \
+         ('Colosseum', 'location', 'London', '{COLOSSEUM}')"
+    ))
+    .unwrap();
+    c.execute("SAVE PATCH").unwrap();
+    let r = c.execute(&format!("SAVE PATCH {name:?}")).unwrap();
+    assert!(
+        r.rows[0][2].to_string().contains("nothing written"),
+        "{r:?}"
+    );
+
+    c.execute("DELETE FROM edges WHERE entity = 'Eiffel Tower'")
+        .unwrap();
+    assert_eq!(patches(&c), vec![(name.clone(), "edited v2".into(), 1)]);
+    let r = c.execute(&format!("SAVE PATCH {name:?}")).unwrap();
+    assert_eq!(r.rows[0][1], Value::Int(1), "{r:?}");
+    assert_eq!(patches(&c), vec![(name.clone(), "applied".into(), 1)]);
+    let on_disk = Sha256::digest(std::fs::read(&file).unwrap());
+    let shown = c.execute("SHOW PATCHES").unwrap();
+    assert_eq!(shown.rows[0][4], Value::from(hex(&on_disk)), "{shown:?}");
+
+    // Applied again, the file holds the edited state.
+    c.execute(&format!("REMOVE PATCH {name:?}")).unwrap();
+    c.execute(&format!("APPLY PATCH {name:?}")).unwrap();
+    assert_eq!(patches(&c), vec![(name.clone(), "applied".into(), 1)]);
+    assert_eq!(top(&c, TOWER), "Paris");
+    assert_eq!(top(&c, COLOSSEUM), "London");
+
+    // A file that changed on disk since it was applied is not written over.
+    c.execute("DELETE FROM edges WHERE entity = 'Colosseum'")
+        .unwrap();
+    std::fs::write(&file, b"someone else's bytes").unwrap();
+    let e = c.execute(&format!("SAVE PATCH {name:?}")).unwrap_err();
+    assert!(e.message.contains("changed on disk"), "{}", e.message);
+    assert_eq!(std::fs::read(&file).unwrap(), b"someone else's bytes");
+
+    for (q, says) in [
+        ("SAVE PATCH \"(session)\"", "the session patch has no file"),
+        ("SAVE PATCH \"nope.lqlpatch\"", "is not applied"),
+    ] {
+        let e = c.execute(q).unwrap_err();
+        assert!(e.message.contains(says), "{q}: {}", e.message);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

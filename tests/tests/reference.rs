@@ -23,7 +23,7 @@ fn name_of(k: &K) -> &'static str {
         | K::Delete(_)
         | K::Update(_)
         | K::BeginPatch(_)
-        | K::SavePatch
+        | K::SavePatch(_)
         | K::Set(_)
         | K::SetSteering(_)
         | K::SaveSteering(_)

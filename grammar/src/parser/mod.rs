@@ -379,7 +379,13 @@ fn statement_kind(p: Pair<Rule>) -> Result<StatementKind> {
         Rule::delete_stmt => delete_stmt(p)?,
         Rule::update_stmt => update_stmt(p)?,
         Rule::begin_patch_stmt => StatementKind::BeginPatch(first_string(p)?),
-        Rule::save_patch_stmt => StatementKind::SavePatch,
+        Rule::save_patch_stmt => StatementKind::SavePatch(
+            p.clone()
+                .into_inner()
+                .any(|q| q.as_rule() == Rule::string)
+                .then(|| first_string(p))
+                .transpose()?,
+        ),
         Rule::save_steering_stmt => StatementKind::SaveSteering(first_string(p)?),
         Rule::set_stmt => set_stmt(p)?,
         Rule::apply_patch_stmt => StatementKind::ApplyPatch(first_string(p)?),

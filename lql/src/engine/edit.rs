@@ -181,7 +181,9 @@ pub(crate) fn bound_mut<'a>(cx: &'a mut Cx<'_>) -> Result<&'a mut Bound> {
 }
 
 pub(crate) fn status(statement: &str, edits: usize, detail: String) -> Datum {
-    let mut rows = Rows::new(super::result_columns(&LogicalPlan::SavePatch));
+    let mut rows = Rows::new(super::result_columns(&LogicalPlan::SavePatch {
+        path: None,
+    }));
     rows.push(vec![
         Value::from(statement),
         Value::from(edits),

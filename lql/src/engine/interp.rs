@@ -407,7 +407,8 @@ fn operator(
             edit::update(cx, one(inputs, "OverlayUpdate")?, assignments)
         }
         O::PatchBegin { path } => patch::begin(cx, path),
-        O::PatchSave => patch::save(cx),
+        O::PatchSave { path: None } => patch::save(cx),
+        O::PatchSave { path: Some(p) } => patch::save_applied(cx, p),
         O::SetSetting(setting) => super::backend::set(cx, *setting),
         O::SetSteering { steering } => super::steering::set(cx, steering.as_ref()),
         O::SaveSteering { path } => super::steering::save(cx, path),

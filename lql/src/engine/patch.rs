@@ -74,6 +74,78 @@ pub(crate) fn save(cx: &mut Cx<'_>) -> Result<Datum> {
     ))
 }
 
+/// `PatchSave path`: writes the applied patch file `path`'s version in force over that file
+/// (atomically), so the state DELETE or UPDATE left it in (`edited vN`) is kept; it stays
+/// applied, as the file just written. Refused when the file changed on disk since it was
+/// applied (nothing is written over someone else's bytes). A patch unchanged since it was
+/// read is not written again; the recording patch's name saves it as SAVE PATCH does.
+pub(crate) fn save_applied(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
+    let b = cx.bound()?;
+    if b.edits.open.as_ref().is_some_and(|o| o.0 == path) {
+        return save(cx);
+    }
+    if path == SESSION {
+        return Err(Error::semantic("the session patch has no file to save over")
+            .with_help("DIFF CURRENT INTO PATCH \"file\" keeps the whole edited state as a new file; BEGIN PATCH \"file\" records the next edits into one"));
+    }
+    let Some(i) = b.edits.applied.iter().position(|p| p.name() == path) else {
+        return Err(Error::semantic(format!("patch {path:?} is not applied"))
+            .with_help("SAVE PATCH \"file\" writes an applied patch file's edited version; SHOW PATCHES lists the patches in force"));
+    };
+    let patch = &b.edits.applied[i];
+    let from = match &patch.origin {
+        PatchOrigin::File { sha256, .. } => {
+            let n = edit_count(&patch.edits);
+            return Ok(status(
+                "SAVE PATCH",
+                n,
+                format!(
+                    "{path}: unchanged since it was applied (sha256 {}); nothing written",
+                    hex(sha256)
+                ),
+            ));
+        }
+        PatchOrigin::Edited { from_sha256, .. } => *from_sha256,
+        PatchOrigin::Session | PatchOrigin::Open(_) => {
+            return Err(Error::internal(format!(
+                "{path} is in the applied list without a file"
+            )))
+        }
+    };
+    let s = &b.model().surface;
+    let file = PatchFile {
+        base_sha256: b.shared.identity(),
+        hidden: s.hidden,
+        n_layers: s.n_layers,
+        edits: patch.edits.clone(),
+    };
+    super::protect::refuse_overwrite_but_own(cx, path, "SAVE PATCH", path)?;
+    let on_disk = {
+        let (mut f, _) = lql_storage::fsutil::open_regular(Path::new(path), "patch file")?;
+        lql_storage::fsutil::sha256_stream(&mut f)
+            .map_err(|e| Error::io(format!("{path}: {e}")))?
+            .0
+    };
+    if on_disk != hex(from) {
+        return Err(Error::semantic(format!(
+            "{path} changed on disk since it was applied (sha256 {on_disk}, applied {}); refusing to write over it",
+            hex(from)
+        ))
+        .with_help("DIFF CURRENT INTO PATCH \"other.lqlpatch\" keeps the edited state as a new file"));
+    }
+    let sha256 = pf::write(Path::new(path), &file)?;
+    bound_mut(cx)?.edits.applied[i].origin = PatchOrigin::File {
+        path: path.to_string(),
+        sha256,
+    };
+    let n = edit_count(&file.edits);
+    Ok(status(
+        "SAVE PATCH",
+        n,
+        format!("{path}: {n} edits, sha256 {}", hex(sha256)),
+    ))
+}
+
 /// `PatchApply path`: reads, checks and applies a patch file.
 pub(crate) fn apply(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
     let b = cx.bound()?;

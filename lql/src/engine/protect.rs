@@ -102,6 +102,21 @@ pub(crate) fn refuse_overwrite(
     what: &str,
     also: &[&Path],
 ) -> Result<()> {
+    refuse(cx, target, what, also, None)
+}
+
+/// [`refuse_overwrite`] for a statement that writes the applied patch `own` over its own
+/// file (SAVE PATCH "file"): every other file the connection reads stays protected.
+pub(crate) fn refuse_overwrite_but_own(
+    cx: &Cx<'_>,
+    target: &str,
+    what: &str,
+    own: &str,
+) -> Result<()> {
+    refuse(cx, target, what, &[], Some(own))
+}
+
+fn refuse(cx: &Cx<'_>, target: &str, what: &str, also: &[&Path], own: Option<&str>) -> Result<()> {
     let t = identity(Path::new(target));
     let mut protected: Vec<(PathBuf, String)> = also
         .iter()
@@ -109,7 +124,12 @@ pub(crate) fn refuse_overwrite(
         .collect();
     if let Some(b) = cx.engine.bound.as_ref() {
         protected.push((b.model().path.clone(), "the bound model".into()));
-        for p in &b.edits.applied {
+        for p in b
+            .edits
+            .applied
+            .iter()
+            .filter(|p| Some(p.name().as_str()) != own)
+        {
             if let PatchOrigin::File { path, .. } | PatchOrigin::Edited { path, .. } = &p.origin {
                 protected.push((PathBuf::from(path), format!("the applied patch {path}")));
             }
