@@ -30,6 +30,9 @@
 //! - [`Rows`], [`Row`], [`Column`], [`Value`]: typed results; rendering is the caller's.
 //! - [`Error`]: kind, message, span, labels, help; [`Error::render`] (ariadne) and
 //!   [`Error::to_json`].
+//! - [`generation`]: batched generation over a database's model (the decode scheduler, the
+//!   prompt-prefix cache, per-request sampling, grammars, steering and patches, embeddings),
+//!   the service `lql serve` answers its generating routes with.
 
 mod code;
 mod connection;
@@ -37,6 +40,7 @@ mod database;
 mod engine;
 pub mod error;
 mod flags;
+pub mod generation;
 mod json;
 mod panics;
 pub mod progress;

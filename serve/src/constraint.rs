@@ -5,8 +5,7 @@
 
 use std::sync::Arc;
 
-use lql_exec::constrain::{ConstraintSpec, Grammar};
-use lql_exec::tokenizer::Tokenizer;
+use lql::generation::{ConstraintSpec, Grammar, Tokenizer};
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! (llama.cpp server's shapes).
 //!
 //! An embedding is the served model's final-normed hidden states mean-pooled and scaled to
-//! unit length ([`lql_exec::embedding::mean_pooled`]), computed on the server's own
+//! unit length ([`lql::generation::GenerationModel::embed`]), computed on the server's own
 //! executor outside the decode batch, holding a slot like any request. `input` is a
 //! string, a list of strings, a list of token ids or a list of such lists (OpenAI's forms);
 //! `encoding_format` `float` (default) or `base64` (little-endian f32, as the OpenAI
@@ -55,7 +55,7 @@ fn inputs(state: &AppState, input: &Value) -> Result<Vec<Vec<u32>>, ApiError> {
         v.iter()
             .map(|t| {
                 t.as_u64()
-                    .filter(|&i| i < state.model.surface.vocab as u64)
+                    .filter(|&i| i < state.generation.vocab_size() as u64)
                     .map(|i| i as u32)
                     .ok_or_else(|| bad("token ids are integers below the vocabulary size"))
             })
@@ -130,7 +130,7 @@ async fn run(state: &Arc<AppState>, body: JsonBody) -> Result<Value, ApiError> {
             ))
         }
     };
-    let width = state.model.surface.hidden;
+    let width = state.generation.embedding_width();
     if let Some(d) = req.dimensions.filter(|&d| d != width as i64) {
         return Err(ApiError::not_supported(
             "dimensions",
@@ -144,17 +144,17 @@ async fn run(state: &Arc<AppState>, body: JsonBody) -> Result<Value, ApiError> {
             state.metrics.rejected_busy();
         }
     })?;
-    let exec = state.embedder.clone();
+    let task_state = state.clone();
     let vectors = tokio::task::spawn_blocking(move || {
         let _slot = slot;
         texts
             .iter()
-            .map(|ids| lql_exec::embedding::mean_pooled(&exec, ids))
+            .map(|ids| task_state.generation.embed(ids))
             .collect::<Result<Vec<_>, _>>()
     })
     .await
     .map_err(|e| ApiError::internal(format!("the embedding task failed: {e}")))?
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    .map_err(|e| ApiError::internal(e.message))?;
     let data: Vec<Value> = vectors
         .iter()
         .enumerate()
@@ -207,7 +207,7 @@ pub async fn tokenize(State(state): State<Arc<AppState>>, body: JsonBody) -> Res
 pub async fn detokenize(State(state): State<Arc<AppState>>, body: JsonBody) -> Response {
     let out = (|| {
         let req: DetokenizeRequest = body.parse()?;
-        let vocab = state.model.surface.vocab as i64;
+        let vocab = state.generation.vocab_size() as i64;
         let ids = req
             .tokens
             .iter()

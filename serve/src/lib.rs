@@ -9,8 +9,8 @@
 //!
 //! ```text
 //!  request ──auth──▶ route ──▶ body (size bound, JSON) ──▶ Pool::acquire (N slots, bounded queue → 429)
-//!     ──▶ batcher (one decode thread: prefill each choice, then every active sequence
-//!         decodes in one batched step; generate::Decoding samples each) ──events──▶ JSON or SSE
+//!     ──▶ lql::generation::Batcher (the engine's decode thread: prefill each choice, then every
+//!         active sequence decodes in one batched step, each sampled as GENERATE samples) ──events──▶ JSON or SSE
 //!     └─ /v1/lql ──▶ Connection, gated by access::decide on each bound plan's effects (files only under --allow-writes DIR) ──▶ JSON
 //! ```
 //!
@@ -18,19 +18,16 @@
 
 pub mod access;
 pub mod auth;
-pub mod batcher;
 pub mod config;
 pub mod constraint;
 pub mod embeddings;
 pub mod error;
-pub mod generate;
 pub mod lql_http;
 pub mod memory;
 pub mod metrics;
 pub mod openai;
 pub mod patches;
 pub mod pool;
-pub mod prefix_cache;
 pub mod routes;
 pub mod server;
 pub mod sessions;

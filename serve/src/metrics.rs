@@ -4,6 +4,8 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use lql::generation::BatchObserver;
+
 /// Upper bounds (seconds) of the latency histogram buckets.
 const BUCKETS: [f64; 12] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -112,26 +114,6 @@ impl Metrics {
             .fetch_add(prompt as u64, Ordering::Relaxed);
         self.completion_tokens
             .fetch_add(completion as u64, Ordering::Relaxed);
-    }
-
-    pub fn cancelled(&self) {
-        self.cancelled.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A prompt started from `tokens` cached positions.
-    pub fn prompt_cache_hit(&self, tokens: usize) {
-        self.prompt_cache_hits.fetch_add(1, Ordering::Relaxed);
-        self.prompt_cache_tokens
-            .fetch_add(tokens as u64, Ordering::Relaxed);
-    }
-
-    /// One batched decode step ran the next token of `rows` sequences and `prefill`
-    /// positions of prompt chunks.
-    pub fn decode_step(&self, rows: usize, prefill: usize) {
-        self.decode_steps.fetch_add(1, Ordering::Relaxed);
-        self.decode_rows.fetch_add(rows as u64, Ordering::Relaxed);
-        self.prefill_positions
-            .fetch_add(prefill as u64, Ordering::Relaxed);
     }
 
     pub fn first_token(&self, secs: f64) {
@@ -254,5 +236,33 @@ impl Metrics {
             h.render("lql_time_to_first_token_seconds", "", &mut s);
         }
         s
+    }
+}
+
+/// What the engine's decode scheduler counts.
+impl BatchObserver for Metrics {
+    /// One batched decode step ran the next token of `decoding` sequences and
+    /// `prefilling` positions of prompt chunks.
+    fn step(&self, decoding: usize, prefilling: usize) {
+        self.decode_steps.fetch_add(1, Ordering::Relaxed);
+        self.decode_rows
+            .fetch_add(decoding as u64, Ordering::Relaxed);
+        self.prefill_positions
+            .fetch_add(prefilling as u64, Ordering::Relaxed);
+    }
+
+    /// A prompt started from `positions` cached positions.
+    fn prompt_cache_hit(&self, positions: usize) {
+        self.prompt_cache_hits.fetch_add(1, Ordering::Relaxed);
+        self.prompt_cache_tokens
+            .fetch_add(positions as u64, Ordering::Relaxed);
+    }
+
+    fn choice_ended(&self, tokens: usize) {
+        self.tokens(0, tokens);
+    }
+
+    fn cancelled(&self) {
+        self.cancelled.fetch_add(1, Ordering::Relaxed);
     }
 }

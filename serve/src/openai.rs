@@ -13,12 +13,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use lql::generation::{
+    self, Event, EventSink, Finish, Outcome, PatchedModel, Steering, TokenLogprob, Work,
+};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::batcher::{Event, Work};
 use crate::error::ApiError;
-use crate::generate::{self, Finish, Outcome, TokenLogprob};
+use crate::pool::Slot;
 use crate::routes::JsonBody;
 use crate::sse::{self, Item};
 use crate::state::{now_secs, AppState};
@@ -46,7 +48,7 @@ impl Shape {
 
 /// A checked generation: one request per choice, and the prompt each choice belongs to.
 struct Job {
-    reqs: Vec<generate::Request>,
+    reqs: Vec<generation::Request>,
     /// Prompt tokens, counted once per distinct prompt.
     prompt_tokens: usize,
     stream: bool,
@@ -78,7 +80,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
             "object": "model",
             "created": state.started,
             "owned_by": "lql",
-            "context_length": state.model.surface.context_length,
+            "context_length": state.generation.context_length(),
         }]
     }))
     .into_response()
@@ -205,12 +207,12 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
             }
         };
         let steering = steering(&state, &req.sampling)?;
-        let executor = patched(&state, &req.sampling)?;
+        let patched = patched(&state, &req.sampling)?;
         let grammar = req.constraint.compile(&state.tokenizer)?;
         let mut reqs = Vec::new();
         for ids in &prompts {
             for i in 0..n {
-                reqs.push(generate::Request {
+                reqs.push(generation::Request {
                     prompt_ids: ids.clone(),
                     max_tokens,
                     sampling: wire::sampling(&req.sampling, i)?,
@@ -219,7 +221,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
                     steering: steering.clone(),
                     grammar: grammar.clone(),
                     cache_prompt: req.sampling.cache_prompt.unwrap_or(true),
-                    executor: executor.clone(),
+                    patched: patched.clone(),
                 });
             }
         }
@@ -238,10 +240,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
 
 /// The request's `steering`: a control vector read from under `--allow-writes` (as
 /// `/v1/lql` reads files) and checked against the served model.
-fn steering(
-    state: &AppState,
-    f: &wire::SamplingFields,
-) -> Result<Option<Arc<lql_exec::steer::Steering>>, ApiError> {
+fn steering(state: &AppState, f: &wire::SamplingFields) -> Result<Option<Arc<Steering>>, ApiError> {
     let Some(s) = &f.steering else {
         return Ok(None);
     };
@@ -265,21 +264,15 @@ fn steering(
         Some([a, b]) => Some(a..=b),
         None => None,
     };
-    let st = lql_exec::steer::Steering::read_control_vector(
-        &state.model.surface,
-        &s.vector,
-        scale as f32,
-        layers,
-    )
-    .map_err(|e| bad(e.to_string()))?;
+    let st = state
+        .generation
+        .steering(&s.vector, scale as f32, layers)
+        .map_err(|e| bad(e.message))?;
     Ok(Some(Arc::new(st)))
 }
 
-/// The request's `patches`: the executor of that model state (`None` for the base).
-fn patched(
-    state: &AppState,
-    f: &wire::SamplingFields,
-) -> Result<Option<lql_exec::Executor>, ApiError> {
+/// The request's `patches`: that model state (`None` for the base).
+fn patched(state: &AppState, f: &wire::SamplingFields) -> Result<Option<PatchedModel>, ApiError> {
     let Some(names) = f.patches.as_deref().filter(|n| !n.is_empty()) else {
         return Ok(None);
     };
@@ -289,7 +282,7 @@ fn patched(
             "this server applies no patches: start it with --patches DIR and put the .lqlpatch files there",
         ));
     };
-    store.executor(names, &state.model, &state.embedder)
+    store.state(names, &state.generation)
 }
 
 /// Refuses what `/v1/responses` does not build: tool calls.
@@ -392,7 +385,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
             }
         };
         let steering = steering(&state, &req.sampling)?;
-        let executor = patched(&state, &req.sampling)?;
+        let patched = patched(&state, &req.sampling)?;
         let mut grammar = req.constraint.compile(&state.tokenizer)?;
         if let Some(spec) = tools.as_ref().and_then(|t| t.constraint()) {
             if grammar.is_some() {
@@ -409,7 +402,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
         }
         let mut reqs = Vec::new();
         for i in 0..n {
-            reqs.push(generate::Request {
+            reqs.push(generation::Request {
                 prompt_ids: ids.clone(),
                 max_tokens,
                 sampling: wire::sampling(&req.sampling, i)?,
@@ -418,7 +411,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: JsonBody) -> Respons
                 steering: steering.clone(),
                 grammar: grammar.clone(),
                 cache_prompt: req.sampling.cache_prompt.unwrap_or(true),
-                executor: executor.clone(),
+                patched: patched.clone(),
             });
         }
         Ok(Job {
@@ -505,7 +498,7 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
             "max_output_tokens",
         )?;
         Ok(Job {
-            reqs: vec![generate::Request {
+            reqs: vec![generation::Request {
                 prompt_ids: ids.clone(),
                 max_tokens,
                 sampling: wire::sampling(&req.sampling, 0)?,
@@ -514,7 +507,7 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
                 steering: steering(&state, &req.sampling)?,
                 grammar,
                 cache_prompt: req.sampling.cache_prompt.unwrap_or(true),
-                executor: patched(&state, &req.sampling)?,
+                patched: patched(&state, &req.sampling)?,
             }],
             prompt_tokens: ids.len(),
             stream: false,
@@ -525,6 +518,23 @@ pub async fn responses(State(state): State<Arc<AppState>>, body: JsonBody) -> Re
         })
     })();
     run_job(state, Shape::Responses, job, t0).await
+}
+
+/// Where the decode scheduler sends a request's events: the handler's channel, and the
+/// request's slot, freed when the scheduler drops this after the last choice.
+struct RequestEvents {
+    tx: mpsc::UnboundedSender<Event>,
+    _slot: Slot,
+}
+
+impl EventSink for RequestEvents {
+    fn send(&self, event: Event) -> bool {
+        self.tx.send(event).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
 }
 
 /// Takes a slot (429 when the queue is full) and runs the job, answering JSON or SSE.
@@ -566,8 +576,7 @@ async fn run_job(
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
     let work = Work {
         reqs: job.reqs.clone(),
-        events: tx,
-        slot,
+        events: Box::new(RequestEvents { tx, _slot: slot }),
     };
     if let Err(msg) = state.pool.batcher().submit(work) {
         state

@@ -1,122 +1,85 @@
 //! Per-request model state: `"patches": ["fact.lqlpatch", "<sha256>"]` names `.lqlpatch`
 //! files in the folder given at start (`--patches DIR`), by file name or by the sha256 of
-//! the file. The server keeps one mapped base; each distinct patch stack gets an executor
-//! over the base that applies the stack's FFN overlay (`Executor::with_overlay`; built once,
-//! kept for reuse), and its requests decode in the same batched steps as everyone else's,
-//! each sequence with its own overlay ([`crate::batcher`]).
+//! the file. The server keeps one mapped base; each distinct patch stack gets the engine's
+//! patched model state over it ([`lql::generation::GenerationModel::patched`]: an executor
+//! over the base that applies the stack's FFN overlay; built once, kept for reuse), and its
+//! requests decode in the same batched steps as everyone else's, each sequence with its own
+//! overlay. This file is the server's policy: which names a request may give, how many, and
+//! how many states are kept.
 //! A patch outside the folder, not in it, made on another model, or a request naming
 //! patches to a server started without the folder, is a 400 naming `patches`.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Mutex;
 
-use lql_exec::Executor;
-use lql_storage::model::{Model, OperandSource};
-use lql_storage::overlay::patch::{self as pf, PatchFile};
-use lql_storage::overlay::{EffectiveModel, Patch, PatchOrigin};
+use lql::generation::{GenerationModel, PatchFile, PatchedModel};
 
 use crate::error::ApiError;
 
-/// Most patch stacks whose executors are kept.
+/// Most patch stacks whose states are kept.
 const KEPT_STATES: usize = 16;
 /// Most patches one request may name.
 const MAX_PATCHES: usize = 16;
 
-/// The `--patches` folder and the executors built over it.
+/// The `--patches` folder and the model states built over it.
 pub struct PatchStore {
     dir: PathBuf,
-    identity: OnceLock<[u8; 32]>,
-    states: Mutex<Vec<(Vec<[u8; 32]>, Executor)>>,
+    states: Mutex<Vec<(Vec<[u8; 32]>, PatchedModel)>>,
 }
 
 fn bad(m: impl Into<String>) -> ApiError {
     ApiError::invalid_param("patches", m.into())
 }
 
-fn hex(b: &[u8; 32]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 impl PatchStore {
     pub fn new(dir: PathBuf) -> PatchStore {
         PatchStore {
             dir,
-            identity: OnceLock::new(),
             states: Mutex::new(Vec::new()),
         }
     }
 
-    /// The executor of `base` with `names` applied in order (`None` for no names).
-    pub fn executor(
+    /// The state of `model` with `names` applied in order (`None` for no names).
+    pub fn state(
         &self,
         names: &[String],
-        model: &Arc<Model>,
-        base: &Executor,
-    ) -> Result<Option<Executor>, ApiError> {
+        model: &GenerationModel,
+    ) -> Result<Option<PatchedModel>, ApiError> {
         if names.is_empty() {
             return Ok(None);
         }
         if names.len() > MAX_PATCHES {
             return Err(bad(format!("at most {MAX_PATCHES} patches")));
         }
-        let identity = *self.identity.get_or_init(|| pf::model_identity(model));
-        let mut patches = Vec::with_capacity(names.len());
+        let mut patches: Vec<PatchFile> = Vec::with_capacity(names.len());
         for name in names {
-            let (path, file, sha256) = self.read(name)?;
-            if file.base_sha256 != identity {
-                return Err(bad(format!(
-                    "{name}: the patch was made on the model with sha256 {}; this server's model has sha256 {}",
-                    hex(&file.base_sha256),
-                    hex(&identity)
-                )));
+            let patch = self.read(name)?;
+            if let Some(why) = model.patch_mismatch(&patch) {
+                return Err(bad(format!("{name}: {why}")));
             }
-            if file.hidden != model.surface.hidden || file.n_layers != model.surface.n_layers {
-                return Err(bad(format!(
-                    "{name}: the patch is for another model's shape"
-                )));
-            }
-            if patches.iter().any(|p: &Patch| {
-                matches!(&p.origin, PatchOrigin::File { sha256: h, .. } if *h == sha256)
-            }) {
+            if patches.iter().any(|p| p.sha256() == patch.sha256()) {
                 return Err(bad(format!("{name} is named twice")));
             }
-            patches.push(Patch {
-                origin: PatchOrigin::File {
-                    path: path.display().to_string(),
-                    sha256,
-                },
-                edits: file.edits,
-            });
+            patches.push(patch);
         }
-        let key: Vec<[u8; 32]> = patches
-            .iter()
-            .filter_map(|p| match &p.origin {
-                PatchOrigin::File { sha256, .. } => Some(*sha256),
-                _ => None,
-            })
-            .collect();
+        let key: Vec<[u8; 32]> = patches.iter().map(PatchFile::sha256).collect();
         let mut states = self
             .states
             .lock()
             .map_err(|_| ApiError::internal("the patch states are poisoned"))?;
-        if let Some((_, e)) = states.iter().find(|(k, _)| *k == key) {
-            return Ok(Some(e.clone()));
+        if let Some((_, state)) = states.iter().find(|(k, _)| *k == key) {
+            return Ok(Some(state.clone()));
         }
-        let state = EffectiveModel::new(model.clone(), patches).map_err(bad)?;
-        let source: Arc<dyn OperandSource> = Arc::new(state);
-        let exec = base
-            .clone()
-            .with_overlay(Some(source))
-            .map_err(|e| bad(format!("the patched model does not run: {e}")))?;
+        let state = model.patched(patches).map_err(bad)?;
         if states.len() >= KEPT_STATES {
             states.remove(0);
         }
-        states.push((key, exec.clone()));
-        Ok(Some(exec))
+        states.push((key, state.clone()));
+        Ok(Some(state))
     }
 
     /// A patch by file name in the folder, or by the sha256 of a file in it.
-    fn read(&self, name: &str) -> Result<(PathBuf, PatchFile, [u8; 32]), ApiError> {
+    fn read(&self, name: &str) -> Result<PatchFile, ApiError> {
         if name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
             let want = name.to_ascii_lowercase();
             let entries = std::fs::read_dir(&self.dir)
@@ -124,9 +87,9 @@ impl PatchStore {
             for entry in entries.flatten() {
                 let path = entry.path();
                 if path.extension().is_some_and(|x| x == "lqlpatch") {
-                    if let Ok((file, sha)) = pf::read(&path) {
-                        if hex(&sha) == want {
-                            return Ok((path, file, sha));
+                    if let Ok(patch) = PatchFile::read(&path) {
+                        if patch.sha256_hex() == want {
+                            return Ok(patch);
                         }
                     }
                 }
@@ -149,7 +112,6 @@ impl PatchStore {
         if !path.is_file() {
             return Err(bad(format!("{name:?} is not in the patches folder")));
         }
-        let (file, sha) = pf::read(&path).map_err(|e| bad(format!("{name}: {e}")))?;
-        Ok((path, file, sha))
+        PatchFile::read(&path).map_err(|e| bad(format!("{name}: {e}")))
     }
 }

@@ -1,14 +1,14 @@
 //! Admission and back-pressure: `parallel` slots (requests that decode at once: the
-//! decode scheduler, [`crate::batcher`], runs them together in one batch over the one
+//! decode scheduler, [`lql::generation::Batcher`], runs them together in one batch over the one
 //! shared, mapped model); requests beyond the slots wait in a queue bounded by `queue`, and
 //! one more is refused with 429.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use lql::generation::Batcher;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::batcher::Batcher;
 use crate::error::ApiError;
 
 /// The slots, the queue and the decode scheduler they feed.

@@ -1,16 +1,14 @@
 //! What every request handler shares: the settings, the database (mapped model, shared
-//! tokenizer), the chat template, the decoding slots and the decode scheduler, sessions and metrics.
+//! tokenizer), the engine's generation service over it, the chat template, the decoding
+//! slots and the decode scheduler, sessions and metrics.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use lql::generation::{read_chat_template, GenerationModel, PrefixCache, Tokenizer};
 use lql::Database;
-use lql_exec::tokenizer::Tokenizer;
-use lql_exec::{CpuBackend, Executor};
-use lql_storage::Model;
 
-use crate::batcher::Batcher;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pool::Pool;
@@ -23,13 +21,13 @@ pub struct AppState {
     pub db: Database,
     /// The model's id on `/v1/models` (the name or path it was opened by).
     pub model_id: String,
-    pub model: Arc<Model>,
+    /// The model as the engine's generation service opens it: decoding, embeddings,
+    /// steering and patched states run on its one executor.
+    pub generation: GenerationModel,
     pub tokenizer: Arc<Tokenizer>,
     /// `None` when the model has no chat template (chat routes then answer 400).
     pub template: Option<ChatTemplate>,
     pub pool: Arc<Pool>,
-    /// What `/v1/embeddings` runs (the decode executor's model and backend).
-    pub embedder: Executor,
     /// The `--patches` folder requests may name patches from.
     pub patches: Option<crate::patches::PatchStore>,
     pub sessions: Sessions,
@@ -57,23 +55,20 @@ impl AppState {
         }
         let db = Database::open_with_flags(&config.model, config.open_flags())
             .map_err(|e| e.to_string())?;
-        let (_, model) = db
-            .default_model()
-            .ok_or_else(|| "the model did not bind".to_string())?;
-        let tokenizer = db.default_tokenizer().map_err(|e| e.to_string())?;
-        let spec = model.tokenizer_spec().map_err(|e| e.to_string())?;
+        let generation =
+            GenerationModel::open(&db, config.decode_threads()).map_err(|e| e.message)?;
+        let tokenizer = generation.tokenizer().clone();
         let text_of = |id: Option<u32>| {
             id.and_then(|i| tokenizer.token_raw(i).map(str::to_string))
                 .unwrap_or_default()
         };
-        let file_template = match &config.chat_template_file {
+        let template_source = match &config.chat_template_file {
             Some(path) => Some(
-                lql_storage::fsutil::read_capped_text(path, "chat template", 1 << 20)
-                    .map_err(|e| format!("--chat-template: {e}"))?,
+                read_chat_template(path).map_err(|e| format!("--chat-template: {}", e.message))?,
             ),
-            None => None,
+            None => generation.chat_template().map_err(|e| e.message)?,
         };
-        let template = match file_template.as_deref().or(spec.chat_template()) {
+        let template = match template_source.as_deref() {
             Some(src) => Some(ChatTemplate::new(
                 src,
                 text_of(tokenizer.bos_id()),
@@ -95,28 +90,23 @@ impl AppState {
             None => None,
         };
         let metrics = Arc::new(Metrics::default());
-        let source: Arc<dyn lql_storage::OperandSource> = model.clone();
-        let backend =
-            Arc::new(CpuBackend::new(config.decode_threads()).map_err(|e| e.to_string())?);
-        let exec = Executor::with_backend(source, backend).map_err(|e| e.to_string())?;
-        // Embeddings run beside the decode thread, on the same backend.
-        let embedder = exec.clone();
-        let cache = crate::prefix_cache::PrefixCache::new(
+        let cache = PrefixCache::new(
             usize::try_from(config.prompt_cache_bytes).unwrap_or(usize::MAX),
             config.prompt_chunk,
         );
-        let batcher = Batcher::start(exec, tokenizer.clone(), metrics.clone(), cache)?;
+        let batcher = generation
+            .start_batcher(cache, metrics.clone())
+            .map_err(|e| e.message)?;
         let pool = Pool::new(config.parallel, config.queue, batcher, config.max_memory);
         Ok(AppState {
             model_id: config.model_alias(),
             sessions: Sessions::new(config.max_sessions, config.max_memory),
             config,
             db,
-            model,
+            generation,
             tokenizer,
             template,
             pool: Arc::new(pool),
-            embedder,
             patches,
             metrics,
             started: now_secs(),
@@ -127,7 +117,7 @@ impl AppState {
 
     /// The most prompt tokens accepted.
     pub fn prompt_limit(&self) -> usize {
-        let ctx = self.model.surface.context_length;
+        let ctx = self.generation.context_length();
         match self.config.max_prompt_tokens {
             0 => ctx.saturating_sub(1),
             n => n.min(ctx.saturating_sub(1)),

@@ -22,10 +22,10 @@
 //! Calls come back in OpenAI's shape (`message.tool_calls[]` with `arguments` as JSON text,
 //! `finish_reason: "tool_calls"`).
 
+use lql::generation::{guided_schema, ConstraintSpec};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use lql_exec::constrain::{guided_schema, ConstraintSpec};
 
 /// How a template's model writes tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

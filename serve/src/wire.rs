@@ -1,7 +1,8 @@
 //! OpenAI wire types: the request bodies of `/v1/completions`, `/v1/chat/completions` and
 //! `/v1/responses` (fields this server reads; unknown fields are ignored as OpenAI's own
-//! server ignores them), and the checks that turn them into a [`crate::generate::Request`].
+//! server ignores them), and the checks that turn them into a [`lql::generation::Request`].
 
+use lql::generation::{Sampling, MAX_REPEAT_LAST_N};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -170,7 +171,7 @@ pub fn content_text(content: &Value, param: &str) -> Result<String, ApiError> {
 }
 
 /// The sampler settings, checked. OpenAI's default temperature is 1.
-pub fn sampling(f: &SamplingFields, choice: usize) -> Result<lql_exec::Sampling, ApiError> {
+pub fn sampling(f: &SamplingFields, choice: usize) -> Result<Sampling, ApiError> {
     let temperature = f.temperature.unwrap_or(1.0);
     if !temperature.is_finite() || !(0.0..=2.0).contains(&temperature) {
         return Err(ApiError::invalid_param(
@@ -223,19 +224,19 @@ pub fn sampling(f: &SamplingFields, choice: usize) -> Result<lql_exec::Sampling,
     };
     let repeat_last_n = match f.repeat_last_n {
         None => 64,
-        Some(-1) => lql_exec::sample::MAX_REPEAT_LAST_N,
-        Some(n) if (0..=lql_exec::sample::MAX_REPEAT_LAST_N as i64).contains(&n) => n as usize,
+        Some(-1) => MAX_REPEAT_LAST_N,
+        Some(n) if (0..=MAX_REPEAT_LAST_N as i64).contains(&n) => n as usize,
         Some(n) => {
             return Err(ApiError::invalid_param(
                 "repeat_last_n",
                 format!(
                     "repeat_last_n {n} must be -1 (the context) or between 0 and {}",
-                    lql_exec::sample::MAX_REPEAT_LAST_N
+                    MAX_REPEAT_LAST_N
                 ),
             ))
         }
     };
-    Ok(lql_exec::Sampling {
+    Ok(Sampling {
         temperature: temperature as f32,
         top_k,
         top_p: top_p as f32,

@@ -25,11 +25,8 @@ fn embeddings_are_the_engines_mean_pooling() {
         .iter()
         .map(|x| x.as_f64().unwrap() as f32)
         .collect();
-    let model = std::sync::Arc::new(
-        lql_storage::import::open(std::path::Path::new(&common::model())).unwrap(),
-    );
-    let src: std::sync::Arc<dyn lql_storage::model::OperandSource> = model;
-    let exec = lql_exec::Executor::new(src, 2).unwrap();
+    let db = lql::Database::open(common::model()).unwrap();
+    let engine = lql::generation::GenerationModel::open(&db, 2).unwrap();
     let conn = common::reference();
     let ids: Vec<u32> = conn
         .execute("TOKENIZE \"The capital of France is Paris.\"")
@@ -37,7 +34,7 @@ fn embeddings_are_the_engines_mean_pooling() {
         .iter()
         .map(|r| r.get::<_, i64>("token_id").unwrap() as u32)
         .collect();
-    let want = lql_exec::embedding::mean_pooled(&exec, &ids).unwrap();
+    let want = engine.embed(&ids).unwrap();
     assert_eq!(got.len(), 576);
     let worst = got
         .iter()

@@ -40,8 +40,9 @@ fn a_patched_and_a_plain_request_each_answer_as_their_own_state() {
     c.patch_dir = Some(dir.path().to_path_buf());
     let s = common::start(c);
     let url = format!("{}/v1/completions", s.url());
-    let (_, sha) = lql_storage::overlay::patch::read(&patch).unwrap();
-    let sha: String = sha.iter().map(|b| format!("{b:02x}")).collect();
+    let sha = lql::generation::PatchFile::read(&patch)
+        .unwrap()
+        .sha256_hex();
     for name in ["fact.lqlpatch".to_string(), sha] {
         let handles: Vec<_> = [true, false]
             .into_iter()

@@ -110,7 +110,7 @@ fn required_and_named_choices_call_a_declared_tool_as_generate_would() {
         )
         .unwrap();
     assert!(rendered.contains("<tools>") && rendered.contains("\"get_weather\""));
-    let Some(lql_exec::constrain::ConstraintSpec::Lark(lark)) = calling.constraint() else {
+    let Some(lql::generation::ConstraintSpec::Lark(lark)) = calling.constraint() else {
         panic!("required constrains");
     };
     let conn = common::reference();

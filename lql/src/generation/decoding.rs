@@ -2,11 +2,16 @@
 //! `GENERATE` does (same sampler, same end-of-sequence ids, same stop string rule), and
 //! report each token's log-probability and the text completed so far to a callback
 //! (streaming), which may stop it (a client gone). The model runs in the batch scheduler
-//! ([`crate::batcher`]), which steps every active completion together.
+//! ([`super::batcher`]), which steps every active completion together.
 
-use lql_exec::constrain::{Allowed, Constraint};
+use std::sync::Arc;
+
+use lql_exec::constrain::{Allowed, Constraint, Grammar};
+use lql_exec::steer::Steering;
 use lql_exec::tokenizer::{StreamDecoder, Tokenizer};
 use lql_exec::{ExecError, Logits, Sampler, Sampling};
+
+use super::patches::PatchedModel;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -18,13 +23,14 @@ pub struct Request {
     /// Report log-probabilities, with this many alternatives per token.
     pub logprobs: Option<usize>,
     /// Vectors added to the residual stream in this request's passes only.
-    pub steering: Option<std::sync::Arc<lql_exec::steer::Steering>>,
+    pub steering: Option<Arc<Steering>>,
     /// The text must be in this grammar's language (`response_format`, `grammar`).
-    pub grammar: Option<std::sync::Arc<lql_exec::constrain::Grammar>>,
+    pub grammar: Option<Arc<Grammar>>,
     /// The prompt may start from, and fill, the prompt-prefix cache (`cache_prompt`).
     pub cache_prompt: bool,
-    /// The executor of this request's model state (`patches`), or `None` for the base.
-    pub executor: Option<lql_exec::Executor>,
+    /// The model state this request decodes with (a stack of patches), or `None` for the
+    /// base model.
+    pub patched: Option<PatchedModel>,
 }
 
 /// One alternative token and its log-probability.
@@ -133,7 +139,7 @@ fn token_logprob(tok: &Tokenizer, logits: &Logits, id: u32, top: usize) -> Token
 }
 
 /// One completion being decoded, one token at a time, by the batch scheduler
-/// ([`crate::batcher`]): the sampler, the end-of-sequence ids, the stop strings and the
+/// ([`super::batcher`]): the sampler, the end-of-sequence ids, the stop strings and the
 /// text streamed so far. The scheduler runs the model; [`Decoding::step`] turns the logits
 /// after the last token into the next token (or the end), exactly as `GENERATE` samples.
 pub struct Decoding<'t> {

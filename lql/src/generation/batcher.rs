@@ -1,69 +1,108 @@
 //! The decode scheduler: one thread with one executor (one backend thread pool over the
-//! shared, mapped model) that decodes every active completion together. A request that
-//! holds a slot ([`crate::pool`]) hands its choices here; each step samples every active
-//! sequence with its own sampler, stop strings, logprobs and `max_tokens`
-//! ([`Decoding::step`]), then runs the next token of all of them, and the prompts of
-//! choices just started, as one batched step (`Executor::extend_batch`: the weights are
-//! read once per step). A finished sequence, or one whose client is gone, leaves the batch
-//! at once, and the request's slot is freed when its last choice ends.
+//! shared, mapped model) that decodes every active completion together. A caller hands a
+//! request's choices here ([`Batcher::submit`]); each step samples every active sequence
+//! with its own sampler, stop strings, logprobs and `max_tokens` ([`Decoding::step`]),
+//! then runs the next token of all of them, and the prompts of choices just started, as
+//! one batched step (`Executor::extend_batch`: the weights are read once per step). A
+//! finished sequence, or one whose receiver is gone, leaves the batch at once, and the
+//! request's [`EventSink`] (with whatever it holds, such as a server's slot) is dropped
+//! when its last choice ends.
+//!
+//! The scheduler knows nothing of its callers' transport: events go to an [`EventSink`]
+//! the caller implements (a server wraps its async channel in one), and what it counts
+//! goes to a [`BatchObserver`] (a server's metrics). No async runtime is needed.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc as std_mpsc;
+use std::sync::mpsc;
 use std::sync::Arc;
 
 use lql_exec::tokenizer::Tokenizer;
 use lql_exec::{ExecError, Executor, Logits, Session};
-use tokio::sync::mpsc;
 
-use crate::generate::{Decoding, Delta, Finish, Outcome, Request, TokenLogprob};
-use crate::metrics::Metrics;
-use crate::pool::Slot;
-use crate::prefix_cache::PrefixCache;
+use super::decoding::{Decoding, Delta, Finish, Outcome, Request, TokenLogprob};
+use super::patches::PatchedModel;
+use super::prefix_cache::PrefixCache;
 
 /// What the scheduler reports about one request's choices.
+#[derive(Debug)]
 pub enum Event {
+    /// Text of choice `index` that is final (no stop string can still start in it), and
+    /// the log-probabilities of the tokens that made it (when asked for).
     Delta {
         index: usize,
         text: String,
         logprobs: Vec<TokenLogprob>,
     },
-    Done {
-        index: usize,
-        outcome: Outcome,
-    },
+    /// Choice `index` ended.
+    Done { index: usize, outcome: Outcome },
+    /// The request failed; no further event follows.
     Failed(String),
 }
+
+/// Where a request's events go. Implemented by the caller over its own channel; the sink
+/// is dropped when the request's last choice ends, so anything it holds (a server's
+/// decoding slot) is released then.
+pub trait EventSink: Send {
+    /// Delivers `event`; `false` when the receiver is gone (the request then stops).
+    fn send(&self, event: Event) -> bool;
+    /// The receiver is gone (a client that left): the request leaves the batch at the
+    /// next step.
+    fn is_closed(&self) -> bool;
+}
+
+/// What the scheduler counts, for a caller's metrics. Every method does nothing unless
+/// implemented.
+pub trait BatchObserver: Send + Sync {
+    /// A batched step runs the next token of `decoding` sequences and `prefilling` prompt
+    /// positions.
+    fn step(&self, decoding: usize, prefilling: usize) {
+        let _ = (decoding, prefilling);
+    }
+    /// A prompt starts from `positions` positions held in the prompt-prefix cache.
+    fn prompt_cache_hit(&self, positions: usize) {
+        let _ = positions;
+    }
+    /// A choice ended after generating `tokens` tokens.
+    fn choice_ended(&self, tokens: usize) {
+        let _ = tokens;
+    }
+    /// A choice was cancelled: its receiver left, or [`Batcher::cancel_all`].
+    fn cancelled(&self) {}
+}
+
+/// An observer that counts nothing.
+pub struct NoObserver;
+
+impl BatchObserver for NoObserver {}
 
 /// One request's choices, decoded one after another (choice `i + 1` starts when `i` ends).
 pub struct Work {
     pub reqs: Vec<Request>,
-    /// Events to the request's handler; closed when the client is gone.
-    pub events: mpsc::UnboundedSender<Event>,
-    /// The request's slot, held until its last choice ends.
-    pub slot: Slot,
+    /// Where the request's events go; dropped when its last choice ends.
+    pub events: Box<dyn EventSink>,
 }
 
 /// The handle to the decode thread.
 pub struct Batcher {
-    submit: std::sync::Mutex<std_mpsc::Sender<Work>>,
+    submit: std::sync::Mutex<mpsc::Sender<Work>>,
     cancel: Arc<AtomicBool>,
 }
 
 impl Batcher {
     /// Starts the decode thread over `exec` (its cancel flag stops every pass), with its
     /// prompt-prefix cache.
-    pub fn start(
+    pub(crate) fn start(
         exec: Executor,
         tokenizer: Arc<Tokenizer>,
-        metrics: Arc<Metrics>,
+        observer: Arc<dyn BatchObserver>,
         cache: PrefixCache,
     ) -> Result<Batcher, String> {
-        let (tx, rx) = std_mpsc::channel::<Work>();
+        let (tx, rx) = mpsc::channel::<Work>();
         let cancel = exec.cancel_flag();
         std::thread::Builder::new()
             .name("lql-decode".into())
-            .spawn(move || Scheduler::new(&exec, &tokenizer, &metrics, cache).run(&rx))
+            .spawn(move || Scheduler::new(&exec, &tokenizer, observer.as_ref(), cache).run(&rx))
             .map_err(|e| format!("cannot start the decode thread: {e}"))?;
         Ok(Batcher {
             submit: std::sync::Mutex::new(tx),
@@ -71,8 +110,8 @@ impl Batcher {
         })
     }
 
-    /// Hands a request to the decode thread. On failure the work (and its slot) is
-    /// dropped and its handler sees the events channel close.
+    /// Hands a request to the decode thread. On failure the work (and its sink) is
+    /// dropped, so its receiver sees the channel close.
     pub fn submit(&self, work: Work) -> Result<(), String> {
         let tx = self
             .submit
@@ -107,32 +146,27 @@ struct Active<'t> {
     work: Work,
     index: usize,
     seq: Option<Seq<'t>>,
-    /// Over: remove it (dropping its slot).
+    /// Over: remove it (dropping its sink).
     done: bool,
 }
 
 struct Scheduler<'t> {
     exec: &'t Executor,
     tok: &'t Tokenizer,
-    metrics: &'t Metrics,
+    observer: &'t dyn BatchObserver,
     end_ids: Vec<u32>,
     cancel: Arc<AtomicBool>,
     cache: RefCell<PrefixCache>,
 }
 
-/// A callback that streams one choice's deltas to its request's handler.
-fn sender(
-    events: &mpsc::UnboundedSender<Event>,
-    index: usize,
-) -> impl FnMut(Delta<'_>) -> bool + '_ {
+/// A callback that streams one choice's deltas to its request's sink.
+fn sender(events: &dyn EventSink, index: usize) -> impl FnMut(Delta<'_>) -> bool + '_ {
     move |d: Delta<'_>| {
-        events
-            .send(Event::Delta {
-                index,
-                text: d.text.to_string(),
-                logprobs: d.logprobs.to_vec(),
-            })
-            .is_ok()
+        events.send(Event::Delta {
+            index,
+            text: d.text.to_string(),
+            logprobs: d.logprobs.to_vec(),
+        })
     }
 }
 
@@ -140,7 +174,7 @@ impl<'t> Scheduler<'t> {
     fn new(
         exec: &'t Executor,
         tok: &'t Tokenizer,
-        metrics: &'t Metrics,
+        observer: &'t dyn BatchObserver,
         cache: PrefixCache,
     ) -> Self {
         let special = &exec.surface().special;
@@ -150,7 +184,7 @@ impl<'t> Scheduler<'t> {
         Scheduler {
             exec,
             tok,
-            metrics,
+            observer,
             end_ids,
             cancel: exec.cancel_flag(),
             cache: RefCell::new(cache),
@@ -158,7 +192,7 @@ impl<'t> Scheduler<'t> {
     }
 
     /// Until every handle is dropped: admit new work, start choices, step the batch.
-    fn run(&self, rx: &std_mpsc::Receiver<Work>) {
+    fn run(&self, rx: &mpsc::Receiver<Work>) {
         let mut active: Vec<Active<'t>> = Vec::new();
         loop {
             if active.is_empty() {
@@ -181,20 +215,20 @@ impl<'t> Scheduler<'t> {
     /// Ends the current choice with `outcome` and moves to the next one.
     fn finished(&self, a: &mut Active<'t>, outcome: Outcome) {
         let cancelled = outcome.finish == Finish::Cancelled;
-        self.metrics.tokens(0, outcome.completion_tokens);
+        self.observer.choice_ended(outcome.completion_tokens);
         if cancelled {
-            self.metrics.cancelled();
+            self.observer.cancelled();
         }
         let index = a.index;
         a.seq = None;
         a.index += 1;
-        if a.work.events.send(Event::Done { index, outcome }).is_err() || cancelled {
+        if !a.work.events.send(Event::Done { index, outcome }) || cancelled {
             a.done = true;
         }
     }
 
     fn failed(&self, a: &mut Active<'t>, e: &ExecError) {
-        let _ = a.work.events.send(Event::Failed(e.to_string()));
+        a.work.events.send(Event::Failed(e.to_string()));
         a.seq = None;
         a.done = true;
     }
@@ -216,19 +250,22 @@ impl<'t> Scheduler<'t> {
                 Err(e) => return self.failed(a, &e),
             };
             if dec.wants_nothing() {
-                let outcome = dec.finish(None, &mut sender(&a.work.events, a.index));
+                let outcome = dec.finish(None, &mut sender(a.work.events.as_ref(), a.index));
                 self.finished(a, outcome);
                 continue;
             }
             // A steered or patched request decodes on its own steering and overlay (still in
             // the shared batch); a plain one starts from the longest cached prefix of its
             // prompt.
-            let base = req.executor.as_ref().unwrap_or(self.exec);
-            let cacheable = req.steering.is_none() && req.executor.is_none() && req.cache_prompt;
+            let base = req
+                .patched
+                .as_ref()
+                .map_or(self.exec, PatchedModel::executor);
+            let cacheable = req.steering.is_none() && req.patched.is_none() && req.cache_prompt;
             let (session, prompt_done) = match &req.steering {
                 None if cacheable => match self.cache.borrow_mut().lookup(&req.prompt_ids) {
                     Some(hit) => {
-                        self.metrics.prompt_cache_hit(hit.len);
+                        self.observer.prompt_cache_hit(hit.len);
                         (hit.session, hit.len)
                     }
                     None => (base.session(), 0),
@@ -259,7 +296,7 @@ impl<'t> Scheduler<'t> {
             let Some(seq) = a.seq.as_mut() else { continue };
             if a.work.events.is_closed() {
                 // The client is gone: leave the batch now.
-                self.metrics.cancelled();
+                self.observer.cancelled();
                 a.seq = None;
                 a.done = true;
                 continue;
@@ -280,13 +317,15 @@ impl<'t> Scheduler<'t> {
                 logits,
                 room,
                 cancelled,
-                &mut sender(&a.work.events, a.index),
+                &mut sender(a.work.events.as_ref(), a.index),
             );
             match next {
                 Ok(Some(id)) => rows.push((ai, vec![id])),
                 Ok(None) => {
                     if let Some(seq) = a.seq.take() {
-                        let outcome = seq.dec.finish(None, &mut sender(&a.work.events, a.index));
+                        let outcome = seq
+                            .dec
+                            .finish(None, &mut sender(a.work.events.as_ref(), a.index));
                         self.finished(a, outcome);
                     }
                 }
@@ -318,7 +357,7 @@ impl<'t> Scheduler<'t> {
             }
             return;
         }
-        self.metrics.decode_step(next, prefill);
+        self.observer.step(next, prefill);
         // Steered and patched sessions share the base's plan (each keeps its own steering
         // and overlay), so every sequence runs in this one batched step.
         let result = self.exec.extend_batch(&mut sessions, &lists);
@@ -355,7 +394,7 @@ impl<'t> Scheduler<'t> {
                         if matches!(e, ExecError::Cancelled) {
                             let outcome = seq.dec.finish(
                                 Some(Finish::Cancelled),
-                                &mut sender(&a.work.events, a.index),
+                                &mut sender(a.work.events.as_ref(), a.index),
                             );
                             self.finished(a, outcome);
                         } else {
