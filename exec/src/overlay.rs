@@ -17,7 +17,17 @@
 use lql_storage::overlay::LayerOverlay;
 use lql_storage::surface::Activation;
 
-use crate::kernels::glu;
+use rayon::prelude::*;
+
+use crate::kernels::{axpy, dot, glu};
+
+/// Features per parallel task for the gate and up products, and hidden coordinates per task
+/// for the down product: above [`PARALLEL_WORK`] multiply-adds per position the added
+/// features run on the pass's threads (each output is still summed in one fixed order, so
+/// results do not depend on the thread count).
+const FEATURES_PER_TASK: usize = 64;
+const COORDS_PER_TASK: usize = 64;
+const PARALLEL_WORK: usize = 1 << 16;
 
 /// Multiplies each position's gate pre-activations by the overlay's gate scales.
 pub fn scale_gate(ov: Option<&LayerOverlay>, gate: &mut [f32], ffn: usize) {
@@ -41,10 +51,6 @@ fn scale_rows(m: &mut [f32], width: usize, s: &[f32]) {
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
 /// The added features' gate pre-activations and activations, `[n × k]` each.
 #[derive(Debug, Default, Clone)]
 pub struct Added {
@@ -66,16 +72,41 @@ pub fn add_features(
     };
     let (d, k, ff) = (o.hidden, o.added(), o.ffn);
     let n = x.len() / d.max(1);
+    let parallel = n * k * d >= PARALLEL_WORK;
+    // Gate and up, feature-major (`[k × n]`): each weight row is read once for all positions.
+    let mut gate_t = vec![0.0f32; k * n];
+    let mut up_t = vec![0.0f32; k * n];
+    let products = |(c, (g, u)): (usize, (&mut [f32], &mut [f32]))| {
+        for (j, (g, u)) in g.chunks_mut(n).zip(u.chunks_mut(n)).enumerate() {
+            let i = c * FEATURES_PER_TASK + j;
+            let (gw, uw) = (&o.gate[i * d..(i + 1) * d], &o.up[i * d..(i + 1) * d]);
+            let scale = o.gate_scale.as_ref().map_or(1.0, |s| s[ff + i]);
+            for (p, xr) in x.chunks_exact(d).enumerate() {
+                g[p] = (dot(gw, xr) + o.gate_bias[i]) * scale;
+                u[p] = dot(uw, xr) + o.up_bias[i];
+            }
+        }
+    };
+    let task = FEATURES_PER_TASK * n;
+    if parallel {
+        gate_t
+            .par_chunks_mut(task)
+            .zip(up_t.par_chunks_mut(task))
+            .enumerate()
+            .for_each(products);
+    } else {
+        gate_t
+            .chunks_mut(task)
+            .zip(up_t.chunks_mut(task))
+            .enumerate()
+            .for_each(products);
+    }
     let mut gate = vec![0.0f32; n * k];
     let mut up = vec![0.0f32; n * k];
-    for (p, xr) in x.chunks_exact(d).enumerate() {
-        for i in 0..k {
-            let mut g = dot(&o.gate[i * d..(i + 1) * d], xr) + o.gate_bias[i];
-            if let Some(s) = &o.gate_scale {
-                g *= s[ff + i];
-            }
-            gate[p * k + i] = g;
-            up[p * k + i] = dot(&o.up[i * d..(i + 1) * d], xr) + o.up_bias[i];
+    for i in 0..k {
+        for p in 0..n {
+            gate[p * k + i] = gate_t[i * n + p];
+            up[p * k + i] = up_t[i * n + p];
         }
     }
     let pre = gate.clone();
@@ -87,13 +118,37 @@ pub fn add_features(
             }
         }
     }
-    for (p, dr) in delta.chunks_exact_mut(d).enumerate() {
+    // Δ += Σ_i a_i·d_i by spans of coordinates (each down row's span read once for all
+    // positions), each coordinate summed over the features in order, then added to Δ.
+    let span = |c: usize| {
+        let at = c * COORDS_PER_TASK;
+        let w = COORDS_PER_TASK.min(d - at);
+        let mut sum = vec![0.0f32; n * w];
         for i in 0..k {
-            let a = gate[p * k + i];
-            if a != 0.0 {
-                for (y, w) in dr.iter_mut().zip(&o.down[i * d..(i + 1) * d]) {
-                    *y += a * w;
+            let row = &o.down[i * d + at..i * d + at + w];
+            for (p, y) in sum.chunks_exact_mut(w).enumerate() {
+                let a = gate[p * k + i];
+                if a != 0.0 {
+                    axpy(a, row, y);
                 }
+            }
+        }
+        sum
+    };
+    let spans: Vec<Vec<f32>> = if parallel {
+        (0..d.div_ceil(COORDS_PER_TASK))
+            .into_par_iter()
+            .map(span)
+            .collect()
+    } else {
+        (0..d.div_ceil(COORDS_PER_TASK)).map(span).collect()
+    };
+    for (c, sum) in spans.iter().enumerate() {
+        let at = c * COORDS_PER_TASK;
+        let w = sum.len() / n.max(1);
+        for (p, dr) in delta.chunks_exact_mut(d).enumerate() {
+            for (y, v) in dr[at..at + w].iter_mut().zip(&sum[p * w..(p + 1) * w]) {
+                *y += v;
             }
         }
     }
@@ -144,5 +199,67 @@ mod tests {
         assert!((added.activation[0] - silu2 * 0.5).abs() < 1e-5);
         assert!((delta[1] - 2.0 * silu2 * 0.5).abs() < 1e-5);
         assert_eq!(delta[0], 0.0);
+    }
+
+    /// Many added features run on the pool's threads: the same bits on one thread and on
+    /// three, and the arithmetic of the definition (checked in f64).
+    #[test]
+    fn many_features_in_parallel_match_the_definition() {
+        let (d, k, n) = (64usize, 1100usize, 3usize);
+        let v = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| (((i * 7919 + seed * 104729) % 1000) as f32 / 1000.0 - 0.5) * 0.3)
+                .collect()
+        };
+        let o = LayerOverlay {
+            hidden: d,
+            ffn: 5,
+            gate: v(k * d, 1),
+            gate_bias: v(k, 2),
+            up: v(k * d, 3),
+            up_bias: v(k, 4),
+            down: v(k * d, 5),
+            gate_scale: Some(v(5 + k, 6).iter().map(|x| 1.0 + x).collect()),
+            down_scale: Some(v(5 + k, 7).iter().map(|x| 1.0 - x).collect()),
+        };
+        let x = v(n * d, 8);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut delta = vec![0.25f32; n * d];
+            let added = pool.install(|| add_features(Some(&o), Activation::Silu, &x, &mut delta));
+            (delta, added.activation)
+        };
+        let (one, three) = (run(1), run(3));
+        assert_eq!(one, three);
+        let dot64 = |a: &[f32], b: &[f32]| -> f64 {
+            a.iter().zip(b).map(|(p, q)| *p as f64 * *q as f64).sum()
+        };
+        let (gs, ds) = (
+            o.gate_scale.as_ref().unwrap(),
+            o.down_scale.as_ref().unwrap(),
+        );
+        for p in 0..n {
+            let xr = &x[p * d..(p + 1) * d];
+            let mut want = vec![0.25f64; d];
+            for i in 0..k {
+                let g = (dot64(&o.gate[i * d..(i + 1) * d], xr) + o.gate_bias[i] as f64)
+                    * gs[5 + i] as f64;
+                let u = dot64(&o.up[i * d..(i + 1) * d], xr) + o.up_bias[i] as f64;
+                let a = g / (1.0 + (-g).exp()) * u * ds[5 + i] as f64;
+                assert!(
+                    (one.1[p * k + i] as f64 - a).abs() < 1e-5,
+                    "activation {p},{i}"
+                );
+                for (w, dv) in want.iter_mut().zip(&o.down[i * d..(i + 1) * d]) {
+                    *w += a * *dv as f64;
+                }
+            }
+            for (j, w) in want.iter().enumerate() {
+                assert!((one.0[p * d + j] as f64 - w).abs() < 1e-4, "delta {p},{j}");
+            }
+        }
     }
 }
