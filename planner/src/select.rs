@@ -22,7 +22,7 @@ use crate::logical::*;
 use crate::pushdown::columns_in;
 use crate::relation::{bind_from, bind_subquery, Bound, Scope};
 use crate::schema::{ColumnDef, ColumnType};
-use crate::typecheck::{check_predicate, expr_type};
+use crate::typecheck::{check_predicate, expr_type, with_subquery_types};
 use lql_grammar::{self as g, ExprKind, Ident, SelectList, Span, SpanVisit};
 
 type Result<T> = std::result::Result<T, PlanError>;
@@ -123,7 +123,8 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
         .map(|f| scope.resolve_expr(&f.value))
         .transpose()?;
     if let (Some(f), Some(w)) = (&filter, &s.filter) {
-        check_predicate(f, &scope.columns).map_err(|e| e.with_label(w.span, "in this WHERE"))?;
+        check_predicate(&with_subquery_types(f, &subqueries), &scope.columns)
+            .map_err(|e| e.with_label(w.span, "in this WHERE"))?;
     }
     let count = |c: &Option<g::Spanned<i64>>, what: &str| -> Result<Option<usize>> {
         match c {
@@ -180,14 +181,14 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
     }
     let mut columns = Vec::with_capacity(items.len());
     for it in &items {
-        let ty = expr_type(&it.expr, &input_cols)?;
+        let ty = expr_type(&with_subquery_types(&it.expr, &subqueries), &input_cols)?;
         columns.push(output_column(&it.name, ty, &it.expr, &input_cols));
     }
     if !distinct {
         if let Some(spec) = &aggregate {
-            check_sort_types(&order_by, &spec.columns)?;
+            check_sort_types(&order_by, &spec.columns, &subqueries)?;
         } else {
-            check_sort_types(&order_by, &scope.columns)?;
+            check_sort_types(&order_by, &scope.columns, &subqueries)?;
             for k in &order_by {
                 columns_in(&k.expr, &mut early);
             }
@@ -469,9 +470,9 @@ fn output_column(name: &str, ty: ColumnType, e: &Expr, input: &[ColumnDef]) -> C
     ColumnDef::new(name, ty).meaning(meaning)
 }
 
-fn check_sort_types(keys: &[SortKey], cols: &[ColumnDef]) -> Result<()> {
+fn check_sort_types(keys: &[SortKey], cols: &[ColumnDef], subqueries: &[Subquery]) -> Result<()> {
     for k in keys {
-        expr_type(&k.expr, cols)?;
+        expr_type(&with_subquery_types(&k.expr, subqueries), cols)?;
     }
     Ok(())
 }

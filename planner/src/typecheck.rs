@@ -3,8 +3,11 @@
 
 use lql_grammar::{AggFunc, ArithOp, CastType, Expr, ExprKind, ScalarFunc, Value as Lit};
 
+use std::borrow::Cow;
+
 use crate::error::PlanError;
-use crate::schema::{ColumnDef, ColumnType};
+use crate::logical::{subqueries_in, Subquery};
+use crate::schema::{statement_columns, ColumnDef, ColumnType};
 
 type Result<T> = std::result::Result<T, PlanError>;
 
@@ -62,6 +65,44 @@ impl Ty {
 /// The column type of a select-list expression over `cols` (checked like WHERE).
 pub fn expr_type(e: &Expr, cols: &[ColumnDef]) -> Result<ColumnType> {
     Ok(type_of(e, cols)?.column())
+}
+
+/// `e` as the type checks read it: each subquery bound in `bound` stands as a value of its
+/// column's type (an IN subquery as an IN list of one such value), so a subquery's type is
+/// checked with its statement, before anything runs. A subquery of list or mixed type stays
+/// as it is (unknown).
+pub(crate) fn with_subquery_types<'e>(e: &'e Expr, bound: &[Subquery]) -> Cow<'e, Expr> {
+    if bound.is_empty() || subqueries_in(e).is_empty() {
+        return Cow::Borrowed(e);
+    }
+    Cow::Owned(stand_in(e, bound))
+}
+
+fn stand_in(e: &Expr, bound: &[Subquery]) -> Expr {
+    let value = |at: &Expr| -> Option<Expr> {
+        let q = bound.iter().find(|q| q.span == at.span)?;
+        let lit = match statement_columns(&q.plan).first()?.ty {
+            ColumnType::Int => Lit::Int(0),
+            ColumnType::Float => Lit::Float(0.0),
+            ColumnType::Text => Lit::String(String::new()),
+            ColumnType::Bool => Lit::Bool(false),
+            ColumnType::List | ColumnType::Any => return None,
+        };
+        Some(Expr {
+            kind: ExprKind::Literal(lit),
+            span: at.span,
+        })
+    };
+    let kind = match (&e.kind, value(e)) {
+        (ExprKind::Subquery(_), Some(v)) => return v,
+        (ExprKind::InSubquery { expr, negated, .. }, Some(v)) => ExprKind::InList {
+            expr: Box::new(stand_in(expr, bound)),
+            list: vec![v],
+            negated: *negated,
+        },
+        (other, _) => other.map_children(&mut |x| stand_in(x, bound)),
+    };
+    Expr { kind, span: e.span }
 }
 
 fn column_index(cols: &[ColumnDef], name: &str, e: &Expr) -> Result<usize> {

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use lql::{Connection, Value};
+use lql::{Connection, Value, ValueType};
 use lql_tests::{default_model_path, sqlite};
 
 /// `{name}`: the LQL relation, and the statement whose rows fill sqlite's table `name`.
@@ -276,21 +276,33 @@ fn a_join_beyond_the_bound_is_refused() {
     assert_eq!(r.rows[0][0], Value::Int(900));
 }
 
+/// The first column of `sql`'s rows, one line each (EXPLAIN's text).
+fn lines(conn: &Connection, sql: &str) -> String {
+    conn.execute(sql)
+        .unwrap_or_else(|e| panic!("{sql}: {}", e.message))
+        .rows
+        .iter()
+        .map(|r| format!("{:?}", r[0]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// EXPLAIN ANALYZE's line for the `features` scan of `q`.
+fn analyzed_scan(conn: &Connection, q: &str) -> String {
+    lines(conn, &format!("EXPLAIN ANALYZE {q}"))
+        .lines()
+        .find(|l| l.contains("TableScan features"))
+        .unwrap_or_else(|| panic!("{q}: no features scan"))
+        .to_string()
+}
+
 /// WHERE conjuncts that read one table of a join narrow that table's scan (the layers and
 /// features of a `features` side); the NULL side of a LEFT join is scanned whole. A LIMIT
 /// that nothing before it narrows stops the scan itself.
 #[test]
 fn where_and_limit_narrow_the_scans() {
     let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
-    let plan = |q: &str| -> String {
-        conn.execute(&format!("EXPLAIN PLAN {q}"))
-            .unwrap_or_else(|e| panic!("{q}: {}", e.message))
-            .rows
-            .iter()
-            .map(|r| format!("{:?}", r[0]))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let plan = |q: &str| lines(&conn, &format!("EXPLAIN PLAN {q}"));
     let p = plan("SELECT f.top_token FROM features f JOIN layers l USING (layer) WHERE f.layer = 20 AND l.bytes > 0 AND f.feature IN (1, 2)");
     assert!(
         p.contains("TableScan features layers=[20] features=1-2"),
@@ -321,15 +333,10 @@ fn where_and_limit_narrow_the_scans() {
     let p = plan("SELECT layer FROM features WHERE feature IN (SELECT 3) LIMIT 1");
     assert!(p.contains("Filter") && !p.contains("stop_after"), "{p}");
     // A LIMIT over a filtered label scan labels only the layers it scanned.
-    let analyzed = conn
-        .execute("EXPLAIN ANALYZE SELECT layer, feature, top_token FROM features WHERE layer >= 26 AND top_token LIKE '%' LIMIT 2")
-        .unwrap();
-    let scan = analyzed
-        .rows
-        .iter()
-        .map(|r| format!("{:?}", r[0]))
-        .find(|l| l.contains("TableScan features"))
-        .unwrap();
+    let scan = analyzed_scan(
+        &conn,
+        "SELECT layer, feature, top_token FROM features WHERE layer >= 26 AND top_token LIKE '%' LIMIT 2",
+    );
     assert!(scan.contains("rows=2 "), "{scan}");
     let computed: usize = scan.split("labels_computed=").nth(1).map_or(0, |t| {
         t.split(|c: char| !c.is_ascii_digit())
@@ -339,15 +346,10 @@ fn where_and_limit_narrow_the_scans() {
             .unwrap()
     });
     assert!(computed < 4 * 1536, "{scan}");
-    let analyzed = conn
-        .execute("EXPLAIN ANALYZE SELECT layer, feature, top_token FROM features LIMIT 10 OFFSET 5")
-        .unwrap();
-    let scan = analyzed
-        .rows
-        .iter()
-        .map(|r| format!("{:?}", r[0]))
-        .find(|l| l.contains("TableScan features"))
-        .unwrap();
+    let scan = analyzed_scan(
+        &conn,
+        "SELECT layer, feature, top_token FROM features LIMIT 10 OFFSET 5",
+    );
     assert!(scan.contains("rows=15 "), "{scan}");
     let rows = conn
         .execute("SELECT layer, feature FROM features LIMIT 3 OFFSET 1535")
@@ -387,15 +389,7 @@ fn table_functions_take_parameters() {
 fn subqueries_are_inputs_of_the_operators_that_hold_them() {
     let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
     let q = "SELECT x FROM (SELECT 1 AS x) WHERE x IN (SELECT layer FROM TRACE('The capital of France is'))";
-    let text = |sql: &str| -> String {
-        conn.execute(sql)
-            .unwrap_or_else(|e| panic!("{sql}: {}", e.message))
-            .rows
-            .iter()
-            .map(|r| format!("{:?}", r[0]))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let text = |sql: &str| lines(&conn, sql);
     let plan = text(&format!("EXPLAIN PLAN {q}"));
     let filter = plan.find("Filter x IN").expect(&plan);
     let sub = plan.find("Subquery SELECT layer FROM").expect(&plan);
@@ -404,6 +398,23 @@ fn subqueries_are_inputs_of_the_operators_that_hold_them() {
     let analyzed = text(&format!("EXPLAIN ANALYZE {q}"));
     assert!(analyzed.contains("layers_run=30"), "{analyzed}");
     assert_eq!(conn.execute(q).unwrap().rows, vec![vec![Value::Int(1)]]);
+    // A scalar subquery has its column's type before it runs, and is checked with it.
+    let mut st = conn
+        .prepare(
+            "SELECT (SELECT max(layer) FROM layers) AS m, (SELECT avg(bytes) FROM tensors) AS b",
+        )
+        .unwrap();
+    let types: Vec<ValueType> = st.columns().unwrap().iter().map(|c| c.ty).collect();
+    assert_eq!(types, vec![ValueType::Int, ValueType::Float]);
+    for q in [
+        "SELECT layer FROM layers WHERE (SELECT 'a') > 3",
+        "SELECT layer FROM layers WHERE layer IN (SELECT name FROM tensors)",
+        "SELECT layer FROM layers ORDER BY (SELECT 'a') + 1",
+    ] {
+        let e = conn.execute(q).unwrap_err();
+        assert_eq!(e.code(), "LQL-E0210", "{q}: {}", e.message);
+        assert!(e.span.is_some(), "{q}");
+    }
     // A subquery's binding error comes before anything runs, with its span.
     let e = conn
         .execute("SELECT layer FROM layers WHERE layer IN (SELECT nosuch FROM layers)")
