@@ -49,6 +49,36 @@ fn dot_neon(dtype: DType, row: &[u8], x: &[f32]) -> Option<f32> {
     Some(unsafe { kernel(row.as_ptr(), x.as_ptr(), nb) })
 }
 
+/// `a · x` over f32 values in memory (the F32 codec's kernels, without the bytes): AVX2 + FMA
+/// where present, NEON on aarch64, else eight running sums. Over the common length.
+#[inline]
+pub fn dot_f32(a: &[f32], x: &[f32]) -> f32 {
+    let n = a.len().min(x.len());
+    #[cfg(target_arch = "x86_64")]
+    if super::cpu::has_avx2() {
+        // SAFETY: AVX2, FMA and F16C are present (`has_avx2`); both slices hold `n` values.
+        return unsafe { crate::avx2::dot_f32(a.as_ptr(), x.as_ptr(), n) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if super::cpu::has_neon() {
+        // SAFETY: NEON is baseline on aarch64; both slices hold `n` values.
+        return unsafe { crate::neon::dot_f32(a.as_ptr() as *const u8, x.as_ptr(), n) };
+    }
+    let mut acc = [0.0f32; 8];
+    let (ca, cx) = (a[..n].chunks_exact(8), x[..n].chunks_exact(8));
+    let (ra, rx) = (ca.remainder(), cx.remainder());
+    for (p, q) in ca.zip(cx) {
+        for k in 0..8 {
+            acc[k] += p[k] * q[k];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (p, q) in ra.iter().zip(rx) {
+        s += p * q;
+    }
+    s
+}
+
 /// `out[i] = row_i · x` for consecutive encoded rows of `row_len` elements in `rows_bytes`
 /// (`out.len()` rows). Same contract as [`dot_row`] (`x.len() == row_len`,
 /// `rows_bytes.len() == out.len() * row bytes`); runs on the calling thread.
@@ -282,4 +312,23 @@ fn dot_blockwise(dtype: DType, row: &[u8], x: &[f32], dot: impl Fn(&[f32], &[f32
         s += dot(y, xs);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every length from empty through several SIMD widths and a tail, against f64.
+    #[test]
+    fn dot_f32_matches_the_sum() {
+        for n in 0..80usize {
+            let a: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.25)
+                .collect();
+            let x: Vec<f32> = (0..n).map(|i| ((i * 13 % 7) as f32 - 3.0) * 0.5).collect();
+            let want: f64 = a.iter().zip(&x).map(|(p, q)| *p as f64 * *q as f64).sum();
+            let got = super::dot_f32(&a, &x) as f64;
+            assert!((got - want).abs() < 1e-4, "n={n}: {got} vs {want}");
+        }
+        // The common length of unequal slices.
+        assert_eq!(super::dot_f32(&[1.0, 2.0, 3.0], &[4.0, 5.0]), 14.0);
+    }
 }

@@ -19,7 +19,9 @@ use lql_storage::surface::Activation;
 
 use rayon::prelude::*;
 
-use crate::kernels::{axpy, dot, glu};
+use lql_storage::codec::dot_f32 as dot;
+
+use crate::kernels::{axpy, glu};
 
 /// Features per parallel task for the gate and up products, and hidden coordinates per task
 /// for the down product: above [`PARALLEL_WORK`] multiply-adds per position the added
