@@ -407,15 +407,19 @@ impl PhysicalPlan {
         let mut out = Vec::new();
         self.root.visit_post(&mut |n| {
             if let Operator::TableScan {
-                estimate: Some(e), ..
+                estimate: Some(e),
+                filter,
+                ..
             } = &n.op
             {
+                // A scan that filters as it goes stops once LIMIT's rows pass: at most all.
+                let how_many = if filter.is_some() { "up to" } else { "all" };
                 if e.labels_everything {
                     // The advice first: a narrow table cuts the end of a long line.
                     out.push(format!(
                         "warning: add `layer = n` or `layer BETWEEN a AND b` to WHERE, or store \
                          the labels once (EXTRACT MODEL \"m.gguf\" INTO \"m.vindex\" WITH LABELS, \
-                         then USE \"m.vindex\"): this scan labels all {} features ({:.1e} \
+                         then USE \"m.vindex\"): this scan labels {how_many} {} features ({:.1e} \
                          multiply-adds), since a label column (top_token, top_token_id, c_score, \
                          down_tokens) is read before LIMIT with no layer bound",
                         e.labels, e.label_macs as f64
