@@ -288,6 +288,14 @@ impl Database {
             .map(|(name, shared)| (name.clone(), shared.model.clone()))
     }
 
+    /// The default model as every connection shares it (tokenizer, identity, labels).
+    pub(crate) fn default_shared(&self) -> Option<Arc<SharedModel>> {
+        self.inner
+            .default
+            .as_ref()
+            .map(|(_, shared)| shared.clone())
+    }
+
     /// The default model's tokenizer, built once and shared with every connection.
     pub fn default_tokenizer(&self) -> Result<Arc<Tokenizer>> {
         match &self.inner.default {

@@ -39,14 +39,7 @@ pub(crate) fn write(
             e.into()
         }
     })?;
-    let identity = identity_of(cx, a.base());
-    let s = &a.base().surface;
-    let file = PatchFile {
-        base_sha256: identity,
-        hidden: s.hidden,
-        n_layers: s.n_layers,
-        edits,
-    };
+    let file = PatchFile::new(identity_of(cx, a.base()), &a.base().surface, edits);
     super::protect::refuse_overwrite(
         cx,
         path,
@@ -66,7 +59,7 @@ pub(crate) fn write(
         Value::from(added),
         Value::from(file.edits.len() - added),
         Value::from(hex(sha256)),
-        Value::from(hex(identity)),
+        Value::from(hex(file.base_sha256)),
     ]);
     Ok(rows)
 }

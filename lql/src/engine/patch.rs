@@ -46,13 +46,7 @@ pub(crate) fn save(cx: &mut Cx<'_>) -> Result<Datum> {
             "no patch is being recorded: BEGIN PATCH \"file\" first",
         ));
     };
-    let s = &b.model().surface;
-    let file = PatchFile {
-        base_sha256: b.shared.identity(),
-        hidden: s.hidden,
-        n_layers: s.n_layers,
-        edits: edits.clone(),
-    };
+    let file = PatchFile::new(b.shared.identity(), &b.model().surface, edits.clone());
     // Checked again as it writes: the path may have become a link to a protected file.
     super::protect::refuse_overwrite(cx, &path, "SAVE PATCH", &[])?;
     let sha256 = pf::write(Path::new(&path), &file)?;
@@ -67,11 +61,7 @@ pub(crate) fn save(cx: &mut Cx<'_>) -> Result<Datum> {
     });
     rebuild(cx)?;
     let n = edit_count(&file.edits);
-    Ok(status(
-        "SAVE PATCH",
-        n,
-        format!("{path}: {n} edits, sha256 {}", hex(sha256)),
-    ))
+    Ok(file_status("SAVE PATCH", &path, n, sha256))
 }
 
 /// `PatchSave path`: writes the applied patch file `path`'s version in force over that file
@@ -112,13 +102,7 @@ pub(crate) fn save_applied(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
             )))
         }
     };
-    let s = &b.model().surface;
-    let file = PatchFile {
-        base_sha256: b.shared.identity(),
-        hidden: s.hidden,
-        n_layers: s.n_layers,
-        edits: patch.edits.clone(),
-    };
+    let file = PatchFile::new(b.shared.identity(), &b.model().surface, patch.edits.clone());
     super::protect::refuse_overwrite_but_own(cx, path, "SAVE PATCH", path)?;
     let on_disk = {
         let (mut f, _) = lql_storage::fsutil::open_regular(Path::new(path), "patch file")?;
@@ -139,11 +123,16 @@ pub(crate) fn save_applied(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
         sha256,
     };
     let n = edit_count(&file.edits);
-    Ok(status(
-        "SAVE PATCH",
+    Ok(file_status("SAVE PATCH", path, n, sha256))
+}
+
+/// The status of a statement that wrote or read the patch file `path` of `n` edits.
+fn file_status(statement: &str, path: &str, n: usize, sha256: [u8; 32]) -> Datum {
+    status(
+        statement,
         n,
         format!("{path}: {n} edits, sha256 {}", hex(sha256)),
-    ))
+    )
 }
 
 /// `PatchApply path`: reads, checks and applies a patch file.
@@ -199,11 +188,7 @@ pub(crate) fn apply(cx: &mut Cx<'_>, path: &str) -> Result<Datum> {
         rebuild(cx)?;
         return Err(err.with_help(format!("{path} was not applied")));
     }
-    Ok(status(
-        "APPLY PATCH",
-        n,
-        format!("{path}: {n} edits, sha256 {}", hex(sha256)),
-    ))
+    Ok(file_status("APPLY PATCH", path, n, sha256))
 }
 
 /// `PatchRemove path`: takes a patch (a file, the recording one, or `(session)`) out of the

@@ -5,7 +5,7 @@
 
 use std::ops::RangeInclusive;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use lql_exec::steer::Steering;
 use lql_exec::tokenizer::Tokenizer;
@@ -15,7 +15,7 @@ use lql_storage::Model;
 
 use super::batcher::{BatchObserver, Batcher};
 use super::prefix_cache::PrefixCache;
-use crate::database::Database;
+use crate::database::{Database, SharedModel};
 use crate::error::{Error, Result};
 
 /// Largest chat template file read ([`read_chat_template`]).
@@ -23,11 +23,10 @@ const MAX_CHAT_TEMPLATE_BYTES: u64 = 1 << 20;
 
 /// The model generation runs on, with its tokenizer and executor.
 pub struct GenerationModel {
-    model: Arc<Model>,
+    /// The database's model as its connections share it: one tokenizer, one identity hash.
+    shared: Arc<SharedModel>,
     tokenizer: Arc<Tokenizer>,
     exec: Executor,
-    /// The model's identity (the SHA-256 of its mapped bytes), computed on first use.
-    identity: OnceLock<[u8; 32]>,
 }
 
 /// The lower layer's error with its text unchanged (servers answer that text as it is),
@@ -44,18 +43,17 @@ impl GenerationModel {
     /// CPU backend of `threads` threads (0: one per core) that decoding, embeddings and
     /// patched states share.
     pub fn open(db: &Database, threads: usize) -> Result<GenerationModel> {
-        let (_, model) = db
-            .default_model()
+        let shared = db
+            .default_shared()
             .ok_or_else(|| Error::semantic("the model did not bind"))?;
-        let tokenizer = db.default_tokenizer()?;
-        let source: Arc<dyn OperandSource> = model.clone();
+        let tokenizer = shared.tokenizer()?;
+        let source: Arc<dyn OperandSource> = shared.model.clone();
         let backend = Arc::new(CpuBackend::new(threads).map_err(verbatim)?);
         let exec = Executor::with_backend(source, backend).map_err(verbatim)?;
         Ok(GenerationModel {
-            model,
+            shared,
             tokenizer,
             exec,
-            identity: OnceLock::new(),
         })
     }
 
@@ -66,22 +64,22 @@ impl GenerationModel {
 
     /// Positions the model attends over (a prompt and its completion together).
     pub fn context_length(&self) -> usize {
-        self.model.surface.context_length
+        self.shared.model.surface.context_length
     }
 
     /// Token ids are below this.
     pub fn vocab_size(&self) -> usize {
-        self.model.surface.vocab
+        self.shared.model.surface.vocab
     }
 
     /// Values in an embedding ([`GenerationModel::embed`]): the model's hidden width.
     pub fn embedding_width(&self) -> usize {
-        self.model.surface.hidden
+        self.shared.model.surface.hidden
     }
 
     /// The chat template the model's file carries, if any.
     pub fn chat_template(&self) -> Result<Option<String>> {
-        let spec = self.model.tokenizer_spec().map_err(verbatim)?;
+        let spec = self.shared.model.tokenizer_spec().map_err(verbatim)?;
         Ok(spec.chat_template().map(str::to_string))
     }
 
@@ -110,11 +108,12 @@ impl GenerationModel {
         scale: f32,
         layers: Option<RangeInclusive<usize>>,
     ) -> Result<Steering> {
-        Steering::read_control_vector(&self.model.surface, path, scale, layers).map_err(verbatim)
+        Steering::read_control_vector(&self.shared.model.surface, path, scale, layers)
+            .map_err(verbatim)
     }
 
     pub(super) fn model(&self) -> &Arc<Model> {
-        &self.model
+        &self.shared.model
     }
 
     pub(super) fn base_executor(&self) -> &Executor {
@@ -122,9 +121,7 @@ impl GenerationModel {
     }
 
     pub(super) fn identity(&self) -> [u8; 32] {
-        *self
-            .identity
-            .get_or_init(|| lql_storage::overlay::patch::model_identity(&self.model))
+        self.shared.identity()
     }
 }
 

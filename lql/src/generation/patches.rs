@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lql_exec::Executor;
+use lql_storage::fsutil::hex;
 use lql_storage::model::OperandSource;
 use lql_storage::overlay::patch::{self as patch_format};
 use lql_storage::overlay::{EffectiveModel, Patch, PatchOrigin};
@@ -45,7 +46,7 @@ impl PatchFile {
 
     /// [`PatchFile::sha256`] in lower-case hex.
     pub fn sha256_hex(&self) -> String {
-        hex(&self.sha256)
+        hex(self.sha256)
     }
 }
 
@@ -62,11 +63,6 @@ impl PatchedModel {
     }
 }
 
-/// A SHA-256 in lower-case hex.
-fn hex(sha256: &[u8; 32]) -> String {
-    sha256.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 impl GenerationModel {
     /// Why `patch` cannot apply to this model (made on another model, or for another
     /// shape), if it cannot.
@@ -75,8 +71,8 @@ impl GenerationModel {
         if patch.file.base_sha256 != identity {
             return Some(format!(
                 "the patch was made on the model with sha256 {}; this model has sha256 {}",
-                hex(&patch.file.base_sha256),
-                hex(&identity)
+                hex(patch.file.base_sha256),
+                hex(identity)
             ));
         }
         let surface = &self.model().surface;

@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 use super::{AddedFeature, Edge, Edit, FeatureScale, MAX_SCALE, MAX_VALUE};
 use crate::error::{Result, StorageError};
 use crate::model::Model;
+use crate::surface::ExecutionSurface;
 
 const MAGIC: &[u8; 8] = b"LQLPATCH";
 const VERSION: u32 = 1;
@@ -58,6 +59,19 @@ pub struct PatchFile {
     pub hidden: usize,
     pub n_layers: usize,
     pub edits: Vec<Edit>,
+}
+
+impl PatchFile {
+    /// `edits` as a patch of the model whose identity ([`model_identity`]) and shape these
+    /// are.
+    pub fn new(base_sha256: [u8; 32], surface: &ExecutionSurface, edits: Vec<Edit>) -> PatchFile {
+        PatchFile {
+            base_sha256,
+            hidden: surface.hidden,
+            n_layers: surface.n_layers,
+            edits,
+        }
+    }
 }
 
 /// The base model's identity: the sha256 of its mapped bytes (for a GGUF file, the file's
