@@ -21,6 +21,7 @@ use crate::panics::{catch_closure, PanicSlot};
 use crate::progress::{Progress, ProgressHandler};
 use crate::rows::Rows;
 use crate::statement::Statement;
+use crate::stream::RowStream;
 pub use lql_exec::bench::BenchReport;
 use lql_planner::Effects;
 
@@ -382,6 +383,65 @@ impl Connection {
             .run(|| engine.run_prepared(prepared, stmt_text, &self.interrupt, gate))
     }
 
+    /// Starts a prepared plan (re-binding it first when the session changed since) and
+    /// returns its rows as a stream.
+    pub(crate) fn start_prepared(
+        &self,
+        prepared: &mut crate::engine::Prepared,
+        stmt_text: &str,
+        offset: usize,
+        gate: Option<Gate<'_>>,
+    ) -> Result<RowStream<'_>> {
+        let mut engine = self.engine()?;
+        self.interrupt.store(false, Ordering::SeqCst);
+        if prepared.version != engine.version {
+            *prepared = engine.prepare(stmt_text)?;
+        }
+        let running = self
+            .panicked
+            .run(|| engine.start(prepared, stmt_text, &self.interrupt, gate))?;
+        Ok(RowStream::new(
+            self,
+            engine,
+            stmt_text.to_string(),
+            offset,
+            running,
+        ))
+    }
+
+    /// Binds a parsed statement, starts it and returns its rows as a stream.
+    pub(crate) fn start_parsed(
+        &self,
+        stmt: lql_grammar::Statement,
+        stmt_text: &str,
+        offset: usize,
+        gate: Option<Gate<'_>>,
+    ) -> Result<RowStream<'_>> {
+        let mut engine = self.engine()?;
+        self.interrupt.store(false, Ordering::SeqCst);
+        let running = self.panicked.run(|| {
+            let prepared = engine.prepare_parsed(stmt)?;
+            engine.start(&prepared, stmt_text, &self.interrupt, gate)
+        })?;
+        Ok(RowStream::new(
+            self,
+            engine,
+            stmt_text.to_string(),
+            offset,
+            running,
+        ))
+    }
+
+    /// The flag [`InterruptHandle`] raises.
+    pub(crate) fn interrupt_flag(&self) -> &Arc<AtomicBool> {
+        &self.interrupt
+    }
+
+    /// Where a handler's panic during the running statement is recorded.
+    pub(crate) fn panic_slot(&self) -> &PanicSlot {
+        &self.panicked
+    }
+
     /// The session version (bumped by USE), for prepared statements.
     pub(crate) fn session_version(&self) -> u64 {
         self.engine().map(|e| e.version).unwrap_or(0)
@@ -437,12 +497,14 @@ impl Connection {
         let id = &self.engine as *const Mutex<Engine> as usize;
         if HELD.with(|h| h.borrow().contains(&id)) {
             return Err(Error::semantic(
-                "this connection is busy: it was used from inside one of its own callbacks",
+                "this connection is busy: it was used from inside one of its own callbacks, \
+                 or while a RowStream of it is open",
             )
             .with_code(crate::Code::Busy)
             .with_help(
-                "collect the rows and run the next statement after the call returns, or use \
-                 another connection of the same Database (Database::connect)",
+                "collect the rows and run the next statement after the call returns (or the \
+                 stream is dropped), or use another connection of the same Database \
+                 (Database::connect)",
             ));
         }
         let guard = self.engine.lock().map_err(|_| {
@@ -459,7 +521,7 @@ thread_local! {
 }
 
 /// A locked session, remembered as held by this thread until dropped.
-struct EngineGuard<'a> {
+pub(crate) struct EngineGuard<'a> {
     guard: MutexGuard<'a, Engine>,
     id: usize,
 }

@@ -47,6 +47,7 @@ pub mod progress;
 pub mod reference;
 mod rows;
 mod statement;
+mod stream;
 mod value;
 
 pub use connection::{BenchReport, Connection, InterruptHandle, StatementResult};
@@ -60,6 +61,7 @@ pub use lql_planner::{Effects, FileRef, StateChange};
 pub use progress::{Progress, ProgressHandler, ProgressUnit, TokenHandler};
 pub use rows::{Column, Row, RowIndex, RowIter, Rows};
 pub use statement::{NamedParams, Params, Statement};
+pub use stream::RowStream;
 pub use value::{FromValue, Value, ValueType};
 
 /// Statement splitting and completeness, as the grammar defines them (for shells).

@@ -22,6 +22,7 @@ use crate::connection::Connection;
 use crate::engine::{Gate, Prepared};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rows::{Column, Rows};
+use crate::stream::RowStream;
 use crate::value::Value;
 use lql_planner::Effects;
 
@@ -296,6 +297,44 @@ impl<'conn> Statement<'conn> {
         let stmt = self.bind_values(&values)?;
         self.conn
             .run_parsed(stmt, &self.text, gate)
+            .map_err(|e| e.offset_spans(self.offset))
+    }
+
+    /// Starts the statement with `params` and returns its rows as a [`RowStream`]: each row
+    /// is computed when it is read, and dropping the stream stops the statement. The
+    /// connection is busy until the stream is dropped.
+    ///
+    /// ```no_run
+    /// # fn main() -> lql::Result<()> {
+    /// let conn = lql::Connection::open("smollm2-135m-instruct")?;
+    /// let mut stmt = conn.prepare("SELECT layer, feature FROM features WHERE layer >= ?")?;
+    /// let first: Vec<Vec<lql::Value>> = stmt.stream(lql::params![20])?.take(5).collect::<lql::Result<_>>()?;
+    /// assert_eq!(first.len(), 5);
+    /// # Ok(()) }
+    /// ```
+    pub fn stream<P: Params>(&mut self, params: P) -> Result<RowStream<'conn>> {
+        self.start(params, None)
+    }
+
+    /// [`Statement::stream`] with a gate (see [`crate::Connection::execute_each_gated`]).
+    pub fn stream_gated<P: Params>(
+        &mut self,
+        params: P,
+        gate: Gate<'_>,
+    ) -> Result<RowStream<'conn>> {
+        self.start(params, Some(gate))
+    }
+
+    fn start<P: Params>(&mut self, params: P, gate: Option<Gate<'_>>) -> Result<RowStream<'conn>> {
+        let values = params.resolve(&self.slots)?;
+        let conn: &'conn Connection = self.conn;
+        if let Some(p) = self.plan.as_mut() {
+            return conn
+                .start_prepared(p, &self.text, self.offset, gate)
+                .map_err(|e| e.offset_spans(self.offset));
+        }
+        let stmt = self.bind_values(&values)?;
+        conn.start_parsed(stmt, &self.text, self.offset, gate)
             .map_err(|e| e.offset_spans(self.offset))
     }
 

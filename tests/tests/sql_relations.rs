@@ -459,3 +459,144 @@ fn statements_in_from_are_held_to_their_effects() {
         assert!(e.message.contains(says), "{q}: {}", e.message);
     }
 }
+
+/// The `labels_computed=` figure of an EXPLAIN ANALYZE line.
+fn labels_computed(line: &str) -> usize {
+    line.split("labels_computed=").nth(1).map_or(0, |t| {
+        t.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap_or("0")
+            .parse()
+            .unwrap_or(0)
+    })
+}
+
+/// Rows are pulled through the operator tree: a LIMIT stops pulling once it has its rows,
+/// so a Filter the scan cannot take (it holds a subquery) still stops the `features` scan
+/// after the first labelling pass whose rows pass; every node reports the rows it passed on.
+#[test]
+fn rows_are_pulled_through_the_tree() {
+    let conn = Connection::open(default_model_path().to_str().unwrap()).unwrap();
+    let q = "SELECT layer, feature, top_token FROM features WHERE top_token LIKE '%' AND feature IN (SELECT 7) LIMIT 2";
+    let analyzed = lines(&conn, &format!("EXPLAIN ANALYZE {q}"));
+    let line = |op: &str| {
+        analyzed
+            .lines()
+            .find(|l| l.contains(op))
+            .unwrap_or_else(|| panic!("no {op} in {analyzed}"))
+            .to_string()
+    };
+    assert!(line("Filter").contains("rows=2 "), "{analyzed}");
+    assert!(line("Limit").contains("rows=2 "), "{analyzed}");
+    let scan = line("TableScan features");
+    // One labelling pass: the first two layers (2 × 1536 features), not all 30.
+    assert!(scan.contains("rows=3072 "), "{analyzed}");
+    assert!(labels_computed(&scan) <= 2 * 1536, "{analyzed}");
+    let ordered = "SELECT layer, feature, top_token FROM features WHERE top_token LIKE '%' AND feature IN (SELECT 7) ORDER BY layer, feature LIMIT 2";
+    assert_eq!(
+        conn.execute(q).unwrap().rows,
+        conn.execute(ordered).unwrap().rows
+    );
+    // Late labels are computed for the rows that reach them: those the LIMIT lets through.
+    let late = lines(
+        &conn,
+        "EXPLAIN ANALYZE SELECT top_token FROM features WHERE feature IN (SELECT 7) LIMIT 4",
+    );
+    let labels = late
+        .lines()
+        .find(|l| l.contains("LateLabels"))
+        .unwrap_or_else(|| panic!("{late}"));
+    assert!(labels.contains("rows=4 "), "{late}");
+    assert!(labels_computed(labels) <= 4, "{late}");
+    let scan = late
+        .lines()
+        .find(|l| l.contains("TableScan features"))
+        .unwrap();
+    assert!(scan.contains("rows=6144 "), "{late}");
+}
+
+/// `Statement::stream` computes each row when it is read: reading the first rows of the
+/// `features` table labels the first layers only (another connection of the database,
+/// which shares the label cache, finds them labelled and layer 5 not). The stream holds its
+/// connection until dropped; its rows are those `query` returns.
+#[test]
+fn a_row_stream_computes_rows_as_they_are_read() {
+    let db = lql::Database::open(default_model_path().to_str().unwrap()).unwrap();
+    let conn = db.connect().unwrap();
+    let other = db.connect().unwrap();
+    let mut st = conn
+        .prepare("SELECT layer, feature, top_token FROM features")
+        .unwrap();
+    let mut stream = st.stream(()).unwrap();
+    assert_eq!(
+        stream
+            .columns()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        ["layer", "feature", "top_token"]
+    );
+    let mut first = Vec::new();
+    while let Some(row) = stream.next_row().unwrap() {
+        first.push((
+            row.get::<_, i64>("layer").unwrap(),
+            row.get::<_, i64>("feature").unwrap(),
+            row.get::<_, String>("top_token").unwrap(),
+        ));
+        if first.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(
+        first.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+        [(0, 0), (0, 1), (0, 2)]
+    );
+    let busy = conn.execute("SELECT 1").unwrap_err();
+    assert_eq!(busy.code(), "LQL-E0202", "{}", busy.message);
+    let computed = |q: &str| {
+        lines(&other, &format!("EXPLAIN ANALYZE {q}"))
+            .lines()
+            .map(labels_computed)
+            .sum::<usize>()
+    };
+    assert_eq!(
+        computed("SELECT top_token FROM features WHERE layer = 0 AND feature < 3"),
+        0
+    );
+    assert_eq!(
+        computed("SELECT top_token FROM features WHERE layer = 5"),
+        1536
+    );
+    drop(stream);
+    // Dropped, the statement is over and the connection free.
+    let head = conn
+        .execute("SELECT layer, feature, top_token FROM features LIMIT 3")
+        .unwrap();
+    let texts: Vec<String> = head.rows.iter().map(|r| format!("{:?}", r[2])).collect();
+    assert_eq!(
+        texts,
+        first
+            .iter()
+            .map(|r| format!("{:?}", Value::Text(r.2.clone())))
+            .collect::<Vec<_>>()
+    );
+    // Read to the end, a stream gives what `query` gives; a failing statement fails when
+    // it starts, with its span.
+    let mut st = conn
+        .prepare("SELECT layer, features FROM layers WHERE layer > ? ORDER BY layer DESC")
+        .unwrap();
+    let streamed = st.stream(lql::params![25]).unwrap().into_rows().unwrap();
+    assert_eq!(streamed, st.query(lql::params![25]).unwrap());
+    let n = st
+        .stream(lql::params![27])
+        .unwrap()
+        .collect::<lql::Result<Vec<_>>>()
+        .unwrap()
+        .len();
+    assert_eq!(n, 2);
+    let e = conn
+        .prepare("SELECT nope FROM layers")
+        .and_then(|mut s| s.stream(()).map(|_| ()))
+        .unwrap_err();
+    assert!(e.span.is_some(), "{}", e.message);
+}

@@ -60,6 +60,8 @@ pub(crate) enum Datum {
     Material(Arc<dyn lql_storage::material::MaterialSource>),
     /// Finished rows.
     Rows(Rows),
+    /// Rows pulled on demand (`stream.rs`).
+    Stream(super::stream::Stream),
 }
 
 impl Datum {
@@ -78,6 +80,8 @@ impl Datum {
             Datum::Table { rows, .. } => rows.len(),
             Datum::Source(_) | Datum::Material(_) => 1,
             Datum::Rows(r) => r.len(),
+            // Counted as they are pulled.
+            Datum::Stream(_) => 0,
         }
     }
 
@@ -98,6 +102,7 @@ impl Datum {
             Datum::Source(_) => "source model",
             Datum::Material(_) => "model state",
             Datum::Rows(_) => "rows",
+            Datum::Stream(_) => "row stream",
         }
     }
 }

@@ -3,9 +3,13 @@
 //! EXPLAIN ANALYZE. It is the only way a statement runs, so the tree EXPLAIN PLAN prints is
 //! the tree that ran.
 
-use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
+
+use lql_exec::browse::LabelCache;
+use lql_storage::meter::ReadMeter;
 
 use lql_planner::{Operator, PhysicalPlan, PlanNode, RowShape};
 
@@ -15,7 +19,7 @@ use super::{
     run, select, subquery, trace, use_model, vindex, walk, Cx,
 };
 use crate::error::{Error, Result};
-use crate::rows::Rows;
+use crate::rows::{Column, Rows};
 
 /// How a plan runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +62,9 @@ pub(crate) struct Run {
     /// Stats per node, preorder index.
     pub stats: Vec<NodeStats>,
     pub tapped: Option<lql_exec::trace::Trace>,
+    /// What the pulls of streams under the one being pulled now spent (`stream.rs`
+    /// subtracts it, so that a stream node reports only its own work).
+    pub pulled: Spent,
 }
 
 /// What an operator reports besides its output.
@@ -71,18 +78,104 @@ pub(crate) struct Cost {
     pub notes: Vec<String>,
 }
 
-/// Runs `plan`.
+/// The binding's counters read before a piece of work: [`Probe::finish`] gives what the
+/// work spent (time, operand bytes per encoding, decoder layers run, labels computed).
+pub(crate) struct Probe {
+    t0: Instant,
+    meter: Option<(Arc<ReadMeter>, BTreeMap<&'static str, u64>)>,
+    layers: Option<(Arc<AtomicU64>, u64)>,
+    labels: Option<(Arc<LabelCache>, usize)>,
+}
+
+/// What a piece of work spent, measured by a [`Probe`].
+#[derive(Debug, Default)]
+pub(crate) struct Spent {
+    pub millis: f64,
+    pub bytes: BTreeMap<&'static str, u64>,
+    pub layers: usize,
+    pub labels: usize,
+}
+
+impl Probe {
+    pub fn start(cx: &Cx<'_>) -> Probe {
+        let b = cx.engine.bound.as_ref();
+        Probe {
+            t0: Instant::now(),
+            // The operand bytes the node's kernels read, measured at the operand seam.
+            meter: b.map(|b| (b.meter.clone(), b.meter.snapshot())),
+            // The decoder layers its passes ran, counted by the executor as each layer runs.
+            layers: b.map(|b| {
+                let l = b.layers_run.clone();
+                let now = l.load(Ordering::Relaxed);
+                (l, now)
+            }),
+            // The labels its scans computed, counted by the binding's label cache.
+            labels: b.map(|b| {
+                let c = b.shared.labels.clone();
+                let now = c.stats().computed;
+                (c, now)
+            }),
+        }
+    }
+
+    pub fn finish(self) -> Spent {
+        Spent {
+            millis: self.t0.elapsed().as_secs_f64() * 1e3,
+            bytes: self
+                .meter
+                .map(|(m, before)| m.since(&before))
+                .unwrap_or_default(),
+            layers: self.layers.map_or(0, |(l, before)| {
+                l.load(Ordering::Relaxed).saturating_sub(before) as usize
+            }),
+            labels: self
+                .labels
+                .map_or(0, |(c, before)| c.stats().computed.saturating_sub(before)),
+        }
+    }
+}
+
+impl Spent {
+    pub fn add(&mut self, other: &Spent) {
+        self.millis += other.millis;
+        for (e, b) in &other.bytes {
+            *self.bytes.entry(e).or_default() += b;
+        }
+        self.layers += other.layers;
+        self.labels += other.labels;
+    }
+
+    /// These figures less `other`'s (a part of them).
+    pub fn minus(&self, other: &Spent) -> Spent {
+        Spent {
+            millis: (self.millis - other.millis).max(0.0),
+            bytes: self
+                .bytes
+                .iter()
+                .map(|(e, b)| {
+                    (
+                        *e,
+                        b.saturating_sub(other.bytes.get(e).copied().unwrap_or(0)),
+                    )
+                })
+                .collect(),
+            layers: self.layers.saturating_sub(other.layers),
+            labels: self.labels.saturating_sub(other.labels),
+        }
+    }
+}
+
+/// Runs `plan` to its last row.
 pub(crate) fn run(cx: &mut Cx<'_>, plan: &PhysicalPlan, mode: Mode) -> Result<Executed> {
-    let n = plan.root.preorder().len();
-    let mut r = Run {
-        mode,
-        stats: vec![NodeStats::default(); n],
-        tapped: None,
-    };
-    let mut next = 0usize;
-    let out = node(cx, &plan.root, &mut r, &mut next)?;
+    let (out, mut r) = start(cx, plan, mode)?;
     let rows = match out {
         Datum::Rows(rows) => rows,
+        Datum::Stream(s) => {
+            let (columns, rows) = s.drain(cx, &mut r)?;
+            let mut out = Rows::new(columns);
+            out.rows = rows;
+            out
+        }
         other => {
             return Err(Error::internal(format!(
                 "the plan's root produced {} instead of rows",
@@ -95,6 +188,21 @@ pub(crate) fn run(cx: &mut Cx<'_>, plan: &PhysicalPlan, mode: Mode) -> Result<Ex
         stats: r.stats,
         tapped: r.tapped,
     })
+}
+
+/// Runs `plan` up to its first row: the root's rows, finished or as a stream the caller
+/// pulls (with the returned [`Run`], which records each node's work).
+pub(crate) fn start(cx: &mut Cx<'_>, plan: &PhysicalPlan, mode: Mode) -> Result<(Datum, Run)> {
+    let n = plan.root.preorder().len();
+    let mut r = Run {
+        mode,
+        stats: vec![NodeStats::default(); n],
+        tapped: None,
+        pulled: Spent::default(),
+    };
+    let mut next = 0usize;
+    let out = node(cx, &plan.root, &mut r, &mut next)?;
+    Ok((out, r))
 }
 
 fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<Datum> {
@@ -117,6 +225,28 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
             inputs.push(node(cx, i, r, next)?);
         }
     }
+    // An operator that needs all of its input gets streams drained.
+    if !streams(&n.op) {
+        inputs = inputs
+            .into_iter()
+            .zip(&n.inputs)
+            .map(|(input, child)| match input {
+                // A statement's rows stay rows; an operator's stay a table.
+                Datum::Stream(s) => {
+                    let (columns, rows) = s.drain(cx, r)?;
+                    Ok(match child.op {
+                        Operator::Rows { .. } => {
+                            let mut out = Rows::new(columns);
+                            out.rows = rows;
+                            Datum::Rows(out)
+                        }
+                        _ => Datum::Table { columns, rows },
+                    })
+                }
+                other => Ok(other),
+            })
+            .collect::<Result<_>>()?;
+    }
     // The rows of the subqueries in the node's expressions follow its own inputs.
     let first_subquery = n
         .inputs
@@ -125,42 +255,47 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
         .unwrap_or(inputs.len());
     let subquery_rows = inputs.split_off(first_subquery);
     cx.check_cancel()?;
-    let t0 = Instant::now();
+    let probe = Probe::start(cx);
     let mut cost = Cost::default();
-    // The operand bytes the node's kernels read, measured at the operand seam.
-    let meter = cx.engine.bound.as_ref().map(|b| b.meter.clone());
-    let before = meter.as_ref().map(|m| m.snapshot());
-    // The decoder layers its passes ran, counted by the executor as each layer runs.
-    let layers = cx.engine.bound.as_ref().map(|b| b.layers_run.clone());
-    let layers_before = layers.as_ref().map_or(0, |l| l.load(Ordering::Relaxed));
-    // The labels its scans computed, counted by the binding's label cache.
-    let labels = cx.engine.bound.as_ref().map(|b| b.shared.labels.clone());
-    let labels_before = labels.as_ref().map_or(0, |c| c.stats().computed);
     let out = if subquery_rows.is_empty() {
         operator(cx, &n.op, inputs, r, &mut cost)?
     } else {
         let op = subquery::substitute(&n.op, subquery_rows)?;
         operator(cx, &op, inputs, r, &mut cost)?
     };
-    let layers_measured = layers.as_ref().map_or(0, |l| {
-        l.load(Ordering::Relaxed).saturating_sub(layers_before)
-    });
-    if let (Some(m), Some(before)) = (&meter, &before) {
-        for (encoding, bytes) in m.since(before) {
-            cost.weight_bytes += bytes;
-            cost.encodings.insert(encoding.to_string());
-        }
+    let spent = probe.finish();
+    for (encoding, bytes) in spent.bytes {
+        cost.weight_bytes += bytes;
+        cost.encodings.insert(encoding.to_string());
     }
     let s = &mut r.stats[id];
-    s.millis = t0.elapsed().as_secs_f64() * 1e3;
+    s.millis = spent.millis;
     s.rows = out.count();
     s.weight_bytes = cost.weight_bytes;
     s.encodings = cost.encodings;
-    s.layers_run = layers_measured as usize + cost.layers_run;
-    s.labels_computed = labels.map_or(0, |c| c.stats().computed.saturating_sub(labels_before));
+    s.layers_run = spent.layers + cost.layers_run;
+    s.labels_computed = spent.labels;
     s.notes = cost.notes;
     s.ran = true;
-    Ok(out)
+    // A stream's work is done as it is pulled, and recorded then.
+    Ok(match out {
+        Datum::Stream(s) => Datum::Stream(s.measured(id)),
+        other => other,
+    })
+}
+
+/// Whether an operator takes its input as a stream (see `stream.rs`).
+fn streams(op: &Operator) -> bool {
+    matches!(
+        op,
+        Operator::Filter { .. }
+            | Operator::Limit { .. }
+            | Operator::Offset { .. }
+            | Operator::Project { .. }
+            | Operator::LateLabels { .. }
+            | Operator::Relation { .. }
+            | Operator::Rows { .. }
+    )
 }
 
 /// The single input of a pipeline operator.
@@ -351,7 +486,7 @@ fn operator(
             *labels,
             *label_set,
         ),
-        O::Filter { predicate } => select::filter(cx, one(inputs, "Filter")?, predicate),
+        O::Filter { predicate } => select::filter(one(inputs, "Filter")?, predicate),
         O::Sort { keys } => select::sort(one(inputs, "Sort")?, keys),
         O::Limit { n } => select::limit(one(inputs, "Limit")?, *n),
         O::Offset { n } => select::offset(one(inputs, "Offset")?, *n),
@@ -359,9 +494,7 @@ fn operator(
         O::Relation { .. } => select::relation(one(inputs, "Relation")?),
         O::Subquery { .. } => one(inputs, "Subquery"),
         O::Join { kind, on, columns } => join::join(cx, inputs, *kind, on.as_ref(), columns),
-        O::LateLabels { label_set } => {
-            select::late_labels(cx, one(inputs, "LateLabels")?, *label_set)
-        }
+        O::LateLabels { label_set } => select::late_labels(one(inputs, "LateLabels")?, *label_set),
         O::Project { columns, exprs } => select::project(one(inputs, "Project")?, columns, exprs),
         O::Aggregate {
             keys,
@@ -425,7 +558,12 @@ fn rows(
     shape: &RowShape,
 ) -> Result<Datum> {
     let want = super::columns_of(columns);
-    let rows = match inputs.into_iter().next() {
+    let input = inputs.into_iter().next();
+    if let Some(Datum::Stream(s)) = input {
+        same_columns(&s.columns, &want)?;
+        return Ok(Datum::Stream(s));
+    }
+    let rows = match input {
         None => Rows::new(want.clone()),
         Some(Datum::Rows(rows)) => rows,
         Some(Datum::Table { columns, rows }) => {
@@ -456,12 +594,18 @@ fn rows(
         },
         Some(d) => return Err(wrong_input("Rows", &d)),
     };
-    if rows.columns != want {
-        return Err(Error::internal(format!(
-            "rows of {:?} do not match the declared columns {:?}",
-            rows.column_names(),
-            want.iter().map(|c| c.name.as_str()).collect::<Vec<_>>()
-        )));
-    }
+    same_columns(&rows.columns, &want)?;
     Ok(Datum::Rows(rows))
+}
+
+/// Refuses rows whose columns are not the ones the statement's schema declares.
+fn same_columns(got: &[Column], want: &[Column]) -> Result<()> {
+    if got == want {
+        return Ok(());
+    }
+    Err(Error::internal(format!(
+        "rows of {:?} do not match the declared columns {:?}",
+        got.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        want.iter().map(|c| c.name.as_str()).collect::<Vec<_>>()
+    )))
 }

@@ -38,6 +38,7 @@ mod run;
 mod scalar;
 mod select;
 mod steering;
+mod stream;
 mod subquery;
 mod trace;
 mod use_model;
@@ -382,7 +383,7 @@ impl Engine {
         self.run_prepared(&p, text, cancel, gate)
     }
 
-    /// Runs a prepared statement.
+    /// Runs a prepared statement to its last row.
     pub(crate) fn run_prepared(
         &mut self,
         p: &Prepared,
@@ -390,6 +391,30 @@ impl Engine {
         cancel: &Arc<AtomicBool>,
         gate: Option<Gate<'_>>,
     ) -> Result<Rows> {
+        let mut running = self.start(p, text, cancel, gate)?;
+        let mut rows = Rows::new(running.columns.clone());
+        let out = loop {
+            match self.pull(&mut running, text, cancel) {
+                Ok(Some(batch)) => rows.rows.extend(batch),
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        rows.fault = running.fault;
+        self.finish(running);
+        out.map(|()| rows)
+    }
+
+    /// Starts a prepared statement: checks that it may run, then runs its plan up to its
+    /// first row. The rows are then pulled with [`Engine::pull`], and [`Engine::finish`]
+    /// ends the statement (also when it is dropped before its last row).
+    pub(crate) fn start(
+        &mut self,
+        p: &Prepared,
+        text: &str,
+        cancel: &Arc<AtomicBool>,
+        gate: Option<Gate<'_>>,
+    ) -> Result<Running> {
         let span = p.stmt.span.range();
         let effects = p.effects();
         if self.db.flags().contains(crate::flags::OpenFlags::READ_ONLY) {
@@ -429,12 +454,93 @@ impl Engine {
             let s = steering::build(&mut cx, plan).map_err(|e| e.or_span(span.clone()))?;
             cx.bound_mut()?.statement_steering = Some(s);
         }
-        let out = interp::run(&mut cx, &p.physical, interp::Mode::Plain);
-        if p.steering.is_some() {
-            if let Some(b) = cx.engine.bound.as_mut() {
+        let mut running = Running {
+            columns: columns_of(p.physical.columns()),
+            defs: p.physical.columns().to_vec(),
+            steered: p.steering.is_some(),
+            span: span.clone(),
+            rows: None,
+            run: None,
+            fault: false,
+        };
+        match interp::start(&mut cx, &p.physical, interp::Mode::Plain) {
+            Ok((out, run)) => {
+                running.run = Some(run);
+                match out {
+                    datum::Datum::Stream(s) => running.rows = Some(s),
+                    datum::Datum::Rows(rows) => {
+                        running.fault = rows.fault;
+                        running.rows = Some(stream::stream_of(datum::Datum::Rows(rows), "Rows")?);
+                    }
+                    other => {
+                        self.finish(running);
+                        return Err(Error::internal(format!(
+                            "the plan's root produced {} instead of rows",
+                            other.kind()
+                        )));
+                    }
+                }
+                Ok(running)
+            }
+            Err(e) => {
+                self.finish(running);
+                Err(e.or_span(span))
+            }
+        }
+    }
+
+    /// The next batch of a started statement's rows (`None` after the last).
+    pub(crate) fn pull(
+        &mut self,
+        running: &mut Running,
+        text: &str,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<Option<stream::Batch>> {
+        let (Some(rows), Some(run)) = (running.rows.as_mut(), running.run.as_mut()) else {
+            return Ok(None);
+        };
+        let _interruptible = lql_storage::interrupt::Scope::new(cancel);
+        let mut cx = Cx {
+            engine: self,
+            cancel,
+            text,
+            columns: &running.defs,
+        };
+        match rows.next_batch(&mut cx, run) {
+            Ok(Some(batch)) => Ok(Some(batch)),
+            Ok(None) => {
+                running.rows = None;
+                Ok(None)
+            }
+            Err(e) => {
+                running.rows = None;
+                Err(e.or_span(running.span.clone()))
+            }
+        }
+    }
+
+    /// Ends a started statement: the statement's steering (`WITH STEERING`) stops.
+    pub(crate) fn finish(&mut self, running: Running) {
+        if running.steered {
+            if let Some(b) = self.bound.as_mut() {
                 b.statement_steering = None;
             }
         }
-        Ok(out.map_err(|e| e.or_span(span))?.rows)
     }
+}
+
+/// A statement that started and whose rows are being pulled.
+pub(crate) struct Running {
+    /// The columns of its rows.
+    pub columns: Vec<Column>,
+    /// The planner's declaration of them (what its operators answer in).
+    defs: Vec<lql_planner::ColumnDef>,
+    /// Whether it runs under `WITH STEERING`, to be reset when it ends.
+    steered: bool,
+    span: std::ops::Range<usize>,
+    /// Its rows still to pull (`None` once done or failed).
+    rows: Option<stream::Stream>,
+    run: Option<interp::Run>,
+    /// Whether its rows report a fault (see [`Rows::fault`]).
+    pub fault: bool,
 }

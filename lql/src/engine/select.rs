@@ -29,6 +29,7 @@ use lql_storage::Role;
 
 use super::datum::Datum;
 use super::interp::wrong_input;
+use super::stream::{self, stream_of, Stream};
 use super::walk::DOWN_TOKENS;
 use super::{aggregate, columns_of, rowexec, Cx};
 use crate::error::{Error, Result};
@@ -56,17 +57,10 @@ pub(crate) fn table_scan(
         .ok_or_else(|| Error::not_supported_yet(&format!("SELECT FROM {}", table.name())))?;
     let columns = columns_of(&defs);
     let mut rows = match table {
-        Table::Features => match range.filter {
-            None => features_rows(cx, &range, labels == LabelTiming::Early, label_set)?,
-            Some(predicate) => filtered_features_rows(
-                cx,
-                &range,
-                &columns,
-                predicate,
-                labels == LabelTiming::Early,
-                label_set,
-            )?,
-        },
+        Table::Features => {
+            let scan = FeatureScan::new(cx, &range, labels == LabelTiming::Early, label_set)?;
+            return Ok(Datum::Stream(Stream::new(columns, scan)));
+        }
         Table::Layers => layers_rows(cx)?,
         Table::Tokens => tokens_rows(cx)?,
         Table::Tensors => tensors_rows(cx)?,
@@ -92,22 +86,31 @@ pub(crate) fn table_scan(
 pub(crate) fn table(input: Datum, op: &str) -> Result<(Vec<Column>, Vec<Vec<Value>>)> {
     match input {
         Datum::Table { columns, rows } => Ok((columns, rows)),
+        Datum::Rows(r) => Ok((r.columns, r.rows)),
         other => Err(wrong_input(op, &other)),
     }
 }
 
-/// `Filter predicate` (SQL three-valued logic; rows whose predicate is true).
-pub(crate) fn filter(cx: &mut Cx<'_>, input: Datum, predicate: &Expr) -> Result<Datum> {
-    let (columns, rows) = table(input, "Filter")?;
-    let rows = rowexec::filter(rows, &columns, predicate, cx.cancel)?;
-    Ok(Datum::Table { columns, rows })
+/// `Filter predicate` (SQL three-valued logic; rows whose predicate is true), as rows are
+/// pulled.
+pub(crate) fn filter(input: Datum, predicate: &Expr) -> Result<Datum> {
+    let input = stream_of(input, "Filter")?;
+    let columns = input.columns.clone();
+    let predicate = predicate.clone();
+    Ok(Datum::Stream(Stream::new(
+        columns,
+        stream::Filter { input, predicate },
+    )))
 }
 
 /// `Offset n`: the rows after the first `n`.
 pub(crate) fn offset(input: Datum, n: usize) -> Result<Datum> {
-    let (columns, mut rows) = table(input, "Offset")?;
-    rows.drain(..n.min(rows.len()));
-    Ok(Datum::Table { columns, rows })
+    let input = stream_of(input, "Offset")?;
+    let columns = input.columns.clone();
+    Ok(Datum::Stream(Stream::new(
+        columns,
+        stream::Offset { input, skip: n },
+    )))
 }
 
 /// `OneRow`: a single row of no columns (SELECT without FROM).
@@ -120,13 +123,7 @@ pub(crate) fn one_row() -> Datum {
 
 /// `Relation`: a statement's rows as a table.
 pub(crate) fn relation(input: Datum) -> Result<Datum> {
-    match input {
-        Datum::Rows(r) => Ok(Datum::Table {
-            columns: r.columns,
-            rows: r.rows,
-        }),
-        other => table(other, "Relation").map(|(columns, rows)| Datum::Table { columns, rows }),
-    }
+    stream_of(input, "Relation").map(Datum::Stream)
 }
 
 /// `Sort keys` (stable; NULL first ascending).
@@ -136,16 +133,32 @@ pub(crate) fn sort(input: Datum, keys: &[SortKey]) -> Result<Datum> {
     Ok(Datum::Table { columns, rows })
 }
 
-/// `Limit n`.
+/// `Limit n`: pulls its input until `n` rows have passed, then stops.
 pub(crate) fn limit(input: Datum, n: usize) -> Result<Datum> {
-    let (columns, mut rows) = table(input, "Limit")?;
-    rows.truncate(n);
-    Ok(Datum::Table { columns, rows })
+    let input = stream_of(input, "Limit")?;
+    let columns = input.columns.clone();
+    Ok(Datum::Stream(Stream::new(
+        columns,
+        stream::Limit { input, left: n },
+    )))
 }
 
-/// `LateLabels`: fills the label columns of the rows that survived.
-pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) -> Result<Datum> {
-    let (columns, rows) = table(input, "LateLabels")?;
+/// `LateLabels`: fills the label columns of the rows that reach it.
+pub(crate) fn late_labels(input: Datum, label_set: LabelSet) -> Result<Datum> {
+    let input = stream_of(input, "LateLabels")?;
+    let columns = input.columns.clone();
+    Ok(Datum::Stream(Stream::new(
+        columns,
+        stream::LateLabels { input, label_set },
+    )))
+}
+
+/// The label columns of `features` rows filled in (LateLabels' work on one batch).
+pub(crate) fn label_rows(
+    cx: &mut Cx<'_>,
+    rows: Vec<Vec<Value>>,
+    label_set: LabelSet,
+) -> Result<Vec<Vec<Value>>> {
     // The effective state: added features' labels.
     let model = cx.browse_source()?;
     // `(layer, feature)`: bank features are numbered v1-flattened, as the cache keys them.
@@ -160,7 +173,7 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
         .collect();
     let labels = cx.labels()?.labels(model.as_ref(), &keys)?;
     let text = cx.token_texts();
-    let rows = rows
+    Ok(rows
         .iter()
         .zip(keys)
         .zip(labels)
@@ -170,8 +183,7 @@ pub(crate) fn late_labels(cx: &mut Cx<'_>, input: Datum, label_set: LabelSet) ->
             row.extend(r.iter().skip(row.len()).cloned());
             row
         })
-        .collect();
-    Ok(Datum::Table { columns, rows })
+        .collect())
 }
 
 /// `Project columns`: each result column computed by its expression over the input row.
@@ -180,21 +192,12 @@ pub(crate) fn project(
     defs: &[lql_planner::ColumnDef],
     exprs: &[Expr],
 ) -> Result<Datum> {
-    let (columns, rows) = table(input, "Project")?;
-    let out_cols = columns_of(defs);
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        out.push(
-            exprs
-                .iter()
-                .map(|e| rowexec::eval(e, &columns, &r))
-                .collect::<Result<Vec<_>>>()?,
-        );
-    }
-    Ok(Datum::Table {
-        columns: out_cols,
-        rows: out,
-    })
+    let input = stream_of(input, "Project")?;
+    let exprs = exprs.to_vec();
+    Ok(Datum::Stream(Stream::new(
+        columns_of(defs),
+        stream::Project { input, exprs },
+    )))
 }
 
 /// `Distinct`: the first of each set of equal rows, in input order.
@@ -318,36 +321,87 @@ fn features_rows(
         .collect())
 }
 
-/// The `features` rows that pass `predicate`, in scan order, a few layers at a time (as
-/// many as one labelling pass takes), stopping after the chunk in which `range.limit` rows
-/// have passed: labels are computed only for the layers scanned.
-fn filtered_features_rows(
-    cx: &mut Cx<'_>,
-    range: &ScanRange<'_>,
-    columns: &[Column],
-    predicate: &Expr,
+/// A `features` scan pulled a few layers at a time (as many as one labelling pass takes):
+/// each pull scans, labels (when the plan labels early) and filters the next layers, and
+/// the scan stops once `stop_after` rows have passed, so the labels of layers a LIMIT never
+/// reaches are never computed.
+struct FeatureScan {
+    layers: Vec<usize>,
+    /// Layers per pull.
+    chunk: usize,
+    /// Index into `layers` of the next pull's first layer.
+    at: usize,
+    features: Option<Vec<usize>>,
+    /// Rows still wanted (`stop_after`).
+    left: Option<usize>,
+    /// WHERE, applied as the scan goes, with the scan's columns.
+    filter: Option<(Expr, Vec<Column>)>,
     labels_now: bool,
     label_set: LabelSet,
-) -> Result<Vec<Vec<Value>>> {
-    let surface = cx.model()?.surface.clone();
-    let all: Vec<usize> = (0..surface.n_layers).collect();
-    let per_layer = range.features.map_or(surface.ffn, <[usize]>::len).max(1);
-    let chunk = (lql_exec::browse::labels::PASS_FEATURES / per_layer).max(1);
-    let mut out = Vec::new();
-    for layers in range.layers.unwrap_or(&all).chunks(chunk) {
+}
+
+impl FeatureScan {
+    fn new(
+        cx: &mut Cx<'_>,
+        range: &ScanRange<'_>,
+        labels_now: bool,
+        label_set: LabelSet,
+    ) -> Result<FeatureScan> {
+        let surface = cx.model()?.surface.clone();
+        let layers = match range.layers {
+            Some(l) => l.to_vec(),
+            None => (0..surface.n_layers).collect(),
+        };
+        let per_layer = range.features.map_or(surface.ffn, <[usize]>::len).max(1);
+        let columns = columns_of(
+            &lql_planner::table_columns(Table::Features)
+                .ok_or_else(|| Error::internal("features has no schema"))?,
+        );
+        Ok(FeatureScan {
+            layers,
+            chunk: (lql_exec::browse::labels::PASS_FEATURES / per_layer).max(1),
+            at: 0,
+            features: range.features.map(<[usize]>::to_vec),
+            left: range.limit,
+            filter: range.filter.map(|p| (p.clone(), columns)),
+            labels_now,
+            label_set,
+        })
+    }
+}
+
+impl stream::Pull for FeatureScan {
+    fn pull(
+        &mut self,
+        cx: &mut Cx<'_>,
+        _: &mut super::interp::Run,
+    ) -> Result<Option<Vec<Vec<Value>>>> {
+        if self.at >= self.layers.len() || self.left == Some(0) {
+            return Ok(None);
+        }
+        let end = (self.at + self.chunk).min(self.layers.len());
         let part = ScanRange {
-            layers: Some(layers),
-            features: range.features,
-            limit: None,
+            layers: Some(&self.layers[self.at..end]),
+            features: self.features.as_deref(),
+            // Without a filter, every scanned row passes: the scan itself stops at the limit.
+            limit: if self.filter.is_none() {
+                self.left
+            } else {
+                None
+            },
             filter: None,
         };
-        let rows = features_rows(cx, &part, labels_now, label_set)?;
-        out.extend(rowexec::filter(rows, columns, predicate, cx.cancel)?);
-        if range.limit.is_some_and(|n| out.len() >= n) {
-            break;
+        let mut rows = features_rows(cx, &part, self.labels_now, self.label_set)?;
+        self.at = end;
+        if let Some((predicate, columns)) = &self.filter {
+            rows = rowexec::filter(rows, columns, predicate, cx.cancel)?;
         }
+        if let Some(left) = &mut self.left {
+            rows.truncate(*left);
+            *left -= rows.len();
+        }
+        Ok(Some(rows))
     }
-    Ok(out)
 }
 
 fn layers_rows(cx: &mut Cx<'_>) -> Result<Vec<Vec<Value>>> {
