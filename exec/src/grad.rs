@@ -115,6 +115,12 @@ struct SharedFfn {
     gate_inp: Option<Vec<f32>>,
 }
 
+impl SharedFfn {
+    fn weights(&self) -> FfnWeights<'_> {
+        FfnWeights::plain(&self.wg, &self.wu, &self.wd, self.ffn)
+    }
+}
+
 impl BankFfn {
     fn new(source: &dyn OperandSource, b: &BankPlan) -> Result<BankFfn> {
         let shared = match &b.shared {
@@ -547,17 +553,120 @@ struct FfnTape {
     up: Vec<f32>,
 }
 
-/// What an `Added` step's forward pass keeps: the overlay's added features' gate-scaled
-/// gate pre-activations and up projections (`[rows × added]`).
-struct AddedTape {
-    ga: Vec<f32>,
-    ua: Vec<f32>,
+/// One FFN as the gradient pass computes it, over rows `x`: gated,
+/// `down · (s_d ⊙ act(s_g ⊙ (gate · x + b_g)) ⊙ (up · x + b_u)) + b_d`, or, without `gate`,
+/// an MLP `down · (s_d ⊙ act(s_g ⊙ (up · x + b_u))) + b_d`. The layer's FFN, each routed
+/// expert, the shared expert and the overlay's added features are each one.
+struct FfnWeights<'a> {
+    width: usize,
+    /// `[width × hidden]`; `None` for an MLP.
+    gate: Option<&'a [f32]>,
+    /// `[width × hidden]`.
+    up: &'a [f32],
+    down: Down<'a>,
+    gate_bias: Option<&'a Vec<f32>>,
+    up_bias: Option<&'a Vec<f32>>,
+    down_bias: Option<&'a Vec<f32>>,
+    /// Per-feature factors of the pre-activation and of the activation (edits' scales).
+    gate_scale: Option<&'a [f32]>,
+    down_scale: Option<&'a [f32]>,
+}
+
+/// A layer's FFN: one FFN, or a bank of experts.
+enum LayerFfn<'a> {
+    Dense(FfnWeights<'a>),
+    Bank(&'a BankFfn),
+}
+
+/// How an FFN's down matrix is stored.
+enum Down<'a> {
+    /// `[hidden × width]`, as a model stores it.
+    Rows(&'a [f32]),
+    /// `[width × hidden]`, as an overlay stores its added features' down vectors.
+    Columns(&'a [f32]),
+}
+
+impl<'a> FfnWeights<'a> {
+    /// A gated FFN of width `width` without biases or scales (an expert).
+    fn plain(wg: &'a [f32], wu: &'a [f32], wd: &'a [f32], width: usize) -> FfnWeights<'a> {
+        FfnWeights {
+            width,
+            gate: Some(wg),
+            up: wu,
+            down: Down::Rows(wd),
+            gate_bias: None,
+            up_bias: None,
+            down_bias: None,
+            gate_scale: None,
+            down_scale: None,
+        }
+    }
+
+    /// Layer `l`'s own FFN of width `ff`, with the overlay's scales of its features, or
+    /// its bank.
+    fn of_layer(l: &'a DenseLayer, ov: Option<&'a LayerOverlay>, ff: usize) -> LayerFfn<'a> {
+        let (gate_scale, down_scale) = scales(ov, ff);
+        let w = match &l.ffn {
+            DenseFfn::Gated {
+                wg,
+                wu,
+                wd,
+                gate_bias,
+                up_bias,
+            } => FfnWeights {
+                gate_bias: gate_bias.as_ref(),
+                up_bias: up_bias.as_ref(),
+                ..FfnWeights::plain(wg, wu, wd, ff)
+            },
+            DenseFfn::Mlp {
+                wu,
+                wd,
+                up_bias,
+                down_bias,
+            } => FfnWeights {
+                width: ff,
+                gate: None,
+                up: wu,
+                down: Down::Rows(wd),
+                gate_bias: None,
+                up_bias: up_bias.as_ref(),
+                down_bias: down_bias.as_ref(),
+                gate_scale: None,
+                down_scale: None,
+            },
+            DenseFfn::Bank(bank) => return LayerFfn::Bank(bank),
+        };
+        LayerFfn::Dense(FfnWeights {
+            gate_scale,
+            down_scale,
+            ..w
+        })
+    }
+
+    /// The overlay's added features, with their scales (`None` without any).
+    fn added(o: &'a LayerOverlay) -> Option<FfnWeights<'a>> {
+        if o.added() == 0 {
+            return None;
+        }
+        let tail = |s: &'a Option<Vec<f32>>| s.as_ref().and_then(|s| s.get(o.ffn..));
+        Some(FfnWeights {
+            width: o.added(),
+            gate: Some(&o.gate),
+            up: &o.up,
+            down: Down::Columns(&o.down),
+            gate_bias: Some(&o.gate_bias),
+            up_bias: Some(&o.up_bias),
+            down_bias: None,
+            gate_scale: tail(&o.gate_scale),
+            down_scale: tail(&o.down_scale),
+        })
+    }
 }
 
 /// What one step's forward pass keeps for its backward pass.
 enum Tape {
     /// An `Added` step's added features.
-    Added(AddedTape),
+    Added(FfnTape),
     /// Nothing: the step's backward reads only weights (or the step did nothing).
     None,
     /// A norm's input and each row's inverse deviation (`Norm`, `PostNorm`).
@@ -601,17 +710,15 @@ struct ExpertTape {
     e: usize,
     /// Indices into [`BankTape::chosen`] (row `slot / n_used`).
     slots: Vec<usize>,
-    /// Gate pre-activations and up projections, `[m × expert_ffn]`.
-    g: Vec<f32>,
-    up: Vec<f32>,
+    /// Its forward pass over those rows.
+    ffn: FfnTape,
     /// The expert's output before its routing weight, `[m × hidden]`.
     y: Vec<f32>,
 }
 
 /// The shared expert over every row.
 struct SharedTape {
-    g: Vec<f32>,
-    up: Vec<f32>,
+    ffn: FfnTape,
     /// Its output before its gate, `[rows × hidden]`.
     y: Vec<f32>,
     /// Each row's gate (1 without one).
@@ -1435,72 +1542,24 @@ impl DenseTail {
         (dq, dk, dv)
     }
 
-    /// Layer `l`'s FFN of the normed rows `h` with the overlay `ov` (gate scales, down
-    /// scales, added features): its delta, and what its backward pass needs.
+    /// Layer `l`'s FFN of the normed rows `h` with the overlay `ov`'s scales: its delta,
+    /// and what its backward pass needs.
     fn ffn_forward(
         &self,
         l: &DenseLayer,
         ov: Option<&LayerOverlay>,
         h: &[f32],
     ) -> (Vec<f32>, Tape) {
-        let (d, ff) = (self.hidden, self.ffn);
-        let rows = h.len() / d;
-        let mut g = vec![0.0f32; rows * ff];
-        let mut up = Vec::new();
-        let (wd, down_bias) = match &l.ffn {
-            DenseFfn::Gated {
-                wg,
-                wu,
-                wd,
-                gate_bias,
-                up_bias,
-            } => {
-                up = vec![0.0f32; rows * ff];
-                xwt(h, wg, rows, ff, d, &mut g, false);
-                xwt(h, wu, rows, ff, d, &mut up, false);
-                add_rows(&mut g, gate_bias.as_ref());
-                add_rows(&mut up, up_bias.as_ref());
-                (wd, None)
+        match FfnWeights::of_layer(l, ov, self.ffn) {
+            LayerFfn::Dense(w) => {
+                let (out, t) = self.ffn_rows(&w, h);
+                (out, Tape::Ffn(t))
             }
-            DenseFfn::Mlp {
-                wu,
-                wd,
-                up_bias,
-                down_bias,
-            } => {
-                xwt(h, wu, rows, ff, d, &mut g, false);
-                add_rows(&mut g, up_bias.as_ref());
-                (wd, down_bias.as_ref())
-            }
-            DenseFfn::Bank(bank) => {
+            LayerFfn::Bank(bank) => {
                 let (out, t) = self.bank_forward(bank, h);
-                return (out, Tape::Bank(t));
-            }
-        };
-        let (gs, ds) = scales(ov, ff);
-        let mut a = vec![0.0f32; rows * ff];
-        for (r, (gr, ar)) in g
-            .chunks_exact_mut(ff)
-            .zip(a.chunks_exact_mut(ff))
-            .enumerate()
-        {
-            if let Some(s) = gs {
-                gr.iter_mut().zip(s).for_each(|(v, k)| *v *= k);
-            }
-            for (av, gv) in ar.iter_mut().zip(gr.iter()) {
-                *av = act(self.activation, *gv).0;
-            }
-            if !up.is_empty() {
-                mul_in_place(ar, &up[r * ff..(r + 1) * ff]);
-            }
-            if let Some(s) = ds {
-                ar.iter_mut().zip(s).for_each(|(v, k)| *v *= k);
+                (out, Tape::Bank(t))
             }
         }
-        let mut out = vec![0.0f32; rows * d];
-        xwt(&a, wd, rows, d, ff, &mut out, false);
-        add_rows(&mut out, down_bias);
-        (out, Tape::Ffn(FfnTape { g, up }))
     }
 
     /// [`DenseTail::ffn_forward`]'s backward pass: ∂/∂h from ∂/∂delta.
@@ -1511,39 +1570,96 @@ impl DenseTail {
         tape: &Tape,
         dout: &[f32],
     ) -> Vec<f32> {
-        let (d, ff) = (self.hidden, self.ffn);
-        let rows = dout.len() / d;
-        let (wd, t) = match (&l.ffn, tape) {
-            (DenseFfn::Bank(bank), Tape::Bank(t)) => return self.bank_backward(bank, t, dout),
-            (DenseFfn::Gated { wd, .. } | DenseFfn::Mlp { wd, .. }, Tape::Ffn(t)) => (wd, t),
+        match (FfnWeights::of_layer(l, ov, self.ffn), tape) {
+            (LayerFfn::Bank(bank), Tape::Bank(t)) => self.bank_backward(bank, t, dout),
+            (LayerFfn::Dense(w), Tape::Ffn(t)) => {
+                let mut dh = vec![0.0f32; dout.len()];
+                self.ffn_rows_backward(&w, t, dout, &mut dh);
+                dh
+            }
             _ => unreachable!("an FFN step keeps the tape of its own kind"),
-        };
-        let (gs, ds) = scales(ov, ff);
-        let gated = !t.up.is_empty();
+        }
+    }
+
+    /// One FFN `w` of the rows `x`: its output, and what its backward pass needs. Every FFN
+    /// the gradient pass runs is computed here (the layer's, each routed expert, the shared
+    /// expert, the overlay's added features).
+    fn ffn_rows(&self, w: &FfnWeights<'_>, x: &[f32]) -> (Vec<f32>, FfnTape) {
+        let (d, ff) = (self.hidden, w.width);
+        let rows = x.len() / d;
+        let mut g = vec![0.0f32; rows * ff];
+        let mut up = Vec::new();
+        match w.gate {
+            Some(wg) => {
+                up = vec![0.0f32; rows * ff];
+                xwt(x, wg, rows, ff, d, &mut g, false);
+                xwt(x, w.up, rows, ff, d, &mut up, false);
+                add_rows(&mut g, w.gate_bias);
+                add_rows(&mut up, w.up_bias);
+            }
+            None => {
+                xwt(x, w.up, rows, ff, d, &mut g, false);
+                add_rows(&mut g, w.up_bias);
+            }
+        }
+        let mut a = vec![0.0f32; rows * ff];
+        for (r, (gr, ar)) in g
+            .chunks_exact_mut(ff)
+            .zip(a.chunks_exact_mut(ff))
+            .enumerate()
+        {
+            if let Some(s) = w.gate_scale {
+                gr.iter_mut().zip(s).for_each(|(v, k)| *v *= k);
+            }
+            for (av, gv) in ar.iter_mut().zip(gr.iter()) {
+                *av = act(self.activation, *gv).0;
+            }
+            if !up.is_empty() {
+                mul_in_place(ar, &up[r * ff..(r + 1) * ff]);
+            }
+            if let Some(s) = w.down_scale {
+                ar.iter_mut().zip(s).for_each(|(v, k)| *v *= k);
+            }
+        }
+        let mut y = vec![0.0f32; rows * d];
+        match w.down {
+            Down::Rows(wd) => xwt(&a, wd, rows, d, ff, &mut y, false),
+            Down::Columns(wd) => xw(&a, wd, rows, ff, d, &mut y, false),
+        }
+        add_rows(&mut y, w.down_bias);
+        (y, FfnTape { g, up })
+    }
+
+    /// [`DenseTail::ffn_rows`]'s backward pass: ∂/∂x from ∂/∂(its output) `dy`, added to
+    /// `dx`.
+    fn ffn_rows_backward(&self, w: &FfnWeights<'_>, t: &FfnTape, dy: &[f32], dx: &mut [f32]) {
+        let (d, ff) = (self.hidden, w.width);
+        let rows = dy.len() / d;
         // ∂/∂(the activations), then ∂/∂up (gated) in place and ∂/∂(gate pre-activation).
         let mut da = vec![0.0f32; rows * ff];
-        xw(dout, wd, rows, d, ff, &mut da, false);
+        match w.down {
+            Down::Rows(wd) => xw(dy, wd, rows, d, ff, &mut da, false),
+            Down::Columns(wd) => xwt(dy, wd, rows, ff, d, &mut da, false),
+        }
+        let gated = !t.up.is_empty();
         let mut dg = vec![0.0f32; rows * ff];
         for r in 0..rows {
             for f in 0..ff {
                 let i = r * ff + f;
-                let dai = da[i] * factor(ds, f);
+                let dai = da[i] * factor(w.down_scale, f);
                 let (a, da_dg) = act(self.activation, t.g[i]);
                 let u = if gated { t.up[i] } else { 1.0 };
-                dg[i] = dai * u * da_dg * factor(gs, f);
+                dg[i] = dai * u * da_dg * factor(w.gate_scale, f);
                 da[i] = dai * a;
             }
         }
-        let mut dh = vec![0.0f32; rows * d];
-        match &l.ffn {
-            DenseFfn::Gated { wg, wu, .. } => {
-                xw(&dg, wg, rows, ff, d, &mut dh, false);
-                xw(&da, wu, rows, ff, d, &mut dh, true);
+        match w.gate {
+            Some(wg) => {
+                xw(&dg, wg, rows, ff, d, dx, true);
+                xw(&da, w.up, rows, ff, d, dx, true);
             }
-            DenseFfn::Mlp { wu, .. } => xw(&dg, wu, rows, ff, d, &mut dh, false),
-            DenseFfn::Bank(_) => {}
+            None => xw(&dg, w.up, rows, ff, d, dx, true),
         }
-        dh
     }
 
     /// A bank's delta of the FFN input rows `h`, as the host's bank programme computes it
@@ -1573,7 +1689,7 @@ impl DenseTail {
                 xs.extend_from_slice(&h[t * d..(t + 1) * d]);
             }
             let (wg, wu, wd) = b.expert(e);
-            let (g, up, y) = self.gated(&xs, wg, wu, wd, ef);
+            let (y, ffn) = self.ffn_rows(&FfnWeights::plain(wg, wu, wd, ef), &xs);
             for (i, &s) in slots.iter().enumerate() {
                 let (t, w) = (s / k, chosen[s].1);
                 let o = &mut out[t * d..(t + 1) * d];
@@ -1581,10 +1697,10 @@ impl DenseTail {
                     .zip(&y[i * d..(i + 1) * d])
                     .for_each(|(a, v)| *a += w * v);
             }
-            experts.push(ExpertTape { e, slots, g, up, y });
+            experts.push(ExpertTape { e, slots, ffn, y });
         }
         let shared = b.shared.as_ref().map(|sh| {
-            let (g, up, y) = self.gated(h, &sh.wg, &sh.wu, &sh.wd, sh.ffn);
+            let (y, ffn) = self.ffn_rows(&sh.weights(), h);
             let sigma: Vec<f32> = match &sh.gate_inp {
                 Some(gw) => h
                     .chunks_exact(d)
@@ -1598,7 +1714,7 @@ impl DenseTail {
             for ((o, yr), &s) in out.chunks_exact_mut(d).zip(y.chunks_exact(d)).zip(&sigma) {
                 o.iter_mut().zip(yr).for_each(|(a, v)| *a += s * v);
             }
-            SharedTape { g, up, y, sigma }
+            SharedTape { ffn, y, sigma }
         });
         (
             out,
@@ -1609,58 +1725,6 @@ impl DenseTail {
                 shared,
             },
         )
-    }
-
-    /// `down · (act(gate · x) ⊙ (up · x))` of the rows `x` (an expert of width `ff`): its
-    /// gate pre-activations, up projections and output.
-    fn gated(
-        &self,
-        x: &[f32],
-        wg: &[f32],
-        wu: &[f32],
-        wd: &[f32],
-        ff: usize,
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        let d = self.hidden;
-        let m = x.len() / d;
-        let (mut g, mut up) = (vec![0.0f32; m * ff], vec![0.0f32; m * ff]);
-        xwt(x, wg, m, ff, d, &mut g, false);
-        xwt(x, wu, m, ff, d, &mut up, false);
-        let a: Vec<f32> = g
-            .iter()
-            .zip(&up)
-            .map(|(&gv, &u)| act(self.activation, gv).0 * u)
-            .collect();
-        let mut y = vec![0.0f32; m * d];
-        xwt(&a, wd, m, d, ff, &mut y, false);
-        (g, up, y)
-    }
-
-    /// [`DenseTail::gated`]'s backward pass: ∂/∂x from ∂/∂(its output) `dy`, added to `dx`.
-    #[allow(clippy::too_many_arguments)]
-    fn gated_backward(
-        &self,
-        wg: &[f32],
-        wu: &[f32],
-        wd: &[f32],
-        ff: usize,
-        g: &[f32],
-        up: &[f32],
-        dy: &[f32],
-        dx: &mut [f32],
-    ) {
-        let d = self.hidden;
-        let m = dy.len() / d;
-        let mut du = vec![0.0f32; m * ff];
-        xw(dy, wd, m, d, ff, &mut du, false);
-        let mut dg = vec![0.0f32; m * ff];
-        for ((dgi, dui), (&gv, &u)) in dg.iter_mut().zip(du.iter_mut()).zip(g.iter().zip(up)) {
-            let (a, da_dg) = act(self.activation, gv);
-            *dgi = *dui * u * da_dg;
-            *dui *= a;
-        }
-        xw(&dg, wg, m, ff, d, dx, true);
-        xw(&du, wu, m, ff, d, dx, true);
     }
 
     /// [`DenseTail::bank_forward`]'s backward pass: ∂/∂h from ∂/∂delta, with each row's
@@ -1691,7 +1755,7 @@ impl DenseTail {
             }
             let (wg, wu, wd) = b.expert(et.e);
             let mut dxs = vec![0.0f32; m * d];
-            self.gated_backward(wg, wu, wd, ef, &et.g, &et.up, &dy, &mut dxs);
+            self.ffn_rows_backward(&FfnWeights::plain(wg, wu, wd, ef), &et.ffn, &dy, &mut dxs);
             for (i, &s) in et.slots.iter().enumerate() {
                 let r = s / k;
                 add_in_place(&mut dh[r * d..(r + 1) * d], &dxs[i * d..(i + 1) * d]);
@@ -1725,7 +1789,7 @@ impl DenseTail {
                 }
                 dyr.iter_mut().for_each(|v| *v *= s);
             }
-            self.gated_backward(&sh.wg, &sh.wu, &sh.wd, sh.ffn, &st.g, &st.up, &dy, &mut dh);
+            self.ffn_rows_backward(&sh.weights(), &st.ffn, &dy, &mut dh);
         }
         dh
     }
@@ -1737,55 +1801,19 @@ impl DenseTail {
         ov: Option<&LayerOverlay>,
         h: &[f32],
         delta: &mut [f32],
-    ) -> Option<AddedTape> {
-        let o = ov.filter(|o| o.added() > 0)?;
-        let (d, kk) = (self.hidden, o.added());
-        let rows = h.len() / d;
-        let mut ga = vec![0.0f32; rows * kk];
-        let mut ua = vec![0.0f32; rows * kk];
-        xwt(h, &o.gate, rows, kk, d, &mut ga, false);
-        xwt(h, &o.up, rows, kk, d, &mut ua, false);
-        add_rows(&mut ga, Some(&o.gate_bias));
-        add_rows(&mut ua, Some(&o.up_bias));
-        let mut aa = vec![0.0f32; rows * kk];
-        for r in 0..rows {
-            for i in 0..kk {
-                let j = r * kk + i;
-                ga[j] *= o.gate_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
-                let dsc = o.down_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
-                aa[j] = act(self.activation, ga[j]).0 * ua[j] * dsc;
-            }
-        }
-        // `o.down` is `[k × hidden]`: delta += aa · down.
-        xw(&aa, &o.down, rows, kk, d, delta, true);
-        Some(AddedTape { ga, ua })
+    ) -> Option<FfnTape> {
+        let w = FfnWeights::added(ov?)?;
+        let (y, t) = self.ffn_rows(&w, h);
+        add_in_place(delta, &y);
+        Some(t)
     }
 
     /// [`DenseTail::added_forward`]'s backward pass: ∂/∂h from ∂/∂delta.
-    fn added_backward(&self, ov: Option<&LayerOverlay>, t: &AddedTape, dout: &[f32]) -> Vec<f32> {
-        let d = self.hidden;
-        let rows = dout.len() / d;
-        let mut dh = vec![0.0f32; rows * d];
-        let Some(o) = ov.filter(|o| o.added() > 0) else {
-            return dh;
-        };
-        let kk = o.added();
-        let mut daa = vec![0.0f32; rows * kk];
-        xwt(dout, &o.down, rows, kk, d, &mut daa, false);
-        let mut dga = vec![0.0f32; rows * kk];
-        for r in 0..rows {
-            for i in 0..kk {
-                let j = r * kk + i;
-                let dsc = o.down_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
-                let gsc = o.gate_scale.as_ref().map_or(1.0, |s| s[o.ffn + i]);
-                let dj = daa[j] * dsc;
-                let (a, da_dg) = act(self.activation, t.ga[j]);
-                dga[j] = dj * t.ua[j] * da_dg * gsc;
-                daa[j] = dj * a;
-            }
+    fn added_backward(&self, ov: Option<&LayerOverlay>, t: &FfnTape, dout: &[f32]) -> Vec<f32> {
+        let mut dh = vec![0.0f32; dout.len()];
+        if let Some(w) = ov.and_then(FfnWeights::added) {
+            self.ffn_rows_backward(&w, t, dout, &mut dh);
         }
-        xw(&dga, &o.gate, rows, kk, d, &mut dh, false);
-        xw(&daa, &o.up, rows, kk, d, &mut dh, true);
         dh
     }
 }

@@ -157,8 +157,13 @@ pub(crate) fn bind_select(b: &Binder, s: &g::Select) -> Result<LogicalPlan> {
     if let Some(f) = &filter {
         columns_in(f, &mut early);
     }
+    // A join condition's subqueries are typed now that they are bound.
+    for (on, columns) in join_conditions_with_columns(&source) {
+        check_predicate(&with_subquery_types(on, &subqueries), columns)
+            .map_err(|e| e.with_label(on.span, "in this ON"))?;
+    }
     let (aggregate, having, items, input_cols) = if aggregated {
-        let (spec, having, items) = bind_aggregate(s, &scope, items, &mut early)?;
+        let (spec, having, items) = bind_aggregate(s, &scope, items, &subqueries, &mut early)?;
         let cols = spec.columns.clone();
         (Some(spec), having, items, cols)
     } else {
@@ -444,13 +449,26 @@ fn bind_subqueries(b: &Binder, e: &Expr, bound: &mut Vec<Subquery>) -> Result<()
 
 /// The join conditions of `src`, outermost join first.
 fn join_conditions(src: &SelectSource) -> Vec<&Expr> {
+    join_conditions_with_columns(src)
+        .into_iter()
+        .map(|(on, _)| on)
+        .collect()
+}
+
+/// Each join's condition, with the columns it reads.
+fn join_conditions_with_columns(src: &SelectSource) -> Vec<(&Expr, &[ColumnDef])> {
     match src {
         SelectSource::Join {
-            left, right, on, ..
+            left,
+            right,
+            on,
+            columns,
+            ..
         } => {
-            let mut out: Vec<&Expr> = on.iter().collect();
-            out.extend(join_conditions(left));
-            out.extend(join_conditions(right));
+            let mut out: Vec<(&Expr, &[ColumnDef])> =
+                on.iter().map(|e| (e, columns.as_slice())).collect();
+            out.extend(join_conditions_with_columns(left));
+            out.extend(join_conditions_with_columns(right));
             out
         }
         _ => Vec::new(),
@@ -552,6 +570,7 @@ fn bind_aggregate(
     s: &g::Select,
     scope: &Scope,
     items: Vec<Item>,
+    subqueries: &[Subquery],
     early: &mut Vec<String>,
 ) -> Result<(AggregateSpec, Option<Expr>, Vec<Item>)> {
     let schema = &scope.columns[..];
@@ -658,7 +677,7 @@ fn bind_aggregate(
     let having = match (having, &s.having) {
         (Some(h), Some(clause)) => {
             let h = rewrite(&h, &spec)?;
-            check_predicate(&h, &spec.columns)
+            check_predicate(&with_subquery_types(&h, subqueries), &spec.columns)
                 .map_err(|e| e.with_label(clause.span, "in this HAVING"))?;
             Some(h)
         }

@@ -410,8 +410,11 @@ fn subqueries_are_inputs_of_the_operators_that_hold_them() {
         "SELECT layer FROM layers WHERE (SELECT 'a') > 3",
         "SELECT layer FROM layers WHERE layer IN (SELECT name FROM tensors)",
         "SELECT layer FROM layers ORDER BY (SELECT 'a') + 1",
+        "SELECT layer FROM layers GROUP BY layer HAVING (SELECT 'a') > 3",
+        "SELECT l.layer FROM layers l JOIN layers m ON l.layer = (SELECT 'a')",
     ] {
-        let e = conn.execute(q).unwrap_err();
+        // Refused when bound (`effects` binds without running).
+        let e = conn.effects(q).unwrap_err();
         assert_eq!(e.code(), "LQL-E0210", "{q}: {}", e.message);
         assert!(e.span.is_some(), "{q}");
     }
