@@ -1,11 +1,14 @@
 //! GENERATE: prefill, then sample and decode one token at a time until a stop condition
 //! (max tokens, end of sequence, a stop string, the context limit, the callback or the
-//! cancellation flag), optionally within a grammar ([`crate::constrain`]).
+//! cancellation flag), optionally within a grammar ([`crate::constrain`]). Each token is
+//! chosen by [`NextToken`] and stop strings found by [`StopStrings`], which the batch
+//! scheduler of `lql serve` (`lql::generation`) decodes with too: one decoding step for
+//! the shell, the library and the server.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::constrain::{Allowed, Grammar};
+use crate::constrain::{Allowed, Constraint, Grammar};
 use crate::error::{ExecError, Result};
 use crate::sample::{Sampler, Sampling};
 use crate::session::{Executor, Logits, Session};
@@ -110,6 +113,117 @@ pub struct Generation {
     pub text: Option<String>,
 }
 
+/// The choice of each next token, as every decoding loop makes it — GENERATE
+/// ([`Executor::generate_from`]) and the batch scheduler of `lql serve`
+/// (`lql::generation`): the grammar's mask (when the text must be in one), the sampler,
+/// the ids that end the text, the grammar's advance and the penalties' window.
+pub struct NextToken {
+    sampler: Sampler,
+    end_ids: Vec<u32>,
+    constraint: Option<Constraint>,
+    max_tokens: usize,
+    /// Tokens chosen so far.
+    chosen: usize,
+}
+
+/// What [`NextToken::pick`] chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// The text ends here: an end id was sampled, or the grammar's text is complete and
+    /// nothing may follow.
+    End,
+    Token(u32),
+}
+
+impl NextToken {
+    /// Choices after `prompt` (the penalties' window starts with it, as llama.cpp's
+    /// server fills it) of at most `max_tokens` tokens; `end_ids` end the text.
+    pub fn new(
+        sampling: Sampling,
+        prompt: &[u32],
+        end_ids: Vec<u32>,
+        grammar: Option<&Arc<Grammar>>,
+        max_tokens: usize,
+    ) -> Result<NextToken> {
+        let mut sampler = Sampler::new(sampling)?;
+        sampler.accept(prompt);
+        Ok(NextToken {
+            sampler,
+            end_ids,
+            constraint: grammar.map(|g| g.start()),
+            max_tokens,
+            chosen: 0,
+        })
+    }
+
+    /// The token after `logits`. With a grammar, the logits of the tokens it does not
+    /// allow are set to −∞ first (so log-probabilities read from them afterwards are over
+    /// the tokens it allows).
+    pub fn pick(&mut self, logits: &mut [f32]) -> Result<Pick> {
+        if let Some(c) = self.constraint.as_mut() {
+            let closing = crate::constrain::in_closing_reserve(self.max_tokens, self.chosen);
+            if c.mask(logits, &self.end_ids, closing)? == Allowed::EndOnly {
+                return Ok(Pick::End);
+            }
+        }
+        let id = self.sampler.sample(logits);
+        if self.end_ids.contains(&id) {
+            return Ok(Pick::End);
+        }
+        if let Some(c) = self.constraint.as_mut() {
+            c.commit(id, &self.end_ids)?;
+        }
+        self.sampler.accept(&[id]);
+        self.chosen += 1;
+        Ok(Pick::Token(id))
+    }
+}
+
+/// Stop strings: where the first of them starts in a text that grows at its end.
+#[derive(Debug, Clone)]
+pub struct StopStrings {
+    stops: Vec<String>,
+    /// Bytes a stop string could still need from before the newest piece.
+    hold: usize,
+}
+
+impl StopStrings {
+    /// Refuses an empty stop string (it would end every text at once).
+    pub fn new(stops: &[String]) -> Result<StopStrings> {
+        if stops.iter().any(|s| s.is_empty()) {
+            return Err(ExecError::InvalidOption("empty stop string".into()));
+        }
+        Ok(StopStrings {
+            stops: stops.to_vec(),
+            hold: stops.iter().map(|s| s.len()).max().unwrap_or(1) - 1,
+        })
+    }
+
+    /// The bytes at the end of a text that could still begin a stop string.
+    pub fn hold(&self) -> usize {
+        self.hold
+    }
+
+    /// Where the earliest stop string starts in `text`, once `text` has grown by a piece
+    /// from `before` bytes (the text before it was searched already).
+    pub fn find(&self, text: &str, before: usize) -> Option<usize> {
+        let from = floor_char(text, before.saturating_sub(self.hold));
+        self.stops
+            .iter()
+            .filter_map(|s| text[from..].find(s.as_str()).map(|i| from + i))
+            .min()
+    }
+}
+
+/// The largest char boundary ≤ `i`.
+pub fn floor_char(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
 impl Executor {
     /// Generate after `ids`; `on_token` sees every generated id as it is produced (for
     /// streaming) and may stop generation.
@@ -165,37 +279,33 @@ impl Executor {
         if opts.max_tokens == 0 {
             return Ok(finish(out, FinishReason::Length, text));
         }
-        let mut sampler = Sampler::new(opts.sampling)?;
-        sampler.accept(session.tokens());
         let special = &self.surface().special;
         let mut end_ids: Vec<u32> = opts.stop_ids.clone();
         if opts.stop_at_eos {
             end_ids.extend(special.eos);
             end_ids.extend(special.eot.iter().copied());
         }
+        let mut next = NextToken::new(
+            opts.sampling,
+            session.tokens(),
+            end_ids,
+            opts.grammar.as_ref(),
+            opts.max_tokens,
+        )?;
+        let stops = StopStrings::new(&opts.stop)?;
         let cancel = self.cancel_flag();
-        let mut constraint = opts.grammar.as_ref().map(|g| g.start());
         loop {
-            if let Some(c) = constraint.as_mut() {
-                let closing = crate::constrain::in_closing_reserve(opts.max_tokens, out.len());
-                if c.mask(&mut logits.values, &end_ids, closing)? == Allowed::EndOnly {
-                    return Ok(finish(out, FinishReason::EndOfSequence, text));
-                }
-            }
-            let tok = sampler.sample(&logits.values);
-            if end_ids.contains(&tok) {
-                return Ok(finish(out, FinishReason::EndOfSequence, text));
-            }
-            if let Some(c) = constraint.as_mut() {
-                c.commit(tok, &end_ids)?;
-            }
+            let tok = match next.pick(&mut logits.values)? {
+                Pick::End => return Ok(finish(out, FinishReason::EndOfSequence, text)),
+                Pick::Token(t) => t,
+            };
             out.push(tok);
-            sampler.accept(&[tok]);
             let control = on_token(tok);
             if let Some(dec) = &opts.decoder {
+                // The whole text is decoded again (a piece may complete a character the
+                // text before it ended in), so it is searched from its start.
                 let t = dec.decode_ids(&out);
-                let cut = opts.stop.iter().filter_map(|s| t.find(s.as_str())).min();
-                if let Some(c) = cut {
+                if let Some(c) = stops.find(&t, 0) {
                     return Ok(finish(
                         out,
                         FinishReason::StopString,
@@ -254,8 +364,5 @@ fn check_options(opts: &GenerateOptions) -> Result<()> {
             "stop strings need a tokenizer to decode the generated text".into(),
         ));
     }
-    if opts.stop.iter().any(|s| s.is_empty()) {
-        return Err(ExecError::InvalidOption("empty stop string".into()));
-    }
-    Ok(())
+    StopStrings::new(&opts.stop).map(|_| ())
 }

@@ -350,39 +350,6 @@ impl Connection {
         self.panicked.run(|| engine.prepare_parsed(stmt))
     }
 
-    /// Binds and runs a parsed statement (a prepared statement's, its parameters' values
-    /// in place) under one hold of the engine, so no USE from another thread can come
-    /// between its binding and its run.
-    pub(crate) fn run_parsed(
-        &self,
-        stmt: lql_grammar::Statement,
-        stmt_text: &str,
-        gate: Option<Gate<'_>>,
-    ) -> Result<Rows> {
-        let mut engine = self.engine()?;
-        self.interrupt.store(false, Ordering::SeqCst);
-        self.panicked.run(|| {
-            let prepared = engine.prepare_parsed(stmt)?;
-            engine.run_prepared(&prepared, stmt_text, &self.interrupt, gate)
-        })
-    }
-
-    /// Runs a prepared plan, re-binding it first when the session changed since.
-    pub(crate) fn run_prepared(
-        &self,
-        prepared: &mut crate::engine::Prepared,
-        stmt_text: &str,
-        gate: Option<Gate<'_>>,
-    ) -> Result<Rows> {
-        let mut engine = self.engine()?;
-        self.interrupt.store(false, Ordering::SeqCst);
-        if prepared.version != engine.version {
-            *prepared = engine.prepare(stmt_text)?;
-        }
-        self.panicked
-            .run(|| engine.run_prepared(prepared, stmt_text, &self.interrupt, gate))
-    }
-
     /// Starts a prepared plan (re-binding it first when the session changed since) and
     /// returns its rows as a stream.
     pub(crate) fn start_prepared(

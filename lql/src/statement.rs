@@ -287,17 +287,7 @@ impl<'conn> Statement<'conn> {
     }
 
     fn run<P: Params>(&mut self, params: P, gate: Option<Gate<'_>>) -> Result<Rows> {
-        let values = params.resolve(&self.slots)?;
-        if let Some(p) = self.plan.as_mut() {
-            return self
-                .conn
-                .run_prepared(p, &self.text, gate)
-                .map_err(|e| e.offset_spans(self.offset));
-        }
-        let stmt = self.bind_values(&values)?;
-        self.conn
-            .run_parsed(stmt, &self.text, gate)
-            .map_err(|e| e.offset_spans(self.offset))
+        self.start(params, gate)?.into_rows()
     }
 
     /// Starts the statement with `params` and returns its rows as a [`RowStream`]: each row
@@ -308,7 +298,10 @@ impl<'conn> Statement<'conn> {
     /// # fn main() -> lql::Result<()> {
     /// let conn = lql::Connection::open("smollm2-135m-instruct")?;
     /// let mut stmt = conn.prepare("SELECT layer, feature FROM features WHERE layer >= ?")?;
-    /// let first: Vec<Vec<lql::Value>> = stmt.stream(lql::params![20])?.take(5).collect::<lql::Result<_>>()?;
+    /// let first: Vec<Vec<lql::Value>> = stmt
+    ///     .stream(lql::params![20])?
+    ///     .take(5)
+    ///     .collect::<lql::Result<_>>()?;
     /// assert_eq!(first.len(), 5);
     /// # Ok(()) }
     /// ```
@@ -325,6 +318,10 @@ impl<'conn> Statement<'conn> {
         self.start(params, Some(gate))
     }
 
+    /// Binds `params` and starts the statement: the plan kept by a statement without
+    /// parameters (re-bound when the session changed), else the parsed statement with the
+    /// values in its placeholders, bound and started under one hold of the connection, so
+    /// no USE from another thread comes between its binding and its run.
     fn start<P: Params>(&mut self, params: P, gate: Option<Gate<'_>>) -> Result<RowStream<'conn>> {
         let values = params.resolve(&self.slots)?;
         let conn: &'conn Connection = self.conn;

@@ -1,15 +1,16 @@
-//! One completion's sampling side: after each decode step, sample the next token as
-//! `GENERATE` does (same sampler, same end-of-sequence ids, same stop string rule), and
-//! report each token's log-probability and the text completed so far to a callback
+//! One completion's sampling side: after each decode step, choose the next token with
+//! GENERATE's own step (`lql_exec::generate::NextToken`: grammar mask, sampler, end ids;
+//! `StopStrings`: the stop string rule), and report each token's log-probability and the text completed so far to a callback
 //! (streaming), which may stop it (a client gone). The model runs in the batch scheduler
 //! ([`super::batcher`]), which steps every active completion together.
 
 use std::sync::Arc;
 
-use lql_exec::constrain::{Allowed, Constraint, Grammar};
+use lql_exec::constrain::Grammar;
+use lql_exec::generate::{floor_char, NextToken, Pick, StopStrings};
 use lql_exec::steer::Steering;
 use lql_exec::tokenizer::{StreamDecoder, Tokenizer};
-use lql_exec::{ExecError, Logits, Sampler, Sampling};
+use lql_exec::{ExecError, Logits, Sampling};
 
 use super::patches::PatchedModel;
 
@@ -145,16 +146,12 @@ fn token_logprob(tok: &Tokenizer, logits: &Logits, id: u32, top: usize) -> Token
 pub struct Decoding<'t> {
     tok: &'t Tokenizer,
     max_tokens: usize,
-    stop: Vec<String>,
+    stops: StopStrings,
     logprobs: Option<usize>,
-    sampler: Sampler,
-    end_ids: Vec<u32>,
-    /// Where the text stands in the request's grammar, if it has one.
-    constraint: Option<Constraint>,
+    /// The choice of each token, as GENERATE makes it.
+    next: NextToken,
     stream: StreamDecoder<'t>,
     out: Outcome,
-    /// Bytes a stop string could still need from the end of the text.
-    hold: usize,
     /// Bytes of `out.text` already sent, and logprobs already sent.
     sent: usize,
     sent_lp: usize,
@@ -167,17 +164,18 @@ impl<'t> Decoding<'t> {
         if req.prompt_ids.is_empty() {
             return Err(ExecError::EmptyPrompt);
         }
-        let mut sampler = Sampler::new(req.sampling)?;
-        // The penalties' window starts with the prompt, as llama.cpp's server fills it.
-        sampler.accept(&req.prompt_ids);
         Ok(Decoding {
             tok,
             max_tokens: req.max_tokens,
-            stop: req.stop.clone(),
+            stops: StopStrings::new(&req.stop)?,
             logprobs: req.logprobs,
-            sampler,
-            end_ids: end_ids.to_vec(),
-            constraint: req.grammar.as_ref().map(|g| g.start()),
+            next: NextToken::new(
+                req.sampling,
+                &req.prompt_ids,
+                end_ids.to_vec(),
+                req.grammar.as_ref(),
+                req.max_tokens,
+            )?,
             stream: tok.stream_decoder(),
             out: Outcome {
                 text: String::new(),
@@ -187,7 +185,6 @@ impl<'t> Decoding<'t> {
                 completion_tokens: 0,
                 logprobs: Vec::new(),
             },
-            hold: req.stop.iter().map(|s| s.len()).max().unwrap_or(1) - 1,
             sent: 0,
             sent_lp: 0,
             cut_by_stop: false,
@@ -227,44 +224,26 @@ impl<'t> Decoding<'t> {
         cancelled: bool,
         on_delta: &mut dyn FnMut(Delta<'_>) -> bool,
     ) -> Result<Option<u32>, ExecError> {
-        if let Some(c) = self.constraint.as_mut() {
-            let closing =
-                lql_exec::constrain::in_closing_reserve(self.max_tokens, self.out.token_ids.len());
-            if c.mask(&mut logits.values, &self.end_ids, closing)? == Allowed::EndOnly {
+        let id = match self.next.pick(&mut logits.values)? {
+            Pick::End => {
                 self.out.finish = Finish::Stop;
                 return Ok(None);
             }
-        }
-        let id = self.sampler.sample(&logits.values);
-        if self.end_ids.contains(&id) {
-            self.out.finish = Finish::Stop;
-            return Ok(None);
-        }
-        if let Some(c) = self.constraint.as_mut() {
-            c.commit(id, &self.end_ids)?;
-        }
+            Pick::Token(id) => id,
+        };
         if let Some(top) = self.logprobs {
             self.out
                 .logprobs
                 .push(token_logprob(self.tok, logits, id, top));
         }
         self.out.token_ids.push(id);
-        self.sampler.accept(&[id]);
         let piece = self
             .stream
             .push(id)
             .map_err(|e| ExecError::Internal(format!("detokenizing a generated token: {e}")))?;
-        let search_from = self.out.text.len().saturating_sub(self.hold);
+        let before = self.out.text.len();
         self.out.text.push_str(&piece);
-        let text = &self.out.text;
-        let cut = self
-            .stop
-            .iter()
-            .filter_map(|s| {
-                let from = floor_char(text, search_from);
-                text[from..].find(s.as_str()).map(|i| from + i)
-            })
-            .min();
+        let cut = self.stops.find(&self.out.text, before);
         if let Some(c) = cut {
             self.out.text.truncate(c);
             self.out.finish = Finish::Stop;
@@ -274,7 +253,7 @@ impl<'t> Decoding<'t> {
         // Everything but a tail that could still begin a stop string is final.
         let safe = floor_char(
             &self.out.text,
-            self.out.text.len().saturating_sub(self.hold),
+            self.out.text.len().saturating_sub(self.stops.hold()),
         );
         if !self.emit(safe, on_delta) {
             self.out.finish = Finish::Cancelled;
@@ -315,13 +294,4 @@ impl<'t> Decoding<'t> {
         self.emit(end, on_delta);
         self.out
     }
-}
-
-/// The largest char boundary ≤ `i`.
-fn floor_char(s: &str, mut i: usize) -> usize {
-    i = i.min(s.len());
-    while i > 0 && !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
