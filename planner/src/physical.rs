@@ -404,16 +404,26 @@ impl PhysicalPlan {
     /// Warnings about the plan's cost, printed by EXPLAIN PLAN under the tree: a scan that
     /// labels every feature of every layer.
     pub fn warnings(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        self.root.visit_post(&mut |n| {
+        /// Inputs first; `pulled`: a LIMIT above pulls this node's rows through streaming
+        /// operators only, so it may stop the node early.
+        fn visit(n: &PlanNode, pulled: bool, out: &mut Vec<String>) {
+            let pulled_below = matches!(n.op, Operator::Limit { .. }) || (pulled && n.op.streams());
+            for i in &n.inputs {
+                visit(i, pulled_below, out);
+            }
             if let Operator::TableScan {
                 estimate: Some(e),
                 filter,
                 ..
             } = &n.op
             {
-                // A scan that filters as it goes stops once LIMIT's rows pass: at most all.
-                let how_many = if filter.is_some() { "up to" } else { "all" };
+                // A scan that filters as it goes, or whose rows a LIMIT pulls, stops once
+                // enough rows pass: it labels at most all.
+                let how_many = if filter.is_some() || pulled {
+                    "up to"
+                } else {
+                    "all"
+                };
                 if e.labels_everything {
                     // The advice first: a narrow table cuts the end of a long line.
                     out.push(format!(
@@ -426,7 +436,9 @@ impl PhysicalPlan {
                     ));
                 }
             }
-        });
+        }
+        let mut out = Vec::new();
+        visit(&self.root, false, &mut out);
         out
     }
 
@@ -969,6 +981,22 @@ fn fmt_bytes(b: u64) -> String {
 }
 
 impl Operator {
+    /// Whether the operator takes its input rows as they are pulled, batch by batch (the
+    /// row pipeline: a LIMIT above it stops the work below it); every other operator needs
+    /// all of its input first.
+    pub fn streams(&self) -> bool {
+        matches!(
+            self,
+            Operator::Filter { .. }
+                | Operator::Limit { .. }
+                | Operator::Offset { .. }
+                | Operator::Project { .. }
+                | Operator::LateLabels { .. }
+                | Operator::Relation { .. }
+                | Operator::Rows { .. }
+        )
+    }
+
     /// The row expressions the operator evaluates (Filter's predicate, Project's items,
     /// Sort's keys, a join's condition, Aggregate's keys and arguments), in the order their
     /// subqueries' rows follow the operator's own inputs.

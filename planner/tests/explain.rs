@@ -209,12 +209,19 @@ fn warnings(src: &str) -> Vec<String> {
 #[test]
 fn cost_estimates_and_the_label_scan_warning() {
     // A label read before LIMIT with no layer bound labels all 46,080 features, or up to
-    // all of them when the scan filters as it goes and stops once LIMIT's rows pass.
+    // all of them when the scan stops once LIMIT's rows pass (it filters as it goes, or a
+    // LIMIT pulls its rows through streaming operators).
     let w = warnings("SELECT * FROM features WHERE top_token = 'Paris' ORDER BY layer LIMIT 1");
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].contains("labels all 46080 features"), "{}", w[0]);
     assert!(w[0].contains("layer BETWEEN"), "{}", w[0]);
     let w = warnings("SELECT * FROM features WHERE top_token = 'Paris' LIMIT 1");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("labels up to 46080 features"), "{}", w[0]);
+    // So does a scan whose rows a LIMIT pulls through a Filter it cannot take (a subquery).
+    let w = warnings(
+        "SELECT * FROM features WHERE top_token = 'Paris' AND feature IN (SELECT 7) LIMIT 1",
+    );
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].contains("labels up to 46080 features"), "{}", w[0]);
     assert!(

@@ -226,7 +226,7 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
         }
     }
     // An operator that needs all of its input gets streams drained.
-    if !streams(&n.op) {
+    if !n.op.streams() {
         inputs = inputs
             .into_iter()
             .zip(&n.inputs)
@@ -282,20 +282,6 @@ fn node(cx: &mut Cx<'_>, n: &PlanNode, r: &mut Run, next: &mut usize) -> Result<
         Datum::Stream(s) => Datum::Stream(s.measured(id)),
         other => other,
     })
-}
-
-/// Whether an operator takes its input as a stream (see `stream.rs`).
-fn streams(op: &Operator) -> bool {
-    matches!(
-        op,
-        Operator::Filter { .. }
-            | Operator::Limit { .. }
-            | Operator::Offset { .. }
-            | Operator::Project { .. }
-            | Operator::LateLabels { .. }
-            | Operator::Relation { .. }
-            | Operator::Rows { .. }
-    )
 }
 
 /// The single input of a pipeline operator.
