@@ -14,7 +14,8 @@ pub enum Code {
     Syntax,
     /// The statement means nothing here (the generic semantic code).
     Semantic,
-    /// A connection used from inside one of its own callbacks.
+    /// A connection used from inside one of its own callbacks, or while a `RowStream` of
+    /// it is open.
     Busy,
     /// `query_row` found no row.
     NoRows,
@@ -120,7 +121,7 @@ impl Code {
         match self {
             Code::Syntax => "syntax: the text does not parse",
             Code::Semantic => "semantic: the statement means nothing here (a value it does not allow, a capability the model lacks, …) — the codes below name the common cases",
-            Code::Busy => "busy: a connection was used from inside one of its own callbacks (a result, token or progress handler); use another connection of the same Database",
+            Code::Busy => "busy: a connection was used from inside one of its own callbacks (a result, token or progress handler) or while a RowStream of it is open; use another connection of the same Database",
             Code::NoRows => "no rows: query_row found no row to map",
             Code::ReadOnly => "read-only: the connection was opened with OpenFlags::READ_ONLY and the statement writes a file or edits the model state",
             Code::Panic => "panic: a handler or closure given to the connection (token or progress handler, execute_each callback, query_row/query_map closure) panicked; the statement stopped and the connection stays usable",

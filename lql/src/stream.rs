@@ -32,6 +32,7 @@ use crate::rows::{Column, Row, Rows};
 use crate::value::Value;
 
 /// A running statement's rows, computed as they are read.
+#[must_use = "a RowStream computes its rows only as they are read"]
 pub struct RowStream<'conn> {
     conn: &'conn Connection,
     engine: EngineGuard<'conn>,

@@ -602,4 +602,26 @@ fn a_row_stream_computes_rows_as_they_are_read() {
         .and_then(|mut s| s.stream(()).map(|_| ()))
         .unwrap_err();
     assert!(e.span.is_some(), "{}", e.message);
+    // An interrupt between reads stops the statement at its next pull: the read fails with
+    // `LQL-E0601`, the stream is over, and the connection runs the next statement.
+    let mut st = conn.prepare("SELECT layer, feature FROM features").unwrap();
+    let mut stream = st.stream(()).unwrap();
+    assert!(stream.next_row().unwrap().is_some());
+    conn.interrupt_handle().interrupt();
+    let mut read = 1;
+    let e = loop {
+        match stream.next_row() {
+            Ok(Some(_)) => read += 1,
+            Ok(None) => panic!("the interrupted stream ended after {read} rows"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(e.code(), "LQL-E0601", "{}", e.message);
+    assert!(read < 46080, "{read}");
+    assert!(stream.next_row().unwrap().is_none());
+    drop(stream);
+    assert_eq!(
+        conn.execute("SELECT 1 AS one").unwrap().rows,
+        [[Value::Int(1)]]
+    );
 }
