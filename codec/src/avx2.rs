@@ -91,6 +91,30 @@ unsafe fn cvt4(q: [__m256i; 4]) -> [__m256; 4] {
 
 // ---------------------------------------------------------------- scalar element types
 
+/// `y += a · x` for `n` values: a product, then a sum (never fused), as scalar code does.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy_f32(a: f32, x: *const f32, y: *mut f32, n: usize) {
+    let va = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 32 <= n {
+        for k in 0..4 {
+            let at = i + 8 * k;
+            let prod = _mm256_mul_ps(va, _mm256_loadu_ps(x.add(at)));
+            _mm256_storeu_ps(y.add(at), _mm256_add_ps(_mm256_loadu_ps(y.add(at)), prod));
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        let prod = _mm256_mul_ps(va, _mm256_loadu_ps(x.add(i)));
+        _mm256_storeu_ps(y.add(i), _mm256_add_ps(_mm256_loadu_ps(y.add(i)), prod));
+        i += 8;
+    }
+    while i < n {
+        *y.add(i) += a * *x.add(i);
+        i += 1;
+    }
+}
+
 /// `a` may be unaligned (it points into encoded bytes); only unaligned loads are used.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_f32(a: *const f32, x: *const f32, n: usize) -> f32 {

@@ -49,6 +49,22 @@ fn dot_neon(dtype: DType, row: &[u8], x: &[f32]) -> Option<f32> {
     Some(unsafe { kernel(row.as_ptr(), x.as_ptr(), nb) })
 }
 
+/// `y += a · x` over the shorter length: each element one product, then one sum, rounded
+/// as scalar code rounds them (no fused multiply-add), so every kernel path gives the same
+/// bits.
+pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
+    let n = x.len().min(y.len());
+    #[cfg(target_arch = "x86_64")]
+    if super::cpu::has_avx2() {
+        // SAFETY: AVX2 is present (`has_avx2`); both slices hold `n` values.
+        unsafe { crate::avx2::axpy_f32(a, x.as_ptr(), y.as_mut_ptr(), n) };
+        return;
+    }
+    for (yi, xi) in y[..n].iter_mut().zip(&x[..n]) {
+        *yi += a * xi;
+    }
+}
+
 /// `a · x` over f32 values in memory (the F32 codec's kernels, without the bytes): AVX2 + FMA
 /// where present, NEON on aarch64, else eight running sums. Over the common length.
 #[inline]
@@ -330,5 +346,28 @@ mod tests {
         }
         // The common length of unequal slices.
         assert_eq!(super::dot_f32(&[1.0, 2.0, 3.0], &[4.0, 5.0]), 14.0);
+    }
+
+    /// Every length through several SIMD widths and a tail: the bits of `y + a * x`
+    /// computed one element at a time (a product, then a sum).
+    #[test]
+    fn axpy_f32_has_the_bits_of_the_scalar_loop() {
+        for n in 0..80usize {
+            let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 1.7).collect();
+            let y0: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos() * 0.3).collect();
+            let a = 0.318_309_87_f32;
+            let mut got = y0.clone();
+            super::axpy_f32(a, &x, &mut got);
+            let want: Vec<f32> = y0.iter().zip(&x).map(|(y, x)| y + a * x).collect();
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "n={n}"
+            );
+        }
+        // The common length of unequal slices; the rest of `y` is untouched.
+        let mut y = [1.0f32, 1.0, 1.0];
+        super::axpy_f32(2.0, &[1.0, 2.0], &mut y);
+        assert_eq!(y, [3.0, 5.0, 1.0]);
     }
 }

@@ -64,7 +64,7 @@ mod avx512;
 mod neon;
 
 pub use decode::{decode_row, decode_rows};
-pub use dot::{dot_f32, dot_row, dot_rows, dot_rows_using};
+pub use dot::{axpy_f32, dot_f32, dot_row, dot_rows, dot_rows_using};
 
 pub use dtype::DType;
 pub use error::CodecError;

@@ -19,17 +19,17 @@ use lql_storage::surface::Activation;
 
 use rayon::prelude::*;
 
-use lql_storage::codec::dot_f32 as dot;
+use lql_storage::codec::{axpy_f32 as axpy, dot_f32 as dot};
 
-use crate::kernels::{axpy, glu};
+use crate::kernels::{add_in_place, glu};
 
-/// Features per parallel task for the gate and up products, and hidden coordinates per task
-/// for the down product: above [`PARALLEL_WORK`] multiply-adds per position the added
-/// features run on the pass's threads (each output is still summed in one fixed order, so
-/// results do not depend on the thread count).
+/// Features per parallel task for the gate, up and down products: above [`PARALLEL_WORK`]
+/// multiply-adds per position the added features run on the pass's threads (each output is
+/// still summed in one fixed order, so results do not depend on the thread count). The down
+/// product's chunks run [`CHUNKS_PER_WAVE`] at a time.
 const FEATURES_PER_TASK: usize = 64;
-const COORDS_PER_TASK: usize = 64;
 const PARALLEL_WORK: usize = 1 << 16;
+const CHUNKS_PER_WAVE: usize = 16;
 
 /// Multiplies each position's gate pre-activations by the overlay's gate scales.
 pub fn scale_gate(ov: Option<&LayerOverlay>, gate: &mut [f32], ffn: usize) {
@@ -120,38 +120,34 @@ pub fn add_features(
             }
         }
     }
-    // Δ += Σ_i a_i·d_i by spans of coordinates (each down row's span read once for all
-    // positions), each coordinate summed over the features in order, then added to Δ.
-    let span = |c: usize| {
-        let at = c * COORDS_PER_TASK;
-        let w = COORDS_PER_TASK.min(d - at);
-        let mut sum = vec![0.0f32; n * w];
-        for i in 0..k {
-            let row = &o.down[i * d + at..i * d + at + w];
-            for (p, y) in sum.chunks_exact_mut(w).enumerate() {
+    // Δ += Σ_i a_i·d_i, each down row read once, whole and in order, by fixed chunks of
+    // features; each chunk's partial sum (over its features in order) is added to Δ in
+    // chunk order, so the bits do not depend on the thread count. The chunks run in waves
+    // of a bounded number, so a long prompt does not hold every chunk's partial at once.
+    let chunks = k.div_ceil(FEATURES_PER_TASK);
+    let partial = |c: usize| {
+        let mut part = vec![0.0f32; n * d];
+        for i in c * FEATURES_PER_TASK..((c + 1) * FEATURES_PER_TASK).min(k) {
+            let row = &o.down[i * d..(i + 1) * d];
+            for (p, y) in part.chunks_exact_mut(d).enumerate() {
                 let a = gate[p * k + i];
                 if a != 0.0 {
                     axpy(a, row, y);
                 }
             }
         }
-        sum
+        part
     };
-    let spans: Vec<Vec<f32>> = if parallel {
-        (0..d.div_ceil(COORDS_PER_TASK))
-            .into_par_iter()
-            .map(span)
-            .collect()
-    } else {
-        (0..d.div_ceil(COORDS_PER_TASK)).map(span).collect()
-    };
-    for (c, sum) in spans.iter().enumerate() {
-        let at = c * COORDS_PER_TASK;
-        let w = sum.len() / n.max(1);
-        for (p, dr) in delta.chunks_exact_mut(d).enumerate() {
-            for (y, v) in dr[at..at + w].iter_mut().zip(&sum[p * w..(p + 1) * w]) {
-                *y += v;
-            }
+    let wave = if parallel { CHUNKS_PER_WAVE } else { 1 };
+    for first in (0..chunks).step_by(wave) {
+        let span = first..(first + wave).min(chunks);
+        let parts: Vec<Vec<f32>> = if parallel {
+            span.into_par_iter().map(partial).collect()
+        } else {
+            span.map(partial).collect()
+        };
+        for part in &parts {
+            add_in_place(delta, part);
         }
     }
     Added {
