@@ -25,6 +25,13 @@ use crate::stream::RowStream;
 pub use lql_exec::bench::BenchReport;
 use lql_planner::Effects;
 
+/// What [`Connection::start`] starts: a prepared statement's kept plan, or a parsed
+/// statement (its parameters' values in place) to bind now.
+pub(crate) enum ToStart<'p> {
+    Kept(&'p mut crate::engine::Prepared),
+    Parsed(Box<lql_grammar::Statement>),
+}
+
 /// The result of one statement of a script.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatementResult {
@@ -350,45 +357,29 @@ impl Connection {
         self.panicked.run(|| engine.prepare_parsed(stmt))
     }
 
-    /// Starts a prepared plan (re-binding it first when the session changed since) and
-    /// returns its rows as a stream.
-    pub(crate) fn start_prepared(
+    /// Starts a statement (binding it first when it is parsed, or its kept plan again when
+    /// the session changed since) under one hold of the session, so no USE from another
+    /// thread comes between its binding and its run; returns its rows as a stream.
+    pub(crate) fn start(
         &self,
-        prepared: &mut crate::engine::Prepared,
+        what: ToStart<'_>,
         stmt_text: &str,
         offset: usize,
         gate: Option<Gate<'_>>,
     ) -> Result<RowStream<'_>> {
         let mut engine = self.engine()?;
         self.interrupt.store(false, Ordering::SeqCst);
-        if prepared.version != engine.version {
-            *prepared = engine.prepare(stmt_text)?;
-        }
-        let running = self
-            .panicked
-            .run(|| engine.start(prepared, stmt_text, &self.interrupt, gate))?;
-        Ok(RowStream::new(
-            self,
-            engine,
-            stmt_text.to_string(),
-            offset,
-            running,
-        ))
-    }
-
-    /// Binds a parsed statement, starts it and returns its rows as a stream.
-    pub(crate) fn start_parsed(
-        &self,
-        stmt: lql_grammar::Statement,
-        stmt_text: &str,
-        offset: usize,
-        gate: Option<Gate<'_>>,
-    ) -> Result<RowStream<'_>> {
-        let mut engine = self.engine()?;
-        self.interrupt.store(false, Ordering::SeqCst);
-        let running = self.panicked.run(|| {
-            let prepared = engine.prepare_parsed(stmt)?;
-            engine.start(&prepared, stmt_text, &self.interrupt, gate)
+        let running = self.panicked.run(|| match what {
+            ToStart::Kept(prepared) => {
+                if prepared.version != engine.version {
+                    *prepared = engine.prepare(stmt_text)?;
+                }
+                engine.start(prepared, stmt_text, &self.interrupt, gate)
+            }
+            ToStart::Parsed(stmt) => {
+                let prepared = engine.prepare_parsed(*stmt)?;
+                engine.start(&prepared, stmt_text, &self.interrupt, gate)
+            }
         })?;
         Ok(RowStream::new(
             self,

@@ -18,7 +18,7 @@
 //! # Ok(()) }
 //! ```
 
-use crate::connection::Connection;
+use crate::connection::{Connection, ToStart};
 use crate::engine::{Gate, Prepared};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rows::{Column, Rows};
@@ -325,13 +325,11 @@ impl<'conn> Statement<'conn> {
     fn start<P: Params>(&mut self, params: P, gate: Option<Gate<'_>>) -> Result<RowStream<'conn>> {
         let values = params.resolve(&self.slots)?;
         let conn: &'conn Connection = self.conn;
-        if let Some(p) = self.plan.as_mut() {
-            return conn
-                .start_prepared(p, &self.text, self.offset, gate)
-                .map_err(|e| e.offset_spans(self.offset));
-        }
-        let stmt = self.bind_values(&values)?;
-        conn.start_parsed(stmt, &self.text, self.offset, gate)
+        let what = match self.plan.as_mut() {
+            Some(p) => ToStart::Kept(p),
+            None => ToStart::Parsed(Box::new(self.bind_values(&values)?)),
+        };
+        conn.start(what, &self.text, self.offset, gate)
             .map_err(|e| e.offset_spans(self.offset))
     }
 
