@@ -270,7 +270,7 @@ impl Executor {
         opts: &GenerateOptions,
         on_token: &mut dyn FnMut(u32) -> Control,
     ) -> Result<Generation> {
-        check_options(opts)?;
+        let stops = check_options(opts)?;
         let prompt_tokens = session.tokens().len();
         let mut text = text_start(opts);
         let mut out = Vec::new();
@@ -292,7 +292,6 @@ impl Executor {
             opts.grammar.as_ref(),
             opts.max_tokens,
         )?;
-        let stops = StopStrings::new(&opts.stop)?;
         let cancel = self.cancel_flag();
         loop {
             let tok = match next.pick(&mut logits.values)? {
@@ -358,11 +357,12 @@ fn text_start(opts: &GenerateOptions) -> Option<String> {
     opts.decoder.as_ref().map(|_| String::new())
 }
 
-fn check_options(opts: &GenerateOptions) -> Result<()> {
+/// Checks the options; their stop strings, ready to search.
+fn check_options(opts: &GenerateOptions) -> Result<StopStrings> {
     if !opts.stop.is_empty() && opts.decoder.is_none() {
         return Err(ExecError::InvalidOption(
             "stop strings need a tokenizer to decode the generated text".into(),
         ));
     }
-    StopStrings::new(&opts.stop).map(|_| ())
+    StopStrings::new(&opts.stop)
 }

@@ -29,7 +29,7 @@ use lql_storage::Role;
 
 use super::datum::Datum;
 use super::interp::wrong_input;
-use super::stream::{self, stream_of, Stream};
+use super::stream::{self, Stream};
 use super::walk::DOWN_TOKENS;
 use super::{aggregate, columns_of, rowexec, Cx};
 use crate::error::{Error, Result};
@@ -58,7 +58,8 @@ pub(crate) fn table_scan(
     let columns = columns_of(&defs);
     let mut rows = match table {
         Table::Features => {
-            let scan = FeatureScan::new(cx, &range, labels == LabelTiming::Early, label_set)?;
+            let early = labels == LabelTiming::Early;
+            let scan = FeatureScan::new(cx, &range, &columns, early, label_set)?;
             return Ok(Datum::Stream(Stream::new(columns, scan)));
         }
         Table::Layers => layers_rows(cx)?,
@@ -94,23 +95,15 @@ pub(crate) fn table(input: Datum, op: &str) -> Result<(Vec<Column>, Vec<Vec<Valu
 /// `Filter predicate` (SQL three-valued logic; rows whose predicate is true), as rows are
 /// pulled.
 pub(crate) fn filter(input: Datum, predicate: &Expr) -> Result<Datum> {
-    let input = stream_of(input, "Filter")?;
-    let columns = input.columns.clone();
     let predicate = predicate.clone();
-    Ok(Datum::Stream(Stream::new(
-        columns,
-        stream::Filter { input, predicate },
-    )))
+    stream::map(input, "Filter", None, move |cx, columns, rows| {
+        rowexec::filter(rows, columns, &predicate, cx.cancel)
+    })
 }
 
 /// `Offset n`: the rows after the first `n`.
 pub(crate) fn offset(input: Datum, n: usize) -> Result<Datum> {
-    let input = stream_of(input, "Offset")?;
-    let columns = input.columns.clone();
-    Ok(Datum::Stream(Stream::new(
-        columns,
-        stream::Offset { input, skip: n },
-    )))
+    stream::through(input, "Offset", |input| stream::Offset { input, skip: n })
 }
 
 /// `OneRow`: a single row of no columns (SELECT without FROM).
@@ -123,7 +116,7 @@ pub(crate) fn one_row() -> Datum {
 
 /// `Relation`: a statement's rows as a table.
 pub(crate) fn relation(input: Datum) -> Result<Datum> {
-    stream_of(input, "Relation").map(Datum::Stream)
+    stream::stream_of(input, "Relation").map(Datum::Stream)
 }
 
 /// `Sort keys` (stable; NULL first ascending).
@@ -135,26 +128,18 @@ pub(crate) fn sort(input: Datum, keys: &[SortKey]) -> Result<Datum> {
 
 /// `Limit n`: pulls its input until `n` rows have passed, then stops.
 pub(crate) fn limit(input: Datum, n: usize) -> Result<Datum> {
-    let input = stream_of(input, "Limit")?;
-    let columns = input.columns.clone();
-    Ok(Datum::Stream(Stream::new(
-        columns,
-        stream::Limit { input, left: n },
-    )))
+    stream::through(input, "Limit", |input| stream::Limit { input, left: n })
 }
 
 /// `LateLabels`: fills the label columns of the rows that reach it.
 pub(crate) fn late_labels(input: Datum, label_set: LabelSet) -> Result<Datum> {
-    let input = stream_of(input, "LateLabels")?;
-    let columns = input.columns.clone();
-    Ok(Datum::Stream(Stream::new(
-        columns,
-        stream::LateLabels { input, label_set },
-    )))
+    stream::map(input, "LateLabels", None, move |cx, _, rows| {
+        label_rows(cx, rows, label_set)
+    })
 }
 
 /// The label columns of `features` rows filled in (LateLabels' work on one batch).
-pub(crate) fn label_rows(
+fn label_rows(
     cx: &mut Cx<'_>,
     rows: Vec<Vec<Value>>,
     label_set: LabelSet,
@@ -192,12 +177,22 @@ pub(crate) fn project(
     defs: &[lql_planner::ColumnDef],
     exprs: &[Expr],
 ) -> Result<Datum> {
-    let input = stream_of(input, "Project")?;
     let exprs = exprs.to_vec();
-    Ok(Datum::Stream(Stream::new(
-        columns_of(defs),
-        stream::Project { input, exprs },
-    )))
+    stream::map(
+        input,
+        "Project",
+        Some(columns_of(defs)),
+        move |_, columns, rows| {
+            rows.iter()
+                .map(|row| {
+                    exprs
+                        .iter()
+                        .map(|e| rowexec::eval(e, columns, row))
+                        .collect::<Result<Vec<_>>>()
+                })
+                .collect()
+        },
+    )
 }
 
 /// `Distinct`: the first of each set of equal rows, in input order.
@@ -341,9 +336,11 @@ struct FeatureScan {
 }
 
 impl FeatureScan {
+    /// The scan of `range`, filtering over `columns` (the table's).
     fn new(
         cx: &mut Cx<'_>,
         range: &ScanRange<'_>,
+        columns: &[Column],
         labels_now: bool,
         label_set: LabelSet,
     ) -> Result<FeatureScan> {
@@ -353,17 +350,13 @@ impl FeatureScan {
             None => (0..surface.n_layers).collect(),
         };
         let per_layer = range.features.map_or(surface.ffn, <[usize]>::len).max(1);
-        let columns = columns_of(
-            &lql_planner::table_columns(Table::Features)
-                .ok_or_else(|| Error::internal("features has no schema"))?,
-        );
         Ok(FeatureScan {
             layers,
             chunk: (lql_exec::browse::labels::PASS_FEATURES / per_layer).max(1),
             at: 0,
             features: range.features.map(<[usize]>::to_vec),
             left: range.limit,
-            filter: range.filter.map(|p| (p.clone(), columns)),
+            filter: range.filter.map(|p| (p.clone(), columns.to_vec())),
             labels_now,
             label_set,
         })

@@ -19,12 +19,9 @@
 //!      ◀── 3 rows ───        ◀── rows of 2 layers ──
 //! ```
 
-use lql_grammar::Expr;
-use lql_planner::LabelSet;
-
 use super::datum::Datum;
 use super::interp::{wrong_input, Probe, Run, Spent};
-use super::{rowexec, Cx};
+use super::Cx;
 use crate::error::Result;
 use crate::rows::Column;
 use crate::value::Value;
@@ -89,6 +86,47 @@ pub(crate) fn stream_of(input: Datum, op: &str) -> Result<Stream> {
     }
 }
 
+/// `input`'s rows with each batch made over by `f` (given the session and the input's
+/// columns), in `columns` (the input's when `None`): Filter, Project and LateLabels.
+pub(crate) fn map<F>(input: Datum, op: &str, columns: Option<Vec<Column>>, f: F) -> Result<Datum>
+where
+    F: FnMut(&mut Cx<'_>, &[Column], Batch) -> Result<Batch> + 'static,
+{
+    let input = stream_of(input, op)?;
+    let columns = columns.unwrap_or_else(|| input.columns.clone());
+    Ok(Datum::Stream(Stream::new(columns, Map { input, f })))
+}
+
+/// `input`'s rows through the source `make` builds over it, in the same columns: Limit
+/// and Offset.
+pub(crate) fn through<P: Pull + 'static>(
+    input: Datum,
+    op: &str,
+    make: impl FnOnce(Stream) -> P,
+) -> Result<Datum> {
+    let input = stream_of(input, op)?;
+    let columns = input.columns.clone();
+    Ok(Datum::Stream(Stream::new(columns, make(input))))
+}
+
+/// Each batch of `input` made over by `f`.
+struct Map<F> {
+    input: Stream,
+    f: F,
+}
+
+impl<F> Pull for Map<F>
+where
+    F: FnMut(&mut Cx<'_>, &[Column], Batch) -> Result<Batch>,
+{
+    fn pull(&mut self, cx: &mut Cx<'_>, r: &mut Run) -> Result<Option<Batch>> {
+        match self.input.next_batch(cx, r)? {
+            None => Ok(None),
+            Some(b) => (self.f)(cx, &self.input.columns, b).map(Some),
+        }
+    }
+}
+
 /// Rows already computed, handed over in one batch.
 struct Once(Option<Batch>);
 
@@ -120,23 +158,6 @@ impl Pull for Measured {
             s.rows += b.len();
         }
         out
-    }
-}
-
-/// `Filter predicate`, batch by batch.
-pub(crate) struct Filter {
-    pub input: Stream,
-    pub predicate: Expr,
-}
-
-impl Pull for Filter {
-    fn pull(&mut self, cx: &mut Cx<'_>, r: &mut Run) -> Result<Option<Batch>> {
-        match self.input.next_batch(cx, r)? {
-            None => Ok(None),
-            Some(b) => {
-                rowexec::filter(b, &self.input.columns, &self.predicate, cx.cancel).map(Some)
-            }
-        }
     }
 }
 
@@ -175,45 +196,6 @@ impl Pull for Offset {
         b.drain(..n);
         self.skip -= n;
         Ok(Some(b))
-    }
-}
-
-/// `Project`: each output column computed by its expression over the input row.
-pub(crate) struct Project {
-    pub input: Stream,
-    pub exprs: Vec<Expr>,
-}
-
-impl Pull for Project {
-    fn pull(&mut self, cx: &mut Cx<'_>, r: &mut Run) -> Result<Option<Batch>> {
-        let Some(b) = self.input.next_batch(cx, r)? else {
-            return Ok(None);
-        };
-        let columns = &self.input.columns;
-        b.iter()
-            .map(|row| {
-                self.exprs
-                    .iter()
-                    .map(|e| rowexec::eval(e, columns, row))
-                    .collect::<Result<Vec<_>>>()
-            })
-            .collect::<Result<Batch>>()
-            .map(Some)
-    }
-}
-
-/// `LateLabels`: the label columns of the rows that reached it.
-pub(crate) struct LateLabels {
-    pub input: Stream,
-    pub label_set: LabelSet,
-}
-
-impl Pull for LateLabels {
-    fn pull(&mut self, cx: &mut Cx<'_>, r: &mut Run) -> Result<Option<Batch>> {
-        match self.input.next_batch(cx, r)? {
-            None => Ok(None),
-            Some(b) => super::select::label_rows(cx, b, self.label_set).map(Some),
-        }
     }
 }
 
